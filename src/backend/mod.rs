@@ -1,0 +1,295 @@
+//! The [`Backend`] trait: one lock server, and the errors it reports.
+//!
+//! A backend knows nothing about quorums: it answers for one server. The
+//! engine runs one worker thread per backend and counts their votes.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
+
+/// One lock server (one Redis master, one in-memory node, ...).
+///
+/// Every method is called from the node's own worker thread, one call at a
+/// time, in the order the engine queued the operations. A backend therefore
+/// needs no internal ordering of its own, but it must be `Send + Sync`
+/// because fault-injection handles and probes may share it.
+///
+/// # Contract
+///
+/// * **Atomicity**: each operation is one atomic step on the server
+///   (`SET NX PX`, or a compare-and-act script): there is no window in which
+///   another client sees a half-done operation.
+/// * **Answers**: `Ok(true)` means the server did it; `Ok(false)` means the
+///   server answered and refused (the key is held by another token, or is no
+///   longer ours). `Err` means *could not tell*: the operation may or may not
+///   have been applied. The engine treats an `Err` on acquire as "maybe
+///   applied" and still sends the release there.
+/// * **Time**: each call must return within the timeout the backend was
+///   configured with (for [`RedisBackend`](crate::backend::redis::RedisBackend),
+///   the manager's per-node timeout). A backend that blocks longer delays
+///   every later operation queued for its node, and its answers come too
+///   late to count.
+/// * **Retries**: acquire and release are safe to retry with the same token;
+///   extend is too (it only pushes the expiry of a key that still holds our
+///   token). A backend may retry internally only within its timeout.
+/// * **Panics**: a panic inside a backend is caught by the engine and
+///   reported as [`BackendErrorKind::Panicked`]; it never kills the engine.
+pub trait Backend: Send + Sync + 'static {
+    /// Sets `key` to `token` with an expiry of `ttl`, only if `key` does not
+    /// exist (`SET key token NX PX ttl`).
+    ///
+    /// `Ok(true)`: the key is now ours. `Ok(false)`: the key exists (held by
+    /// another token, or by ours from an earlier attempt). `Err`: unknown:
+    /// the key may have been set.
+    ///
+    /// # Errors
+    ///
+    /// Any failure to get a definite answer from the server.
+    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError>;
+
+    /// Deletes `key` only if it still holds `token` (compare-and-delete).
+    ///
+    /// `Ok(true)`: deleted. `Ok(false)`: the key was absent or held by
+    /// another token, and was left alone.
+    ///
+    /// # Errors
+    ///
+    /// Any failure to get a definite answer from the server.
+    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError>;
+
+    /// Sets the expiry of `key` to `ttl` from now, only if it still holds
+    /// `token` (compare-and-pexpire). Never creates a missing key.
+    ///
+    /// `Ok(true)`: extended. `Ok(false)`: the key was absent or held by
+    /// another token, and was left alone.
+    ///
+    /// # Errors
+    ///
+    /// Any failure to get a definite answer from the server.
+    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError>;
+
+    /// A name for reports and logs, such as `redis://10.0.0.1:6379/0`.
+    ///
+    /// Must never contain a password or other secret. Two backends with the
+    /// same description are treated as the same server.
+    fn describe(&self) -> String;
+
+    /// Runs `ops` in order and returns one result per op, in the same order.
+    ///
+    /// The engine hands over everything queued for the node at once, so a
+    /// backend that overrides this can pipeline many operations into one
+    /// round trip. The default calls the single-op methods one after
+    /// another. An implementation must return exactly `ops.len()` results;
+    /// the engine reports any missing result as an error.
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+        ops.iter()
+            .map(|op| match *op {
+                Op::Acquire { key, token, ttl } => self.acquire(key, token, ttl),
+                Op::Release { key, token } => self.release(key, token),
+                Op::Extend { key, token, ttl } => self.extend(key, token, ttl),
+            })
+            .collect()
+    }
+
+    /// The server's identity and uptime, when the backend can learn them.
+    ///
+    /// The engine uses this to probe a node that was marked down, to notice
+    /// restarts (restart quarantine) and to detect one server configured
+    /// twice. The default knows nothing and contacts nobody.
+    ///
+    /// # Errors
+    ///
+    /// Any failure to reach the server.
+    fn server_info(&self) -> Result<ServerInfo, BackendError> {
+        Ok(ServerInfo::default())
+    }
+}
+
+impl<B: Backend + ?Sized> Backend for Arc<B> {
+    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        (**self).acquire(key, token, ttl)
+    }
+    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
+        (**self).release(key, token)
+    }
+    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        (**self).extend(key, token, ttl)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+        (**self).batch(ops)
+    }
+    fn server_info(&self) -> Result<ServerInfo, BackendError> {
+        (**self).server_info()
+    }
+}
+
+/// One operation in a [`Backend::batch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op<'a> {
+    /// See [`Backend::acquire`].
+    Acquire {
+        /// The lock key.
+        key: &'a [u8],
+        /// Our token.
+        token: &'a [u8],
+        /// Expiry to set.
+        ttl: Duration,
+    },
+    /// See [`Backend::release`].
+    Release {
+        /// The lock key.
+        key: &'a [u8],
+        /// Our token.
+        token: &'a [u8],
+    },
+    /// See [`Backend::extend`].
+    Extend {
+        /// The lock key.
+        key: &'a [u8],
+        /// Our token.
+        token: &'a [u8],
+        /// New expiry, from now.
+        ttl: Duration,
+    },
+}
+
+/// What a server says about itself: who it is and how long it has run.
+///
+/// `None` fields mean "unknown". Redis reports `run_id` (new at every
+/// start) and `uptime_in_seconds` in `INFO server`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// An identifier that changes whenever the server restarts.
+    pub run_id: Option<String>,
+    /// How long the server has been up.
+    pub uptime: Option<Duration>,
+}
+
+/// The broad class of a [`BackendError`], for callers that act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// The server could not be reached (connection refused, DNS failure,
+    /// node marked down).
+    Unreachable,
+    /// The server did not answer within the timeout. The operation may have
+    /// been applied.
+    Timeout,
+    /// The key holds a value of another type (Redis `WRONGTYPE`): something
+    /// other than a lock uses this key name.
+    WrongType,
+    /// The server is a read-only replica (Redis `READONLY`): configure
+    /// masters only.
+    ReadOnly,
+    /// Authentication or authorization failed (`NOAUTH`, `WRONGPASS`,
+    /// `NOPERM`).
+    Auth,
+    /// The node's configuration is wrong (malformed URL, TLS mismatch).
+    Config,
+    /// The server answered something the backend did not expect.
+    Protocol,
+    /// The backend panicked; the engine caught it.
+    Panicked,
+    /// Anything else (I/O errors, other server errors).
+    Other,
+}
+
+impl BackendErrorKind {
+    /// Whether this kind says the server is out of reach (so the engine may
+    /// mark the node down), as opposed to an answer it gave.
+    pub fn is_connectivity(self) -> bool {
+        matches!(self, Self::Unreachable | Self::Timeout)
+    }
+}
+
+impl fmt::Display for BackendErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unreachable => "unreachable",
+            Self::Timeout => "timed out",
+            Self::WrongType => "key holds a non-lock value (WRONGTYPE)",
+            Self::ReadOnly => "node is a read-only replica",
+            Self::Auth => "authentication failed",
+            Self::Config => "misconfigured",
+            Self::Protocol => "unexpected reply",
+            Self::Panicked => "backend panicked",
+            Self::Other => "error",
+        })
+    }
+}
+
+/// An error from one lock server: it could not give a definite answer.
+///
+/// Cloneable so one failure can appear in several reports. The message never
+/// contains credentials.
+#[derive(Clone)]
+pub struct BackendError {
+    kind: BackendErrorKind,
+    message: String,
+    source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
+}
+
+impl BackendError {
+    /// A new error of `kind` with a human-readable `message`.
+    pub fn new(kind: BackendErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying cause, returned by
+    /// [`source`](std::error::Error::source).
+    #[must_use]
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// The class of failure.
+    pub fn kind(&self) -> BackendErrorKind {
+        self.kind
+    }
+
+    /// The message, without the kind.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendError")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("source", &self.source.as_ref().map(|s| s.to_string()))
+            .finish()
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{}", self.kind)
+        } else {
+            write!(f, "{}: {}", self.kind, self.message)
+        }
+    }
+}
+
+impl StdError for BackendError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}

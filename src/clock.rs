@@ -1,0 +1,85 @@
+//! The monotonic clock the lock arithmetic reads, injectable for tests.
+//!
+//! Every lock decision (elapsed time, validity, deadlines) is measured on a
+//! [`Clock`], never on wall-clock time: a wall clock can jump, a monotonic
+//! clock only moves forward. Tests swap in a [`ManualClock`] to make drift
+//! and validity deterministic.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// A source of monotonic time.
+///
+/// Implementations must never go backwards.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current instant.
+    fn now(&self) -> Instant;
+}
+
+/// The operating system's monotonic clock ([`Instant::now`]). The default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MonotonicClock;
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// A clock that only moves when told to: for deterministic tests of TTLs,
+/// drift and validity.
+///
+/// Clones share the same time.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorum_lock::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let t0 = clock.now();
+/// clock.advance(Duration::from_millis(250));
+/// assert_eq!(clock.now() - t0, Duration::from_millis(250));
+/// ```
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    inner: Arc<ManualInner>,
+}
+
+#[derive(Debug)]
+struct ManualInner {
+    origin: Instant,
+    offset: Mutex<Duration>,
+}
+
+impl ManualClock {
+    /// A clock standing at the current instant.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(ManualInner {
+                origin: Instant::now(),
+                offset: Mutex::new(Duration::ZERO),
+            }),
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let mut offset = self.inner.offset.lock();
+        *offset = offset.saturating_add(by);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        self.inner.origin + *self.inner.offset.lock()
+    }
+}

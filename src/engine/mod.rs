@@ -1,0 +1,194 @@
+//! The quorum engine: one worker thread per node, scatter-gather rounds.
+//!
+//! A round sends one operation to every node's worker with a shared reply
+//! channel and gathers the answers until the outcome is decided (a quorum
+//! of grants, or too few nodes left to reach one) or the deadline passes.
+//! Each worker runs its node's operations in FIFO order, so the release
+//! that follows a failed round always runs after the acquire it undoes,
+//! even when that acquire's answer came too late to count.
+
+mod tally;
+pub(crate) mod validity;
+mod worker;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Sender, unbounded};
+
+use self::tally::Tally;
+pub(crate) use self::tally::majority;
+use self::worker::{Health, Job};
+use crate::backend::{Backend, BackendError, BackendErrorKind};
+use crate::error::{Error, NodeOutcome, Operation};
+use crate::token::Token;
+
+/// The node workers. Dropping the engine closes their queues; each worker
+/// finishes what is already queued (releases included) and exits.
+pub(crate) struct Engine {
+    nodes: Vec<Node>,
+}
+
+struct Node {
+    name: String,
+    jobs: Sender<Job>,
+    health: Arc<Health>,
+}
+
+/// One operation for every node.
+pub(crate) struct Request<'a> {
+    pub(crate) op: Operation,
+    pub(crate) key: &'a Arc<[u8]>,
+    pub(crate) token: Token,
+    pub(crate) ttl: Duration,
+}
+
+/// How long a round gathers answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gather {
+    /// Until `quorum` grants arrive or they can no longer arrive.
+    UntilDecided {
+        /// Grants needed.
+        quorum: usize,
+    },
+    /// Until every node has answered.
+    All,
+}
+
+impl Engine {
+    /// Starts one worker per backend.
+    pub(crate) fn start(backends: Vec<Arc<dyn Backend>>) -> Result<Self, Error> {
+        let mut nodes = Vec::with_capacity(backends.len());
+        for (index, backend) in backends.into_iter().enumerate() {
+            let name = backend.describe();
+            let (jobs, queue) = unbounded();
+            let health = Arc::new(Health::default());
+            worker::spawn(index, backend, queue, Arc::clone(&health)).map_err(|e| {
+                Error::Config {
+                    reason: format!("cannot start the worker thread for node {name}: {e}"),
+                }
+            })?;
+            nodes.push(Node { name, jobs, health });
+        }
+        Ok(Self { nodes })
+    }
+
+    /// The nodes' names, in configuration order.
+    pub(crate) fn node_names(&self) -> impl Iterator<Item = &str> {
+        self.nodes.iter().map(|n| n.name.as_str())
+    }
+
+    /// Scatters `req` to every node and gathers per `gather` for at most
+    /// `wait` (real time). Returns one outcome per node, in node order.
+    pub(crate) fn round(
+        &self,
+        req: &Request<'_>,
+        gather: Gather,
+        wait: Duration,
+    ) -> Vec<NodeOutcome> {
+        let n = self.nodes.len();
+        let deadline = Instant::now().checked_add(wait);
+        let (reply, answers) = crossbeam_channel::bounded(n);
+        let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; n];
+        let quorum = match gather {
+            Gather::UntilDecided { quorum } => quorum,
+            Gather::All => n,
+        };
+        let mut tally = Tally::new(n, quorum);
+        for (slot, node) in self.nodes.iter().enumerate() {
+            let skip = req.op != Operation::Release && node.health.is_down();
+            let immediate = if skip {
+                Some(NodeOutcome::Down)
+            } else {
+                let job = Job::Op {
+                    op: req.op,
+                    key: Arc::clone(req.key),
+                    token: req.token,
+                    ttl: req.ttl,
+                    reply: Some((reply.clone(), slot)),
+                };
+                node.jobs.send(job).err().map(|_| worker_gone())
+            };
+            if let Some(outcome) = immediate {
+                tally.record(false);
+                outcomes[slot] = Some(outcome);
+            }
+        }
+        drop(reply);
+        let mut timed_out = false;
+        while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
+            let answer = match deadline {
+                Some(deadline) => answers.recv_deadline(deadline).ok(),
+                None => answers.recv().ok(),
+            };
+            let Some((slot, outcome)) = answer else {
+                timed_out = true;
+                break;
+            };
+            tally.record(outcome.is_granted());
+            outcomes[slot] = Some(outcome);
+        }
+        let missing = if timed_out {
+            NodeOutcome::TimedOut
+        } else {
+            NodeOutcome::NotAwaited
+        };
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| missing.clone()))
+            .collect()
+    }
+
+    /// Queues a release of `key` on every node (down or not) and returns at
+    /// once. Each release runs after whatever was queued before it.
+    pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
+        for node in &self.nodes {
+            // A failed send means the worker is gone; there is nothing left
+            // to release through it.
+            let _ = node.jobs.send(Job::Op {
+                op: Operation::Release,
+                key: Arc::clone(key),
+                token,
+                ttl: Duration::ZERO,
+                reply: None,
+            });
+        }
+    }
+
+    /// Waits until every node has run everything queued before this call,
+    /// for at most `wait`. Returns whether all nodes got there.
+    pub(crate) fn flush(&self, wait: Duration) -> bool {
+        let deadline = Instant::now().checked_add(wait);
+        let (ack, acks) = crossbeam_channel::bounded(self.nodes.len());
+        let mut expected = 0;
+        for node in &self.nodes {
+            if node.jobs.send(Job::Barrier(ack.clone())).is_ok() {
+                expected += 1;
+            }
+        }
+        drop(ack);
+        for _ in 0..expected {
+            let got = match deadline {
+                Some(deadline) => acks.recv_deadline(deadline).is_ok(),
+                None => acks.recv().is_ok(),
+            };
+            if !got {
+                return false;
+            }
+        }
+        expected == self.nodes.len()
+    }
+}
+
+fn worker_gone() -> NodeOutcome {
+    NodeOutcome::Failed(BackendError::new(
+        BackendErrorKind::Panicked,
+        "the node's worker thread has stopped",
+    ))
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.node_names()).finish()
+    }
+}

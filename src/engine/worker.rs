@@ -1,0 +1,258 @@
+//! One long-lived worker thread per node: drains its queue into batches,
+//! runs them on the backend in FIFO order, and tracks the node's health.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use crate::backend::{Backend, BackendError, BackendErrorKind, Op};
+use crate::error::{NodeOutcome, Operation};
+use crate::token::Token;
+
+/// Most operations handed to the backend in one batch (one round trip).
+const MAX_BATCH: usize = 512;
+/// Consecutive failed round trips (all connectivity errors) before a node is
+/// marked down.
+const DOWN_AFTER: u32 = 2;
+/// First and longest wait before probing a down node again.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Where a worker sends the answer for one operation: the round's reply
+/// channel and this node's slot in it.
+pub(crate) type ReplyTo = (Sender<(usize, NodeOutcome)>, usize);
+
+/// One unit of work for a node's worker.
+pub(crate) enum Job {
+    /// A lock operation. `reply` is `None` for fire-and-forget releases.
+    Op {
+        op: Operation,
+        key: Arc<[u8]>,
+        token: Token,
+        ttl: Duration,
+        reply: Option<ReplyTo>,
+    },
+    /// Answered once every job queued before it has run.
+    Barrier(Sender<()>),
+}
+
+/// The node's health as the callers see it: one flag, read on every round.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    down: AtomicBool,
+}
+
+impl Health {
+    /// Whether the node is marked down: acquires and extends skip it.
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(Ordering::Acquire)
+    }
+}
+
+/// Spawns the worker for `backend`; it runs until every sender of `jobs` is
+/// gone and the queue is empty.
+pub(crate) fn spawn(
+    index: usize,
+    backend: Arc<dyn Backend>,
+    jobs: Receiver<Job>,
+    health: Arc<Health>,
+) -> std::io::Result<()> {
+    let name = format!("quorum-lock-node{index}");
+    thread::Builder::new().name(name).spawn(move || {
+        Worker {
+            backend,
+            health,
+            failures: 0,
+            backoff: FIRST_BACKOFF,
+            probe_at: None,
+        }
+        .run(&jobs);
+    })?;
+    Ok(())
+}
+
+struct Worker {
+    backend: Arc<dyn Backend>,
+    health: Arc<Health>,
+    failures: u32,
+    backoff: Duration,
+    /// Set while the node is down: when to probe it next.
+    probe_at: Option<Instant>,
+}
+
+impl Worker {
+    fn run(mut self, jobs: &Receiver<Job>) {
+        let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+        loop {
+            let first = match self.probe_at {
+                Some(at) => match jobs.recv_deadline(at) {
+                    Ok(job) => job,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.probe();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+                None => match jobs.recv() {
+                    Ok(job) => job,
+                    // Every sender is gone and the queue is drained.
+                    Err(_) => return,
+                },
+            };
+            if self.probe_at.is_some_and(|at| Instant::now() >= at) {
+                self.probe();
+            }
+            batch.push(first);
+            batch.extend(jobs.try_iter().take(MAX_BATCH - 1));
+            self.run_batch(&mut batch);
+        }
+    }
+
+    /// Runs the jobs in order; a barrier waits for the ops before it.
+    fn run_batch(&mut self, batch: &mut Vec<Job>) {
+        let mut start = 0;
+        for i in 0..batch.len() {
+            if let Job::Barrier(_) = batch[i] {
+                self.run_ops(&batch[start..i]);
+                start = i + 1;
+            }
+        }
+        self.run_ops(&batch[start..]);
+        for job in batch.drain(..) {
+            if let Job::Barrier(ack) = job {
+                let _ = ack.send(());
+            }
+        }
+    }
+
+    fn run_ops(&mut self, jobs: &[Job]) {
+        let down = self.probe_at.is_some();
+        let mut ops: Vec<Op<'_>> = Vec::with_capacity(jobs.len());
+        let mut sent: Vec<&Job> = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let Job::Op {
+                op,
+                key,
+                token,
+                ttl,
+                reply,
+            } = job
+            else {
+                continue;
+            };
+            // A down node skips acquires and extends at no cost, but still
+            // gets every release: an earlier acquire may have landed there.
+            if down && *op != Operation::Release {
+                reply_to(reply.as_ref(), NodeOutcome::Down);
+                continue;
+            }
+            let (key, token) = (&key[..], token.as_bytes());
+            ops.push(match op {
+                Operation::Acquire => Op::Acquire {
+                    key,
+                    token,
+                    ttl: *ttl,
+                },
+                Operation::Extend => Op::Extend {
+                    key,
+                    token,
+                    ttl: *ttl,
+                },
+                Operation::Release => Op::Release { key, token },
+            });
+            sent.push(job);
+        }
+        if ops.is_empty() {
+            return;
+        }
+        let results = self.call_backend(&ops);
+        self.note_health(&results);
+        for (job, result) in sent.into_iter().zip(results) {
+            if let Job::Op { reply, .. } = job {
+                let outcome = match result {
+                    Ok(true) => NodeOutcome::Granted,
+                    Ok(false) => NodeOutcome::Refused,
+                    Err(e) => NodeOutcome::Failed(e),
+                };
+                reply_to(reply.as_ref(), outcome);
+            }
+        }
+    }
+
+    /// One batch on the backend, with panics contained and the result count
+    /// checked: every op gets exactly one answer.
+    fn call_backend(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+        let backend = &self.backend;
+        let mut results = match catch_unwind(AssertUnwindSafe(|| backend.batch(ops))) {
+            Ok(results) => results,
+            Err(_) => {
+                let e = BackendError::new(BackendErrorKind::Panicked, "the backend panicked");
+                return vec![Err(e); ops.len()];
+            }
+        };
+        if results.len() != ops.len() {
+            let e = BackendError::new(
+                BackendErrorKind::Protocol,
+                format!(
+                    "backend returned {} results for {} ops",
+                    results.len(),
+                    ops.len()
+                ),
+            );
+            results.truncate(ops.len());
+            results.resize(ops.len(), Err(e));
+        }
+        results
+    }
+
+    /// A round trip in which every op failed to reach the server counts
+    /// towards marking the node down; any answer from the server resets it.
+    fn note_health(&mut self, results: &[Result<bool, BackendError>]) {
+        let unreachable = results
+            .iter()
+            .all(|r| r.as_ref().is_err_and(|e| e.kind().is_connectivity()));
+        if !unreachable {
+            self.mark_up();
+            return;
+        }
+        self.failures = self.failures.saturating_add(1);
+        if self.failures >= DOWN_AFTER && self.probe_at.is_none() {
+            self.health.down.store(true, Ordering::Release);
+            self.probe_at = Some(Instant::now() + self.backoff);
+        }
+    }
+
+    fn probe(&mut self) {
+        let backend = &self.backend;
+        let healthy = matches!(
+            catch_unwind(AssertUnwindSafe(|| backend.server_info())),
+            Ok(Ok(_))
+        );
+        if healthy {
+            self.mark_up();
+        } else {
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            self.probe_at = Some(Instant::now() + self.backoff);
+        }
+    }
+
+    fn mark_up(&mut self) {
+        self.failures = 0;
+        self.backoff = FIRST_BACKOFF;
+        if self.probe_at.take().is_some() {
+            self.health.down.store(false, Ordering::Release);
+        }
+    }
+}
+
+fn reply_to(reply: Option<&ReplyTo>, outcome: NodeOutcome) {
+    if let Some((tx, slot)) = reply {
+        // The round may have been decided and its receiver dropped: a late
+        // answer is simply not needed any more.
+        let _ = tx.send((*slot, outcome));
+    }
+}

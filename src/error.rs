@@ -1,0 +1,353 @@
+//! The crate's one error type, and the per-node report every outcome carries.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use crate::backend::BackendError;
+
+/// Which quorum operation a [`Report`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Acquiring a lock.
+    Acquire,
+    /// Extending a held lock.
+    Extend,
+    /// Releasing a held lock.
+    Release,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Acquire => "acquire",
+            Self::Extend => "extend",
+            Self::Release => "release",
+        })
+    }
+}
+
+/// What one node did in one round.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum NodeOutcome {
+    /// The node did it: acquired, extended or released with our token.
+    Granted,
+    /// The node answered no: on acquire, the key is held by another token;
+    /// on extend or release, the key is no longer ours (expired or taken).
+    Refused,
+    /// The node could not give a definite answer (maybe applied).
+    Failed(BackendError),
+    /// No answer within the per-node timeout (maybe applied; a late answer
+    /// is cleaned up by the release queued behind it).
+    TimedOut,
+    /// The outcome was decided before this node answered, so it was not
+    /// waited for. Its operation still runs in order on its worker.
+    NotAwaited,
+    /// Skipped: the node is marked down after repeated failures and is
+    /// being probed in the background.
+    Down,
+    /// The node restarted recently and may have forgotten locks it held, so
+    /// its vote does not count for `remaining` more.
+    Quarantined {
+        /// Time left before its votes count again.
+        remaining: Duration,
+    },
+}
+
+impl NodeOutcome {
+    /// Whether the node did the operation.
+    pub fn is_granted(&self) -> bool {
+        matches!(self, Self::Granted)
+    }
+
+    fn describe(&self, op: Operation) -> String {
+        match (self, op) {
+            (Self::Granted, Operation::Acquire) => "acquired".into(),
+            (Self::Granted, Operation::Extend) => "extended".into(),
+            (Self::Granted, Operation::Release) => "released".into(),
+            (Self::Refused, Operation::Acquire) => "held elsewhere".into(),
+            (Self::Refused, _) => "not held by us".into(),
+            (Self::Failed(e), _) => format!("failed ({e})"),
+            (Self::TimedOut, _) => "timed out".into(),
+            (Self::NotAwaited, _) => "not awaited".into(),
+            (Self::Down, _) => "skipped: marked down".into(),
+            (Self::Quarantined { remaining }, _) => {
+                format!("quarantined after restart for {remaining:?} more")
+            }
+        }
+    }
+}
+
+/// One node's line in a [`Report`].
+#[derive(Debug, Clone)]
+pub struct NodeReport {
+    /// The node's name (its [`Backend::describe`](crate::Backend::describe),
+    /// without credentials).
+    pub node: String,
+    /// What it did.
+    pub outcome: NodeOutcome,
+}
+
+/// The per-node account of one quorum round: who said yes, no, failed,
+/// timed out or was skipped.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The operation.
+    pub operation: Operation,
+    /// The resource, shown lossily as UTF-8.
+    pub resource: String,
+    /// Votes needed.
+    pub quorum: usize,
+    /// One entry per configured node, in configuration order.
+    pub nodes: Vec<NodeReport>,
+    /// Time the round took, on the manager's clock.
+    pub elapsed: Duration,
+    /// Attempts made (acquire with retries), 1 for a single round.
+    pub attempts: u32,
+}
+
+impl Report {
+    /// Nodes that granted the operation.
+    pub fn granted(&self) -> usize {
+        self.count(NodeOutcome::is_granted)
+    }
+
+    /// Nodes that answered no.
+    pub fn refused(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::Refused))
+    }
+
+    /// Nodes that failed, timed out, were down or quarantined.
+    pub fn unavailable(&self) -> usize {
+        self.count(|o| {
+            !matches!(
+                o,
+                NodeOutcome::Granted | NodeOutcome::Refused | NodeOutcome::NotAwaited
+            )
+        })
+    }
+
+    /// The names of nodes whose outcome matches `pred`.
+    pub fn nodes_where(&self, pred: impl Fn(&NodeOutcome) -> bool) -> Vec<&str> {
+        self.nodes
+            .iter()
+            .filter(|n| pred(&n.outcome))
+            .map(|n| n.node.as_str())
+            .collect()
+    }
+
+    fn count(&self, pred: impl Fn(&NodeOutcome) -> bool) -> usize {
+        self.nodes.iter().filter(|n| pred(&n.outcome)).count()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {:?}: {}/{} nodes granted, {} needed, in {:?}",
+            self.operation,
+            self.resource,
+            self.granted(),
+            self.nodes.len(),
+            self.quorum,
+            self.elapsed
+        )?;
+        if self.attempts > 1 {
+            write!(f, " after {} attempts", self.attempts)?;
+        }
+        f.write_str(" [")?;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", n.node, n.outcome.describe(self.operation))?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// Everything that can go wrong, with what a caller needs to act on it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock is held elsewhere: too many nodes refused for a quorum to be
+    /// possible. Retry later, or give up: someone else is doing the work.
+    Contended {
+        /// Per-node outcomes of the last attempt.
+        report: Report,
+    },
+    /// Too many nodes failed, timed out, were down or quarantined to reach a
+    /// quorum. The lock may be free; the cluster is not healthy enough to
+    /// say. Every node was sent a release.
+    NoQuorum {
+        /// Per-node outcomes of the last attempt.
+        report: Report,
+    },
+    /// A quorum granted the lock, but the round took so long that no safe
+    /// validity was left (TTL - elapsed - drift <= 0). The lock was released
+    /// everywhere. Use a longer TTL or faster nodes.
+    ValidityExpired {
+        /// Per-node outcomes.
+        report: Report,
+    },
+    /// The lock may be held by someone else now: an extend did not reach a
+    /// quorum within the remaining validity, or the validity ran out. Stop
+    /// the protected work; do not assume exclusivity.
+    Lost {
+        /// Why it was lost.
+        reason: String,
+        /// Per-node outcomes of the failing extend, when there was one.
+        report: Option<Report>,
+    },
+    /// An argument was rejected before any node was contacted (empty
+    /// resource, TTL zero, too large or not above the clock drift, ...).
+    InvalidArgument {
+        /// What was wrong.
+        reason: String,
+    },
+    /// The manager's configuration is unusable (no nodes, the same node
+    /// twice, quorum below a majority, malformed node URL, ...).
+    Config {
+        /// What was wrong, naming the node(s) involved.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Held elsewhere ([`Error::Contended`]).
+    pub fn is_contended(&self) -> bool {
+        matches!(self, Self::Contended { .. })
+    }
+
+    /// Too few healthy nodes ([`Error::NoQuorum`]).
+    pub fn is_no_quorum(&self) -> bool {
+        matches!(self, Self::NoQuorum { .. })
+    }
+
+    /// The lock may have been lost ([`Error::Lost`]).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Self::Lost { .. })
+    }
+
+    /// Bad input or configuration ([`Error::InvalidArgument`],
+    /// [`Error::Config`]): retrying will not help.
+    pub fn is_invalid(&self) -> bool {
+        matches!(self, Self::InvalidArgument { .. } | Self::Config { .. })
+    }
+
+    /// Whether another attempt could succeed (contention or faults).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Contended { .. } | Self::NoQuorum { .. } | Self::ValidityExpired { .. }
+        )
+    }
+
+    /// The per-node report, when the error came from a quorum round.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            Self::Contended { report }
+            | Self::NoQuorum { report }
+            | Self::ValidityExpired { report } => Some(report),
+            Self::Lost { report, .. } => report.as_ref(),
+            Self::InvalidArgument { .. } | Self::Config { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Contended { report } => write!(f, "lock is held elsewhere: {report}"),
+            Self::NoQuorum { report } => write!(f, "no quorum of healthy nodes: {report}"),
+            Self::ValidityExpired { report } => write!(
+                f,
+                "quorum reached too slowly, no validity left (released): {report}"
+            ),
+            Self::Lost {
+                reason,
+                report: Some(report),
+            } => write!(f, "lock lost: {reason}: {report}"),
+            Self::Lost { reason, .. } => write!(f, "lock lost: {reason}"),
+            Self::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
+            Self::Config { reason } => write!(f, "invalid configuration: {reason}"),
+        }
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        // The first node failure is the most useful cause to chain; the
+        // report in Display already names every node.
+        self.report()?.nodes.iter().find_map(|n| match &n.outcome {
+            NodeOutcome::Failed(e) => Some(e as &(dyn StdError + 'static)),
+            _ => None,
+        })
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendErrorKind;
+
+    fn report() -> Report {
+        Report {
+            operation: Operation::Acquire,
+            resource: "orders:42".into(),
+            quorum: 2,
+            nodes: vec![
+                NodeReport {
+                    node: "mem-a".into(),
+                    outcome: NodeOutcome::Granted,
+                },
+                NodeReport {
+                    node: "mem-b".into(),
+                    outcome: NodeOutcome::Failed(BackendError::new(
+                        BackendErrorKind::Unreachable,
+                        "connection refused",
+                    )),
+                },
+                NodeReport {
+                    node: "mem-c".into(),
+                    outcome: NodeOutcome::TimedOut,
+                },
+            ],
+            elapsed: Duration::from_millis(3),
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn display_names_every_node_and_its_reason() {
+        let e = Error::NoQuorum { report: report() };
+        let text = e.to_string();
+        for part in [
+            "mem-a: acquired",
+            "mem-b: failed (unreachable: connection refused)",
+            "mem-c: timed out",
+            "1/3",
+            "2 needed",
+        ] {
+            assert!(text.contains(part), "{text:?} lacks {part:?}");
+        }
+        assert!(e.source().is_some());
+        assert!(e.is_no_quorum() && e.is_retryable() && !e.is_invalid());
+    }
+
+    #[test]
+    fn counts() {
+        let r = report();
+        assert_eq!((r.granted(), r.refused(), r.unavailable()), (1, 0, 2));
+        assert_eq!(
+            r.nodes_where(|o| matches!(o, NodeOutcome::TimedOut)),
+            ["mem-c"]
+        );
+    }
+}

@@ -1,0 +1,723 @@
+//! [`LockManager`]: the public entry point, its builder, per-call
+//! [`LockOptions`] and the [`RetryPolicy`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::Backend;
+use crate::clock::{Clock, MonotonicClock};
+use crate::engine::validity::{drift, validity};
+use crate::engine::{Engine, Gather, Request, majority};
+use crate::error::{Error, NodeOutcome, Operation, Report, Result};
+use crate::guard::LockGuard;
+use crate::token::{Token, random_u64};
+
+/// Default lock TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// Default per-node timeout.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default clock-drift factor (the drift allowance is `ttl * factor + 2 ms`).
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default longest TTL (or extension) a lock may ask for.
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(60);
+/// The largest `max_ttl` the builder accepts (30 days): far below what the
+/// servers' millisecond expiry arithmetic can express.
+pub const MAX_TTL_LIMIT: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Acquires, extends and releases locks over a quorum of nodes.
+///
+/// Cheap to clone (an `Arc`): clones share the node workers. The workers
+/// stop when the last clone and the last [`LockGuard`] are gone, after
+/// finishing the releases already queued.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorum_lock::{LockManager, MemoryBackend};
+///
+/// let locks = LockManager::builder()
+///     .nodes((0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))))
+///     .ttl(Duration::from_secs(5))
+///     .build()?;
+///
+/// let guard = locks.try_lock("orders:42")?;
+/// assert!(guard.is_valid());
+/// assert!(locks.try_lock("orders:42").unwrap_err().is_contended());
+/// guard.release()?;
+/// # Ok::<(), quorum_lock::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct LockManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    config: Config,
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    ttl: Duration,
+    max_ttl: Duration,
+    node_timeout: Duration,
+    drift_factor: f64,
+    quorum: usize,
+    prefix: Vec<u8>,
+    retry: RetryPolicy,
+    clock: Arc<dyn Clock>,
+}
+
+impl LockManager {
+    /// A builder with every setting at its default and no nodes.
+    pub fn builder() -> LockManagerBuilder {
+        LockManagerBuilder::default()
+    }
+
+    /// Acquires `resource` with the default TTL, retrying per the manager's
+    /// [`RetryPolicy`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contended`] or [`Error::NoQuorum`] (of the last attempt)
+    /// once the retries are spent; [`Error::ValidityExpired`] when the last
+    /// attempt got a quorum too slowly; [`Error::InvalidArgument`] for an
+    /// empty resource (before any node is contacted).
+    pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard> {
+        self.lock_with(resource, &LockOptions::new())
+    }
+
+    /// One attempt to acquire `resource` with the default TTL, no retries.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock), after a single attempt.
+    pub fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard> {
+        self.lock_with(resource, &LockOptions::new().retry(RetryPolicy::none()))
+    }
+
+    /// Acquires `resource` with per-call options.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorum_lock::{LockManager, LockOptions, MemoryBackend};
+    ///
+    /// let locks = LockManager::builder().node(MemoryBackend::new("mem")).build()?;
+    /// let opts = LockOptions::new()
+    ///     .ttl(Duration::from_secs(2))
+    ///     .wait(Duration::from_millis(300));
+    /// let guard = locks.lock_with("report:daily", &opts)?;
+    /// assert!(guard.validity() <= Duration::from_secs(2));
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); also [`Error::InvalidArgument`] for a TTL
+    /// that is zero, above `max_ttl`, or not above the drift allowance.
+    pub fn lock_with(
+        &self,
+        resource: impl AsRef<[u8]>,
+        options: &LockOptions,
+    ) -> Result<LockGuard> {
+        let resource = resource.as_ref();
+        let config = &self.inner.config;
+        let ttl = options.ttl.unwrap_or(config.ttl);
+        self.check_resource(resource)?;
+        check_ttl(ttl, config.max_ttl, config.drift_factor)
+            .map_err(|reason| Error::InvalidArgument { reason })?;
+        let retry = options
+            .retry
+            .clone()
+            .unwrap_or_else(|| config.retry.clone());
+        let retry = match options.wait {
+            Some(wait) => retry.max_wait(wait),
+            None => retry,
+        };
+        let key: Arc<[u8]> = self.key_for(resource);
+        let started = Instant::now();
+        let mut attempts = 0u32;
+        loop {
+            attempts = attempts.saturating_add(1);
+            let error = match self.acquire_once(resource, &key, ttl) {
+                Ok(guard) => return Ok(guard),
+                Err(e) if e.is_retryable() => e,
+                Err(e) => return Err(e),
+            };
+            let delay = retry.next_delay(attempts, started.elapsed());
+            let Some(delay) = delay else {
+                return Err(with_attempts(error, attempts));
+            };
+            std::thread::sleep(delay);
+        }
+    }
+
+    /// Waits until every node has processed the operations queued so far
+    /// (including background releases from dropped guards), for at most
+    /// `timeout`. Returns whether every node got there in time.
+    ///
+    /// Useful before a process exits, and in tests.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        self.inner.engine.flush(timeout)
+    }
+
+    /// The nodes' names, in configuration order.
+    pub fn nodes(&self) -> Vec<String> {
+        self.inner.engine.node_names().map(str::to_owned).collect()
+    }
+
+    /// Votes needed for a lock.
+    pub fn quorum(&self) -> usize {
+        self.inner.config.quorum
+    }
+
+    /// The default TTL of [`lock`](Self::lock).
+    pub fn ttl(&self) -> Duration {
+        self.inner.config.ttl
+    }
+
+    /// The clock-drift allowance for a lock of `ttl`.
+    pub fn drift_for(&self, ttl: Duration) -> Duration {
+        drift(ttl, self.inner.config.drift_factor)
+    }
+
+    /// The key stored on the nodes for `resource`: the prefix (if any)
+    /// followed by the resource bytes.
+    pub fn key_for(&self, resource: impl AsRef<[u8]>) -> Arc<[u8]> {
+        let prefix = &self.inner.config.prefix;
+        let resource = resource.as_ref();
+        let mut key = Vec::with_capacity(prefix.len() + resource.len());
+        key.extend_from_slice(prefix);
+        key.extend_from_slice(resource);
+        key.into()
+    }
+
+    pub(crate) fn now(&self) -> Instant {
+        self.inner.config.clock.now()
+    }
+
+    fn check_resource(&self, resource: &[u8]) -> Result<()> {
+        if resource.is_empty() {
+            return Err(Error::InvalidArgument {
+                reason: "the resource name is empty".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One Redlock attempt: vote, then keep the lock only with a quorum and
+    /// a positive validity; otherwise release on every node.
+    fn acquire_once(&self, resource: &[u8], key: &Arc<[u8]>, ttl: Duration) -> Result<LockGuard> {
+        let config = &self.inner.config;
+        let token = Token::random()?;
+        let start = self.now();
+        let request = Request {
+            op: Operation::Acquire,
+            key,
+            token,
+            ttl,
+        };
+        let outcomes = self.inner.engine.round(
+            &request,
+            Gather::UntilDecided {
+                quorum: config.quorum,
+            },
+            config.node_timeout,
+        );
+        let elapsed = self.now().saturating_duration_since(start);
+        let drift = drift(ttl, config.drift_factor);
+        let report = self.report(Operation::Acquire, resource, outcomes, elapsed);
+        let granted = report.granted();
+        if granted >= config.quorum && validity(ttl, elapsed, drift).is_some() {
+            // Conservative: measured from before the first send.
+            let deadline = start + (ttl - drift);
+            return Ok(LockGuard::new(
+                self.clone(),
+                resource,
+                Arc::clone(key),
+                token,
+                ttl,
+                deadline,
+            ));
+        }
+        // Give up on this attempt everywhere, including the nodes that said
+        // no, failed or have not answered: any of them may hold our token.
+        self.inner.engine.release_detached(key, token);
+        let n = report.nodes.len();
+        Err(if granted >= config.quorum {
+            Error::ValidityExpired { report }
+        } else if report.refused() > n - config.quorum {
+            Error::Contended { report }
+        } else {
+            Error::NoQuorum { report }
+        })
+    }
+
+    /// Extends a held lock: a quorum must confirm within the remaining
+    /// validity. Returns the new deadline.
+    pub(crate) fn extend(
+        &self,
+        resource: &[u8],
+        key: &Arc<[u8]>,
+        token: Token,
+        ttl: Duration,
+        deadline: Instant,
+    ) -> Result<Instant> {
+        let config = &self.inner.config;
+        check_ttl(ttl, config.max_ttl, config.drift_factor)
+            .map_err(|reason| Error::InvalidArgument { reason })?;
+        let start = self.now();
+        let remaining = deadline.saturating_duration_since(start);
+        if remaining.is_zero() {
+            return Err(Error::Lost {
+                reason: "the lock's validity ran out before the extend".into(),
+                report: None,
+            });
+        }
+        let request = Request {
+            op: Operation::Extend,
+            key,
+            token,
+            ttl,
+        };
+        let outcomes = self.inner.engine.round(
+            &request,
+            Gather::UntilDecided {
+                quorum: config.quorum,
+            },
+            config.node_timeout.min(remaining),
+        );
+        let end = self.now();
+        let elapsed = end.saturating_duration_since(start);
+        let drift = drift(ttl, config.drift_factor);
+        let report = self.report(Operation::Extend, resource, outcomes, elapsed);
+        if report.granted() < config.quorum {
+            return Err(Error::Lost {
+                reason: format!(
+                    "only {} of {} needed nodes confirmed the extend",
+                    report.granted(),
+                    config.quorum
+                ),
+                report: Some(report),
+            });
+        }
+        if end >= deadline || validity(ttl, elapsed, drift).is_none() {
+            return Err(Error::Lost {
+                reason: "the extend was confirmed only after the lock's validity ran out".into(),
+                report: Some(report),
+            });
+        }
+        Ok(start + (ttl - drift))
+    }
+
+    /// Releases on every node and waits for their answers (at most the
+    /// per-node timeout).
+    pub(crate) fn release(&self, resource: &[u8], key: &Arc<[u8]>, token: Token) -> Result<Report> {
+        let config = &self.inner.config;
+        let start = self.now();
+        let request = Request {
+            op: Operation::Release,
+            key,
+            token,
+            ttl: Duration::ZERO,
+        };
+        let outcomes = self
+            .inner
+            .engine
+            .round(&request, Gather::All, config.node_timeout);
+        let elapsed = self.now().saturating_duration_since(start);
+        let report = self.report(Operation::Release, resource, outcomes, elapsed);
+        // Once a quorum has answered, no quorum can still hold our token.
+        if report.granted() + report.refused() >= config.quorum {
+            Ok(report)
+        } else {
+            Err(Error::NoQuorum { report })
+        }
+    }
+
+    pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
+        self.inner.engine.release_detached(key, token);
+    }
+
+    fn report(
+        &self,
+        operation: Operation,
+        resource: &[u8],
+        outcomes: Vec<NodeOutcome>,
+        elapsed: Duration,
+    ) -> Report {
+        Report {
+            operation,
+            resource: String::from_utf8_lossy(resource).into_owned(),
+            quorum: self.inner.config.quorum,
+            nodes: self
+                .inner
+                .engine
+                .node_names()
+                .zip(outcomes)
+                .map(|(node, outcome)| crate::error::NodeReport {
+                    node: node.to_owned(),
+                    outcome,
+                })
+                .collect(),
+            elapsed,
+            attempts: 1,
+        }
+    }
+}
+
+fn with_attempts(mut error: Error, attempts: u32) -> Error {
+    if let Error::Contended { report }
+    | Error::NoQuorum { report }
+    | Error::ValidityExpired { report } = &mut error
+    {
+        report.attempts = attempts;
+    }
+    error
+}
+
+/// Checks a TTL before any node is contacted.
+fn check_ttl(
+    ttl: Duration,
+    max_ttl: Duration,
+    drift_factor: f64,
+) -> std::result::Result<(), String> {
+    if ttl.is_zero() {
+        return Err("the TTL is zero".into());
+    }
+    if ttl > max_ttl {
+        return Err(format!("the TTL {ttl:?} is above max_ttl {max_ttl:?}"));
+    }
+    let drift = drift(ttl, drift_factor);
+    if ttl <= drift {
+        return Err(format!(
+            "the TTL {ttl:?} is not above the clock-drift allowance {drift:?}"
+        ));
+    }
+    Ok(())
+}
+
+impl fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.inner.config;
+        f.debug_struct("LockManager")
+            .field("nodes", &self.inner.engine)
+            .field("quorum", &c.quorum)
+            .field("ttl", &c.ttl)
+            .field("node_timeout", &c.node_timeout)
+            .field("drift_factor", &c.drift_factor)
+            .field("prefix", &String::from_utf8_lossy(&c.prefix))
+            .field("retry", &c.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How [`LockManager::lock`] retries a contended or failed attempt.
+///
+/// Between attempts it sleeps `delay` plus a random jitter in
+/// `[0, jitter)`, so clients that collided do not collide again in step.
+/// Retrying stops at `attempts` attempts or when the next sleep would end
+/// after `max_wait`, whichever comes first: it never retries forever.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorum_lock::RetryPolicy;
+///
+/// let patient = RetryPolicy::new()
+///     .attempts(u32::MAX)
+///     .max_wait(Duration::from_secs(30))
+///     .delay(Duration::from_millis(50))
+///     .jitter(Duration::from_millis(50));
+/// # let _ = patient;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    attempts: u32,
+    max_wait: Option<Duration>,
+    delay: Duration,
+    jitter: Duration,
+}
+
+impl RetryPolicy {
+    /// The default policy: 10 attempts, 100 ms delay, 100 ms jitter, no
+    /// time limit beyond the attempts.
+    pub fn new() -> Self {
+        Self {
+            attempts: 10,
+            max_wait: None,
+            delay: Duration::from_millis(100),
+            jitter: Duration::from_millis(100),
+        }
+    }
+
+    /// One attempt, no retries.
+    pub fn none() -> Self {
+        Self::new().attempts(1)
+    }
+
+    /// Most attempts, the first included (at least 1). Default: 10.
+    #[must_use]
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts.max(1);
+        self
+    }
+
+    /// Stop retrying once the next attempt would start after `max_wait`
+    /// from the first. Default: no time limit (attempts bound it).
+    #[must_use]
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Fixed part of the pause between attempts. Default: 100 ms.
+    #[must_use]
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Upper bound of the random part of the pause. Default: 100 ms.
+    #[must_use]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The pause before attempt `made + 1`, or `None` when the policy is
+    /// spent after `made` attempts and `waited` time.
+    fn next_delay(&self, made: u32, waited: Duration) -> Option<Duration> {
+        if made >= self.attempts {
+            return None;
+        }
+        let jitter_nanos = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
+        let jitter = match jitter_nanos {
+            0 => Duration::ZERO,
+            j => Duration::from_nanos(random_u64() % j),
+        };
+        let delay = self.delay.saturating_add(jitter);
+        match self.max_wait {
+            Some(max) if waited.saturating_add(delay) > max => None,
+            _ => Some(delay),
+        }
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per-call options for [`LockManager::lock_with`].
+#[derive(Debug, Clone, Default)]
+pub struct LockOptions {
+    ttl: Option<Duration>,
+    wait: Option<Duration>,
+    retry: Option<RetryPolicy>,
+}
+
+impl LockOptions {
+    /// Options that use the manager's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The lock's TTL. Default: the manager's TTL.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Give up once retrying would go past `wait` in total. Default: the
+    /// retry policy's own limit.
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The retry policy for this call. Default: the manager's policy.
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+}
+
+/// Builds a [`LockManager`]; [`build`](Self::build) validates everything.
+#[derive(Default)]
+pub struct LockManagerBuilder {
+    backends: Vec<Arc<dyn Backend>>,
+    ttl: Option<Duration>,
+    max_ttl: Option<Duration>,
+    node_timeout: Option<Duration>,
+    drift_factor: Option<f64>,
+    quorum: Option<usize>,
+    prefix: Vec<u8>,
+    retry: Option<RetryPolicy>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl LockManagerBuilder {
+    /// Adds one lock server. Order is kept in reports.
+    #[must_use]
+    pub fn node(mut self, backend: impl Backend) -> Self {
+        self.backends.push(Arc::new(backend));
+        self
+    }
+
+    /// Adds several lock servers.
+    #[must_use]
+    pub fn nodes<B: Backend>(mut self, backends: impl IntoIterator<Item = B>) -> Self {
+        for b in backends {
+            self.backends.push(Arc::new(b));
+        }
+        self
+    }
+
+    /// Default TTL of [`LockManager::lock`]. Default: 10 s.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Longest TTL or extension any lock may ask for. Default: 60 s; at
+    /// most 30 days.
+    #[must_use]
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = Some(max_ttl);
+        self
+    }
+
+    /// How long a round waits for each node's answer; keep it small next to
+    /// the TTL. Must be below the TTL. Default: 100 ms.
+    #[must_use]
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Clock-drift factor: the validity is `ttl - elapsed - (ttl * factor +
+    /// 2 ms)`. In `[0, 1)`. Default: 0.01.
+    #[must_use]
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = Some(factor);
+        self
+    }
+
+    /// Votes needed: at least a majority (N/2 + 1), at most N. Default:
+    /// N/2 + 1.
+    #[must_use]
+    pub fn quorum(mut self, quorum: usize) -> Self {
+        self.quorum = Some(quorum);
+        self
+    }
+
+    /// Prepended to every resource to form the key. Default: none, so keys
+    /// interoperate with other Redlock clients.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.prefix = prefix.as_ref().to_vec();
+        self
+    }
+
+    /// Retry policy of [`LockManager::lock`]. Default: [`RetryPolicy::new`].
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// The monotonic clock for every validity computation. Default: the
+    /// OS monotonic clock. Tests inject a [`ManualClock`](crate::ManualClock).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Validates the settings and starts one worker thread per node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when there are no nodes, a node appears twice, the
+    /// quorum is below a majority or above N, the drift factor is outside
+    /// `[0, 1)`, the node timeout is zero or not below the TTL, or the TTL
+    /// is unusable.
+    pub fn build(self) -> Result<LockManager> {
+        let n = self.backends.len();
+        let config_err = |reason: String| Error::Config { reason };
+        if n == 0 {
+            return Err(config_err("no nodes configured".into()));
+        }
+        let names: Vec<String> = self.backends.iter().map(|b| b.describe()).collect();
+        for (i, name) in names.iter().enumerate() {
+            if let Some(j) = names[..i].iter().position(|other| other == name) {
+                return Err(config_err(format!(
+                    "node {name} is configured twice (positions {j} and {i}); one server must cast one vote"
+                )));
+            }
+        }
+        let quorum = self.quorum.unwrap_or_else(|| majority(n));
+        if quorum < majority(n) || quorum > n {
+            return Err(config_err(format!(
+                "quorum {quorum} is outside {}..={n} for {n} nodes: below a majority two clients could both win",
+                majority(n)
+            )));
+        }
+        let drift_factor = self.drift_factor.unwrap_or(DEFAULT_DRIFT_FACTOR);
+        if !(0.0..1.0).contains(&drift_factor) {
+            return Err(config_err(format!(
+                "drift factor {drift_factor} is outside [0, 1)"
+            )));
+        }
+        let max_ttl = self.max_ttl.unwrap_or(DEFAULT_MAX_TTL);
+        if max_ttl.is_zero() || max_ttl > MAX_TTL_LIMIT {
+            return Err(config_err(format!(
+                "max_ttl {max_ttl:?} is outside (0, {MAX_TTL_LIMIT:?}]"
+            )));
+        }
+        let ttl = self.ttl.unwrap_or(DEFAULT_TTL.min(max_ttl));
+        check_ttl(ttl, max_ttl, drift_factor).map_err(config_err)?;
+        let node_timeout = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
+        if node_timeout.is_zero() || node_timeout >= ttl {
+            return Err(config_err(format!(
+                "node timeout {node_timeout:?} must be above zero and below the TTL {ttl:?}"
+            )));
+        }
+        let config = Config {
+            ttl,
+            max_ttl,
+            node_timeout,
+            drift_factor,
+            quorum,
+            prefix: self.prefix,
+            retry: self.retry.unwrap_or_default(),
+            clock: self.clock.unwrap_or_else(|| Arc::new(MonotonicClock)),
+        };
+        let engine = Engine::start(self.backends)?;
+        Ok(LockManager {
+            inner: Arc::new(Inner { engine, config }),
+        })
+    }
+}
+
+impl fmt::Debug for LockManagerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockManagerBuilder")
+            .field(
+                "nodes",
+                &self
+                    .backends
+                    .iter()
+                    .map(|b| b.describe())
+                    .collect::<Vec<_>>(),
+            )
+            .field("ttl", &self.ttl)
+            .field("quorum", &self.quorum)
+            .finish_non_exhaustive()
+    }
+}
