@@ -1,0 +1,212 @@
+//! The vote over in-memory nodes: every split of yes / no / error / timeout
+//! for N = 1..=7, and the cleanup of failed rounds.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::time::Duration;
+
+use quorum_lock::{Backend, Error, LockManager, MemoryBackend, NodeOutcome, RetryPolicy};
+
+const TTL: Duration = Duration::from_secs(10);
+const RESOURCE: &[u8] = b"quorum-test";
+
+fn nodes(n: usize) -> Vec<MemoryBackend> {
+    (0..n)
+        .map(|i| MemoryBackend::new(format!("mem-{i}")))
+        .collect()
+}
+
+fn manager(nodes: &[MemoryBackend], node_timeout: Duration) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .ttl(TTL)
+        .node_timeout(node_timeout)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap()
+}
+
+/// For every N in 1..=7 and every way to split the nodes into "grants",
+/// "held by someone else", "fails" and "never answers in time": the lock is
+/// granted exactly when grants >= N/2+1, the error kind matches the split,
+/// and afterwards no node holds our token.
+#[test]
+fn every_split_of_one_to_seven_nodes() {
+    let other = b"someone-else";
+    for n in 1..=7usize {
+        let q = n / 2 + 1;
+        for yes in 0..=n {
+            for no in 0..=n - yes {
+                for err in 0..=n - yes - no {
+                    let slow = n - yes - no - err;
+                    let nodes = nodes(n);
+                    for node in &nodes[yes..yes + no] {
+                        assert!(node.acquire(RESOURCE, other, TTL).unwrap());
+                    }
+                    for node in &nodes[yes + no..yes + no + err] {
+                        node.set_down(true);
+                    }
+                    for node in &nodes[yes + no + err..] {
+                        node.pause();
+                    }
+                    let locks = manager(&nodes, Duration::from_millis(20));
+                    let result = locks.try_lock(RESOURCE);
+                    let case = format!("n={n} yes={yes} no={no} err={err} slow={slow}");
+                    let token = match result {
+                        Ok(guard) => {
+                            assert!(yes >= q, "{case}: granted without a quorum");
+                            let token = guard.token().as_bytes().to_vec();
+                            drop(guard);
+                            token
+                        }
+                        Err(e) => {
+                            assert!(yes < q, "{case}: refused with a quorum: {e}");
+                            let report = e.report().unwrap();
+                            assert_eq!(report.nodes.len(), n);
+                            // The round stops as soon as a quorum is out of
+                            // reach, so the kind follows the answers seen:
+                            // Contended when the refusals alone rule out a
+                            // quorum, NoQuorum otherwise.
+                            let refused_seen = report.refused();
+                            assert_eq!(e.is_contended(), refused_seen > n - q, "{case}: {e}");
+                            assert_eq!(e.is_no_quorum(), refused_seen <= n - q, "{case}: {e}");
+                            if err + slow == 0 {
+                                assert!(e.is_contended(), "{case}: only refusals: {e}");
+                            }
+                            if no == 0 {
+                                assert!(e.is_no_quorum(), "{case}: no refusals: {e}");
+                            }
+                            // The token is not exposed on failure: check that
+                            // only the other client's keys remain.
+                            Vec::new()
+                        }
+                    };
+                    for node in &nodes {
+                        node.resume();
+                    }
+                    assert!(locks.flush(Duration::from_secs(10)), "{case}");
+                    for (i, node) in nodes.iter().enumerate() {
+                        let holder = node.holder(RESOURCE);
+                        if (yes..yes + no).contains(&i) {
+                            assert_eq!(holder.as_deref(), Some(&other[..]), "{case} node {i}");
+                        } else if !token.is_empty() || holder.is_some() {
+                            assert_ne!(holder, Some(token.clone()), "{case} node {i} kept our key");
+                            assert_eq!(holder, None, "{case} node {i}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A node that answers "yes" after the round gave up must not keep the key:
+/// its release is queued behind the acquire on the same worker.
+#[test]
+fn late_yes_after_a_failed_round_is_cleaned_up() {
+    let nodes = nodes(3);
+    let locks = manager(&nodes, Duration::from_millis(20));
+    // Two nodes are held by another client; node 0 is slow.
+    for node in &nodes[1..] {
+        assert!(node.acquire(RESOURCE, b"other", TTL).unwrap());
+    }
+    nodes[0].pause();
+    let err = locks.try_lock(RESOURCE).unwrap_err();
+    assert!(err.is_contended(), "{err}");
+    assert_eq!(
+        nodes[0].holder(RESOURCE),
+        None,
+        "paused: nothing applied yet"
+    );
+    nodes[0].resume();
+    assert!(locks.flush(Duration::from_secs(10)));
+    // The late acquire was applied (the node saw two ops) and then undone.
+    assert_eq!(nodes[0].operations(), 2, "acquire then release");
+    assert_eq!(nodes[0].holder(RESOURCE), None);
+}
+
+/// An acquire whose reply is lost (applied, but reported as an error) is
+/// "maybe applied": the failed round must still release there.
+#[test]
+fn maybe_applied_acquire_is_released() {
+    let nodes = nodes(3);
+    let locks = manager(&nodes, Duration::from_secs(1));
+    nodes[0].lose_replies_next(1);
+    nodes[1].lose_replies_next(1);
+    let err = locks.try_lock(RESOURCE).unwrap_err();
+    assert!(err.is_no_quorum(), "{err}");
+    assert!(locks.flush(Duration::from_secs(10)));
+    for node in &nodes {
+        assert_eq!(node.holder(RESOURCE), None, "{node:?}");
+    }
+}
+
+/// The report names each node with what it did.
+#[test]
+fn report_names_dead_nodes() {
+    let nodes = nodes(5);
+    nodes[1].set_down(true);
+    nodes[3].set_down(true);
+    let locks = manager(&nodes, Duration::from_secs(1));
+    let guard = locks.try_lock(RESOURCE).unwrap();
+    drop(guard);
+    nodes[2].set_down(true);
+    let err = locks.try_lock(RESOURCE).unwrap_err();
+    let Error::NoQuorum { report } = &err else {
+        panic!("expected NoQuorum, got {err}");
+    };
+    let failed = report.nodes_where(|o| matches!(o, NodeOutcome::Failed(_) | NodeOutcome::Down));
+    assert_eq!(failed, ["mem-1", "mem-2", "mem-3"]);
+    let text = err.to_string();
+    assert!(text.contains("mem-1: failed (unreachable"), "{text}");
+}
+
+/// A node that keeps failing is marked down and skipped without waiting,
+/// then probed in the background and used again once it is back.
+#[test]
+fn down_node_is_skipped_then_probed_back() {
+    let nodes = nodes(3);
+    let locks = manager(&nodes, Duration::from_secs(1));
+    nodes[2].set_down(true);
+    // Two failed round trips mark it down.
+    for i in 0..2 {
+        drop(locks.try_lock(format!("r{i}")).unwrap());
+        assert!(locks.flush(Duration::from_secs(10)));
+    }
+    let before = nodes[2].operations();
+    let guard = locks.try_lock("skipped").unwrap();
+    assert_eq!(nodes[2].operations(), before, "a down node gets no acquire");
+    drop(guard);
+    nodes[2].set_down(false);
+    // Bounded wait for the background probe: up to 200 attempts.
+    let mut back = false;
+    for i in 0..200 {
+        let guard = locks.try_lock(format!("probe{i}")).unwrap();
+        let granted = nodes[2].holder(guard.key()).is_some();
+        drop(guard);
+        if granted {
+            back = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(back, "the node was never probed back up");
+}
+
+/// A panicking backend is reported as a failed node; the engine lives on.
+#[test]
+fn panicking_backend_does_not_kill_the_engine() {
+    let nodes = nodes(3);
+    nodes[0].set_hook(Some(std::sync::Arc::new(|_: &quorum_lock::Op<'_>| {
+        panic!("injected backend panic")
+    })));
+    let locks = manager(&nodes, Duration::from_secs(1));
+    for _ in 0..3 {
+        let guard = locks.try_lock(RESOURCE).unwrap();
+        drop(guard);
+    }
+    nodes[0].set_hook(None);
+    let guard = locks.try_lock(RESOURCE).unwrap();
+    assert!(locks.flush(Duration::from_secs(10)));
+    assert!(nodes[0].holder(RESOURCE).is_some(), "worker 0 still serves");
+    drop(guard);
+}

@@ -1,0 +1,117 @@
+//! Validity = TTL - elapsed - drift, measured on an injected clock.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quorum_lock::{Clock, LockManager, ManualClock, MemoryBackend, Op, RetryPolicy};
+
+const MS: Duration = Duration::from_millis(1);
+const TTL: Duration = Duration::from_secs(1);
+/// 1% of 1 s plus 2 ms.
+const DRIFT: Duration = Duration::from_millis(12);
+
+/// `n` nodes on `clock`, each of which makes every acquire take `slow` of
+/// clock time. The quorum is all of them, so the round's elapsed time is
+/// exactly `n * slow` whatever order the answers arrive in.
+fn slow_cluster(
+    n: usize,
+    clock: &ManualClock,
+    slow: Duration,
+) -> (Vec<MemoryBackend>, LockManager) {
+    let nodes: Vec<MemoryBackend> = (0..n)
+        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
+        .collect();
+    for node in &nodes {
+        let clock = clock.clone();
+        node.set_hook(Some(Arc::new(move |op: &Op<'_>| {
+            if matches!(op, Op::Acquire { .. }) {
+                clock.advance(slow);
+            }
+        })));
+    }
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(Arc::new(clock.clone()))
+        .quorum(n)
+        .ttl(TTL)
+        .node_timeout(Duration::from_millis(500))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    (nodes, locks)
+}
+
+#[test]
+fn validity_is_ttl_minus_elapsed_minus_drift() {
+    for (n, slow) in [
+        (1, Duration::ZERO),
+        (1, 300 * MS),
+        (3, 100 * MS),
+        (3, 328 * MS),
+    ] {
+        let clock = ManualClock::new();
+        let (_nodes, locks) = slow_cluster(n, &clock, slow);
+        assert_eq!(locks.drift_for(TTL), DRIFT);
+        let guard = locks.try_lock("v").unwrap();
+        let elapsed = slow * n as u32;
+        assert_eq!(
+            guard.validity(),
+            TTL - elapsed - DRIFT,
+            "n={n} slow={slow:?}"
+        );
+        clock.advance(guard.validity() - MS);
+        assert!(guard.is_valid());
+        clock.advance(MS);
+        assert!(!guard.is_valid(), "deadline is start + ttl - drift");
+        assert_eq!(guard.validity(), Duration::ZERO, "saturates at zero");
+        assert!(guard.check().unwrap_err().is_lost());
+    }
+}
+
+/// A round that takes the whole TTL minus drift (or longer) yields no
+/// validity: it fails and releases on every node.
+#[test]
+fn slow_round_fails_and_releases_everywhere() {
+    for (n, slow) in [(1, TTL - DRIFT), (1, TTL * 3), (3, 330 * MS), (3, TTL)] {
+        let clock = ManualClock::new();
+        let (nodes, locks) = slow_cluster(n, &clock, slow);
+        let start = clock.now();
+        let err = locks.try_lock("v").unwrap_err();
+        assert!(
+            matches!(err, quorum_lock::Error::ValidityExpired { .. }),
+            "{err}"
+        );
+        assert_eq!(err.report().unwrap().granted(), n, "every node granted");
+        assert!(clock.now() - start >= TTL - DRIFT);
+        assert!(locks.flush(Duration::from_secs(10)));
+        for node in &nodes {
+            assert_eq!(node.key_count(), 0, "{node:?} kept the key");
+        }
+    }
+}
+
+/// One nanosecond less than the limit still gives a (tiny) positive validity.
+#[test]
+fn boundary_is_exclusive() {
+    let clock = ManualClock::new();
+    let almost = TTL - DRIFT - Duration::from_nanos(1);
+    let (_nodes, locks) = slow_cluster(1, &clock, almost);
+    let guard = locks.try_lock("v").unwrap();
+    assert_eq!(guard.validity(), Duration::from_nanos(1));
+}
+
+/// The deadline after an extend is measured from the extend's own start.
+#[test]
+fn extend_validity_is_measured_from_its_own_start() {
+    let clock = ManualClock::new();
+    let (nodes, locks) = slow_cluster(3, &clock, Duration::ZERO);
+    let mut guard = locks.try_lock("v").unwrap();
+    clock.advance(500 * MS);
+    let ttl = Duration::from_secs(2);
+    let validity = guard.extend(ttl).unwrap();
+    assert_eq!(validity, ttl - locks.drift_for(ttl));
+    for node in &nodes {
+        assert_eq!(node.remaining_ttl(b"v"), Some(ttl));
+    }
+}
