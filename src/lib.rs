@@ -1,5 +1,95 @@
-//! Placeholder: crate docs are written below once the API settles.
-#![doc = "quorum-lock"]
+//! Distributed mutual exclusion over N independent lock servers: the
+//! **Redlock** algorithm as a blocking, synchronous Rust library.
+//!
+//! A lock is granted when a quorum (N/2 + 1) of independent servers agree,
+//! so it keeps working while a minority of them fail. Each server holds the
+//! lock as a key with an expiry (TTL) and our random token; the lock is
+//! valid for `TTL - elapsed - clock drift`, measured on the monotonic clock
+//! from before the first request.
+//!
+//! # Tutorial (on in-memory nodes)
+//!
+//! [`MemoryBackend`] is a lock server inside the process, with fault
+//! injection: the same code runs against Redis with
+//! `LockManagerBuilder::redis_nodes`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use quorum_lock::{LockManager, MemoryBackend};
+//!
+//! // Five independent nodes; keep handles to break them later.
+//! let nodes: Vec<MemoryBackend> = (0..5).map(|i| MemoryBackend::new(format!("mem-{i}"))).collect();
+//! let locks = LockManager::builder()
+//!     .nodes(nodes.iter().cloned())
+//!     .ttl(Duration::from_secs(5))
+//!     .build()?;
+//! assert_eq!(locks.quorum(), 3);
+//!
+//! // Take the lock: a guard, valid for at most the TTL minus the drift.
+//! let guard = locks.lock("invoices:2026-11")?;
+//! assert!(guard.is_valid());
+//! assert!(guard.validity() <= Duration::from_secs(5));
+//!
+//! // Nobody else gets it meanwhile, and the error says why.
+//! let err = locks.try_lock("invoices:2026-11").unwrap_err();
+//! assert!(err.is_contended());
+//!
+//! // Releasing reports what each node did.
+//! let report = guard.release()?;
+//! assert_eq!(report.granted(), 5);
+//!
+//! // Two of five nodes fail: the lock still works...
+//! nodes[0].set_down(true);
+//! nodes[1].set_down(true);
+//! let mut guard = locks.try_lock("invoices:2026-11")?;
+//! guard.extend(Duration::from_secs(5))?;
+//!
+//! // ...but with three down there is no quorum, and the error names them.
+//! nodes[2].set_down(true);
+//! let err = locks.try_lock("other").unwrap_err();
+//! assert!(err.is_no_quorum());
+//! assert!(err.to_string().contains("mem-2"));
+//!
+//! // An extend that cannot reach a quorum means the lock may be lost.
+//! assert!(guard.extend(Duration::from_secs(5)).unwrap_err().is_lost());
+//! assert!(!guard.is_valid());
+//! drop(guard); // queues releases everywhere and returns at once
+//! # Ok::<(), quorum_lock::Error>(())
+//! ```
+//!
+//! # Layers
+//!
+//! * [`LockManager`]: the entry point (`Clone`, `Send + Sync`): options,
+//!   retries with jitter, validity.
+//! * The engine: one worker thread per node, scatter-gather rounds that
+//!   return as soon as the outcome is decided, per-node FIFO so a release
+//!   always follows the acquire it undoes.
+//! * [`Backend`]: one lock server; [`MemoryBackend`] and (feature `redis`)
+//!   `RedisBackend`.
+//! * [`LockGuard`]: the held lock; released when dropped.
+//!
+//! # When not to use this
+//!
+//! Redlock's safety rests on timing assumptions. It is **not** safe when:
+//!
+//! * clocks on the servers can jump or drift by more than the drift factor
+//!   (the client side only uses its monotonic clock);
+//! * the holding process can pause (GC, swapping, `SIGSTOP`, VM migration)
+//!   for longer than the remaining validity: it may then act on a lock that
+//!   has expired. Check [`LockGuard::is_valid`] right before each protected
+//!   step, and prefer resources that accept a **fencing token** when
+//!   correctness (not just efficiency) depends on exclusion;
+//! * a server can restart without durable persistence and vote again at
+//!   once (it forgot the locks it held).
+//!
+//! When two writers must never overlap whatever the timing, use a
+//! consensus system (etcd, ZooKeeper) with fencing tokens instead. See
+//! `docs/safety.md` in the repository for the full safety model.
+//!
+//! # Features
+//!
+//! * `redis` (default): the Redis backend (`redis` + `r2d2` crates).
+//! * `tls`: `rediss://` URLs, via rustls.
 
 pub mod backend;
 mod clock;
