@@ -170,7 +170,7 @@ impl fmt::Display for Report {
 }
 
 /// Everything that can go wrong, with what a caller needs to act on it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// The lock is held elsewhere: too many nodes refused for a quorum to be

@@ -1,10 +1,12 @@
-//! [`LockGuard`]: a held lock, released when dropped.
+//! [`LockGuard`]: a held lock, released when dropped; and the [`Lease`] it
+//! shares with the auto-extension watchdog.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Report, Result};
 use crate::manager::LockManager;
@@ -14,36 +16,52 @@ use crate::token::Token;
 ///
 /// The lock is safe to rely on only while [`is_valid`](Self::is_valid):
 /// after that the nodes' keys may expire and someone else may take it. Long
-/// work should check before each step that needs exclusivity, or
-/// [`extend`](Self::extend) in time.
+/// work should [`check`](Self::check) before each step that needs
+/// exclusivity, and [`extend`](Self::extend) in time (or ask for
+/// [`LockOptions::auto_extend`](crate::LockOptions::auto_extend)).
 ///
 /// Dropping the guard queues a release on every node and returns at once;
 /// [`release`](Self::release) does the same but waits and reports each
 /// node's answer; [`forget`](Self::forget) lets the lock expire on its own.
+/// Either way, no extend is sent for this lock after the release.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     manager: LockManager,
-    resource: Box<[u8]>,
-    key: Arc<[u8]>,
-    token: Token,
-    ttl: Duration,
-    state: Arc<Mutex<GuardState>>,
+    lease: Arc<Lease>,
     /// Cleared by `release` and `forget`, so `Drop` does nothing more.
     armed: bool,
 }
 
-/// What may change while the guard is held.
-#[derive(Debug)]
-struct GuardState {
-    /// The conservative end of validity, on the manager's clock.
-    deadline: Instant,
-    /// Why the lock is known to be lost, once it is.
-    lost: Option<String>,
+/// The part of a held lock that the watchdog shares with the guard.
+pub(crate) struct Lease {
+    pub(crate) resource: Box<[u8]>,
+    pub(crate) key: Arc<[u8]>,
+    pub(crate) token: Token,
+    state: Mutex<LeaseState>,
 }
 
-impl LockGuard {
+/// What may change while the lock is held. The mutex is never held across
+/// a network wait: only across non-blocking sends.
+pub(crate) struct LeaseState {
+    /// The conservative end of validity, on the manager's clock.
+    pub(crate) deadline: Instant,
+    /// The TTL last set on the nodes.
+    pub(crate) ttl: Duration,
+    /// Set once the lock is known (or feared) to be lost; never cleared.
+    pub(crate) lost: Option<Error>,
+    /// Set when the guard releases or forgets the lock: nothing may extend
+    /// it afterwards.
+    pub(crate) finished: bool,
+    /// Successful extends so far (manual and automatic).
+    pub(crate) extensions: u32,
+    /// Why auto-extension stopped, once it has.
+    pub(crate) renewal_stopped: Option<String>,
+    /// Waiting for the loss notification.
+    subscribers: Vec<Sender<Error>>,
+}
+
+impl Lease {
     pub(crate) fn new(
-        manager: LockManager,
         resource: &[u8],
         key: Arc<[u8]>,
         token: Token,
@@ -51,43 +69,88 @@ impl LockGuard {
         deadline: Instant,
     ) -> Self {
         Self {
-            manager,
             resource: resource.into(),
             key,
             token,
-            ttl,
-            state: Arc::new(Mutex::new(GuardState {
+            state: Mutex::new(LeaseState {
                 deadline,
+                ttl,
                 lost: None,
-            })),
+                finished: false,
+                extensions: 0,
+                renewal_stopped: None,
+                subscribers: Vec::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, LeaseState> {
+        self.state.lock()
+    }
+}
+
+impl LeaseState {
+    /// Marks the lock lost (the first reason wins) and notifies every
+    /// subscriber.
+    pub(crate) fn mark_lost(&mut self, error: &Error) {
+        if self.lost.is_none() {
+            self.lost = Some(error.clone());
+        }
+        for subscriber in self.subscribers.drain(..) {
+            // A subscriber that stopped listening needs no notice.
+            let _ = subscriber.try_send(error.clone());
+        }
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(manager: LockManager, lease: Arc<Lease>) -> Self {
+        Self {
+            manager,
+            lease,
             armed: true,
         }
     }
 
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
     /// The resource as given to `lock`.
     pub fn resource(&self) -> &[u8] {
-        &self.resource
+        &self.lease.resource
     }
 
     /// The key on the nodes (prefix + resource).
     pub fn key(&self) -> &[u8] {
-        &self.key
+        &self.lease.key
     }
 
     /// This acquisition's token.
     pub fn token(&self) -> &Token {
-        &self.token
+        &self.lease.token
     }
 
     /// The TTL last set on the nodes.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.lease.state().ttl
+    }
+
+    /// Successful extends so far, manual and automatic.
+    pub fn extensions(&self) -> u32 {
+        self.lease.state().extensions
+    }
+
+    /// Why auto-extension stopped (bound reached, extend failed), or `None`
+    /// while it runs or when it was never asked for.
+    pub fn renewal_stopped(&self) -> Option<String> {
+        self.lease.state().renewal_stopped.clone()
     }
 
     /// Safe time left: zero once the deadline has passed or the lock is
     /// known to be lost. Never longer than what a quorum confirmed.
     pub fn validity(&self) -> Duration {
-        let state = self.state.lock();
+        let state = self.lease.state();
         if state.lost.is_some() {
             return Duration::ZERO;
         }
@@ -99,26 +162,50 @@ impl LockGuard {
         !self.validity().is_zero()
     }
 
-    /// `Ok` while the lock is valid, otherwise [`Error::Lost`] saying why.
+    /// `Ok` while the lock is valid, otherwise [`Error::Lost`] saying why
+    /// (with the per-node report of the failed extend, when there was one).
     ///
     /// # Errors
     ///
     /// [`Error::Lost`] once the validity has run out or an extend failed.
     pub fn check(&self) -> Result<()> {
-        let state = self.state.lock();
-        if let Some(reason) = &state.lost {
-            return Err(Error::Lost {
-                reason: reason.clone(),
-                report: None,
-            });
+        let state = self.lease.state();
+        if let Some(lost) = &state.lost {
+            return Err(lost.clone());
         }
         if state.deadline <= self.manager.now() {
+            let reason = match &state.renewal_stopped {
+                Some(why) => {
+                    format!("the lock's validity ran out after auto-extension stopped ({why})")
+                }
+                None => "the lock's validity ran out".into(),
+            };
             return Err(Error::Lost {
-                reason: "the lock's validity ran out".into(),
+                reason,
                 report: None,
             });
         }
         Ok(())
+    }
+
+    /// A receiver that gets the [`Error::Lost`] as soon as the lock is
+    /// known to be lost: an extend failed, or (with auto-extension) the
+    /// validity ran out. Poll it with `try_recv`, block on it, or
+    /// `select!` it against your work. If the lock is already lost the
+    /// message is waiting. Each call gives a new receiver.
+    ///
+    /// Only guards with auto-extension are watched when idle; on other
+    /// guards the notice comes from a failed [`extend`](Self::extend).
+    pub fn lost_signal(&self) -> Receiver<Error> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut state = self.lease.state();
+        match &state.lost {
+            Some(lost) => {
+                let _ = tx.try_send(lost.clone());
+            }
+            None => state.subscribers.push(tx),
+        }
+        rx
     }
 
     /// Pushes the expiry to `ttl` from now on every node that still holds
@@ -132,36 +219,12 @@ impl LockGuard {
     /// marked lost: stop the protected work); [`Error::InvalidArgument`]
     /// for an unusable TTL (the guard is unchanged).
     pub fn extend(&mut self, ttl: Duration) -> Result<Duration> {
-        let deadline = {
-            let state = self.state.lock();
-            if let Some(reason) = &state.lost {
-                return Err(Error::Lost {
-                    reason: reason.clone(),
-                    report: None,
-                });
-            }
-            state.deadline
-        };
-        match self
-            .manager
-            .extend(&self.resource, &self.key, self.token, ttl, deadline)
-        {
-            Ok(new_deadline) => {
-                self.ttl = ttl;
-                self.state.lock().deadline = new_deadline;
-                Ok(self.validity())
-            }
-            Err(e) => {
-                if let Error::Lost { reason, .. } = &e {
-                    self.state.lock().lost = Some(reason.clone());
-                }
-                Err(e)
-            }
-        }
+        self.manager.extend(&self.lease, ttl)?;
+        Ok(self.validity())
     }
 
     /// Releases on every node and waits (at most the per-node timeout) for
-    /// each node's answer.
+    /// each node's answer. Auto-extension stops first.
     ///
     /// # Errors
     ///
@@ -170,13 +233,14 @@ impl LockGuard {
     /// token is not an error; it shows as refused in the report.
     pub fn release(mut self) -> Result<Report> {
         self.armed = false;
-        self.manager.release(&self.resource, &self.key, self.token)
+        self.manager.release(&self.lease)
     }
 
-    /// Gives up the guard without releasing: the lock expires on its own
-    /// at its TTL.
+    /// Gives up the guard without releasing: auto-extension stops and the
+    /// lock expires on its own at its TTL.
     pub fn forget(mut self) {
         self.armed = false;
+        self.lease.state().finished = true;
     }
 }
 
@@ -184,7 +248,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.armed {
             // Only queues the releases: never blocks, never panics.
-            self.manager.release_detached(&self.key, self.token);
+            self.manager.release_detached(&self.lease);
         }
     }
 }
@@ -192,8 +256,8 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("resource", &String::from_utf8_lossy(&self.resource))
-            .field("token", &self.token)
+            .field("resource", &String::from_utf8_lossy(&self.lease.resource))
+            .field("token", &self.lease.token)
             .field("validity", &self.validity())
             .finish_non_exhaustive()
     }

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
 use crate::clock::{Clock, MonotonicClock};
+use crate::engine::Pending;
 use crate::engine::validity::{drift, validity};
 use crate::engine::{Engine, Gather, Request, majority};
 use crate::error::{Error, NodeOutcome, Operation, Report, Result};
-use crate::guard::LockGuard;
+use crate::guard::{Lease, LockGuard};
 use crate::token::{Token, random_u64};
 
 /// Default lock TTL.
@@ -231,14 +232,8 @@ impl LockManager {
         if granted >= config.quorum && validity(ttl, elapsed, drift).is_some() {
             // Conservative: measured from before the first send.
             let deadline = start + (ttl - drift);
-            return Ok(LockGuard::new(
-                self.clone(),
-                resource,
-                Arc::clone(key),
-                token,
-                ttl,
-                deadline,
-            ));
+            let lease = Lease::new(resource, Arc::clone(key), token, ttl, deadline);
+            return Ok(LockGuard::new(self.clone(), Arc::new(lease)));
         }
         // Give up on this attempt everywhere, including the nodes that said
         // no, failed or have not answered: any of them may hold our token.
@@ -254,79 +249,124 @@ impl LockManager {
     }
 
     /// Extends a held lock: a quorum must confirm within the remaining
-    /// validity. Returns the new deadline.
-    pub(crate) fn extend(
-        &self,
-        resource: &[u8],
-        key: &Arc<[u8]>,
-        token: Token,
-        ttl: Duration,
-        deadline: Instant,
-    ) -> Result<Instant> {
+    /// validity. On success the lease's deadline moves to
+    /// `extend_start + ttl - drift`; on failure the lease is marked lost.
+    pub(crate) fn extend(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        let in_flight = self.begin_extend(lease, ttl)?;
+        self.finish_extend(lease, in_flight)
+    }
+
+    /// The first half of an extend: checks the lease and sends the extend
+    /// to every node, under the lease's lock so that no extend is ever sent
+    /// after a release. Returns at once.
+    pub(crate) fn begin_extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendInFlight> {
         let config = &self.inner.config;
         check_ttl(ttl, config.max_ttl, config.drift_factor)
             .map_err(|reason| Error::InvalidArgument { reason })?;
-        let start = self.now();
-        let remaining = deadline.saturating_duration_since(start);
-        if remaining.is_zero() {
+        let mut state = lease.state();
+        if let Some(lost) = &state.lost {
+            return Err(lost.clone());
+        }
+        if state.finished {
             return Err(Error::Lost {
-                reason: "the lock's validity ran out before the extend".into(),
+                reason: "the lock was released".into(),
                 report: None,
             });
         }
+        let start = self.now();
+        let remaining = state.deadline.saturating_duration_since(start);
+        if remaining.is_zero() {
+            let error = Error::Lost {
+                reason: "the lock's validity ran out before the extend".into(),
+                report: None,
+            };
+            state.mark_lost(&error);
+            return Err(error);
+        }
         let request = Request {
             op: Operation::Extend,
-            key,
-            token,
+            key: &lease.key,
+            token: lease.token,
             ttl,
         };
-        let outcomes = self.inner.engine.round(
-            &request,
-            Gather::UntilDecided {
-                quorum: config.quorum,
-            },
-            config.node_timeout.min(remaining),
-        );
+        let pending = self
+            .inner
+            .engine
+            .scatter(&request, config.node_timeout.min(remaining));
+        Ok(ExtendInFlight {
+            pending,
+            start,
+            old_deadline: state.deadline,
+            ttl,
+        })
+    }
+
+    /// The second half of an extend: gathers the votes and updates the
+    /// lease.
+    pub(crate) fn finish_extend(&self, lease: &Lease, in_flight: ExtendInFlight) -> Result<()> {
+        let config = &self.inner.config;
+        let ExtendInFlight {
+            pending,
+            start,
+            old_deadline,
+            ttl,
+        } = in_flight;
+        let outcomes = pending.gather(Gather::UntilDecided {
+            quorum: config.quorum,
+        });
         let end = self.now();
         let elapsed = end.saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
-        let report = self.report(Operation::Extend, resource, outcomes, elapsed);
-        if report.granted() < config.quorum {
-            return Err(Error::Lost {
-                reason: format!(
-                    "only {} of {} needed nodes confirmed the extend",
-                    report.granted(),
-                    config.quorum
-                ),
+        let report = self.report(Operation::Extend, &lease.resource, outcomes, elapsed);
+        let failure = if report.granted() < config.quorum {
+            Some(format!(
+                "only {} of the {} needed nodes confirmed the extend",
+                report.granted(),
+                config.quorum
+            ))
+        } else if end >= old_deadline || validity(ttl, elapsed, drift).is_none() {
+            Some("the extend was confirmed only after the lock's validity ran out".into())
+        } else {
+            None
+        };
+        let mut state = lease.state();
+        if let Some(reason) = failure {
+            let error = Error::Lost {
+                reason,
                 report: Some(report),
-            });
+            };
+            state.mark_lost(&error);
+            return Err(error);
         }
-        if end >= deadline || validity(ttl, elapsed, drift).is_none() {
-            return Err(Error::Lost {
-                reason: "the extend was confirmed only after the lock's validity ran out".into(),
-                report: Some(report),
-            });
+        if let Some(lost) = &state.lost {
+            return Err(lost.clone());
         }
-        Ok(start + (ttl - drift))
+        state.deadline = start + (ttl - drift);
+        state.ttl = ttl;
+        state.extensions = state.extensions.saturating_add(1);
+        Ok(())
     }
 
     /// Releases on every node and waits for their answers (at most the
-    /// per-node timeout).
-    pub(crate) fn release(&self, resource: &[u8], key: &Arc<[u8]>, token: Token) -> Result<Report> {
+    /// per-node timeout). Marks the lease finished first, under its lock, so
+    /// the watchdog sends no extend after this release.
+    pub(crate) fn release(&self, lease: &Lease) -> Result<Report> {
         let config = &self.inner.config;
         let start = self.now();
         let request = Request {
             op: Operation::Release,
-            key,
-            token,
+            key: &lease.key,
+            token: lease.token,
             ttl: Duration::ZERO,
         };
-        let outcomes = self
-            .inner
-            .engine
-            .round(&request, Gather::All, config.node_timeout);
+        let pending = {
+            let mut state = lease.state();
+            state.finished = true;
+            self.inner.engine.scatter(&request, config.node_timeout)
+        };
+        let outcomes = pending.gather(Gather::All);
         let elapsed = self.now().saturating_duration_since(start);
-        let report = self.report(Operation::Release, resource, outcomes, elapsed);
+        let report = self.report(Operation::Release, &lease.resource, outcomes, elapsed);
         // Once a quorum has answered, no quorum can still hold our token.
         if report.granted() + report.refused() >= config.quorum {
             Ok(report)
@@ -335,8 +375,11 @@ impl LockManager {
         }
     }
 
-    pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
-        self.inner.engine.release_detached(key, token);
+    /// Queues the release on every node and returns at once (guard drop).
+    pub(crate) fn release_detached(&self, lease: &Lease) {
+        let mut state = lease.state();
+        state.finished = true;
+        self.inner.engine.release_detached(&lease.key, lease.token);
     }
 
     fn report(
@@ -364,6 +407,14 @@ impl LockManager {
             attempts: 1,
         }
     }
+}
+
+/// An extend that has been sent and not yet gathered.
+pub(crate) struct ExtendInFlight {
+    pending: Pending,
+    start: Instant,
+    old_deadline: Instant,
+    ttl: Duration,
 }
 
 fn with_attempts(mut error: Error, attempts: u32) -> Error {

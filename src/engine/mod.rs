@@ -14,7 +14,7 @@ mod worker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Sender, unbounded};
+use crossbeam_channel::{Receiver, Sender, unbounded};
 
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
@@ -86,18 +86,22 @@ impl Engine {
         gather: Gather,
         wait: Duration,
     ) -> Vec<NodeOutcome> {
+        self.scatter(req, wait).gather(gather)
+    }
+
+    /// Queues `req` on every node's worker and returns at once; the answers
+    /// are collected by [`Pending::gather`] until `wait` from now (real
+    /// time), so many rounds scattered together share one wait. Sending never blocks, so a
+    /// caller may scatter while holding a short lock (the watchdog does, to
+    /// order an extend against a concurrent release).
+    pub(crate) fn scatter(&self, req: &Request<'_>, wait: Duration) -> Pending {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
         let (reply, answers) = crossbeam_channel::bounded(n);
         let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; n];
-        let quorum = match gather {
-            Gather::UntilDecided { quorum } => quorum,
-            Gather::All => n,
-        };
-        let mut tally = Tally::new(n, quorum);
         for (slot, node) in self.nodes.iter().enumerate() {
             let skip = req.op != Operation::Release && node.health.is_down();
-            let immediate = if skip {
+            outcomes[slot] = if skip {
                 Some(NodeOutcome::Down)
             } else {
                 let job = Job::Op {
@@ -109,34 +113,12 @@ impl Engine {
                 };
                 node.jobs.send(job).err().map(|_| worker_gone())
             };
-            if let Some(outcome) = immediate {
-                tally.record(false);
-                outcomes[slot] = Some(outcome);
-            }
         }
-        drop(reply);
-        let mut timed_out = false;
-        while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
-            let answer = match deadline {
-                Some(deadline) => answers.recv_deadline(deadline).ok(),
-                None => answers.recv().ok(),
-            };
-            let Some((slot, outcome)) = answer else {
-                timed_out = true;
-                break;
-            };
-            tally.record(outcome.is_granted());
-            outcomes[slot] = Some(outcome);
+        Pending {
+            outcomes,
+            answers,
+            deadline,
         }
-        let missing = if timed_out {
-            NodeOutcome::TimedOut
-        } else {
-            NodeOutcome::NotAwaited
-        };
-        outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| missing.clone()))
-            .collect()
     }
 
     /// Queues a release of `key` on every node (down or not) and returns at
@@ -177,6 +159,56 @@ impl Engine {
             }
         }
         expected == self.nodes.len()
+    }
+}
+
+/// A scattered round whose answers have not been gathered yet.
+pub(crate) struct Pending {
+    /// Outcomes known at scatter time (node down, worker gone).
+    outcomes: Vec<Option<NodeOutcome>>,
+    answers: Receiver<(usize, NodeOutcome)>,
+    /// When gathering stops (`None`: the wait was too long to express).
+    deadline: Option<Instant>,
+}
+
+impl Pending {
+    /// Gathers answers per `gather` until the deadline set at scatter time.
+    /// Returns one outcome per node, in node order.
+    pub(crate) fn gather(self, gather: Gather) -> Vec<NodeOutcome> {
+        let Self {
+            mut outcomes,
+            answers,
+            deadline,
+        } = self;
+        let n = outcomes.len();
+        let quorum = match gather {
+            Gather::UntilDecided { quorum } => quorum,
+            Gather::All => n,
+        };
+        let mut tally = Tally::new(n, quorum);
+        outcomes.iter().flatten().for_each(|_| tally.record(false));
+        let mut timed_out = false;
+        while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
+            let answer = match deadline {
+                Some(deadline) => answers.recv_deadline(deadline).ok(),
+                None => answers.recv().ok(),
+            };
+            let Some((slot, outcome)) = answer else {
+                timed_out = true;
+                break;
+            };
+            tally.record(outcome.is_granted());
+            outcomes[slot] = Some(outcome);
+        }
+        let missing = if timed_out {
+            NodeOutcome::TimedOut
+        } else {
+            NodeOutcome::NotAwaited
+        };
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| missing.clone()))
+            .collect()
     }
 }
 
