@@ -99,7 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Real Redis masters from `QUORUM_LOCK_NODES`, or five in-memory nodes.
 fn nodes() -> Result<(LockManagerBuilder, Option<Vec<MemoryBackend>>), Box<dyn std::error::Error>> {
-    #[cfg(any())]
+    #[cfg(feature = "redis")]
     if let Ok(urls) = std::env::var("QUORUM_LOCK_NODES") {
         let urls: Vec<&str> = urls
             .split(',')

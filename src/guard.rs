@@ -112,6 +112,7 @@ impl LockGuard {
         }
     }
 
+    #[allow(dead_code)] // used by the watchdog registration (next commit)
     pub(crate) fn lease(&self) -> &Arc<Lease> {
         &self.lease
     }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
+#[cfg(feature = "redis")]
+use crate::backend::redis::RedisBackend;
 use crate::clock::{Clock, MonotonicClock};
 use crate::engine::Pending;
 use crate::engine::validity::{drift, validity};
@@ -600,7 +602,7 @@ impl LockOptions {
 /// Builds a [`LockManager`]; [`build`](Self::build) validates everything.
 #[derive(Default)]
 pub struct LockManagerBuilder {
-    backends: Vec<Arc<dyn Backend>>,
+    nodes: Vec<NodeSpec>,
     ttl: Option<Duration>,
     max_ttl: Option<Duration>,
     node_timeout: Option<Duration>,
@@ -611,11 +613,44 @@ pub struct LockManagerBuilder {
     clock: Option<Arc<dyn Clock>>,
 }
 
+/// A configured node, opened at `build` (Redis URLs then get the final
+/// per-node timeout).
+enum NodeSpec {
+    Backend(Arc<dyn Backend>),
+    #[cfg(feature = "redis")]
+    Redis {
+        url: String,
+        name: String,
+    },
+}
+
+impl NodeSpec {
+    fn name(&self) -> String {
+        match self {
+            Self::Backend(b) => b.describe(),
+            #[cfg(feature = "redis")]
+            Self::Redis { name, .. } => name.clone(),
+        }
+    }
+
+    fn open(self, timeout: Duration) -> Result<Arc<dyn Backend>> {
+        match self {
+            Self::Backend(b) => Ok(b),
+            #[cfg(feature = "redis")]
+            Self::Redis { url, .. } => RedisBackend::open(&url, timeout)
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                .map_err(|e| Error::Config {
+                    reason: e.to_string(),
+                }),
+        }
+    }
+}
+
 impl LockManagerBuilder {
     /// Adds one lock server. Order is kept in reports.
     #[must_use]
     pub fn node(mut self, backend: impl Backend) -> Self {
-        self.backends.push(Arc::new(backend));
+        self.nodes.push(NodeSpec::Backend(Arc::new(backend)));
         self
     }
 
@@ -623,9 +658,48 @@ impl LockManagerBuilder {
     #[must_use]
     pub fn nodes<B: Backend>(mut self, backends: impl IntoIterator<Item = B>) -> Self {
         for b in backends {
-            self.backends.push(Arc::new(b));
+            self.nodes.push(NodeSpec::Backend(Arc::new(b)));
         }
         self
+    }
+
+    /// Adds one Redis master per URL (`redis://[user[:password]@]host[:port][/db]`,
+    /// or `rediss://...` with the `tls` feature). Nothing connects yet: a
+    /// node that is down makes its first operations fail, not the build.
+    /// Each node's connect, read and write timeouts are the per-node timeout.
+    ///
+    /// ```no_run
+    /// use quorum_lock::LockManager;
+    ///
+    /// let locks = LockManager::builder()
+    ///     .redis_nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?
+    ///     .build()?;
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a malformed URL (named with its password
+    /// replaced by `***`), or a `rediss://` URL without the `tls` feature.
+    #[cfg(feature = "redis")]
+    pub fn redis_nodes<I>(mut self, urls: I) -> Result<Self>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        for url in urls {
+            let url = url.as_ref();
+            let node = NodeSpec::Redis {
+                url: url.to_owned(),
+                name: String::new(),
+            };
+            let name = node.open(DEFAULT_NODE_TIMEOUT)?.describe();
+            self.nodes.push(NodeSpec::Redis {
+                url: url.to_owned(),
+                name,
+            });
+        }
+        Ok(self)
     }
 
     /// Default TTL of [`LockManager::lock`]. Default: 10 s.
@@ -699,12 +773,12 @@ impl LockManagerBuilder {
     /// `[0, 1)`, the node timeout is zero or not below the TTL, or the TTL
     /// is unusable.
     pub fn build(self) -> Result<LockManager> {
-        let n = self.backends.len();
+        let n = self.nodes.len();
         let config_err = |reason: String| Error::Config { reason };
         if n == 0 {
             return Err(config_err("no nodes configured".into()));
         }
-        let names: Vec<String> = self.backends.iter().map(|b| b.describe()).collect();
+        let names: Vec<String> = self.nodes.iter().map(NodeSpec::name).collect();
         for (i, name) in names.iter().enumerate() {
             if let Some(j) = names[..i].iter().position(|other| other == name) {
                 return Err(config_err(format!(
@@ -749,7 +823,12 @@ impl LockManagerBuilder {
             retry: self.retry.unwrap_or_default(),
             clock: self.clock.unwrap_or_else(|| Arc::new(MonotonicClock)),
         };
-        let engine = Engine::start(self.backends)?;
+        let backends = self
+            .nodes
+            .into_iter()
+            .map(|node| node.open(node_timeout))
+            .collect::<Result<Vec<_>>>()?;
+        let engine = Engine::start(backends)?;
         Ok(LockManager {
             inner: Arc::new(Inner { engine, config }),
         })
@@ -761,11 +840,7 @@ impl fmt::Debug for LockManagerBuilder {
         f.debug_struct("LockManagerBuilder")
             .field(
                 "nodes",
-                &self
-                    .backends
-                    .iter()
-                    .map(|b| b.describe())
-                    .collect::<Vec<_>>(),
+                &self.nodes.iter().map(NodeSpec::name).collect::<Vec<_>>(),
             )
             .field("ttl", &self.ttl)
             .field("quorum", &self.quorum)

@@ -159,7 +159,10 @@ fn report_names_dead_nodes() {
     let text = err.to_string();
     // mem-2 just failed; mem-1 may already be marked down and skipped.
     assert!(text.contains("mem-2: failed (unreachable"), "{text}");
-    assert!(text.contains("mem-1: failed") || text.contains("mem-1: skipped: marked down"), "{text}");
+    assert!(
+        text.contains("mem-1: failed") || text.contains("mem-1: skipped: marked down"),
+        "{text}"
+    );
 }
 
 /// A node that keeps failing is marked down and skipped without waiting,

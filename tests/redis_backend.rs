@@ -1,0 +1,663 @@
+//! `RedisBackend` against real `redis-server` processes (no manager).
+// Tests fail by panicking; unwrap/expect/panic are how they report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use quorum_lock::backend::redis::RedisBackend;
+use quorum_lock::{Backend, BackendError, BackendErrorKind, Op};
+
+use support::proxy::Proxy;
+use support::{RedisServer, RedisServers, connect, free_port};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+const TTL: Duration = Duration::from_secs(10);
+
+fn backend(url: &str, timeout: Duration) -> RedisBackend {
+    RedisBackend::open(url, timeout).unwrap_or_else(|e| panic!("open {url}: {e}"))
+}
+
+/// A 20-byte token that is not UTF-8, like the real ones.
+fn token(n: u8) -> Vec<u8> {
+    let mut t = vec![0xff, 0xfe, n];
+    t.extend((0u8..17).map(|i| i.wrapping_mul(31).wrapping_add(n)));
+    t
+}
+
+fn kind<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> BackendErrorKind {
+    match r {
+        Err(e) => e.kind(),
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+    }
+}
+
+/// Polls `f` every 10 ms for at most `limit`.
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn acquire_release_extend_semantics() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), TIMEOUT);
+    let (mine, theirs) = (token(1), token(2));
+
+    assert!(b.acquire(b"res", &mine, TTL).unwrap());
+    assert_eq!(server.get(b"res"), Some(mine.clone()));
+    let pttl = server.pttl(b"res");
+    assert!(pttl > 0 && pttl <= 10_000, "pttl {pttl}");
+
+    // Held: another token can neither take, release nor extend it.
+    assert!(!b.acquire(b"res", &theirs, TTL).unwrap());
+    assert!(!b.release(b"res", &theirs).unwrap());
+    assert!(!b.extend(b"res", &theirs, Duration::from_secs(60)).unwrap());
+    assert_eq!(server.get(b"res"), Some(mine.clone()));
+    assert!(server.pttl(b"res") <= 10_000);
+    // Our own second acquire is refused too (SET NX).
+    assert!(!b.acquire(b"res", &mine, TTL).unwrap());
+
+    assert!(b.extend(b"res", &mine, Duration::from_secs(60)).unwrap());
+    assert!(server.pttl(b"res") > 10_000);
+
+    assert!(b.release(b"res", &mine).unwrap());
+    assert_eq!(server.get(b"res"), None);
+    assert!(server.keys().is_empty());
+    assert!(!b.release(b"res", &mine).unwrap());
+    assert!(!b.extend(b"res", &mine, TTL).unwrap());
+    assert!(server.keys().is_empty(), "extend must not create the key");
+}
+
+#[test]
+fn extend_never_recreates_an_expired_key() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), TIMEOUT);
+    let t = token(3);
+    assert!(b.acquire(b"short", &t, Duration::from_millis(30)).unwrap());
+    assert!(wait_until(Duration::from_secs(3), || server.pttl(b"short") == -2));
+    assert!(!b.extend(b"short", &t, TTL).unwrap());
+    assert_eq!(server.pttl(b"short"), -2);
+    assert!(!b.release(b"short", &t).unwrap());
+}
+
+#[test]
+fn sub_millisecond_ttl_rounds_up_not_to_zero() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), TIMEOUT);
+    // PX 0 would be "invalid expire time": the backend must send 1.
+    assert!(
+        b.acquire(b"tiny", &token(4), Duration::from_micros(500))
+            .unwrap()
+    );
+    assert!(
+        b.extend(b"tiny2", &token(4), Duration::from_nanos(1))
+            .is_ok()
+    );
+    // A just-over-a-second TTL is sent as 1001 ms, never 1000.
+    assert!(
+        b.acquire(b"ceil", &token(4), Duration::from_micros(1_000_001))
+            .unwrap()
+    );
+    assert!(server.pttl(b"ceil") <= 1001);
+}
+
+#[test]
+fn non_utf8_keys_and_tokens_work() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), TIMEOUT);
+    let key = b"\xff\x00lock:\xfe\x80";
+    let t = token(5);
+    assert!(b.acquire(key, &t, TTL).unwrap());
+    assert_eq!(server.get(key), Some(t.clone()));
+    assert!(b.extend(key, &t, TTL).unwrap());
+    assert!(!b.release(key, &token(6)).unwrap());
+    assert!(b.release(key, &t).unwrap());
+    assert!(server.keys().is_empty());
+}
+
+#[test]
+fn batch_returns_per_op_results_in_order_with_wrongtype_isolated() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(redis::cmd("HSET").arg("h").arg("f").arg("v"));
+    let b = backend(&server.url(), TIMEOUT);
+    let (t1, t2) = (token(7), token(8));
+    let ops = [
+        Op::Acquire {
+            key: b"a",
+            token: &t1,
+            ttl: TTL,
+        },
+        Op::Acquire {
+            key: b"h",
+            token: &t1,
+            ttl: TTL,
+        },
+        Op::Extend {
+            key: b"h",
+            token: &t1,
+            ttl: TTL,
+        },
+        Op::Release {
+            key: b"h",
+            token: &t1,
+        },
+        Op::Acquire {
+            key: b"a",
+            token: &t2,
+            ttl: TTL,
+        },
+        Op::Release {
+            key: b"a",
+            token: &t2,
+        },
+        Op::Extend {
+            key: b"a",
+            token: &t1,
+            ttl: Duration::from_secs(60),
+        },
+        Op::Acquire {
+            key: b"b",
+            token: &t2,
+            ttl: TTL,
+        },
+        Op::Release {
+            key: b"a",
+            token: &t1,
+        },
+    ];
+    let results = b.batch(&ops);
+    assert_eq!(results.len(), ops.len());
+    assert_eq!(results[0].as_ref().ok(), Some(&true));
+    assert_eq!(kind(&results[1]), BackendErrorKind::WrongType);
+    assert_eq!(kind(&results[2]), BackendErrorKind::WrongType);
+    assert_eq!(kind(&results[3]), BackendErrorKind::WrongType);
+    assert_eq!(results[4].as_ref().ok(), Some(&false));
+    assert_eq!(results[5].as_ref().ok(), Some(&false));
+    assert_eq!(results[6].as_ref().ok(), Some(&true));
+    assert_eq!(results[7].as_ref().ok(), Some(&true));
+    assert_eq!(results[8].as_ref().ok(), Some(&true));
+    assert_eq!(server.get(b"a"), None);
+    assert_eq!(server.get(b"b"), Some(t2.clone()));
+    let kept: String = server.cmd(redis::cmd("HGET").arg("h").arg("f"));
+    assert_eq!(kept, "v", "the hash is left alone");
+    assert!(b.batch(&[]).is_empty());
+}
+
+#[test]
+fn batch_is_one_round_trip() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let b = backend(&proxy.url(), Duration::from_secs(5));
+    assert!(b.acquire(b"warm", &token(9), TTL).unwrap()); // connect before timing
+    proxy.delay(Duration::from_millis(100));
+    let t = token(10);
+    let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("k{i}").into_bytes()).collect();
+    let ops: Vec<Op<'_>> = keys
+        .iter()
+        .map(|k| Op::Acquire {
+            key: k,
+            token: &t,
+            ttl: TTL,
+        })
+        .collect();
+    let start = Instant::now();
+    let results = b.batch(&ops);
+    let elapsed = start.elapsed();
+    assert!(results.iter().all(|r| matches!(r, Ok(true))), "{results:?}");
+    // 20 sequential round trips would take at least 2 s through this proxy.
+    assert!(elapsed < Duration::from_secs(1), "batch took {elapsed:?}");
+    assert_eq!(server.keys().len(), 21);
+}
+
+#[test]
+fn script_flush_then_release_and_extend_still_work() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), TIMEOUT);
+    let t = token(11);
+    assert!(b.acquire(b"k", &t, TTL).unwrap());
+    assert!(b.extend(b"k", &t, TTL).unwrap()); // scripts now cached
+    let _: () = server.cmd(redis::cmd("SCRIPT").arg("FLUSH"));
+    assert!(b.extend(b"k", &t, Duration::from_secs(60)).unwrap());
+    assert!(server.pttl(b"k") > 10_000);
+    let _: () = server.cmd(redis::cmd("SCRIPT").arg("FLUSH"));
+    let other = token(12);
+    let results = b.batch(&[
+        Op::Release {
+            key: b"k",
+            token: &other,
+        },
+        Op::Extend {
+            key: b"k",
+            token: &t,
+            ttl: TTL,
+        },
+        Op::Release {
+            key: b"k",
+            token: &t,
+        },
+        Op::Release {
+            key: b"k",
+            token: &t,
+        },
+    ]);
+    let results: Vec<bool> = results.into_iter().map(Result::unwrap).collect();
+    assert_eq!(results, [false, true, true, false]);
+    assert!(server.keys().is_empty());
+}
+
+#[test]
+fn wrongtype_for_all_three_ops() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(redis::cmd("HSET").arg("h").arg("f").arg("v"));
+    let _: () = server.cmd(redis::cmd("LPUSH").arg("l").arg("x"));
+    let b = backend(&server.url(), TIMEOUT);
+    let t = token(13);
+    for key in [&b"h"[..], b"l"] {
+        assert_eq!(kind(&b.acquire(key, &t, TTL)), BackendErrorKind::WrongType);
+        assert_eq!(kind(&b.release(key, &t)), BackendErrorKind::WrongType);
+        assert_eq!(kind(&b.extend(key, &t, TTL)), BackendErrorKind::WrongType);
+    }
+    let err = b.acquire(b"h", &t, TTL).unwrap_err();
+    assert!(err.to_string().contains("hash"), "{err}");
+    assert_eq!(server.keys(), vec![b"h".to_vec(), b"l".to_vec()]);
+}
+
+#[test]
+fn readonly_replica() {
+    // The default 5 s diskless-sync delay would stall the first sync.
+    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let t = token(14);
+    // Give the replica a key holding our token, through replication.
+    primary.set(b"k", &t);
+    assert!(
+        wait_until(Duration::from_secs(5), || replica.get(b"k").is_some()),
+        "replication did not catch up"
+    );
+    let b = backend(&replica.url(), TIMEOUT);
+    assert_eq!(
+        kind(&b.acquire(b"new", &t, TTL)),
+        BackendErrorKind::ReadOnly
+    );
+    assert_eq!(kind(&b.extend(b"k", &t, TTL)), BackendErrorKind::ReadOnly);
+    assert_eq!(kind(&b.release(b"k", &t)), BackendErrorKind::ReadOnly);
+    let results = b.batch(&[
+        Op::Acquire {
+            key: b"k2",
+            token: &t,
+            ttl: TTL,
+        },
+        Op::Release {
+            key: b"k",
+            token: &t,
+        },
+    ]);
+    assert!(
+        results
+            .iter()
+            .all(|r| kind(r) == BackendErrorKind::ReadOnly)
+    );
+    // Scripts without shebang flags (kept for Redis < 7) only hit READONLY
+    // when they reach the write: a release of a key that is not ours is a
+    // plain "no" even on a replica. Acquire always reports READONLY.
+    assert!(!b.release(b"absent", &t).unwrap());
+    assert_eq!(replica.get(b"k"), Some(t));
+}
+
+const PASSWORD: &str = "Sup3r-Secret-Pw";
+const WRONG: &str = "Wr0ng-Secret-Guess";
+
+fn assert_no_secret(text: &str) {
+    for secret in [PASSWORD, WRONG, "p@ss/w0rd", "p%40ss%2Fw0rd"] {
+        assert!(!text.contains(secret), "secret leaked: {text}");
+    }
+}
+
+#[test]
+fn auth_errors_and_passwords_never_leak() {
+    let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
+    let port = server.port();
+    let t = token(15);
+
+    // No password: NOAUTH.
+    let none = backend(&format!("redis://127.0.0.1:{port}/0"), TIMEOUT);
+    let r = none.acquire(b"k", &t, TTL);
+    assert_eq!(kind(&r), BackendErrorKind::Auth);
+    assert_no_secret(&format!("{} {:?}", r.as_ref().unwrap_err(), r));
+
+    // Wrong password: WRONGPASS while connecting.
+    let wrong = backend(&format!("redis://:{WRONG}@127.0.0.1:{port}/0"), TIMEOUT);
+    assert_eq!(wrong.describe(), format!("redis://:***@127.0.0.1:{port}/0"));
+    for r in [
+        wrong.acquire(b"k", &t, TTL),
+        wrong.release(b"k", &t),
+        wrong.extend(b"k", &t, TTL),
+    ] {
+        assert_eq!(kind(&r), BackendErrorKind::Auth);
+        let e = r.unwrap_err();
+        assert_no_secret(&format!("{e} {e:?} {:?}", std::error::Error::source(&e)));
+    }
+    assert_no_secret(&format!("{wrong:?} {}", wrong.describe()));
+    assert_no_secret(&format!("{:?}", wrong.server_info()));
+
+    // Right password, user given too: works, and is not shown either.
+    let right = backend(
+        &format!("redis://default:{PASSWORD}@127.0.0.1:{port}/0"),
+        TIMEOUT,
+    );
+    assert!(right.acquire(b"k", &t, TTL).unwrap());
+    assert!(right.release(b"k", &t).unwrap());
+    assert_eq!(
+        right.describe(),
+        format!("redis://default:***@127.0.0.1:{port}/0")
+    );
+    assert_no_secret(&format!("{right:?} {}", right.describe()));
+    assert!(right.server_info().unwrap().run_id.is_some());
+}
+
+#[test]
+fn percent_encoded_password_and_acl_noperm() {
+    let server = RedisServer::start_with(&["--requirepass", "p@ss/w0rd"]);
+    let port = server.port();
+    let url = format!("redis://:p%40ss%2Fw0rd@127.0.0.1:{port}/0");
+    let b = backend(&url, TIMEOUT);
+    assert_no_secret(&format!("{b:?} {}", b.describe()));
+    let t = token(16);
+    assert!(b.acquire(b"k", &t, TTL).unwrap());
+
+    // An ACL user without the right to run SET: NOPERM.
+    let mut admin = connect(&url);
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "reader",
+            "on",
+            ">reader-pw",
+            "~*",
+            "+get",
+            "+info",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let reader = backend(
+        &format!("redis://reader:reader-pw@127.0.0.1:{port}/0"),
+        TIMEOUT,
+    );
+    let r = reader.acquire(b"k2", &t, TTL);
+    assert_eq!(kind(&r), BackendErrorKind::Auth, "{r:?}");
+    assert!(!format!("{r:?}").contains("reader-pw"));
+}
+
+#[test]
+fn malformed_url_is_a_config_error_without_the_password() {
+    for url in [
+        "redis://user:Sup3r-Secret-Pw@127.0.0.1:notaport/0",
+        "http://:Sup3r-Secret-Pw@127.0.0.1:6379",
+        "redis://:Sup3r-Secret-Pw@127.0.0.1:6379/db",
+        "not a url",
+    ] {
+        let err = RedisBackend::open(url, TIMEOUT).unwrap_err();
+        assert_eq!(err.kind(), BackendErrorKind::Config, "{url}");
+        assert_no_secret(&format!("{err} {err:?}"));
+    }
+}
+
+#[test]
+fn open_is_lazy_and_refused_port_is_unreachable_fast() {
+    let port = free_port(); // nothing listens there
+    let b = backend(
+        &format!("redis://127.0.0.1:{port}/0"),
+        Duration::from_secs(3),
+    );
+    let start = Instant::now();
+    let r = b.acquire(b"k", &token(17), TTL);
+    assert_eq!(kind(&r), BackendErrorKind::Unreachable, "{r:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(kind(&b.server_info()), BackendErrorKind::Unreachable);
+    let results = b.batch(&[
+        Op::Release {
+            key: b"k",
+            token: &token(17),
+        },
+        Op::Release {
+            key: b"k2",
+            token: &token(17),
+        },
+    ]);
+    assert!(
+        results
+            .iter()
+            .all(|r| kind(r) == BackendErrorKind::Unreachable)
+    );
+}
+
+#[test]
+fn dns_failure_is_unreachable() {
+    let b = backend("redis://no-such-host.invalid:6379/0", TIMEOUT);
+    let r = b.release(b"k", &token(18));
+    assert_eq!(kind(&r), BackendErrorKind::Unreachable, "{r:?}");
+}
+
+#[test]
+fn paused_server_times_out_and_the_connection_is_not_reused() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    let b = backend(&server.url(), timeout);
+    let (t, other) = (token(19), token(20));
+    assert!(b.acquire(b"warm", &t, TTL).unwrap()); // a pooled connection now
+    server.set(b"taken", &other);
+
+    server.pause();
+    let start = Instant::now();
+    let r = b.acquire(b"late", &t, TTL);
+    let elapsed = start.elapsed();
+    assert_eq!(kind(&r), BackendErrorKind::Timeout, "{r:?}");
+    assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+    // A new connection to a frozen server times out as well.
+    let fresh = backend(&server.url(), timeout);
+    assert_eq!(kind(&fresh.release(b"x", &t)), BackendErrorKind::Timeout);
+    server.resume();
+
+    // The frozen SET is applied when the server wakes up: "maybe applied".
+    assert!(wait_until(Duration::from_secs(3), || server
+        .get(b"late")
+        .is_some()));
+    // The late "+OK" to that SET must not be read as this answer.
+    assert!(!b.acquire(b"taken", &t, TTL).unwrap());
+    assert!(b.release(b"late", &t).unwrap());
+    assert!(!b.release(b"late", &t).unwrap());
+    assert_eq!(server.get(b"taken"), Some(other));
+}
+
+#[test]
+fn blackholed_connection_times_out_then_recovers() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let b = backend(&proxy.url(), Duration::from_millis(300));
+    let t = token(21);
+    assert!(b.acquire(b"k", &t, TTL).unwrap());
+    proxy.blackhole();
+    let r = b.batch(&[
+        Op::Extend {
+            key: b"k",
+            token: &t,
+            ttl: TTL,
+        },
+        Op::Acquire {
+            key: b"k2",
+            token: &t,
+            ttl: TTL,
+        },
+    ]);
+    assert!(
+        r.iter().all(|r| kind(r) == BackendErrorKind::Timeout),
+        "{r:?}"
+    );
+    proxy.pass();
+    // Fresh connection, own answers: k is held by us (refused), k2 unset.
+    assert!(!b.acquire(b"k", &t, TTL).unwrap());
+    assert!(b.acquire(b"k2", &t, TTL).unwrap());
+    assert!(b.release(b"k", &t).unwrap());
+}
+
+#[test]
+fn client_pause_write_times_out_and_recovers() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), Duration::from_millis(200));
+    let t = token(22);
+    assert!(b.release(b"warm", &t).is_ok());
+    let paused_at = Instant::now();
+    server.client_pause_write(700);
+    let r = b.acquire(b"paused", &t, TTL);
+    assert_eq!(kind(&r), BackendErrorKind::Timeout, "{r:?}");
+    // Reads still work during a write pause; writes wait for it to end.
+    thread::sleep(Duration::from_millis(800).saturating_sub(paused_at.elapsed()));
+    // "Maybe applied": whether the timed-out SET ran (Redis drops a paused
+    // command whose client disconnected, but a frozen server runs it), the
+    // release cleans up and the next answers are the backend's own.
+    assert!(b.release(b"paused", &t).is_ok());
+    assert_eq!(server.get(b"paused"), None);
+    assert!(b.acquire(b"paused", &t, TTL).unwrap());
+}
+
+#[test]
+fn server_info_run_id_changes_across_kill9_and_restart() {
+    let mut server = RedisServer::start();
+    let b = backend(&server.url(), TIMEOUT);
+    let before = b.server_info().unwrap();
+    assert_eq!(before.run_id.as_deref(), Some(server.run_id().as_str()));
+    assert!(before.uptime.unwrap() < Duration::from_secs(60));
+    assert!(b.acquire(b"k", &token(23), TTL).unwrap());
+
+    server.kill9();
+    server.restart();
+    // The pooled connection is dead; the backend retries on a fresh one
+    // instead of failing, and that connection refreshes the cached info.
+    assert!(
+        b.acquire(b"k", &token(23), TTL).unwrap(),
+        "no persistence: key gone"
+    );
+    let after = b.server_info().unwrap();
+    assert_ne!(after.run_id, before.run_id);
+    assert_eq!(after.run_id.as_deref(), Some(server.run_id().as_str()));
+    assert_eq!(b.fetch_server_info().unwrap().run_id, after.run_id);
+}
+
+#[test]
+fn persistent_restart_keeps_the_key() {
+    let mut server = RedisServer::start_persistent();
+    let b = backend(&server.url(), TIMEOUT);
+    let t = token(24);
+    assert!(b.acquire(b"durable", &t, TTL).unwrap());
+    server.kill9();
+    assert_eq!(
+        kind(&b.release(b"durable", &token(25))),
+        BackendErrorKind::Unreachable
+    );
+    server.restart();
+    assert_eq!(server.get(b"durable"), Some(t.clone()));
+    let pttl = server.pttl(b"durable");
+    assert!(pttl > 0 && pttl <= 10_000, "{pttl}");
+    assert!(b.release(b"durable", &t).unwrap());
+}
+
+#[test]
+fn shared_backend_from_several_threads() {
+    let servers = RedisServers::start(1);
+    let b = backend(&servers.urls()[0], TIMEOUT);
+    thread::scope(|s| {
+        for n in 0..4u8 {
+            let b = b.clone();
+            s.spawn(move || {
+                let t = token(100 + n);
+                for i in 0..50 {
+                    let key = format!("t{n}:{i}").into_bytes();
+                    assert!(b.acquire(&key, &t, TTL).unwrap());
+                    assert!(b.release(&key, &t).unwrap());
+                }
+            });
+        }
+    });
+    assert!(servers[0].keys().is_empty());
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_to_a_plain_port_fails_instead_of_hanging() {
+    let server = RedisServer::start();
+    for fragment in ["", "#insecure"] {
+        let url = format!(
+            "rediss://:{PASSWORD}@127.0.0.1:{}/0{fragment}",
+            server.port()
+        );
+        let b = backend(&url, Duration::from_millis(500));
+        let start = Instant::now();
+        let r = b.acquire(b"k", &token(26), TTL);
+        let e = r.as_ref().unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            start.elapsed()
+        );
+        assert!(
+            matches!(
+                e.kind(),
+                BackendErrorKind::Config
+                    | BackendErrorKind::Timeout
+                    | BackendErrorKind::Unreachable
+            ),
+            "{e}"
+        );
+        assert_no_secret(&format!("{e} {e:?}"));
+    }
+    assert!(server.keys().is_empty());
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_end_to_end_against_a_tls_server() {
+    let server = RedisServer::start_tls();
+    let b = backend(&server.tls_url(), TIMEOUT);
+    assert!(
+        b.describe().starts_with("rediss://127.0.0.1:"),
+        "{}",
+        b.describe()
+    );
+    let t = token(27);
+    assert!(b.acquire(b"tls", &t, TTL).unwrap());
+    assert_eq!(server.get(b"tls"), Some(t.clone()));
+    assert!(b.extend(b"tls", &t, TTL).unwrap());
+    assert!(b.server_info().unwrap().run_id.is_some());
+    assert!(b.release(b"tls", &t).unwrap());
+    // Without `#insecure` the self-signed certificate is refused.
+    let strict = backend(&server.tls_url().replace("#insecure", ""), TIMEOUT);
+    let r = strict.acquire(b"tls", &t, TTL);
+    assert_eq!(kind(&r), BackendErrorKind::Config, "{r:?}");
+    assert!(server.keys().is_empty());
+}
+
+#[cfg(not(feature = "tls"))]
+#[test]
+fn tls_url_without_the_feature_is_a_config_error() {
+    let err =
+        RedisBackend::open(&format!("rediss://:{PASSWORD}@127.0.0.1:6379"), TIMEOUT).unwrap_err();
+    assert_eq!(err.kind(), BackendErrorKind::Config);
+    assert!(err.to_string().contains("tls"), "{err}");
+    assert_no_secret(&err.to_string());
+}

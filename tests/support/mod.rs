@@ -1,0 +1,427 @@
+//! Test harness: real `redis-server` processes on free loopback ports.
+//!
+//! Every server is killed (SIGKILL, by pid) and its temporary directory
+//! removed when its [`RedisServer`] is dropped, also when the test panics.
+//! A missing `redis-server` binary fails the test loudly: these tests are
+//! never skipped.
+//!
+//! Each integration test file does `mod support;` and uses only part of
+//! this, hence the `dead_code` allowance.
+#![allow(dead_code, unreachable_pub)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+
+pub mod proxy;
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a starting server may take to answer `PING`.
+const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// Attempts to find a port that is still free when the server binds it.
+const PORT_ATTEMPTS: usize = 5;
+/// Read timeout of inspection connections.
+const INSPECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+const INSTALL_HINT: &str = "`redis-server` was not found on PATH. The real-server tests need it: \
+     install it with `apt-get install -y redis-server` (Debian/Ubuntu) or run `scripts/test.sh`.";
+
+/// A free loopback port (bound, then released; a race with other processes
+/// is possible, so starting retries).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// A temporary directory, removed on drop.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(prefix: &str) -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let path = std::env::temp_dir().join(format!(
+            "{prefix}-{}-{}-{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        Self { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// One `redis-server` process.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    tls_port: Option<u16>,
+    args: Vec<String>,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    /// A server without persistence.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A server with `extra` arguments after the defaults (later arguments
+    /// win, e.g. `--appendonly yes`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let dir = TempDir::new("quorum-lock-redis");
+        let args: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        Self::start_in(dir, args, None)
+    }
+
+    fn start_in(dir: TempDir, mut args: Vec<String>, tls: Option<()>) -> Self {
+        let mut last_error = String::new();
+        let base_len = args.len();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            args.truncate(base_len);
+            let tls_port = tls.map(|()| free_port());
+            if let Some(tls_port) = tls_port {
+                args.extend(["--tls-port".to_owned(), tls_port.to_string()]);
+            }
+            match spawn(port, &args, dir.path()) {
+                Ok(child) => {
+                    return Self {
+                        child: Some(child),
+                        port,
+                        tls_port,
+                        args,
+                        dir,
+                    };
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start redis-server after {PORT_ATTEMPTS} attempts: {last_error}");
+    }
+
+    /// A server that also listens for TLS (self-signed certificate made
+    /// with `openssl`; clients are not asked for certificates). The plain
+    /// port stays open for inspection; see [`tls_url`](Self::tls_url).
+    pub fn start_tls() -> Self {
+        let dir = TempDir::new("quorum-lock-redis-tls");
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        let status = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("`openssl` is needed for the TLS tests ({e}): apt-get install -y openssl")
+            });
+        assert!(
+            status.success(),
+            "openssl could not make a test certificate"
+        );
+        let path = |p: &Path| p.to_string_lossy().into_owned();
+        let args = vec![
+            "--tls-cert-file".to_owned(),
+            path(&cert),
+            "--tls-key-file".to_owned(),
+            path(&key),
+            "--tls-ca-cert-file".to_owned(),
+            path(&cert),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        Self::start_in(dir, args, Some(()))
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/0#insecure` (the certificate is
+    /// self-signed) for a server from [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("not started with start_tls");
+        format!("rediss://127.0.0.1:{port}/0#insecure")
+    }
+
+    /// A server with an append-only file fsynced at every write, so a
+    /// [`restart`](Self::restart) after [`kill9`](Self::kill9) keeps the keys.
+    pub fn start_persistent() -> Self {
+        Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// The pid of the running process.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is not running").id()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// SIGKILL, and wait for the process to be gone. Idempotent.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, with the same arguments and
+    /// directory (so an append-only file is reloaded). Kills it first if it
+    /// still runs.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match spawn(self.port, &self.args, self.dir.path()) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return;
+                }
+                // The port may linger briefly; retry within the bound.
+                Err(e) if Instant::now() >= deadline => panic!("restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// SIGSTOP: the server freezes with its sockets open (clients time out).
+    pub fn pause(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        signal(self.pid(), "CONT");
+    }
+
+    /// `CLIENT PAUSE ms WRITE`: writes (and scripts) wait, reads go on.
+    pub fn client_pause_write(&self, ms: u64) {
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("WRITE")
+            .query(&mut self.conn())
+            .expect("CLIENT PAUSE");
+    }
+
+    /// A new inspection connection (read/write timeout 5 s).
+    pub fn conn(&self) -> redis::Connection {
+        connect(&self.url())
+    }
+
+    /// Runs a command on a new inspection connection.
+    pub fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        cmd.query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("{cmd:?} failed: {e}"))
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.cmd(redis::cmd("GET").arg(key))
+    }
+
+    pub fn set(&self, key: &[u8], value: &[u8]) {
+        let _: () = self.cmd(redis::cmd("SET").arg(key).arg(value));
+    }
+
+    /// `PTTL`: -2 when the key is missing, -1 without expiry.
+    pub fn pttl(&self, key: &[u8]) -> i64 {
+        self.cmd(redis::cmd("PTTL").arg(key))
+    }
+
+    /// All keys (`KEYS *`, fine for tests).
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let mut keys: Vec<Vec<u8>> = self.cmd(redis::cmd("KEYS").arg("*"));
+        keys.sort();
+        keys
+    }
+
+    pub fn flushall(&self) {
+        let _: () = self.cmd(&redis::cmd("FLUSHALL"));
+    }
+
+    /// `INFO server` `run_id`.
+    pub fn run_id(&self) -> String {
+        let info: String = self.cmd(redis::cmd("INFO").arg("server"));
+        info.lines()
+            .find_map(|l| l.trim_end().strip_prefix("run_id:"))
+            .expect("run_id in INFO")
+            .to_owned()
+    }
+
+    /// The server's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // SIGKILL also ends a SIGSTOPped process.
+        self.kill9();
+    }
+}
+
+/// Several independent servers.
+#[derive(Debug)]
+pub struct RedisServers {
+    servers: Vec<RedisServer>,
+}
+
+impl RedisServers {
+    pub fn start(n: usize) -> Self {
+        Self {
+            servers: (0..n).map(|_| RedisServer::start()).collect(),
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+}
+
+impl std::ops::Deref for RedisServers {
+    type Target = [RedisServer];
+    fn deref(&self) -> &[RedisServer] {
+        &self.servers
+    }
+}
+
+impl std::ops::DerefMut for RedisServers {
+    fn deref_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.servers
+    }
+}
+
+/// An inspection connection to `url` with 5 s timeouts.
+pub fn connect(url: &str) -> redis::Connection {
+    let client = redis::Client::open(url).expect("inspection URL");
+    let conn = client
+        .get_connection_with_timeout(INSPECT_TIMEOUT)
+        .unwrap_or_else(|e| panic!("inspection connection to {url}: {e}"));
+    conn.set_read_timeout(Some(INSPECT_TIMEOUT))
+        .expect("read timeout");
+    conn.set_write_timeout(Some(INSPECT_TIMEOUT))
+        .expect("write timeout");
+    conn
+}
+
+/// Sends a signal with `kill(1)`: no libc dependency (and no `unsafe`) for
+/// the few signals the tests send.
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill(1)");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// Starts `redis-server` on `port` and waits until it answers `PING`.
+/// `Err` when it exits early (e.g. the port was taken) or never answers.
+fn spawn(port: u16, extra: &[String], dir: &Path) -> Result<Child, String> {
+    let log = dir.join("redis.log");
+    let mut command = Command::new("redis-server");
+    command
+        .arg("--port")
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--enable-debug-command", "local"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(&log)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+        Err(e) => panic!("cannot run redis-server: {e}"),
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(format!(
+                "redis-server on port {port} exited with {status}: {stderr}{}",
+                tail(&log, 10)
+            ));
+        }
+        if ping(port) {
+            return Ok(child);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "redis-server on port {port} did not answer PING within {START_TIMEOUT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// True when something on `port` answers `PING` with `+PONG` (or
+/// `-NOAUTH`, which proves a Redis server is up too).
+fn ping(port: u16) -> bool {
+    use std::io::Write;
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(n) if n > 0 => buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"),
+        _ => false,
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
