@@ -112,7 +112,6 @@ impl LockGuard {
         }
     }
 
-    #[allow(dead_code)] // used by the watchdog registration (next commit)
     pub(crate) fn lease(&self) -> &Arc<Lease> {
         &self.lease
     }

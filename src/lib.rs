@@ -98,6 +98,7 @@ mod error;
 mod guard;
 mod manager;
 mod token;
+mod watchdog;
 
 pub use backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
@@ -107,7 +108,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, NodeOutcome, NodeReport, Operation, Report, Result};
 pub use guard::LockGuard;
 pub use manager::{
-    DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_TTL, DEFAULT_NODE_TIMEOUT, DEFAULT_TTL, LockManager,
-    LockManagerBuilder, LockOptions, MAX_TTL_LIMIT, RetryPolicy,
+    DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_HOLD, DEFAULT_MAX_TTL, DEFAULT_NODE_TIMEOUT, DEFAULT_TTL,
+    LockManager, LockManagerBuilder, LockOptions, MAX_TTL_LIMIT, RetryPolicy,
 };
 pub use token::{TOKEN_LEN, Token};

@@ -2,7 +2,9 @@
 //! [`LockOptions`] and the [`RetryPolicy`].
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
@@ -15,6 +17,7 @@ use crate::engine::{Engine, Gather, Request, majority};
 use crate::error::{Error, NodeOutcome, Operation, Report, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::token::{Token, random_u64};
+use crate::watchdog::{RenewalPlan, Watchdog};
 
 /// Default lock TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -27,6 +30,8 @@ pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(60);
 /// The largest `max_ttl` the builder accepts (30 days): far below what the
 /// servers' millisecond expiry arithmetic can express.
 pub const MAX_TTL_LIMIT: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Default longest hold of an auto-extended lock.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(600);
 
 /// Acquires, extends and releases locks over a quorum of nodes.
 ///
@@ -57,6 +62,18 @@ pub struct LockManager {
 struct Inner {
     engine: Engine,
     config: Config,
+    /// The auto-extension timer, started by the first auto-extended lock.
+    watchdog: Mutex<Option<Watchdog>>,
+}
+
+/// A weak handle for the watchdog thread, so it never keeps the manager
+/// (and its node workers) alive.
+pub(crate) struct ManagerRef(Weak<Inner>);
+
+impl ManagerRef {
+    pub(crate) fn upgrade(&self) -> Option<LockManager> {
+        self.0.upgrade().map(|inner| LockManager { inner })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -143,7 +160,7 @@ impl LockManager {
         loop {
             attempts = attempts.saturating_add(1);
             let error = match self.acquire_once(resource, &key, ttl) {
-                Ok(guard) => return Ok(guard),
+                Ok(guard) => return self.start_auto_extend(guard, ttl, options),
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
             };
@@ -153,6 +170,79 @@ impl LockManager {
             };
             std::thread::sleep(delay);
         }
+    }
+
+    /// Runs `work` while holding `resource` under auto-extension, then
+    /// releases it, also when `work` panics (the panic then continues).
+    /// Returns what `work` returned.
+    ///
+    /// `work` gets the guard: call [`LockGuard::check`] before any step
+    /// that must not run without the lock (an extend can fail), or watch
+    /// [`LockGuard::lost_signal`].
+    ///
+    /// ```
+    /// use quorum_lock::{LockManager, LockOptions, MemoryBackend};
+    ///
+    /// let locks = LockManager::builder().node(MemoryBackend::new("mem")).build()?;
+    /// let total = locks.with_lock("ledger", &LockOptions::new(), |guard| {
+    ///     guard.check()?;
+    ///     Ok::<_, quorum_lock::Error>(40 + 2)
+    /// })??;
+    /// assert_eq!(total, 42);
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with`](Self::lock_with), when the lock cannot be taken;
+    /// `work` does not run then. A failing release after `work` is not an
+    /// error: the keys expire with their TTL.
+    pub fn with_lock<T>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        options: &LockOptions,
+        work: impl FnOnce(&LockGuard) -> T,
+    ) -> Result<T> {
+        let guard = self.lock_with(resource, &options.clone().auto_extend(true))?;
+        // On a panic in `work`, unwinding drops the guard, which queues the
+        // release on every node.
+        let value = work(&guard);
+        // The work is done; a release that no quorum confirmed leaves keys
+        // that expire by themselves, so there is nothing for the caller to do.
+        let _ = guard.release();
+        Ok(value)
+    }
+
+    /// Registers a fresh guard with the watchdog when asked to.
+    fn start_auto_extend(
+        &self,
+        guard: LockGuard,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> Result<LockGuard> {
+        if !options.auto_extend {
+            return Ok(guard);
+        }
+        let plan = RenewalPlan {
+            ttl,
+            max_hold: options.max_hold.unwrap_or(DEFAULT_MAX_HOLD),
+            max_extensions: options.max_extensions,
+            acquired_at: self.now(),
+        };
+        let mut watchdog = self.inner.watchdog.lock();
+        if watchdog.is_none() {
+            let started =
+                Watchdog::start(ManagerRef(Arc::downgrade(&self.inner))).map_err(|e| {
+                    Error::Config {
+                        reason: format!("cannot start the auto-extension thread: {e}"),
+                    }
+                })?;
+            *watchdog = Some(started);
+        }
+        if let Some(watchdog) = watchdog.as_ref() {
+            watchdog.watch(guard.lease(), plan);
+        }
+        Ok(guard)
     }
 
     /// Waits until every node has processed the operations queued so far
@@ -568,6 +658,9 @@ pub struct LockOptions {
     ttl: Option<Duration>,
     wait: Option<Duration>,
     retry: Option<RetryPolicy>,
+    auto_extend: bool,
+    max_hold: Option<Duration>,
+    max_extensions: Option<u32>,
 }
 
 impl LockOptions {
@@ -595,6 +688,34 @@ impl LockOptions {
     #[must_use]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = Some(retry);
+        self
+    }
+
+    /// Keep the lock alive in the background: it is extended at about a
+    /// third of its TTL (each extend a full quorum vote), until the guard is
+    /// released or dropped, an extend fails (the guard is then lost and
+    /// [`LockGuard::lost_signal`] fires), or a bound is reached
+    /// ([`max_hold`](Self::max_hold), [`max_extensions`](Self::max_extensions)).
+    /// One timer thread per manager serves every such lock. Default: off.
+    #[must_use]
+    pub fn auto_extend(mut self, on: bool) -> Self {
+        self.auto_extend = on;
+        self
+    }
+
+    /// With auto-extension: stop extending once the lock has been held this
+    /// long; it then expires within one TTL. Default: 10 minutes.
+    #[must_use]
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// With auto-extension: stop after this many automatic extends.
+    /// Default: no count limit (the hold time bounds it).
+    #[must_use]
+    pub fn max_extensions(mut self, max: u32) -> Self {
+        self.max_extensions = Some(max);
         self
     }
 }
@@ -830,7 +951,11 @@ impl LockManagerBuilder {
             .collect::<Result<Vec<_>>>()?;
         let engine = Engine::start(backends)?;
         Ok(LockManager {
-            inner: Arc::new(Inner { engine, config }),
+            inner: Arc::new(Inner {
+                engine,
+                config,
+                watchdog: Mutex::new(None),
+            }),
         })
     }
 }

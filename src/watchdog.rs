@@ -1,0 +1,228 @@
+//! Auto-extension: one shared timer thread per manager renews every
+//! auto-extended lock at about a third of its TTL.
+//!
+//! Renewal is bounded (a maximum hold time and, optionally, a maximum
+//! number of extensions), stops for good at the first failed extend (the
+//! lease is then marked lost and its holder notified), and never runs after
+//! the guard released or forgot the lock: the release marks the lease
+//! finished under the same lock the watchdog holds while it sends an extend.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use crate::error::Error;
+use crate::guard::Lease;
+use crate::manager::{ExtendInFlight, LockManager, ManagerRef};
+
+/// How a lease is renewed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RenewalPlan {
+    /// TTL set by each extend.
+    pub(crate) ttl: Duration,
+    /// Stop extending once the lock has been held this long.
+    pub(crate) max_hold: Duration,
+    /// Stop after this many automatic extends, if set.
+    pub(crate) max_extensions: Option<u32>,
+    /// When the lock was acquired, on the manager's clock.
+    pub(crate) acquired_at: Instant,
+}
+
+impl RenewalPlan {
+    /// Time between extends: a third of the TTL, so two more attempts fit
+    /// before the validity would run out.
+    fn interval(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    /// Why renewal must stop now, if it must.
+    fn exhausted(&self, now: Instant, extensions: u32) -> Option<String> {
+        if self.max_extensions.is_some_and(|max| extensions >= max) {
+            return Some(format!("the bound of {extensions} extensions was reached"));
+        }
+        let held = now.saturating_duration_since(self.acquired_at);
+        if held >= self.max_hold {
+            return Some(format!(
+                "the maximum hold time of {:?} was reached",
+                self.max_hold
+            ));
+        }
+        None
+    }
+}
+
+/// The handle a manager keeps; dropping it stops the timer thread.
+pub(crate) struct Watchdog {
+    register: Sender<Entry>,
+}
+
+struct Entry {
+    lease: Weak<Lease>,
+    plan: RenewalPlan,
+    /// Automatic extends done so far.
+    renewed: u32,
+    /// Renewal has stopped; only the expiry remains to be reported.
+    expiring: bool,
+}
+
+impl Watchdog {
+    /// Starts the timer thread. It holds only a weak reference to the
+    /// manager, so it never keeps the manager alive.
+    pub(crate) fn start(manager: ManagerRef) -> std::io::Result<Self> {
+        let (register, registrations) = crossbeam_channel::unbounded();
+        thread::Builder::new()
+            .name("quorum-lock-watchdog".into())
+            .spawn(move || Timer::default().run(&manager, &registrations))?;
+        Ok(Self { register })
+    }
+
+    /// Starts renewing `lease` per `plan`.
+    pub(crate) fn watch(&self, lease: &Arc<Lease>, plan: RenewalPlan) {
+        // The thread outlives every handle of the manager that owns this
+        // watchdog, so the send cannot fail while we are here.
+        let _ = self.register.send(Entry {
+            lease: Arc::downgrade(lease),
+            plan,
+            renewed: 0,
+            expiring: false,
+        });
+    }
+}
+
+/// The timer thread's state: entries ordered by their next due time.
+#[derive(Default)]
+struct Timer {
+    due: BinaryHeap<Reverse<(Instant, u64)>>,
+    entries: HashMap<u64, Entry>,
+    next_id: u64,
+}
+
+impl Timer {
+    fn run(mut self, manager: &ManagerRef, registrations: &Receiver<Entry>) {
+        loop {
+            let next = self.due.peek().map(|Reverse((at, _))| *at);
+            let received = match next {
+                Some(at) => registrations.recv_deadline(at),
+                None => registrations
+                    .recv()
+                    .map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match received {
+                Ok(entry) => {
+                    let at = Instant::now() + entry.plan.interval();
+                    self.schedule(entry, at);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                // The manager is gone: nothing left to renew.
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let due = self.take_due();
+            if due.is_empty() {
+                continue;
+            }
+            let Some(manager) = manager.upgrade() else {
+                return;
+            };
+            self.renew(&manager, due);
+        }
+    }
+
+    fn schedule(&mut self, entry: Entry, at: Instant) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.entries.insert(id, entry);
+        self.due.push(Reverse((at, id)));
+    }
+
+    fn take_due(&mut self) -> Vec<Entry> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        while let Some(&Reverse((at, id))) = self.due.peek() {
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            if let Some(entry) = self.entries.remove(&id) {
+                due.push(entry);
+            }
+        }
+        due
+    }
+
+    /// Sends every due extend first and only then gathers the answers, so
+    /// many leases due together cost one wait, not one each (the node
+    /// workers batch them into one round trip per node).
+    fn renew(&mut self, manager: &LockManager, due: Vec<Entry>) {
+        let mut in_flight: Vec<(Entry, Arc<Lease>, ExtendInFlight)> = Vec::new();
+        for mut entry in due {
+            let Some(lease) = entry.lease.upgrade() else {
+                continue; // the guard is gone
+            };
+            if entry.expiring {
+                self.watch_expiry(manager, entry, &lease);
+                continue;
+            }
+            let stop = {
+                let state = lease.state();
+                if state.finished || state.lost.is_some() {
+                    continue;
+                }
+                entry.plan.exhausted(manager.now(), entry.renewed)
+            };
+            if let Some(why) = stop {
+                lease.state().renewal_stopped = Some(why);
+                entry.expiring = true;
+                self.watch_expiry(manager, entry, &lease);
+                continue;
+            }
+            match manager.begin_extend(&lease, entry.plan.ttl) {
+                Ok(sent) => in_flight.push((entry, lease, sent)),
+                Err(e) => stop_renewal(&lease, &e),
+            }
+        }
+        for (mut entry, lease, sent) in in_flight {
+            match manager.finish_extend(&lease, sent) {
+                Ok(()) => {
+                    entry.renewed += 1;
+                    let at = Instant::now() + entry.plan.interval();
+                    self.schedule(entry, at);
+                }
+                Err(e) => stop_renewal(&lease, &e),
+            }
+        }
+    }
+
+    /// After renewal stopped: reports the loss once the validity runs out,
+    /// so the holder's notification fires even if it is not polling.
+    fn watch_expiry(&mut self, manager: &LockManager, entry: Entry, lease: &Arc<Lease>) {
+        let now = manager.now();
+        let mut state = lease.state();
+        if state.finished || state.lost.is_some() {
+            return;
+        }
+        let left = state.deadline.saturating_duration_since(now);
+        if left.is_zero() {
+            let why = state.renewal_stopped.clone().unwrap_or_default();
+            state.mark_lost(&Error::Lost {
+                reason: format!("the lock's validity ran out after auto-extension stopped: {why}"),
+                report: None,
+            });
+            return;
+        }
+        drop(state);
+        self.schedule(entry, Instant::now() + left);
+    }
+}
+
+fn stop_renewal(lease: &Lease, error: &Error) {
+    let mut state = lease.state();
+    if !state.finished && state.renewal_stopped.is_none() {
+        state.renewal_stopped = Some(format!("an extend failed: {error}"));
+    }
+    // A failed extend already marked the lease lost; anything else (the
+    // guard finished meanwhile) needs no notice.
+}
