@@ -732,6 +732,7 @@ pub struct LockManagerBuilder {
     prefix: Vec<u8>,
     retry: Option<RetryPolicy>,
     clock: Option<Arc<dyn Clock>>,
+    restart_quarantine: Option<bool>,
 }
 
 /// A configured node, opened at `build` (Redis URLs then get the final
@@ -877,6 +878,19 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Restart quarantine: a node whose server restarted, or has been up
+    /// for less than `max_ttl` plus drift, does not count towards a quorum
+    /// until that much time has passed since its start (it may have
+    /// forgotten locks it held). Needs a backend that reports its identity
+    /// ([`Backend::server_info`]; Redis does). Switching it off is safe only
+    /// when every node persists its keys durably (`appendfsync always`), or
+    /// restarts are always delayed by `max_ttl` by the operator. Default: on.
+    #[must_use]
+    pub fn restart_quarantine(mut self, on: bool) -> Self {
+        self.restart_quarantine = Some(on);
+        self
+    }
+
     /// The monotonic clock for every validity computation. Default: the
     /// OS monotonic clock. Tests inject a [`ManualClock`](crate::ManualClock).
     #[must_use]
@@ -949,7 +963,11 @@ impl LockManagerBuilder {
             .into_iter()
             .map(|node| node.open(node_timeout))
             .collect::<Result<Vec<_>>>()?;
-        let engine = Engine::start(backends)?;
+        let quarantine = self
+            .restart_quarantine
+            .unwrap_or(false)
+            .then(|| max_ttl.saturating_add(drift(max_ttl, drift_factor)));
+        let engine = Engine::start(backends, quarantine, Arc::clone(&config.clock))?;
         Ok(LockManager {
             inner: Arc::new(Inner {
                 engine,

@@ -16,6 +16,10 @@ use crate::clock::{Clock, MonotonicClock};
 /// test that forgets [`MemoryBackend::resume`] cannot hang forever.
 const MAX_PAUSE: Duration = Duration::from_secs(60);
 
+/// The uptime a node that was never restarted reports (a year): it never
+/// held a lock before it was created, so it has none to forget.
+const NEVER_RESTARTED_UPTIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// A hook run before each operation: see [`MemoryBackend::set_hook`].
 pub type CallHook = Arc<dyn Fn(&Op<'_>) + Send + Sync>;
 
@@ -317,8 +321,10 @@ impl Backend for MemoryBackend {
         ops.iter().map(|op| self.apply(op)).collect()
     }
 
+    /// The node's identity, without a round trip (like Redis' identity
+    /// cached per connection). A node that never restarted reports a long
+    /// uptime: it has never forgotten a lock, so nothing needs quarantine.
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
-        self.round_trip();
         let now = self.inner.clock.now();
         let state = self.inner.state.lock();
         if state.down {
@@ -327,9 +333,15 @@ impl Backend for MemoryBackend {
                 "node is down (injected)",
             ));
         }
+        let since_start = now.saturating_duration_since(state.started_at);
+        let uptime = if state.generation == 0 {
+            NEVER_RESTARTED_UPTIME.saturating_add(since_start)
+        } else {
+            since_start
+        };
         Ok(ServerInfo {
             run_id: Some(format!("{}#{}", self.inner.name, state.generation)),
-            uptime: Some(now.saturating_duration_since(state.started_at)),
+            uptime: Some(uptime),
         })
     }
 }

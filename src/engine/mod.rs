@@ -7,6 +7,7 @@
 //! that follows a failed round always runs after the acquire it undoes,
 //! even when that acquire's answer came too late to count.
 
+mod identity;
 mod tally;
 pub(crate) mod validity;
 mod worker;
@@ -16,10 +17,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
+use self::identity::Registry;
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
-use self::worker::{Health, Job};
+use self::worker::{Health, Job, Shared};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
+use crate::clock::Clock;
 use crate::error::{Error, NodeOutcome, Operation};
 use crate::token::Token;
 
@@ -56,17 +59,34 @@ pub(crate) enum Gather {
 }
 
 impl Engine {
-    /// Starts one worker per backend.
-    pub(crate) fn start(backends: Vec<Arc<dyn Backend>>) -> Result<Self, Error> {
+    /// Starts one worker per backend. `quarantine` is the restart
+    /// quarantine (max TTL plus drift), `None` to switch it off; `clock` the
+    /// manager's clock.
+    pub(crate) fn start(
+        backends: Vec<Arc<dyn Backend>>,
+        quarantine: Option<Duration>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, Error> {
+        let shared = Arc::new(Shared {
+            clock,
+            quarantine,
+            registry: Registry::default(),
+            names: backends.iter().map(|b| b.describe()).collect(),
+        });
         let mut nodes = Vec::with_capacity(backends.len());
         for (index, backend) in backends.into_iter().enumerate() {
             let name = backend.describe();
             let (jobs, queue) = unbounded();
             let health = Arc::new(Health::default());
-            worker::spawn(index, backend, queue, Arc::clone(&health)).map_err(|e| {
-                Error::Config {
-                    reason: format!("cannot start the worker thread for node {name}: {e}"),
-                }
+            worker::spawn(
+                index,
+                backend,
+                queue,
+                Arc::clone(&health),
+                Arc::clone(&shared),
+            )
+            .map_err(|e| Error::Config {
+                reason: format!("cannot start the worker thread for node {name}: {e}"),
             })?;
             nodes.push(Node { name, jobs, health });
         }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use super::identity::{Identity, Registry, Standing};
 use crate::backend::{Backend, BackendError, BackendErrorKind, Op};
+use crate::clock::Clock;
 use crate::error::{NodeOutcome, Operation};
 use crate::token::Token;
 
@@ -60,12 +62,16 @@ pub(crate) fn spawn(
     backend: Arc<dyn Backend>,
     jobs: Receiver<Job>,
     health: Arc<Health>,
+    shared: Arc<Shared>,
 ) -> std::io::Result<()> {
     let name = format!("quorum-lock-node{index}");
+    let identity = Identity::new(index, shared.quarantine);
     thread::Builder::new().name(name).spawn(move || {
         Worker {
             backend,
             health,
+            shared,
+            identity,
             failures: 0,
             backoff: FIRST_BACKOFF,
             probe_at: None,
@@ -75,9 +81,23 @@ pub(crate) fn spawn(
     Ok(())
 }
 
+/// What every worker of one engine shares.
+pub(crate) struct Shared {
+    /// The manager's clock, for quarantine times.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Restart quarantine (max TTL plus drift), or `None` when off.
+    pub(crate) quarantine: Option<Duration>,
+    /// Run ids seen, for duplicate detection.
+    pub(crate) registry: Registry,
+    /// Node names, for reports.
+    pub(crate) names: Vec<String>,
+}
+
 struct Worker {
     backend: Arc<dyn Backend>,
     health: Arc<Health>,
+    shared: Arc<Shared>,
+    identity: Identity,
     failures: u32,
     backoff: Duration,
     /// Set while the node is down: when to probe it next.
@@ -171,14 +191,51 @@ impl Worker {
         }
         let results = self.call_backend(&ops);
         self.note_health(&results);
+        let standing = self.standing(&results);
         for (job, result) in sent.into_iter().zip(results) {
-            if let Job::Op { reply, .. } = job {
+            if let Job::Op { op, reply, .. } = job {
                 let outcome = match result {
-                    Ok(true) => NodeOutcome::Granted,
+                    Ok(true) if *op == Operation::Release => NodeOutcome::Granted,
+                    Ok(true) => self.grant(standing),
                     Ok(false) => NodeOutcome::Refused,
                     Err(e) => NodeOutcome::Failed(e),
                 };
                 reply_to(reply.as_ref(), outcome);
+            }
+        }
+    }
+
+    /// Which server answered this batch, and what its grants count for.
+    /// Asked after the batch: a backend that reconnected to a restarted
+    /// server learns the new identity while serving it (for Redis it is
+    /// read with the connection, so this costs no round trip).
+    fn standing(&mut self, results: &[Result<bool, BackendError>]) -> Standing {
+        let answered = results.iter().any(Result::is_ok);
+        if answered {
+            let backend = &self.backend;
+            if let Ok(Ok(info)) = catch_unwind(AssertUnwindSafe(|| backend.server_info())) {
+                let now = self.shared.clock.now();
+                self.identity.observe(&info, now, &self.shared.registry);
+            }
+        }
+        self.identity.standing(self.shared.clock.now())
+    }
+
+    /// The outcome of a grant from a node in `standing`.
+    fn grant(&self, standing: Standing) -> NodeOutcome {
+        match standing {
+            Standing::Voting => NodeOutcome::Granted,
+            Standing::Quarantined(remaining) => NodeOutcome::Quarantined { remaining },
+            Standing::DuplicateOf(owner) => {
+                let other = self
+                    .shared
+                    .names
+                    .get(owner)
+                    .map_or("another node", String::as_str);
+                NodeOutcome::Failed(BackendError::new(
+                    BackendErrorKind::Config,
+                    format!("the same server as {other} (same run id): one server casts one vote"),
+                ))
             }
         }
     }

@@ -1,0 +1,178 @@
+//! Which server answers for a node: restart quarantine and duplicate-node
+//! detection, from the identity the backend reports ([`ServerInfo`]).
+//!
+//! A server that restarted without durable persistence has forgotten the
+//! locks it held. If it voted at once, a second client could win a quorum
+//! while the first still holds the lock. So a node whose server is younger
+//! than the quarantine (max TTL plus drift), or whose identity changed, has
+//! its grants withheld until that much time has passed since its start:
+//! by then every lock it could have forgotten has expired anyway.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::backend::ServerInfo;
+
+/// Run ids seen by one engine's nodes: the same server configured twice
+/// (e.g. `localhost` and `127.0.0.1`) must not cast two votes.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    by_run_id: Mutex<HashMap<String, usize>>,
+}
+
+/// What a node's grants count for right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Its votes count.
+    Voting,
+    /// Restarted recently: its grants do not count for this much longer.
+    Quarantined(Duration),
+    /// The same server as this (earlier) node: only that one votes.
+    DuplicateOf(usize),
+}
+
+/// One node's view of its server's identity.
+#[derive(Debug)]
+pub(crate) struct Identity {
+    node: usize,
+    /// `None`: quarantine is off.
+    quarantine: Option<Duration>,
+    run_id: Option<String>,
+    quarantined_until: Option<Instant>,
+    duplicate_of: Option<usize>,
+}
+
+impl Identity {
+    pub(crate) fn new(node: usize, quarantine: Option<Duration>) -> Self {
+        Self {
+            node,
+            quarantine,
+            run_id: None,
+            quarantined_until: None,
+            duplicate_of: None,
+        }
+    }
+
+    /// Takes in what the server says about itself, at `now` on the
+    /// manager's clock. Only a new or changed run id does any work.
+    pub(crate) fn observe(&mut self, info: &ServerInfo, now: Instant, registry: &Registry) {
+        let Some(run_id) = info.run_id.as_deref() else {
+            return; // the backend cannot tell: nothing to decide on
+        };
+        if self.run_id.as_deref() == Some(run_id) {
+            return;
+        }
+        let restarted = self.run_id.is_some();
+        {
+            let mut seen = registry.by_run_id.lock();
+            if let Some(old) = self.run_id.take()
+                && seen.get(&old) == Some(&self.node)
+            {
+                seen.remove(&old);
+            }
+            let owner = *seen.entry(run_id.to_owned()).or_insert(self.node);
+            self.duplicate_of = (owner != self.node).then_some(owner);
+        }
+        self.run_id = Some(run_id.to_owned());
+        if let Some(quarantine) = self.quarantine {
+            // A restart we witnessed counts from now unless the server says
+            // how long it has been up; an unknown uptime is taken as zero.
+            let uptime = info.uptime.unwrap_or(Duration::ZERO);
+            let left = quarantine.saturating_sub(uptime);
+            self.quarantined_until = if restarted || !left.is_zero() {
+                Some(now + left)
+            } else {
+                None
+            };
+        }
+    }
+
+    /// What this node's grants count for at `now`.
+    pub(crate) fn standing(&self, now: Instant) -> Standing {
+        if let Some(owner) = self.duplicate_of {
+            return Standing::DuplicateOf(owner);
+        }
+        match self.quarantined_until {
+            Some(until) if until > now => Standing::Quarantined(until - now),
+            _ => Standing::Voting,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const Q: Duration = Duration::from_secs(60);
+
+    fn info(run_id: &str, uptime_secs: u64) -> ServerInfo {
+        ServerInfo {
+            run_id: Some(run_id.into()),
+            uptime: Some(Duration::from_secs(uptime_secs)),
+        }
+    }
+
+    #[test]
+    fn a_young_server_is_quarantined_until_max_ttl_after_its_start() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let mut id = Identity::new(0, Some(Q));
+        id.observe(&info("a", 20), now, &registry);
+        assert_eq!(
+            id.standing(now),
+            Standing::Quarantined(Duration::from_secs(40))
+        );
+        assert_eq!(id.standing(now + Duration::from_secs(40)), Standing::Voting);
+    }
+
+    #[test]
+    fn an_old_server_votes_and_a_restart_quarantines_it() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let mut id = Identity::new(0, Some(Q));
+        id.observe(&info("a", 3600), now, &registry);
+        assert_eq!(id.standing(now), Standing::Voting);
+        let later = now + Duration::from_secs(5);
+        id.observe(&info("b", 2), later, &registry);
+        assert_eq!(
+            id.standing(later),
+            Standing::Quarantined(Duration::from_secs(58))
+        );
+        // The same identity again changes nothing.
+        id.observe(&info("b", 3), later, &registry);
+        assert_eq!(
+            id.standing(later),
+            Standing::Quarantined(Duration::from_secs(58))
+        );
+    }
+
+    #[test]
+    fn quarantine_off_and_unknown_identity() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let mut off = Identity::new(0, None);
+        off.observe(&info("a", 0), now, &registry);
+        assert_eq!(off.standing(now), Standing::Voting);
+        let mut unknown = Identity::new(1, Some(Q));
+        unknown.observe(&ServerInfo::default(), now, &registry);
+        assert_eq!(unknown.standing(now), Standing::Voting);
+    }
+
+    #[test]
+    fn the_same_server_twice_votes_once() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let mut first = Identity::new(0, None);
+        let mut second = Identity::new(1, None);
+        first.observe(&info("same", 100), now, &registry);
+        second.observe(&info("same", 100), now, &registry);
+        assert_eq!(first.standing(now), Standing::Voting);
+        assert_eq!(second.standing(now), Standing::DuplicateOf(0));
+        // After the first node's server changes, the second owns the id.
+        first.observe(&info("other", 100), now, &registry);
+        second.observe(&info("moved", 100), now, &registry);
+        assert_eq!(second.standing(now), Standing::Voting);
+    }
+}

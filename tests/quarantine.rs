@@ -1,0 +1,189 @@
+//! Restart quarantine and duplicate-node detection on in-memory nodes with
+//! an injected clock (the real-Redis scenario is in `tests/torture.rs`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quorum_lock::{
+    Backend, BackendError, Error, LockManager, ManualClock, MemoryBackend, NodeOutcome, Op,
+    RetryPolicy, ServerInfo,
+};
+
+const TTL: Duration = Duration::from_secs(5);
+const MAX_TTL: Duration = Duration::from_secs(10);
+
+fn manager(nodes: &[MemoryBackend], clock: &ManualClock, quarantine: bool) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(Arc::new(clock.clone()))
+        .ttl(TTL)
+        .max_ttl(MAX_TTL)
+        .restart_quarantine(quarantine)
+        .node_timeout(Duration::from_secs(1))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap()
+}
+
+fn nodes(clock: &ManualClock) -> Vec<MemoryBackend> {
+    (0..5)
+        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
+        .collect()
+}
+
+/// The violation Redlock's description warns about: A holds the lock on all
+/// five nodes, three restart empty, and B wins a quorum while A's guard is
+/// still valid. Quarantine prevents it.
+#[test]
+fn restarted_majority_without_quarantine_lets_a_second_holder_in() {
+    let clock = ManualClock::new();
+    let nodes = nodes(&clock);
+    let a = manager(&nodes, &clock, false);
+    let b = manager(&nodes, &clock, false);
+    let guard_a = a.try_lock("r").unwrap();
+    assert!(a.flush(Duration::from_secs(5)), "A holds all five");
+    for node in &nodes[..3] {
+        node.restart();
+    }
+    let guard_b = b.try_lock("r").unwrap();
+    assert!(
+        guard_a.is_valid() && guard_b.is_valid(),
+        "two valid holders: the violation"
+    );
+}
+
+#[test]
+fn quarantine_refuses_until_every_forgotten_lock_has_expired() {
+    let clock = ManualClock::new();
+    let nodes = nodes(&clock);
+    let a = manager(&nodes, &clock, true);
+    let b = manager(&nodes, &clock, true);
+    let guard_a = a.try_lock("r").unwrap();
+    assert!(a.flush(Duration::from_secs(5)));
+    for node in &nodes[..3] {
+        node.restart();
+    }
+    let err = b.try_lock("r").unwrap_err();
+    let Error::NoQuorum { report } = &err else {
+        panic!("expected NoQuorum, got {err}");
+    };
+    let quarantined = report.nodes_where(|o| matches!(o, NodeOutcome::Quarantined { .. }));
+    // The round stops once a quorum is out of reach, so not every
+    // restarted node need have answered; those that did are quarantined.
+    assert!(!quarantined.is_empty(), "{err}");
+    assert!(
+        quarantined
+            .iter()
+            .all(|n| ["mem-0", "mem-1", "mem-2"].contains(n)),
+        "{err}"
+    );
+    assert_eq!(report.granted(), 0, "{err}");
+    assert!(
+        err.to_string().contains("quarantined after restart"),
+        "{err}"
+    );
+    // Still refused just before the quarantine (max TTL + drift) ends.
+    let drift = b.drift_for(MAX_TTL);
+    assert!(guard_a.is_valid());
+    clock.advance(MAX_TTL + drift - Duration::from_millis(1));
+    assert!(!guard_a.is_valid(), "A's lock has expired by now");
+    assert!(b.flush(Duration::from_secs(5)));
+    assert!(b.try_lock("r").unwrap_err().is_no_quorum());
+    clock.advance(Duration::from_millis(1));
+    assert!(b.flush(Duration::from_secs(5)));
+    let guard_b = b.try_lock("r").unwrap();
+    assert!(guard_b.is_valid());
+}
+
+/// The quarantine time left is reported and counts down on the clock.
+#[test]
+fn quarantine_reports_the_time_left() {
+    let clock = ManualClock::new();
+    let nodes = nodes(&clock);
+    let locks = manager(&nodes, &clock, true);
+    nodes[4].restart();
+    clock.advance(Duration::from_secs(3));
+    let guard = locks.try_lock("r").unwrap(); // four voting nodes suffice
+    assert!(locks.flush(Duration::from_secs(5)));
+    let report = guard.release().unwrap();
+    assert_eq!(report.granted(), 5, "releases are not withheld");
+    nodes[0].set_down(true);
+    nodes[1].set_down(true);
+    let err = locks.try_lock("r").unwrap_err();
+    let remaining = err
+        .report()
+        .unwrap()
+        .nodes
+        .iter()
+        .find_map(|n| match n.outcome {
+            NodeOutcome::Quarantined { remaining } => Some(remaining),
+            _ => None,
+        })
+        .expect("mem-4 is quarantined");
+    assert_eq!(
+        remaining,
+        MAX_TTL + locks.drift_for(MAX_TTL) - Duration::from_secs(3)
+    );
+}
+
+/// A second name for the same in-memory server, as `localhost` and
+/// `127.0.0.1` are for one Redis.
+#[derive(Debug, Clone)]
+struct Alias(MemoryBackend, &'static str);
+
+impl Backend for Alias {
+    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        self.0.acquire(key, token, ttl)
+    }
+    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
+        self.0.release(key, token)
+    }
+    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        self.0.extend(key, token, ttl)
+    }
+    fn describe(&self) -> String {
+        self.1.into()
+    }
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+        self.0.batch(ops)
+    }
+    fn server_info(&self) -> Result<ServerInfo, BackendError> {
+        self.0.server_info()
+    }
+}
+
+/// One server configured under two names casts one vote, never two.
+#[test]
+fn the_same_server_twice_never_counts_twice() {
+    let shared = MemoryBackend::new("mem-a");
+    let other = MemoryBackend::new("mem-b");
+    let third = MemoryBackend::new("mem-c");
+    let locks = LockManager::builder()
+        .node(Alias(shared.clone(), "alias-1"))
+        .node(Alias(shared.clone(), "alias-2"))
+        .node(other.clone())
+        .node(third.clone())
+        .node(Alias(MemoryBackend::new("mem-d"), "mem-d"))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    // Warm up: every worker learns its server's identity.
+    drop(locks.try_lock("warm").unwrap());
+    assert!(locks.flush(Duration::from_secs(5)));
+    // An acquire cannot count the same server twice by itself (its second
+    // SET NX is refused), but an extend can: both names would confirm.
+    // Without the check, alias-1 + alias-2 + mem-d would be three of five,
+    // a quorum on two real servers out of four.
+    let mut guard = locks.try_lock("r").unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
+    other.set_down(true);
+    third.set_down(true);
+    let err = guard.extend(Duration::from_secs(5)).unwrap_err();
+    assert!(err.is_lost(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("one server casts one vote"), "{text}");
+    let granted = err.report().unwrap().nodes_where(NodeOutcome::is_granted);
+    let aliases = granted.iter().filter(|n| n.starts_with("alias")).count();
+    assert!(aliases <= 1, "{text}");
+}
