@@ -1,5 +1,6 @@
 //! Model-based test: random sequences of lock / extend / release / drop /
-//! clock steps / faults over five in-memory nodes and three clients, checked
+//! clock steps / faults (down, failures, lost replies, restarts that forget
+//! every key) over five in-memory nodes and three clients, checked
 //! after every step against a simple oracle: at most one client holds a
 //! valid guard on a resource at any time, and a free, healthy cluster
 //! always grants the lock.
@@ -14,6 +15,7 @@ const NODES: usize = 5;
 const CLIENTS: usize = 3;
 const RESOURCES: [&str; 2] = ["alpha", "beta"];
 const TTL: Duration = Duration::from_secs(1);
+const MAX_TTL: Duration = Duration::from_secs(2);
 const STEPS: usize = 300;
 const SEEDS: u64 = 12;
 
@@ -42,7 +44,7 @@ struct World {
 }
 
 impl World {
-    fn new() -> Self {
+    fn new(quarantine: bool) -> Self {
         let clock = ManualClock::new();
         let nodes: Vec<MemoryBackend> = (0..NODES)
             .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
@@ -53,6 +55,8 @@ impl World {
                     .nodes(nodes.iter().cloned())
                     .clock(Arc::new(clock.clone()))
                     .ttl(TTL)
+                    .max_ttl(MAX_TTL)
+                    .restart_quarantine(quarantine)
                     .node_timeout(Duration::from_millis(200))
                     .retry(RetryPolicy::none())
                     .build()
@@ -74,7 +78,7 @@ impl World {
     fn step(&mut self, rng: &mut Rng) {
         let c = rng.below(CLIENTS);
         let r = rng.below(RESOURCES.len());
-        match rng.below(10) {
+        match rng.below(11) {
             0 | 1 => {
                 let ms = rng.below(600) as u64;
                 self.clock.advance(Duration::from_millis(ms));
@@ -116,10 +120,15 @@ impl World {
                 self.nodes[n].fail_next(1);
                 self.log.push(format!("node {n} fail next"));
             }
-            _ => {
+            9 => {
                 let n = rng.below(NODES);
                 self.nodes[n].lose_replies_next(1);
                 self.log.push(format!("node {n} lose next reply"));
+            }
+            _ => {
+                let n = rng.below(NODES);
+                self.nodes[n].restart();
+                self.log.push(format!("node {n} restarted empty"));
             }
         }
     }
@@ -149,7 +158,8 @@ impl World {
             node.fail_next(0);
             node.lose_replies_next(0);
         }
-        self.clock.advance(TTL * 2);
+        // Past every lock's TTL and every restart's quarantine.
+        self.clock.advance(MAX_TTL * 3);
         for (c, client) in self.clients.iter().enumerate() {
             for name in RESOURCES {
                 // A node marked down is probed back within 2 s of real
@@ -182,7 +192,7 @@ impl World {
 fn no_two_clients_ever_hold_the_same_resource() {
     for seed in 1..=SEEDS {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let mut world = World::new();
+        let mut world = World::new(true);
         for _ in 0..STEPS {
             world.step(&mut rng);
             world.check_exclusive(seed);
@@ -195,7 +205,7 @@ fn no_two_clients_ever_hold_the_same_resource() {
 /// quarantine), two clients do end up holding valid guards.
 #[test]
 fn the_oracle_catches_a_forgetful_majority() {
-    let mut world = World::new();
+    let mut world = World::new(false);
     world.held[0][0] = Some(world.clients[0].try_lock(RESOURCES[0]).unwrap());
     assert!(world.clients[0].flush(Duration::from_secs(10)));
     for node in &world.nodes[..3] {
