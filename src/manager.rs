@@ -967,7 +967,7 @@ impl LockManagerBuilder {
             .restart_quarantine
             .unwrap_or(false)
             .then(|| max_ttl.saturating_add(drift(max_ttl, drift_factor)));
-        let engine = Engine::start(backends, quarantine, Arc::clone(&config.clock))?;
+        let engine = Engine::start(backends, quarantine, max_ttl, Arc::clone(&config.clock))?;
         Ok(LockManager {
             inner: Arc::new(Inner {
                 engine,

@@ -215,3 +215,29 @@ fn panicking_backend_does_not_kill_the_engine() {
     assert!(nodes[0].holder(RESOURCE).is_some(), "worker 0 still serves");
     drop(guard);
 }
+
+/// Regression (found with a SIGSTOPped Redis): a release that cannot reach
+/// its node must not be dropped, or an acquire the node applies later (or
+/// already holds) outlives the round. It is retried until the node answers.
+#[test]
+fn release_that_could_not_reach_a_node_is_retried() {
+    let nodes = nodes(3);
+    let locks = manager(&nodes, Duration::from_secs(1));
+    let guard = locks.try_lock(RESOURCE).unwrap();
+    assert!(locks.flush(Duration::from_secs(10)));
+    nodes[0].set_down(true);
+    drop(guard);
+    assert!(locks.flush(Duration::from_secs(10)));
+    assert!(
+        nodes[0].holder(RESOURCE).is_some(),
+        "unreachable: not released yet"
+    );
+    assert!(nodes[1..].iter().all(|n| n.holder(RESOURCE).is_none()));
+    nodes[0].set_down(false);
+    // Bounded wait for the background retry (probe backoff included).
+    let released = (0..500).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        nodes[0].holder(RESOURCE).is_none()
+    });
+    assert!(released, "the release was never retried");
+}

@@ -60,16 +60,19 @@ pub(crate) enum Gather {
 
 impl Engine {
     /// Starts one worker per backend. `quarantine` is the restart
-    /// quarantine (max TTL plus drift), `None` to switch it off; `clock` the
+    /// quarantine (max TTL plus drift), `None` to switch it off; `max_ttl`
+    /// bounds how long an unreachable release is retried; `clock` is the
     /// manager's clock.
     pub(crate) fn start(
         backends: Vec<Arc<dyn Backend>>,
         quarantine: Option<Duration>,
+        max_ttl: Duration,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, Error> {
         let shared = Arc::new(Shared {
             clock,
             quarantine,
+            release_retry_window: max_ttl,
             registry: Registry::default(),
             names: backends.iter().map(|b| b.describe()).collect(),
         });

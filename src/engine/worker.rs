@@ -23,6 +23,11 @@ const DOWN_AFTER: u32 = 2;
 /// First and longest wait before probing a down node again.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How often releases that could not reach the node are sent again.
+const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(100);
+/// Most releases kept for retry per node; beyond that the oldest are left
+/// to expire with their TTL.
+const MAX_RELEASE_RETRIES: usize = 10_000;
 
 /// Where a worker sends the answer for one operation: the round's reply
 /// channel and this node's slot in it.
@@ -72,6 +77,7 @@ pub(crate) fn spawn(
             health,
             shared,
             identity,
+            retries: Vec::new(),
             failures: 0,
             backoff: FIRST_BACKOFF,
             probe_at: None,
@@ -91,6 +97,18 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     /// Node names, for reports.
     pub(crate) names: Vec<String>,
+    /// How long a release that could not reach its node is retried: the
+    /// longest a key can live (max TTL), after which it is gone anyway.
+    pub(crate) release_retry_window: Duration,
+}
+
+/// A release that failed to reach the node: it may be needed to undo an
+/// acquire that still sits in the node's socket (a frozen server runs it
+/// when it wakes up), so it is sent again until the key must have expired.
+struct RetryRelease {
+    key: Arc<[u8]>,
+    token: Token,
+    until: Instant,
 }
 
 struct Worker {
@@ -98,6 +116,8 @@ struct Worker {
     health: Arc<Health>,
     shared: Arc<Shared>,
     identity: Identity,
+    /// Releases to send again (see [`RetryRelease`]).
+    retries: Vec<RetryRelease>,
     failures: u32,
     backoff: Duration,
     /// Set while the node is down: when to probe it next.
@@ -107,25 +127,36 @@ struct Worker {
 impl Worker {
     fn run(mut self, jobs: &Receiver<Job>) {
         let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+        let mut retry_at = Instant::now();
         loop {
-            let first = match self.probe_at {
-                Some(at) => match jobs.recv_deadline(at) {
-                    Ok(job) => job,
-                    Err(RecvTimeoutError::Timeout) => {
-                        self.probe();
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => return,
-                },
-                None => match jobs.recv() {
-                    Ok(job) => job,
-                    // Every sender is gone and the queue is drained.
-                    Err(_) => return,
-                },
+            // Wake up for a probe while down, or for pending release
+            // retries while up; otherwise sleep until work arrives.
+            let wake = match (self.probe_at, self.retries.is_empty()) {
+                (Some(at), _) => Some(at),
+                (None, false) => Some(retry_at),
+                (None, true) => None,
+            };
+            let received = match wake {
+                Some(at) => jobs.recv_deadline(at),
+                None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            let first = match received {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                // Every sender is gone and the queue is drained: pending
+                // retries are abandoned, their keys expire with the TTL.
+                Err(RecvTimeoutError::Disconnected) => return,
             };
             if self.probe_at.is_some_and(|at| Instant::now() >= at) {
                 self.probe();
             }
+            if self.probe_at.is_none() && !self.retries.is_empty() && Instant::now() >= retry_at {
+                self.retry_releases();
+                retry_at = Instant::now() + RELEASE_RETRY_EVERY;
+            }
+            let Some(first) = first else {
+                continue;
+            };
             batch.push(first);
             batch.extend(jobs.try_iter().take(MAX_BATCH - 1));
             self.run_batch(&mut batch);
@@ -193,7 +224,17 @@ impl Worker {
         self.note_health(&results);
         let standing = self.standing(&results);
         for (job, result) in sent.into_iter().zip(results) {
-            if let Job::Op { op, reply, .. } = job {
+            if let Job::Op {
+                op,
+                key,
+                token,
+                reply,
+                ..
+            } = job
+            {
+                if *op == Operation::Release {
+                    self.keep_for_retry(key, *token, &result);
+                }
                 let outcome = match result {
                     Ok(true) if *op == Operation::Release => NodeOutcome::Granted,
                     Ok(true) => self.grant(standing),
@@ -203,6 +244,53 @@ impl Worker {
                 reply_to(reply.as_ref(), outcome);
             }
         }
+    }
+
+    /// Keeps a release that did not reach the server for another try.
+    fn keep_for_retry(
+        &mut self,
+        key: &Arc<[u8]>,
+        token: Token,
+        result: &Result<bool, BackendError>,
+    ) {
+        let unreached = result.as_ref().is_err_and(|e| e.kind().is_connectivity());
+        if !unreached {
+            return;
+        }
+        if self.retries.len() >= MAX_RELEASE_RETRIES {
+            self.retries.remove(0);
+        }
+        self.retries.push(RetryRelease {
+            key: Arc::clone(key),
+            token,
+            until: Instant::now() + self.shared.release_retry_window,
+        });
+    }
+
+    /// Sends the pending releases again, as one batch; keeps those that
+    /// still cannot reach the node and have not expired.
+    fn retry_releases(&mut self) {
+        let now = Instant::now();
+        self.retries.retain(|r| r.until > now);
+        if self.retries.is_empty() {
+            return;
+        }
+        let ops: Vec<Op<'_>> = self
+            .retries
+            .iter()
+            .map(|r| Op::Release {
+                key: &r.key,
+                token: r.token.as_bytes(),
+            })
+            .collect();
+        let results = self.call_backend(&ops);
+        self.note_health(&results);
+        let mut results = results.into_iter();
+        self.retries.retain(|_| {
+            results
+                .next()
+                .is_some_and(|r| r.is_err_and(|e| e.kind().is_connectivity()))
+        });
     }
 
     /// Which server answered this batch, and what its grants count for.
