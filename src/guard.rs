@@ -30,6 +30,9 @@ pub struct LockGuard {
     lease: Arc<Lease>,
     /// Cleared by `release` and `forget`, so `Drop` does nothing more.
     armed: bool,
+    /// This guard holds its manager's local turn for the key (it came from
+    /// a waiting `lock`), to be passed on when it lets go.
+    turn: bool,
 }
 
 /// The part of a held lock that the watchdog shares with the guard.
@@ -109,7 +112,14 @@ impl LockGuard {
             manager,
             lease,
             armed: true,
+            turn: false,
         }
+    }
+
+    /// Marks the guard as holding the local turn for its key.
+    pub(crate) fn with_turn(mut self) -> Self {
+        self.turn = true;
+        self
     }
 
     pub(crate) fn lease(&self) -> &Arc<Lease> {
@@ -233,7 +243,8 @@ impl LockGuard {
     /// token is not an error; it shows as refused in the report.
     pub fn release(mut self) -> Result<Report> {
         self.armed = false;
-        self.manager.release(&self.lease)
+        self.manager
+            .release(&self.lease, std::mem::take(&mut self.turn))
     }
 
     /// Gives up the guard without releasing: auto-extension stops and the
@@ -241,6 +252,9 @@ impl LockGuard {
     pub fn forget(mut self) {
         self.armed = false;
         self.lease.state().finished = true;
+        if std::mem::take(&mut self.turn) {
+            self.manager.pass_turn(&self.lease.key);
+        }
     }
 }
 
@@ -248,7 +262,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.armed {
             // Only queues the releases: never blocks, never panics.
-            self.manager.release_detached(&self.lease);
+            self.manager.release_detached(&self.lease, self.turn);
         }
     }
 }

@@ -96,6 +96,7 @@ mod clock;
 mod engine;
 mod error;
 mod guard;
+mod local_queue;
 mod manager;
 mod token;
 mod watchdog;

@@ -16,6 +16,7 @@ use crate::engine::validity::{drift, validity};
 use crate::engine::{Engine, Gather, Request, majority};
 use crate::error::{Error, NodeOutcome, Operation, Report, Result};
 use crate::guard::{Lease, LockGuard};
+use crate::local_queue::{LocalQueue, Turn};
 use crate::token::{Token, random_u64};
 use crate::watchdog::{RenewalPlan, Watchdog};
 
@@ -64,6 +65,8 @@ struct Inner {
     config: Config,
     /// The auto-extension timer, started by the first auto-extended lock.
     watchdog: Mutex<Option<Watchdog>>,
+    /// Local turns for threads waiting on the same key.
+    local: LocalQueue,
 }
 
 /// A weak handle for the watchdog thread, so it never keeps the manager
@@ -156,16 +159,32 @@ impl LockManager {
         };
         let key: Arc<[u8]> = self.key_for(resource);
         let started = Instant::now();
+        let budget = retry.budget();
+        if budget.is_zero() {
+            let guard = self.acquire_once(resource, &key, ttl)?;
+            return self.start_auto_extend(guard, ttl, options);
+        }
+        // Threads of this manager that want the same key take turns: only
+        // the turn-holder contends with the servers.
+        if self.inner.local.wait_turn(&key, started + budget) == Turn::TimedOut {
+            // One honest attempt, so the error carries a real report.
+            let guard = self.acquire_once(resource, &key, ttl)?;
+            return self.start_auto_extend(guard, ttl, options);
+        }
         let mut attempts = 0u32;
         loop {
             attempts = attempts.saturating_add(1);
             let error = match self.acquire_once(resource, &key, ttl) {
-                Ok(guard) => return self.start_auto_extend(guard, ttl, options),
+                Ok(guard) => return self.start_auto_extend(guard.with_turn(), ttl, options),
                 Err(e) if e.is_retryable() => e,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.inner.local.pass(&key);
+                    return Err(e);
+                }
             };
             let delay = retry.next_delay(attempts, started.elapsed());
             let Some(delay) = delay else {
+                self.inner.local.pass(&key);
                 return Err(with_attempts(error, attempts));
             };
             std::thread::sleep(delay);
@@ -442,7 +461,7 @@ impl LockManager {
     /// Releases on every node and waits for their answers (at most the
     /// per-node timeout). Marks the lease finished first, under its lock, so
     /// the watchdog sends no extend after this release.
-    pub(crate) fn release(&self, lease: &Lease) -> Result<Report> {
+    pub(crate) fn release(&self, lease: &Lease, turn: bool) -> Result<Report> {
         let config = &self.inner.config;
         let start = self.now();
         let request = Request {
@@ -456,6 +475,10 @@ impl LockManager {
             state.finished = true;
             self.inner.engine.scatter(&request, config.node_timeout)
         };
+        if turn {
+            // The next local waiter's acquire now queues behind this release.
+            self.inner.local.pass(&lease.key);
+        }
         let outcomes = pending.gather(Gather::All);
         let elapsed = self.now().saturating_duration_since(start);
         let report = self.report(Operation::Release, &lease.resource, outcomes, elapsed);
@@ -468,10 +491,20 @@ impl LockManager {
     }
 
     /// Queues the release on every node and returns at once (guard drop).
-    pub(crate) fn release_detached(&self, lease: &Lease) {
-        let mut state = lease.state();
-        state.finished = true;
-        self.inner.engine.release_detached(&lease.key, lease.token);
+    pub(crate) fn release_detached(&self, lease: &Lease, turn: bool) {
+        {
+            let mut state = lease.state();
+            state.finished = true;
+            self.inner.engine.release_detached(&lease.key, lease.token);
+        }
+        if turn {
+            self.inner.local.pass(&lease.key);
+        }
+    }
+
+    /// Ends a local turn without releasing (the guard forgot its lock).
+    pub(crate) fn pass_turn(&self, key: &[u8]) {
+        self.inner.local.pass(key);
     }
 
     fn report(
@@ -625,6 +658,16 @@ impl RetryPolicy {
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
         self
+    }
+
+    /// The longest the policy can keep a caller waiting: `max_wait`, or
+    /// what the attempts can take at most.
+    fn budget(&self) -> Duration {
+        self.max_wait.unwrap_or_else(|| {
+            self.delay
+                .saturating_add(self.jitter)
+                .saturating_mul(self.attempts.saturating_sub(1))
+        })
     }
 
     /// The pause before attempt `made + 1`, or `None` when the policy is
@@ -973,6 +1016,7 @@ impl LockManagerBuilder {
                 engine,
                 config,
                 watchdog: Mutex::new(None),
+                local: LocalQueue::default(),
             }),
         })
     }
