@@ -113,3 +113,11 @@ pub use manager::{
     LockManager, LockManagerBuilder, LockOptions, MAX_TTL_LIMIT, RetryPolicy,
 };
 pub use token::{TOKEN_LEN, Token};
+
+// The Markdown guides' Rust examples run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/lock-lifetime.md")]
+mod lock_lifetime {}
