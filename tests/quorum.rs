@@ -241,3 +241,36 @@ fn release_that_could_not_reach_a_node_is_retried() {
     });
     assert!(released, "the release was never retried");
 }
+
+/// Once a node is marked down, an explicit release does not wait for it
+/// (its release is still queued for it), so a blackholed node costs no
+/// timeout per lock.
+#[test]
+fn release_does_not_wait_for_a_node_marked_down() {
+    let nodes = nodes(3);
+    // A long node timeout: waiting for the stalled node would show.
+    let locks = manager(&nodes, Duration::from_secs(30));
+    nodes[2].set_down(true);
+    for i in 0..2 {
+        drop(locks.try_lock(format!("mark-down-{i}")).unwrap());
+        assert!(locks.flush(Duration::from_secs(10)));
+    }
+    // Now it stalls instead of refusing, as a blackholed server would.
+    nodes[2].pause();
+    nodes[2].set_down(false);
+    let guard = locks.try_lock(RESOURCE).unwrap();
+    let (done_tx, done) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = done_tx.send(guard.release());
+    });
+    let report = done
+        .recv_timeout(Duration::from_secs(5))
+        .expect("release waited for a node marked down")
+        .unwrap();
+    assert_eq!(report.granted(), 2);
+    assert!(
+        matches!(report.nodes[2].outcome, NodeOutcome::Down),
+        "{report}"
+    );
+    nodes[2].resume();
+}

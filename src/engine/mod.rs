@@ -123,18 +123,25 @@ impl Engine {
         let (reply, answers) = crossbeam_channel::bounded(n);
         let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; n];
         for (slot, node) in self.nodes.iter().enumerate() {
-            let skip = req.op != Operation::Release && node.health.is_down();
-            outcomes[slot] = if skip {
-                Some(NodeOutcome::Down)
-            } else {
-                let job = Job::Op {
-                    op: req.op,
-                    key: Arc::clone(req.key),
-                    token: req.token,
-                    ttl: req.ttl,
-                    reply: Some((reply.clone(), slot)),
-                };
-                node.jobs.send(job).err().map(|_| worker_gone())
+            let down = node.health.is_down();
+            if down && req.op != Operation::Release {
+                // Nothing to undo there: skip at no cost.
+                outcomes[slot] = Some(NodeOutcome::Down);
+                continue;
+            }
+            // A down node still gets the release (an earlier acquire may
+            // have landed), but nobody waits for its answer.
+            let job = Job::Op {
+                op: req.op,
+                key: Arc::clone(req.key),
+                token: req.token,
+                ttl: req.ttl,
+                reply: (!down).then(|| (reply.clone(), slot)),
+            };
+            outcomes[slot] = match node.jobs.send(job) {
+                Err(_) => Some(worker_gone()),
+                Ok(()) if down => Some(NodeOutcome::Down),
+                Ok(()) => None,
             };
         }
         Pending {
