@@ -249,7 +249,7 @@ fn release_that_could_not_reach_a_node_is_retried() {
 fn release_does_not_wait_for_a_node_marked_down() {
     let nodes = nodes(3);
     // A long node timeout: waiting for the stalled node would show.
-    let locks = manager(&nodes, Duration::from_secs(30));
+    let locks = manager(&nodes, Duration::from_secs(8));
     nodes[2].set_down(true);
     for i in 0..2 {
         drop(locks.try_lock(format!("mark-down-{i}")).unwrap());
