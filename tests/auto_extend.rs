@@ -155,7 +155,10 @@ fn the_bound_stops_renewal_and_the_lock_expires() {
     };
     drop(guard); // its release does not touch the new holder's keys
     assert!(locks.flush(Duration::from_secs(5)));
-    assert!(other.flush(Duration::from_secs(5)), "their acquire reached every node");
+    assert!(
+        other.flush(Duration::from_secs(5)),
+        "their acquire reached every node"
+    );
     for server in servers.iter() {
         assert_eq!(server.get(KEY).as_deref(), Some(theirs.token().as_bytes()));
     }

@@ -12,7 +12,9 @@ const THREADS: usize = 8;
 const ROUNDS: usize = 50;
 
 fn cluster() -> (Vec<MemoryBackend>, LockManager) {
-    let nodes: Vec<MemoryBackend> = (0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))).collect();
+    let nodes: Vec<MemoryBackend> = (0..3)
+        .map(|i| MemoryBackend::new(format!("mem-{i}")))
+        .collect();
     for node in &nodes {
         node.set_latency(Duration::from_micros(50));
     }
@@ -57,10 +59,18 @@ fn local_waiters_take_turns_without_polling_the_servers() {
             })
             .collect();
         threads.into_iter().for_each(|t| t.join().unwrap());
-        assert_eq!(counter.load(Ordering::SeqCst), (THREADS * ROUNDS) as u64, "lost update");
+        assert_eq!(
+            counter.load(Ordering::SeqCst),
+            (THREADS * ROUNDS) as u64,
+            "lost update"
+        );
         assert!(locks.flush(Duration::from_secs(10)));
         for node in &nodes {
-            assert_eq!(node.operations(), 2 * (THREADS * ROUNDS) as u64, "{node:?}: extra remote attempts");
+            assert_eq!(
+                node.operations(),
+                2 * (THREADS * ROUNDS) as u64,
+                "{node:?}: extra remote attempts"
+            );
             assert_eq!(node.key_count(), 0);
         }
     }
