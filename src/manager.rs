@@ -1008,7 +1008,7 @@ impl LockManagerBuilder {
             .collect::<Result<Vec<_>>>()?;
         let quarantine = self
             .restart_quarantine
-            .unwrap_or(false)
+            .unwrap_or(true)
             .then(|| max_ttl.saturating_add(drift(max_ttl, drift_factor)));
         let engine = Engine::start(backends, quarantine, max_ttl, Arc::clone(&config.clock))?;
         Ok(LockManager {

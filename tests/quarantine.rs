@@ -187,3 +187,22 @@ fn the_same_server_twice_never_counts_twice() {
     let aliases = granted.iter().filter(|n| n.starts_with("alias")).count();
     assert!(aliases <= 1, "{text}");
 }
+
+/// Quarantine is on unless switched off.
+#[test]
+fn quarantine_is_on_by_default() {
+    let clock = ManualClock::new();
+    let nodes = nodes(&clock);
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(Arc::new(clock.clone()))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    for node in &nodes[..3] {
+        node.restart();
+    }
+    let err = locks.try_lock("r").unwrap_err();
+    assert!(err.is_no_quorum(), "{err}");
+    assert!(err.to_string().contains("quarantined"), "{err}");
+}
