@@ -13,7 +13,7 @@ use crate::backend::redis::RedisBackend;
 use crate::clock::{Clock, MonotonicClock};
 use crate::engine::Pending;
 use crate::engine::validity::{drift, validity};
-use crate::engine::{Engine, Gather, Request, majority};
+use crate::engine::{Direct, Engine, Gather, Request, majority};
 use crate::error::{Error, NodeOutcome, Operation, Report, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::local_queue::{LocalQueue, Turn};
@@ -329,12 +329,20 @@ impl LockManager {
             token,
             ttl,
         };
+        // When every node must grant, no early decision is lost by running
+        // one node's acquire on this thread.
+        let direct = if config.quorum == self.inner.engine.len() {
+            Direct::OneNode
+        } else {
+            Direct::Never
+        };
         let outcomes = self.inner.engine.round(
             &request,
             Gather::UntilDecided {
                 quorum: config.quorum,
             },
             config.node_timeout,
+            direct,
         );
         let elapsed = self.now().saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
@@ -400,10 +408,10 @@ impl LockManager {
             token: lease.token,
             ttl,
         };
-        let pending = self
-            .inner
-            .engine
-            .scatter(&request, config.node_timeout.min(remaining));
+        let pending =
+            self.inner
+                .engine
+                .scatter(&request, config.node_timeout.min(remaining), Direct::Never);
         Ok(ExtendInFlight {
             pending,
             start,
@@ -460,7 +468,8 @@ impl LockManager {
 
     /// Releases on every node and waits for their answers (at most the
     /// per-node timeout). Marks the lease finished first, under its lock, so
-    /// the watchdog sends no extend after this release.
+    /// the watchdog sends no extend after this release: an extend it sent
+    /// earlier is queued ahead of this release on every node.
     pub(crate) fn release(&self, lease: &Lease, turn: bool) -> Result<Report> {
         let config = &self.inner.config;
         let start = self.now();
@@ -470,11 +479,13 @@ impl LockManager {
             token: lease.token,
             ttl: Duration::ZERO,
         };
-        let pending = {
-            let mut state = lease.state();
-            state.finished = true;
-            self.inner.engine.scatter(&request, config.node_timeout)
-        };
+        lease.state().finished = true;
+        // Every node's answer is awaited anyway: run one node's release on
+        // this thread.
+        let pending = self
+            .inner
+            .engine
+            .scatter(&request, config.node_timeout, Direct::OneNode);
         if turn {
             // The next local waiter's acquire now queues behind this release.
             self.inner.local.pass(&lease.key);

@@ -49,6 +49,8 @@ fn held_for_five_ttls_stays_exclusive() {
     let locks = manager(&servers);
     let other = manager(&servers);
     let guard = locks.lock_with(KEY, &auto()).unwrap();
+    // Our acquire has landed on every node before the other client starts.
+    assert!(locks.flush(Duration::from_secs(5)));
     let until = Instant::now() + TTL * 5;
     let mut refused = 0;
     while Instant::now() < until {

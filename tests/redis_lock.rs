@@ -389,7 +389,9 @@ fn sigstop_scenario(servers: &RedisServers, ttl: Duration) -> (LockManager, Lock
     assert_eq!(released.granted(), 2, "{released}");
     assert!(is_slow(outcome_of(&released, &urls[2])), "{released}");
     let report = no_quorum_report(failed);
-    assert_eq!(report.granted(), 2, "{report}");
+    // Once the frozen node's timeout decides the round, the others may not
+    // have been waited for (a quorum of 3 cannot be reached either way).
+    assert!(report.granted() <= 2, "{report}");
     assert!(is_slow(outcome_of(&report, &urls[2])), "{report}");
     assert_eq!(flushed, [true, true], "flush while frozen did not finish");
 

@@ -333,6 +333,13 @@ impl Backend for MemoryBackend {
                 "node is down (injected)",
             ));
         }
+        if state.paused {
+            // A frozen server does not answer: report what the wait would.
+            return Err(BackendError::new(
+                BackendErrorKind::Timeout,
+                "node is paused (injected)",
+            ));
+        }
         let since_start = now.saturating_duration_since(state.started_at);
         let uptime = if state.generation == 0 {
             NEVER_RESTARTED_UPTIME.saturating_add(since_start)

@@ -96,6 +96,19 @@ pub trait Backend: Send + Sync + 'static {
             .collect()
     }
 
+    /// The longest any single call (or batch) can take, when the backend
+    /// enforces such a bound; `None` when it does not (the default).
+    ///
+    /// With a bound no longer than a round's wait, the engine may run an
+    /// operation on the calling thread when the node is idle, instead of
+    /// handing it to the node's worker thread: the caller then waits no
+    /// longer than it would have anyway. Backends that can block without
+    /// bound (a paused [`MemoryBackend`](crate::MemoryBackend)) must
+    /// return `None`.
+    fn call_timeout(&self) -> Option<Duration> {
+        None
+    }
+
     /// The server's identity and uptime, when the backend can learn them.
     ///
     /// The engine uses this to probe a node that was marked down, to notice
@@ -128,6 +141,9 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         (**self).server_info()
+    }
+    fn call_timeout(&self) -> Option<Duration> {
+        (**self).call_timeout()
     }
 }
 

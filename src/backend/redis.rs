@@ -303,6 +303,12 @@ impl Backend for RedisBackend {
         self.inner.redacted.clone()
     }
 
+    /// Every call shares one deadline of the configured timeout (DNS
+    /// resolution aside).
+    fn call_timeout(&self) -> Option<Duration> {
+        Some(self.inner.timeout)
+    }
+
     /// All ops in one pipeline (one round trip; a second one only for
     /// `NOSCRIPT` re-runs and `TYPE` checks after refused acquires). Each op
     /// gets its own result: one op's server error (e.g. `WRONGTYPE`) leaves

@@ -13,6 +13,7 @@ pub(crate) mod validity;
 mod worker;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
@@ -20,7 +21,7 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 use self::identity::Registry;
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
-use self::worker::{Health, Job, Shared};
+use self::worker::{Health, Job, NodeExec, Shared};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
 use crate::error::{Error, NodeOutcome, Operation};
@@ -30,12 +31,31 @@ use crate::token::Token;
 /// finishes what is already queued (releases included) and exits.
 pub(crate) struct Engine {
     nodes: Vec<Node>,
+    /// Rotates which node a caller runs directly, to spread the work.
+    next_direct: AtomicUsize,
 }
 
 struct Node {
     name: String,
     jobs: Sender<Job>,
     health: Arc<Health>,
+    exec: Arc<NodeExec>,
+}
+
+impl Node {
+    fn enqueue(&self, job: Job) -> bool {
+        self.exec.enqueue(&self.jobs, job)
+    }
+}
+
+/// Whether the caller may run one node's operation on its own thread
+/// (see [`Engine::scatter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direct {
+    /// Queue every operation to the node threads.
+    Never,
+    /// Run one idle node's operation on the caller's thread.
+    OneNode,
 }
 
 /// One operation for every node.
@@ -81,7 +101,7 @@ impl Engine {
             let name = backend.describe();
             let (jobs, queue) = unbounded();
             let health = Arc::new(Health::default());
-            worker::spawn(
+            let exec = worker::spawn(
                 index,
                 backend,
                 queue,
@@ -91,9 +111,22 @@ impl Engine {
             .map_err(|e| Error::Config {
                 reason: format!("cannot start the worker thread for node {name}: {e}"),
             })?;
-            nodes.push(Node { name, jobs, health });
+            nodes.push(Node {
+                name,
+                jobs,
+                health,
+                exec,
+            });
         }
-        Ok(Self { nodes })
+        Ok(Self {
+            nodes,
+            next_direct: AtomicUsize::new(0),
+        })
+    }
+
+    /// Number of nodes.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
     }
 
     /// The nodes' names, in configuration order.
@@ -108,21 +141,42 @@ impl Engine {
         req: &Request<'_>,
         gather: Gather,
         wait: Duration,
+        direct: Direct,
     ) -> Vec<NodeOutcome> {
-        self.scatter(req, wait).gather(gather)
+        self.scatter(req, wait, direct).gather(gather)
     }
 
-    /// Queues `req` on every node's worker and returns at once; the answers
-    /// are collected by [`Pending::gather`] until `wait` from now (real
-    /// time), so many rounds scattered together share one wait. Sending never blocks, so a
-    /// caller may scatter while holding a short lock (the watchdog does, to
-    /// order an extend against a concurrent release).
-    pub(crate) fn scatter(&self, req: &Request<'_>, wait: Duration) -> Pending {
+    /// Sends `req` to every node; the answers are collected by
+    /// [`Pending::gather`] until `wait` from now (real time), so many rounds
+    /// scattered together share one wait.
+    ///
+    /// With [`Direct::Never`] it only queues, never blocks, and may be called
+    /// under a short lock (the watchdog does, to order an extend against a
+    /// concurrent release). With [`Direct::OneNode`] the caller first queues
+    /// the other nodes' operations, then runs one idle node's operation
+    /// itself (saving two thread hand-offs), but only on a node whose
+    /// backend bounds its calls within `wait`; use it only where waiting
+    /// for that node costs no early decision: when every node's answer is
+    /// needed anyway.
+    pub(crate) fn scatter(&self, req: &Request<'_>, wait: Duration, direct: Direct) -> Pending {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
         let (reply, answers) = crossbeam_channel::bounded(n);
         let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; n];
+        let own = match direct {
+            Direct::OneNode => {
+                let start = self.next_direct.fetch_add(1, Ordering::Relaxed);
+                (0..n).map(|i| (start + i) % n).find(|&i| {
+                    let node = &self.nodes[i];
+                    !node.health.is_down() && node.exec.can_run_within(wait)
+                })
+            }
+            Direct::Never => None,
+        };
         for (slot, node) in self.nodes.iter().enumerate() {
+            if Some(slot) == own {
+                continue;
+            }
             let down = node.health.is_down();
             if down && req.op != Operation::Release {
                 // Nothing to undo there: skip at no cost.
@@ -138,10 +192,27 @@ impl Engine {
                 ttl: req.ttl,
                 reply: (!down).then(|| (reply.clone(), slot)),
             };
-            outcomes[slot] = match node.jobs.send(job) {
-                Err(_) => Some(worker_gone()),
-                Ok(()) if down => Some(NodeOutcome::Down),
-                Ok(()) => None,
+            outcomes[slot] = match node.enqueue(job) {
+                false => Some(worker_gone()),
+                true if down => Some(NodeOutcome::Down),
+                true => None,
+            };
+        }
+        if let Some(slot) = own {
+            let node = &self.nodes[slot];
+            outcomes[slot] = match node.exec.run_now(req.op, req.key, req.token, req.ttl) {
+                Some(outcome) => Some(outcome),
+                // Busy: queue it like the others.
+                None => {
+                    let job = Job::Op {
+                        op: req.op,
+                        key: Arc::clone(req.key),
+                        token: req.token,
+                        ttl: req.ttl,
+                        reply: Some((reply.clone(), slot)),
+                    };
+                    (!node.enqueue(job)).then(worker_gone)
+                }
             };
         }
         Pending {
@@ -157,7 +228,7 @@ impl Engine {
         for node in &self.nodes {
             // A failed send means the worker is gone; there is nothing left
             // to release through it.
-            let _ = node.jobs.send(Job::Op {
+            let _ = node.enqueue(Job::Op {
                 op: Operation::Release,
                 key: Arc::clone(key),
                 token,
@@ -174,7 +245,7 @@ impl Engine {
         let (ack, acks) = crossbeam_channel::bounded(self.nodes.len());
         let mut expected = 0;
         for node in &self.nodes {
-            if node.jobs.send(Job::Barrier(ack.clone())).is_ok() {
+            if node.enqueue(Job::Barrier(ack.clone())) {
                 expected += 1;
             }
         }
@@ -216,7 +287,10 @@ impl Pending {
             Gather::All => n,
         };
         let mut tally = Tally::new(n, quorum);
-        outcomes.iter().flatten().for_each(|_| tally.record(false));
+        outcomes
+            .iter()
+            .flatten()
+            .for_each(|o| tally.record(o.is_granted()));
         let mut timed_out = false;
         while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
             let answer = match deadline {

@@ -1,13 +1,21 @@
 //! One long-lived worker thread per node: drains its queue into batches,
-//! runs them on the backend in FIFO order, and tracks the node's health.
+//! runs them on the backend in FIFO order, and tracks the node's health,
+//! identity and unfinished releases.
+//!
+//! The node's state sits behind one lock (the executor). The node's thread
+//! takes it to run a batch; a caller may take it to run its own operation
+//! directly when the node is idle (nothing queued, nothing running), which
+//! saves two thread hand-offs and keeps the FIFO order: an operation only
+//! runs directly when every operation queued before it has finished.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
 
 use super::identity::{Identity, Registry, Standing};
 use crate::backend::{Backend, BackendError, BackendErrorKind, Op};
@@ -60,31 +68,130 @@ impl Health {
     }
 }
 
-/// Spawns the worker for `backend`; it runs until every sender of `jobs` is
-/// gone and the queue is empty.
+/// One node's executor: its state behind a lock, and the count of jobs
+/// queued for it and not yet run.
+pub(crate) struct NodeExec {
+    state: Mutex<Worker>,
+    queued: AtomicUsize,
+    /// The backend's bound on one call, if it has one.
+    call_timeout: Option<Duration>,
+}
+
+impl NodeExec {
+    /// Queues `job` for the node's thread. Returns `false` when the thread
+    /// is gone.
+    pub(crate) fn enqueue(&self, jobs: &Sender<Job>, job: Job) -> bool {
+        // Counted before it is visible in the queue, so a caller that sees
+        // zero knows nothing is waiting.
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        if jobs.send(job).is_ok() {
+            return true;
+        }
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    /// Whether a caller that waits at most `wait` may run this node's
+    /// operation itself: only when the backend bounds its calls within it.
+    pub(crate) fn can_run_within(&self, wait: Duration) -> bool {
+        self.call_timeout.is_some_and(|bound| bound <= wait)
+    }
+
+    /// Runs one operation on the caller's thread, if the node is idle and
+    /// up: nothing queued, no batch running. `None` otherwise (the caller
+    /// then queues it).
+    pub(crate) fn run_now(
+        &self,
+        op: Operation,
+        key: &Arc<[u8]>,
+        token: Token,
+        ttl: Duration,
+    ) -> Option<NodeOutcome> {
+        let mut worker = self.state.try_lock()?;
+        if self.queued.load(Ordering::SeqCst) != 0 || worker.probe_at.is_some() {
+            return None;
+        }
+        let item = Item {
+            op,
+            key,
+            token,
+            ttl,
+        };
+        worker.execute(std::slice::from_ref(&item)).pop()
+    }
+}
+
+/// Spawns the worker thread for `backend`; it runs until every sender of
+/// `jobs` is gone and the queue is empty.
 pub(crate) fn spawn(
     index: usize,
     backend: Arc<dyn Backend>,
     jobs: Receiver<Job>,
     health: Arc<Health>,
     shared: Arc<Shared>,
-) -> std::io::Result<()> {
+) -> std::io::Result<Arc<NodeExec>> {
     let name = format!("quorum-lock-node{index}");
     let identity = Identity::new(index, shared.quarantine);
-    thread::Builder::new().name(name).spawn(move || {
-        Worker {
+    let call_timeout = backend.call_timeout();
+    let exec = Arc::new(NodeExec {
+        call_timeout,
+        state: Mutex::new(Worker {
             backend,
             health,
             shared,
             identity,
             retries: Vec::new(),
+            retry_at: Instant::now(),
             failures: 0,
             backoff: FIRST_BACKOFF,
             probe_at: None,
-        }
-        .run(&jobs);
-    })?;
-    Ok(())
+        }),
+        queued: AtomicUsize::new(0),
+    });
+    let thread_exec = Arc::clone(&exec);
+    thread::Builder::new()
+        .name(name)
+        .spawn(move || run(&thread_exec, &jobs))?;
+    Ok(exec)
+}
+
+/// The node's thread: waits for work (or a probe / retry time), then runs
+/// everything queued as one batch under the executor lock.
+fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
+    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    loop {
+        let wake = exec.state.lock().next_wake();
+        let received = match wake {
+            Some(at) => jobs.recv_deadline(at),
+            None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let first = match received {
+            Ok(job) => Some(job),
+            Err(RecvTimeoutError::Timeout) => None,
+            // Every sender is gone and the queue is drained: pending
+            // retries are abandoned, their keys expire with the TTL.
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut worker = exec.state.lock();
+        worker.housekeeping();
+        let Some(first) = first else {
+            continue;
+        };
+        batch.push(first);
+        batch.extend(jobs.try_iter().take(MAX_BATCH - 1));
+        let ran = batch.len();
+        worker.run_batch(&mut batch);
+        // Still under the lock: a caller that sees zero sees the results.
+        exec.queued.fetch_sub(ran, Ordering::SeqCst);
+    }
+}
+
+/// One operation as the executor runs it.
+struct Item<'a> {
+    op: Operation,
+    key: &'a Arc<[u8]>,
+    token: Token,
+    ttl: Duration,
 }
 
 /// What every worker of one engine shares.
@@ -118,6 +225,8 @@ struct Worker {
     identity: Identity,
     /// Releases to send again (see [`RetryRelease`]).
     retries: Vec<RetryRelease>,
+    /// When to send the pending releases again.
+    retry_at: Instant,
     failures: u32,
     backoff: Duration,
     /// Set while the node is down: when to probe it next.
@@ -125,41 +234,24 @@ struct Worker {
 }
 
 impl Worker {
-    fn run(mut self, jobs: &Receiver<Job>) {
-        let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-        let mut retry_at = Instant::now();
-        loop {
-            // Wake up for a probe while down, or for pending release
-            // retries while up; otherwise sleep until work arrives.
-            let wake = match (self.probe_at, self.retries.is_empty()) {
-                (Some(at), _) => Some(at),
-                (None, false) => Some(retry_at),
-                (None, true) => None,
-            };
-            let received = match wake {
-                Some(at) => jobs.recv_deadline(at),
-                None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            let first = match received {
-                Ok(job) => Some(job),
-                Err(RecvTimeoutError::Timeout) => None,
-                // Every sender is gone and the queue is drained: pending
-                // retries are abandoned, their keys expire with the TTL.
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
-            if self.probe_at.is_some_and(|at| Instant::now() >= at) {
-                self.probe();
-            }
-            if self.probe_at.is_none() && !self.retries.is_empty() && Instant::now() >= retry_at {
-                self.retry_releases();
-                retry_at = Instant::now() + RELEASE_RETRY_EVERY;
-            }
-            let Some(first) = first else {
-                continue;
-            };
-            batch.push(first);
-            batch.extend(jobs.try_iter().take(MAX_BATCH - 1));
-            self.run_batch(&mut batch);
+    /// When the thread must wake up without work: for a probe while down,
+    /// or for pending release retries while up.
+    fn next_wake(&self) -> Option<Instant> {
+        match (self.probe_at, self.retries.is_empty()) {
+            (Some(at), _) => Some(at),
+            (None, false) => Some(self.retry_at),
+            (None, true) => None,
+        }
+    }
+
+    /// Probes a down node and retries releases, when due.
+    fn housekeeping(&mut self) {
+        if self.probe_at.is_some_and(|at| Instant::now() >= at) {
+            self.probe();
+        }
+        if self.probe_at.is_none() && !self.retries.is_empty() && Instant::now() >= self.retry_at {
+            self.retry_releases();
+            self.retry_at = Instant::now() + RELEASE_RETRY_EVERY;
         }
     }
 
@@ -181,69 +273,83 @@ impl Worker {
     }
 
     fn run_ops(&mut self, jobs: &[Job]) {
-        let down = self.probe_at.is_some();
-        let mut ops: Vec<Op<'_>> = Vec::with_capacity(jobs.len());
-        let mut sent: Vec<&Job> = Vec::with_capacity(jobs.len());
+        let mut items = Vec::with_capacity(jobs.len());
+        let mut replies = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let Job::Op {
+            if let Job::Op {
                 op,
                 key,
                 token,
                 ttl,
                 reply,
             } = job
-            else {
-                continue;
-            };
+            {
+                items.push(Item {
+                    op: *op,
+                    key,
+                    token: *token,
+                    ttl: *ttl,
+                });
+                replies.push(reply);
+            }
+        }
+        for (outcome, reply) in self.execute(&items).into_iter().zip(replies) {
+            reply_to(reply.as_ref(), outcome);
+        }
+    }
+
+    /// Runs `items` as one backend batch and returns one outcome each.
+    fn execute(&mut self, items: &[Item<'_>]) -> Vec<NodeOutcome> {
+        let down = self.probe_at.is_some();
+        let mut outcomes: Vec<Option<NodeOutcome>> = Vec::with_capacity(items.len());
+        let mut ops: Vec<Op<'_>> = Vec::with_capacity(items.len());
+        for item in items {
             // A down node skips acquires and extends at no cost, but still
             // gets every release: an earlier acquire may have landed there.
-            if down && *op != Operation::Release {
-                reply_to(reply.as_ref(), NodeOutcome::Down);
+            if down && item.op != Operation::Release {
+                outcomes.push(Some(NodeOutcome::Down));
                 continue;
             }
-            let (key, token) = (&key[..], token.as_bytes());
-            ops.push(match op {
-                Operation::Acquire => Op::Acquire {
-                    key,
-                    token,
-                    ttl: *ttl,
-                },
-                Operation::Extend => Op::Extend {
-                    key,
-                    token,
-                    ttl: *ttl,
-                },
+            outcomes.push(None);
+            let (key, token, ttl) = (&item.key[..], item.token.as_bytes(), item.ttl);
+            ops.push(match item.op {
+                Operation::Acquire => Op::Acquire { key, token, ttl },
+                Operation::Extend => Op::Extend { key, token, ttl },
                 Operation::Release => Op::Release { key, token },
             });
-            sent.push(job);
         }
-        if ops.is_empty() {
-            return;
+        let mut results = Vec::new().into_iter();
+        let mut standing = Standing::Voting;
+        if !ops.is_empty() {
+            let answers = self.call_backend(&ops);
+            self.note_health(&answers);
+            standing = self.standing(&answers);
+            results = answers.into_iter();
         }
-        let results = self.call_backend(&ops);
-        self.note_health(&results);
-        let standing = self.standing(&results);
-        for (job, result) in sent.into_iter().zip(results) {
-            if let Job::Op {
-                op,
-                key,
-                token,
-                reply,
-                ..
-            } = job
-            {
-                if *op == Operation::Release {
-                    self.keep_for_retry(key, *token, &result);
+        items
+            .iter()
+            .zip(outcomes)
+            .map(|(item, known)| {
+                if let Some(outcome) = known {
+                    return outcome;
                 }
-                let outcome = match result {
-                    Ok(true) if *op == Operation::Release => NodeOutcome::Granted,
+                let result = results.next().unwrap_or_else(|| {
+                    Err(BackendError::new(
+                        BackendErrorKind::Protocol,
+                        "no result for this op",
+                    ))
+                });
+                if item.op == Operation::Release {
+                    self.keep_for_retry(item.key, item.token, &result);
+                }
+                match result {
+                    Ok(true) if item.op == Operation::Release => NodeOutcome::Granted,
                     Ok(true) => self.grant(standing),
                     Ok(false) => NodeOutcome::Refused,
                     Err(e) => NodeOutcome::Failed(e),
-                };
-                reply_to(reply.as_ref(), outcome);
-            }
-        }
+                }
+            })
+            .collect()
     }
 
     /// Keeps a release that did not reach the server for another try.
