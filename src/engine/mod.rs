@@ -52,10 +52,10 @@ impl Node {
 /// (see [`Engine::scatter`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Direct {
-    /// Queue every operation to the node threads.
+    /// Queue every operation to the node threads (never blocks).
     Never,
-    /// Run one idle node's operation on the caller's thread.
-    OneNode,
+    /// Run the fastest idle node's operation on the caller's thread.
+    FastestNode,
 }
 
 /// One operation for every node.
@@ -152,25 +152,21 @@ impl Engine {
     ///
     /// With [`Direct::Never`] it only queues, never blocks, and may be called
     /// under a short lock (the watchdog does, to order an extend against a
-    /// concurrent release). With [`Direct::OneNode`] the caller first queues
-    /// the other nodes' operations, then runs one idle node's operation
-    /// itself (saving two thread hand-offs), but only on a node whose
-    /// backend bounds its calls within `wait`; use it only where waiting
-    /// for that node costs no early decision: when every node's answer is
-    /// needed anyway.
+    /// concurrent release). With [`Direct::FastestNode`] the caller first
+    /// queues the other nodes' operations, then runs the fastest idle
+    /// node's operation itself, but only on a node whose backend bounds its
+    /// calls within `wait`: the caller never waits longer than the round
+    /// would. That saves two thread hand-offs, and the other answers are
+    /// usually waiting in the channel when it is done. The price: while
+    /// that node is busy the caller cannot decide early; a node that just
+    /// stalled has a high smoothed latency and is not picked again.
     pub(crate) fn scatter(&self, req: &Request<'_>, wait: Duration, direct: Direct) -> Pending {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
         let (reply, answers) = crossbeam_channel::bounded(n);
         let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; n];
         let own = match direct {
-            Direct::OneNode => {
-                let start = self.next_direct.fetch_add(1, Ordering::Relaxed);
-                (0..n).map(|i| (start + i) % n).find(|&i| {
-                    let node = &self.nodes[i];
-                    !node.health.is_down() && node.exec.can_run_within(wait)
-                })
-            }
+            Direct::FastestNode => self.fastest_node(wait),
             Direct::Never => None,
         };
         for (slot, node) in self.nodes.iter().enumerate() {
@@ -220,6 +216,20 @@ impl Engine {
             answers,
             deadline,
         }
+    }
+
+    /// The node a caller should run itself: up, bounded within `wait`, and
+    /// the lowest smoothed round-trip time (ties rotate, to spread work).
+    fn fastest_node(&self, wait: Duration) -> Option<usize> {
+        let n = self.nodes.len();
+        let start = self.next_direct.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|&i| {
+                let node = &self.nodes[i];
+                !node.health.is_down() && node.exec.can_run_within(wait)
+            })
+            .min_by_key(|&i| self.nodes[i].health.latency())
     }
 
     /// Queues a release of `key` on every node (down or not) and returns at

@@ -10,7 +10,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -59,12 +59,32 @@ pub(crate) enum Job {
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     down: AtomicBool,
+    /// Smoothed time of a round trip to this node, in nanoseconds.
+    latency_ns: AtomicU64,
 }
 
 impl Health {
     /// Whether the node is marked down: acquires and extends skip it.
     pub(crate) fn is_down(&self) -> bool {
         self.down.load(Ordering::Acquire)
+    }
+
+    /// The smoothed round-trip time (zero before the first one).
+    pub(crate) fn latency(&self) -> u64 {
+        self.latency_ns.load(Ordering::Relaxed)
+    }
+
+    /// Folds one round trip's time into the average (weight 1/4, so a node
+    /// that just stalled stops looking fast at once).
+    fn note_latency(&self, took: Duration) {
+        let sample = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let old = self.latency_ns.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            old - old / 4 + sample / 4
+        };
+        self.latency_ns.store(new, Ordering::Relaxed);
     }
 }
 
@@ -321,7 +341,9 @@ impl Worker {
         let mut results = Vec::new().into_iter();
         let mut standing = Standing::Voting;
         if !ops.is_empty() {
+            let started = Instant::now();
             let answers = self.call_backend(&ops);
+            self.health.note_latency(started.elapsed());
             self.note_health(&answers);
             standing = self.standing(&answers);
             results = answers.into_iter();
