@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Report, Result};
+use crate::local_queue::Streak;
 use crate::manager::LockManager;
 use crate::token::Token;
 
@@ -21,9 +22,14 @@ use crate::token::Token;
 /// [`LockOptions::auto_extend`](crate::LockOptions::auto_extend)).
 ///
 /// Dropping the guard queues a release on every node and returns at once;
-/// [`release`](Self::release) does the same but waits and reports each
-/// node's answer; [`forget`](Self::forget) lets the lock expire on its own.
-/// Either way, no extend is sent for this lock after the release.
+/// when another thread of the same manager is waiting in
+/// [`LockManager::lock`](crate::LockManager::lock) for the same resource,
+/// the lock may instead be handed to it directly (same token and deadline,
+/// only while at least half the TTL is left, at most 16 times in a row).
+/// [`release`](Self::release) always releases on the servers, waits, and
+/// reports each node's answer; [`forget`](Self::forget) lets the lock
+/// expire on its own. Either way, no extend is sent for this lock after
+/// the release.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     manager: LockManager,
@@ -31,8 +37,9 @@ pub struct LockGuard {
     /// Cleared by `release` and `forget`, so `Drop` does nothing more.
     armed: bool,
     /// This guard holds its manager's local turn for the key (it came from
-    /// a waiting `lock`), to be passed on when it lets go.
-    turn: bool,
+    /// a waiting `lock`), at this place in the streak of local turns; it is
+    /// passed on when the guard lets go.
+    turn: Option<Streak>,
 }
 
 /// The part of a held lock that the watchdog shares with the guard.
@@ -92,6 +99,15 @@ impl Lease {
     }
 }
 
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("resource", &String::from_utf8_lossy(&self.resource))
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
 impl LeaseState {
     /// Marks the lock lost (the first reason wins) and notifies every
     /// subscriber.
@@ -112,13 +128,13 @@ impl LockGuard {
             manager,
             lease,
             armed: true,
-            turn: false,
+            turn: None,
         }
     }
 
     /// Marks the guard as holding the local turn for its key.
-    pub(crate) fn with_turn(mut self) -> Self {
-        self.turn = true;
+    pub(crate) fn with_turn(mut self, streak: Streak) -> Self {
+        self.turn = Some(streak);
         self
     }
 
@@ -252,17 +268,22 @@ impl LockGuard {
     pub fn forget(mut self) {
         self.armed = false;
         self.lease.state().finished = true;
-        if std::mem::take(&mut self.turn) {
-            self.manager.pass_turn(&self.lease.key);
+        if let Some(streak) = self.turn.take() {
+            self.manager.pass_turn(&self.lease.key, streak);
         }
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.armed {
-            // Only queues the releases: never blocks, never panics.
-            self.manager.release_detached(&self.lease, self.turn);
+        if !self.armed {
+            return;
+        }
+        // Only queues the releases (or hands the lock to a waiting thread
+        // of this manager): never blocks on the network, never panics.
+        match self.turn {
+            Some(streak) => self.manager.hand_over(&self.lease, streak),
+            None => self.manager.release_detached(&self.lease),
         }
     }
 }

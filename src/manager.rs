@@ -16,7 +16,7 @@ use crate::engine::validity::{drift, validity};
 use crate::engine::{Direct, Engine, Gather, Request, majority};
 use crate::error::{Error, NodeOutcome, Operation, Report, Result};
 use crate::guard::{Lease, LockGuard};
-use crate::local_queue::{LocalQueue, Turn};
+use crate::local_queue::{Handoff, LocalQueue, Streak, Turn};
 use crate::token::{Token, random_u64};
 use crate::watchdog::{RenewalPlan, Watchdog};
 
@@ -166,25 +166,39 @@ impl LockManager {
         }
         // Threads of this manager that want the same key take turns: only
         // the turn-holder contends with the servers.
-        if self.inner.local.wait_turn(&key, started + budget) == Turn::TimedOut {
-            // One honest attempt, so the error carries a real report.
-            let guard = self.acquire_once(resource, &key, ttl)?;
-            return self.start_auto_extend(guard, ttl, options);
+        let streak = match self.inner.local.wait_turn(&key, ttl, started + budget) {
+            Turn::Mine(streak) => streak,
+            Turn::Handed(handoff) => {
+                let guard = LockGuard::new(self.clone(), handoff.lease).with_turn(handoff.streak);
+                return self.start_auto_extend(guard, ttl, options);
+            }
+            Turn::TimedOut => {
+                // One honest attempt, so the error carries a real report.
+                let guard = self.acquire_once(resource, &key, ttl)?;
+                return self.start_auto_extend(guard, ttl, options);
+            }
+        };
+        if streak.yield_first {
+            // This process has had the lock many times in a row: leave the
+            // others a window before contending again.
+            if let Some(pause) = retry.next_delay(1, started.elapsed()) {
+                std::thread::sleep(pause);
+            }
         }
         let mut attempts = 0u32;
         loop {
             attempts = attempts.saturating_add(1);
             let error = match self.acquire_once(resource, &key, ttl) {
-                Ok(guard) => return self.start_auto_extend(guard.with_turn(), ttl, options),
+                Ok(guard) => return self.start_auto_extend(guard.with_turn(streak), ttl, options),
                 Err(e) if e.is_retryable() => e,
                 Err(e) => {
-                    self.inner.local.pass(&key);
+                    self.inner.local.pass(&key, streak);
                     return Err(e);
                 }
             };
             let delay = retry.next_delay(attempts, started.elapsed());
             let Some(delay) = delay else {
-                self.inner.local.pass(&key);
+                self.inner.local.pass(&key, streak);
                 return Err(with_attempts(error, attempts));
             };
             std::thread::sleep(delay);
@@ -271,6 +285,13 @@ impl LockManager {
     /// Useful before a process exits, and in tests.
     pub fn flush(&self, timeout: Duration) -> bool {
         self.inner.engine.flush(timeout)
+    }
+
+    /// Threads of this manager waiting in [`lock`](Self::lock) /
+    /// [`lock_with`](Self::lock_with) for `resource` behind the one whose
+    /// turn it is: a measure of local contention.
+    pub fn local_waiters(&self, resource: impl AsRef<[u8]>) -> usize {
+        self.inner.local.waiting(&self.key_for(resource))
     }
 
     /// The nodes' names, in configuration order.
@@ -472,7 +493,7 @@ impl LockManager {
     /// per-node timeout). Marks the lease finished first, under its lock, so
     /// the watchdog sends no extend after this release: an extend it sent
     /// earlier is queued ahead of this release on every node.
-    pub(crate) fn release(&self, lease: &Lease, turn: bool) -> Result<Report> {
+    pub(crate) fn release(&self, lease: &Lease, turn: Option<Streak>) -> Result<Report> {
         let config = &self.inner.config;
         let start = self.now();
         let request = Request {
@@ -486,9 +507,9 @@ impl LockManager {
             .inner
             .engine
             .scatter(&request, config.node_timeout, Direct::FastestNode);
-        if turn {
+        if let Some(streak) = turn {
             // The next local waiter's acquire now queues behind this release.
-            self.inner.local.pass(&lease.key);
+            self.inner.local.pass(&lease.key, streak);
         }
         let outcomes = pending.gather(Gather::All);
         let elapsed = self.now().saturating_duration_since(start);
@@ -502,20 +523,66 @@ impl LockManager {
     }
 
     /// Queues the release on every node and returns at once (guard drop).
-    pub(crate) fn release_detached(&self, lease: &Lease, turn: bool) {
+    pub(crate) fn release_detached(&self, lease: &Lease) {
+        let mut state = lease.state();
+        state.finished = true;
+        self.inner.engine.release_detached(&lease.key, lease.token);
+    }
+
+    /// A dropped guard that holds the local turn: hands the lock itself to
+    /// the next thread waiting for it when that is safe and fair (no round
+    /// trip at all), otherwise releases on every node and passes the turn.
+    pub(crate) fn hand_over(&self, lease: &Lease, streak: Streak) {
+        self.inner
+            .local
+            .pass_with(&lease.key, streak, |waiter_ttl| {
+                let handoff = waiter_ttl.and_then(|ttl| self.handoff(lease, ttl, streak));
+                if handoff.is_none() {
+                    // Queued before the next waiter gets the turn, so its
+                    // acquire runs after this release on every node.
+                    self.release_detached(lease);
+                }
+                handoff
+            });
+    }
+
+    /// The lock renamed for the next holder, if it may be handed over: the
+    /// waiter asks for the same TTL, at least half of it is still valid,
+    /// nothing marked it lost, and the streak of local turns is not at its
+    /// bound (then it is released and the next turn yields first, so other
+    /// processes get their chance).
+    fn handoff(&self, lease: &Lease, waiter_ttl: Duration, streak: Streak) -> Option<Handoff> {
+        let next = streak.next();
+        if next.yield_first {
+            return None;
+        }
+        let mut state = lease.state();
+        let validity = state.deadline.saturating_duration_since(self.now());
+        if state.lost.is_some()
+            || state.finished
+            || state.ttl != waiter_ttl
+            || validity < state.ttl / 2
         {
-            let mut state = lease.state();
-            state.finished = true;
-            self.inner.engine.release_detached(&lease.key, lease.token);
+            return None;
         }
-        if turn {
-            self.inner.local.pass(&lease.key);
-        }
+        // The old guard's lease is done: its auto-extension stops.
+        state.finished = true;
+        let renamed = Lease::new(
+            &lease.resource,
+            Arc::clone(&lease.key),
+            lease.token,
+            state.ttl,
+            state.deadline,
+        );
+        Some(Handoff {
+            lease: Arc::new(renamed),
+            streak: next,
+        })
     }
 
     /// Ends a local turn without releasing (the guard forgot its lock).
-    pub(crate) fn pass_turn(&self, key: &[u8]) {
-        self.inner.local.pass(key);
+    pub(crate) fn pass_turn(&self, key: &[u8], streak: Streak) {
+        self.inner.local.pass(key, streak);
     }
 
     fn report(
