@@ -25,7 +25,7 @@ use crate::token::Token;
 /// when another thread of the same manager is waiting in
 /// [`LockManager::lock`](crate::LockManager::lock) for the same resource,
 /// the lock may instead be handed to it directly (same token and deadline,
-/// only while at least half the TTL is left, at most 16 times in a row).
+/// only while at least half the TTL is left, at most 64 times in a row).
 /// [`release`](Self::release) always releases on the servers, waits, and
 /// reports each node's answer; [`forget`](Self::forget) lets the lock
 /// expire on its own. Either way, no extend is sent for this lock after

@@ -65,7 +65,7 @@ pub(crate) struct Streak {
 }
 
 /// Most local turns (or hand-overs) in a row before one yields to others.
-pub(crate) const MAX_STREAK: u32 = 16;
+pub(crate) const MAX_STREAK: u32 = 64;
 
 impl Streak {
     /// The streak of the turn after this one.

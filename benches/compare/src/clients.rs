@@ -26,8 +26,12 @@ pub struct Settings {
 pub enum Client {
     /// The round-trip floor (`floor.rs`).
     Floor,
-    /// This crate, through `LockManager`.
+    /// This crate, through `LockManager`, ending each lock with
+    /// `guard.release()` (waits for every node's answer).
     Ours,
+    /// This crate, ending each lock by dropping the guard (the release is
+    /// queued, or the lock handed to a waiting thread of the same manager).
+    OursDrop,
     /// Diagnostic: this crate's `RedisBackend` called directly, no engine
     /// (N=1 only): what the engine's thread hand-offs cost.
     Backend,
@@ -40,9 +44,10 @@ pub enum Client {
 }
 
 impl Client {
-    pub const ALL: [Client; 6] = [
+    pub const ALL: [Client; 7] = [
         Client::Floor,
         Client::Ours,
+        Client::OursDrop,
         Client::Backend,
         Client::Redlock,
         Client::Redsync,
@@ -54,6 +59,7 @@ impl Client {
         match self {
             Client::Floor => "floor",
             Client::Ours => "ours",
+            Client::OursDrop => "ours-drop",
             Client::Backend => "backend",
             Client::Redlock => "redlock",
             Client::Redsync => "redsync",
@@ -72,7 +78,8 @@ impl fmt::Display for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Client::Floor => "floor (1 conn/node, write all, read all)",
-            Client::Ours => "quorum-lock",
+            Client::Ours => "quorum-lock (release())",
+            Client::OursDrop => "quorum-lock (drop)",
             Client::Backend => "quorum-lock RedisBackend direct (no engine)",
             Client::Redlock => "redlock 2.0.0",
             Client::Redsync => "redsync 1.0.1",

@@ -354,11 +354,12 @@ fn latency_1(client: Client, urls: &[String], plan: &Plan, key: &str) -> Result<
             let mut floor = Floor::connect(urls, settings)?;
             scenarios::latency(|| floor.lock_release(key), warmup, rec)
         }
-        Client::Ours => {
+        Client::Ours | Client::OursDrop => {
             let locks = ours::manager(urls, settings)?;
             let mut ours = Ours {
                 locks: &locks,
                 settings,
+                drop_guard: client == Client::OursDrop,
             };
             scenarios::latency(|| ours.lock_release(key), warmup, rec)
         }
@@ -395,10 +396,11 @@ fn threads_2(
             let service = FloorService { urls, settings };
             scenarios::threads(&service, threads, ops, warmup, budget, prefix)
         }
-        Client::Ours => {
+        Client::Ours | Client::OursDrop => {
             let service = OursService {
                 locks: ours::manager(urls, settings)?,
                 settings: settings.clone(),
+                drop_guard: client == Client::OursDrop,
             };
             scenarios::threads(&service, threads, ops, warmup, budget, prefix)
         }
@@ -427,10 +429,11 @@ fn contention_3(
     let settings = &plan.settings;
     let (threads, sections, budget) = (plan.threads, plan.sections_per_thread, plan.threads_budget);
     Ok(match client {
-        Client::Ours => {
+        Client::Ours | Client::OursDrop => {
             let service = OursService {
                 locks: ours::manager(urls, settings)?,
                 settings: settings.clone(),
+                drop_guard: client == Client::OursDrop,
             };
             // Connect every node before the clock starts.
             service.locker()?.lock_release(b"qbench:ours:connect")?;
@@ -466,6 +469,7 @@ fn dead_4(
     let mut ours = Ours {
         locks: &locks,
         settings,
+        drop_guard: false,
     };
     let key = format!("qbench:ours:s4:{node}:r{run}");
     let key = key.as_bytes();

@@ -29,6 +29,8 @@ pub fn manager(urls: &[String], settings: &Settings) -> Result<LockManager, Stri
 pub struct OursService {
     pub locks: LockManager,
     pub settings: Settings,
+    /// End each lock by dropping the guard instead of `release()`.
+    pub drop_guard: bool,
 }
 
 impl Service for OursService {
@@ -36,6 +38,7 @@ impl Service for OursService {
         Ok(Box::new(Ours {
             locks: &self.locks,
             settings: &self.settings,
+            drop_guard: self.drop_guard,
         }))
     }
 }
@@ -44,12 +47,24 @@ impl Service for OursService {
 pub struct Ours<'a> {
     pub locks: &'a LockManager,
     pub settings: &'a Settings,
+    /// End each lock by dropping the guard instead of `release()`.
+    pub drop_guard: bool,
+}
+
+impl Ours<'_> {
+    fn finish(&self, guard: quorum_lock::LockGuard) -> Result<(), String> {
+        if self.drop_guard {
+            drop(guard);
+            return Ok(());
+        }
+        guard.release().map(drop).map_err(|e| e.to_string())
+    }
 }
 
 impl Locker for Ours<'_> {
     fn lock_release(&mut self, key: &[u8]) -> Result<(), String> {
         let guard = self.locks.try_lock(key).map_err(|e| e.to_string())?;
-        guard.release().map(drop).map_err(|e| e.to_string())
+        self.finish(guard)
     }
 
     fn critical_section(
@@ -70,7 +85,7 @@ impl Locker for Ours<'_> {
             .lock_with(key, &options)
             .map_err(|e| e.to_string())?;
         work();
-        guard.release().map(drop).map_err(|e| e.to_string())
+        self.finish(guard)
     }
 }
 

@@ -437,59 +437,61 @@ fn targets(results: &Results) -> String {
         let _ = writeln!(out, "| {target} | {text} | {met} |");
     };
 
-    for n in [1, 3, 5] {
-        let sc = Scenario::Uncontended { n };
-        let ours = get(sc, Client::Ours).and_then(|s| s.p50);
-        let floor = get(sc, Client::Floor).and_then(|s| s.p50);
-        let measured = ours.zip(floor).map(|(o, f)| {
+    for client in [Client::Ours, Client::OursDrop] {
+        for n in [1, 3, 5] {
+            let sc = Scenario::Uncontended { n };
+            let ours = get(sc, client).and_then(|s| s.p50);
+            let floor = get(sc, Client::Floor).and_then(|s| s.p50);
+            let measured = ours.zip(floor).map(|(o, f)| {
+                (
+                    secs(o) / secs(f),
+                    format!("{} vs floor {}", fmt_dur(o), fmt_dur(f)),
+                )
+            });
+            line(
+                format!("{client}, 1 thread, N={n}: p50 <= 1.2x floor"),
+                measured,
+                &|r| r <= 1.2,
+            );
+        }
+
+        let rate = |c: Client| get(Scenario::Distinct, c).and_then(|s| s.rate);
+        let ours = rate(client);
+        for (peer, name, bound) in [
+            (Client::Floor, "floor", 2.0),
+            (Client::Rslock, "rslock", 1.5),
+        ] {
+            let measured = ours
+                .zip(rate(peer))
+                .map(|(o, p)| (o / p, format!("{} vs {name} {}", fmt_rate(o), fmt_rate(p))));
+            line(
+                format!("{client}, 8 threads, distinct keys, N=3: throughput >= {bound}x {name}"),
+                measured,
+                &|r| r >= bound,
+            );
+        }
+
+        let wall = |c: Client| {
+            get(Scenario::Contended, c).and_then(|s| {
+                let clean = s.counter_ok.is_some_and(|(g, t)| g == t) && s.errors == 0;
+                s.wall.filter(|_| clean)
+            })
+        };
+        let measured = wall(client).zip(wall(Client::Rslock)).map(|(o, r)| {
             (
-                secs(o) / secs(f),
-                format!("{} vs floor {}", fmt_dur(o), fmt_dur(f)),
+                secs(o) / secs(r),
+                format!("{} vs rslock {}", fmt_dur(o), fmt_dur(r)),
             )
         });
         line(
-            format!("1 thread, N={n}: p50 <= 1.2x floor"),
+            format!(
+                "{client}, 8 threads, one key, N=3, {} critical sections: time <= 0.5x rslock (no lost updates)",
+                results.threads * results.sections
+            ),
             measured,
-            &|r| r <= 1.2,
+            &|r| r <= 0.5,
         );
     }
-
-    let rate = |c: Client| get(Scenario::Distinct, c).and_then(|s| s.rate);
-    let ours = rate(Client::Ours);
-    for (peer, name, bound) in [
-        (Client::Floor, "floor", 2.0),
-        (Client::Rslock, "rslock", 1.5),
-    ] {
-        let measured = ours
-            .zip(rate(peer))
-            .map(|(o, p)| (o / p, format!("{} vs {name} {}", fmt_rate(o), fmt_rate(p))));
-        line(
-            format!("8 threads, distinct keys, N=3: throughput >= {bound}x {name}"),
-            measured,
-            &|r| r >= bound,
-        );
-    }
-
-    let wall = |c: Client| {
-        get(Scenario::Contended, c).and_then(|s| {
-            let clean = s.counter_ok.is_some_and(|(g, t)| g == t) && s.errors == 0;
-            s.wall.filter(|_| clean)
-        })
-    };
-    let measured = wall(Client::Ours).zip(wall(Client::Rslock)).map(|(o, r)| {
-        (
-            secs(o) / secs(r),
-            format!("{} vs rslock {}", fmt_dur(o), fmt_dur(r)),
-        )
-    });
-    line(
-        format!(
-            "8 threads, one key, N=3, {} critical sections: time <= 0.5x rslock (no lost updates)",
-            results.threads * results.sections
-        ),
-        measured,
-        &|r| r <= 0.5,
-    );
 
     for drop_guard in [false, true] {
         let healthy = get(
