@@ -22,6 +22,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (builder, memory_nodes) = nodes()?;
     let locks = builder
         .ttl(Duration::from_secs(5))
+        // Also the restart quarantine: freshly started Redis servers vote
+        // after 10 s (the default max_ttl of 60 s would make a demo wait).
+        .max_ttl(Duration::from_secs(10))
         .retry(
             RetryPolicy::new()
                 .attempts(1000)

@@ -206,3 +206,58 @@ fn quarantine_is_on_by_default() {
     assert!(err.is_no_quorum(), "{err}");
     assert!(err.to_string().contains("quarantined"), "{err}");
 }
+
+/// A node that answers lock operations but not who it is (e.g. an ACL user
+/// without `INFO`).
+#[derive(Debug, Clone)]
+struct NoIdentity(MemoryBackend);
+
+impl Backend for NoIdentity {
+    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        self.0.acquire(key, token, ttl)
+    }
+    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
+        self.0.release(key, token)
+    }
+    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        self.0.extend(key, token, ttl)
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn server_info(&self) -> Result<ServerInfo, BackendError> {
+        Err(BackendError::new(
+            quorum_lock::BackendErrorKind::Auth,
+            "NOPERM no INFO for you",
+        ))
+    }
+}
+
+/// Regression: with quarantine on, a grant from a node whose identity
+/// cannot be read after it answered does not count (it may be a restarted
+/// server); with quarantine off it does.
+#[test]
+fn grants_without_a_readable_identity_do_not_count_under_quarantine() {
+    for quarantine in [true, false] {
+        let nodes: Vec<NoIdentity> = (0..3)
+            .map(|i| NoIdentity(MemoryBackend::new(format!("mem-{i}"))))
+            .collect();
+        let locks = LockManager::builder()
+            .nodes(nodes.iter().cloned())
+            .restart_quarantine(quarantine)
+            .retry(RetryPolicy::none())
+            .build()
+            .unwrap();
+        match locks.try_lock("r") {
+            Ok(_guard) => assert!(!quarantine, "granted without a known identity"),
+            Err(e) => {
+                assert!(quarantine, "{e}");
+                assert!(
+                    e.to_string()
+                        .contains("identity (INFO server) could not be read"),
+                    "{e}"
+                );
+            }
+        }
+    }
+}

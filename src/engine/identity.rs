@@ -31,6 +31,9 @@ pub(crate) enum Standing {
     Quarantined(Duration),
     /// The same server as this (earlier) node: only that one votes.
     DuplicateOf(usize),
+    /// With quarantine on, the server's identity could not be read after
+    /// it answered: it may have restarted, so its grants do not count.
+    Unverified,
 }
 
 /// One node's view of its server's identity.
@@ -57,6 +60,11 @@ impl Identity {
 
     /// Takes in what the server says about itself, at `now` on the
     /// manager's clock. Only a new or changed run id does any work.
+    /// Whether a grant needs a known identity to count (quarantine on).
+    pub(crate) fn needs_identity(&self) -> bool {
+        self.quarantine.is_some()
+    }
+
     pub(crate) fn observe(&mut self, info: &ServerInfo, now: Instant, registry: &Registry) {
         let Some(run_id) = info.run_id.as_deref() else {
             return; // the backend cannot tell: nothing to decide on

@@ -180,7 +180,11 @@ impl Engine {
                 continue;
             }
             // A down node still gets the release (an earlier acquire may
-            // have landed), but nobody waits for its answer.
+            // have landed), parked until it is back; nobody waits for it.
+            if down && node.health.park(req.key, req.token) {
+                outcomes[slot] = Some(NodeOutcome::Down);
+                continue;
+            }
             let job = Job::Op {
                 op: req.op,
                 key: Arc::clone(req.key),
@@ -236,6 +240,9 @@ impl Engine {
     /// once. Each release runs after whatever was queued before it.
     pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
         for node in &self.nodes {
+            if node.health.is_down() && node.health.park(key, token) {
+                continue;
+            }
             // A failed send means the worker is gone; there is nothing left
             // to release through it.
             let _ = node.enqueue(Job::Op {

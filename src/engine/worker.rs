@@ -61,6 +61,18 @@ pub(crate) struct Health {
     down: AtomicBool,
     /// Smoothed time of a round trip to this node, in nanoseconds.
     latency_ns: AtomicU64,
+    /// Releases for this node while it is down, kept without waking its
+    /// thread or trying to connect; sent once it is back (see
+    /// [`Health::park`]).
+    parked: Mutex<Vec<ParkedRelease>>,
+}
+
+/// A release kept for a node while it is down.
+#[derive(Debug)]
+struct ParkedRelease {
+    key: Arc<[u8]>,
+    token: Token,
+    at: Instant,
 }
 
 impl Health {
@@ -72,6 +84,25 @@ impl Health {
     /// The smoothed round-trip time (zero before the first one).
     pub(crate) fn latency(&self) -> u64 {
         self.latency_ns.load(Ordering::Relaxed)
+    }
+
+    /// Keeps a release for a node that is down: no thread wake-up, no
+    /// connection attempt; the worker sends it once a probe finds the node
+    /// back. Returns `false` if the node came back meanwhile (the caller
+    /// then queues the release as usual; a second release is harmless).
+    pub(crate) fn park(&self, key: &Arc<[u8]>, token: Token) -> bool {
+        {
+            let mut parked = self.parked.lock();
+            if parked.len() >= MAX_RELEASE_RETRIES {
+                parked.remove(0);
+            }
+            parked.push(ParkedRelease {
+                key: Arc::clone(key),
+                token,
+                at: Instant::now(),
+            });
+        }
+        self.is_down()
     }
 
     /// Folds one round trip's time into the average (weight 1/4, so a node
@@ -324,9 +355,13 @@ impl Worker {
         let mut outcomes: Vec<Option<NodeOutcome>> = Vec::with_capacity(items.len());
         let mut ops: Vec<Op<'_>> = Vec::with_capacity(items.len());
         for item in items {
-            // A down node skips acquires and extends at no cost, but still
-            // gets every release: an earlier acquire may have landed there.
-            if down && item.op != Operation::Release {
+            // A down node skips acquires and extends at no cost. Its
+            // releases are kept and sent once it is back: an earlier
+            // acquire may have landed there.
+            if down {
+                if item.op == Operation::Release {
+                    self.keep(item.key, item.token);
+                }
                 outcomes.push(Some(NodeOutcome::Down));
                 continue;
             }
@@ -382,9 +417,13 @@ impl Worker {
         result: &Result<bool, BackendError>,
     ) {
         let unreached = result.as_ref().is_err_and(|e| e.kind().is_connectivity());
-        if !unreached {
-            return;
+        if unreached {
+            self.keep(key, token);
         }
+    }
+
+    /// Adds a release to the retry list (bounded: the oldest go first).
+    fn keep(&mut self, key: &Arc<[u8]>, token: Token) {
         if self.retries.len() >= MAX_RELEASE_RETRIES {
             self.retries.remove(0);
         }
@@ -429,9 +468,15 @@ impl Worker {
         let answered = results.iter().any(Result::is_ok);
         if answered {
             let backend = &self.backend;
-            if let Ok(Ok(info)) = catch_unwind(AssertUnwindSafe(|| backend.server_info())) {
-                let now = self.shared.clock.now();
-                self.identity.observe(&info, now, &self.shared.registry);
+            match catch_unwind(AssertUnwindSafe(|| backend.server_info())) {
+                Ok(Ok(info)) => {
+                    let now = self.shared.clock.now();
+                    self.identity.observe(&info, now, &self.shared.registry);
+                }
+                // Which server answered is unknown: it may be a restarted
+                // one. With quarantine on, its grants cannot count.
+                _ if self.identity.needs_identity() => return Standing::Unverified,
+                _ => {}
             }
         }
         self.identity.standing(self.shared.clock.now())
@@ -442,6 +487,11 @@ impl Worker {
         match standing {
             Standing::Voting => NodeOutcome::Granted,
             Standing::Quarantined(remaining) => NodeOutcome::Quarantined { remaining },
+            Standing::Unverified => NodeOutcome::Failed(BackendError::new(
+                BackendErrorKind::Protocol,
+                "the server's identity (INFO server) could not be read after it answered; \
+                 with restart quarantine on, its grant does not count",
+            )),
             Standing::DuplicateOf(owner) => {
                 let other = self
                     .shared
@@ -518,6 +568,18 @@ impl Worker {
         self.backoff = FIRST_BACKOFF;
         if self.probe_at.take().is_some() {
             self.health.down.store(false, Ordering::Release);
+            // The releases parked while down go out with the next retry,
+            // after whatever is already queued (an acquire queued before
+            // the node went down runs first, then its release).
+            let parked = std::mem::take(&mut *self.health.parked.lock());
+            let window = self.shared.release_retry_window;
+            self.retries
+                .extend(parked.into_iter().map(|p| RetryRelease {
+                    key: p.key,
+                    token: p.token,
+                    until: p.at + window,
+                }));
+            self.retry_at = Instant::now() + RELEASE_RETRY_EVERY;
         }
     }
 }
