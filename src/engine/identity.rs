@@ -85,15 +85,17 @@ impl Identity {
         }
         self.run_id = Some(run_id.to_owned());
         if let Some(quarantine) = self.quarantine {
-            // A restart we witnessed counts from now unless the server says
-            // how long it has been up; an unknown uptime is taken as zero.
-            let uptime = info.uptime.unwrap_or(Duration::ZERO);
-            let left = quarantine.saturating_sub(uptime);
-            self.quarantined_until = if restarted || !left.is_zero() {
-                Some(now + left)
+            // First contact: the server's uptime says how long ago it could
+            // have forgotten anything (an unknown uptime counts as zero).
+            // A changed identity counts from now, whatever its uptime: the
+            // address may now lead to another server that never had our
+            // keys, however long it has been up.
+            let left = if restarted {
+                quarantine
             } else {
-                None
+                quarantine.saturating_sub(info.uptime.unwrap_or(Duration::ZERO))
             };
+            self.quarantined_until = (!left.is_zero()).then(|| now + left);
         }
     }
 
@@ -136,7 +138,7 @@ mod tests {
     }
 
     #[test]
-    fn an_old_server_votes_and_a_restart_quarantines_it() {
+    fn an_old_server_votes_and_a_changed_identity_is_quarantined_in_full() {
         let registry = Registry::default();
         let now = Instant::now();
         let mut id = Identity::new(0, Some(Q));
@@ -144,16 +146,24 @@ mod tests {
         assert_eq!(id.standing(now), Standing::Voting);
         let later = now + Duration::from_secs(5);
         id.observe(&info("b", 2), later, &registry);
-        assert_eq!(
-            id.standing(later),
-            Standing::Quarantined(Duration::from_secs(58))
-        );
+        assert_eq!(id.standing(later), Standing::Quarantined(Q));
         // The same identity again changes nothing.
         id.observe(&info("b", 3), later, &registry);
-        assert_eq!(
-            id.standing(later),
-            Standing::Quarantined(Duration::from_secs(58))
-        );
+        assert_eq!(id.standing(later), Standing::Quarantined(Q));
+    }
+
+    /// Regression: another server that has been up for a long time, now
+    /// answering at the node's address (a DNS or port change), never had
+    /// our keys: its uptime must not shorten the quarantine.
+    #[test]
+    fn a_long_running_server_swapped_in_is_still_quarantined() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let mut id = Identity::new(0, Some(Q));
+        id.observe(&info("a", 3600), now, &registry);
+        id.observe(&info("other", 7200), now, &registry);
+        assert_eq!(id.standing(now), Standing::Quarantined(Q));
+        assert_eq!(id.standing(now + Q), Standing::Voting);
     }
 
     #[test]
