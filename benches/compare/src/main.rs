@@ -295,11 +295,12 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
                 );
                 for (drop_guard, measure) in dead_4(&nodes, plan, run, node) {
                     let measure = measure.map_or_else(Measure::Failed, Measure::Latency);
-                    results.push(
-                        Scenario::ThirdNode { node, drop_guard },
-                        Client::Ours,
-                        measure,
-                    );
+                    let client = if drop_guard {
+                        Client::OursDrop
+                    } else {
+                        Client::Ours
+                    };
+                    results.push(Scenario::ThirdNode { node, drop_guard }, client, measure);
                 }
             }
         }

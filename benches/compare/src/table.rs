@@ -494,17 +494,21 @@ fn targets(results: &Results) -> String {
     }
 
     for drop_guard in [false, true] {
+        let client = if drop_guard {
+            Client::OursDrop
+        } else {
+            Client::Ours
+        };
         let healthy = get(
             Scenario::ThirdNode {
                 node: Third::Healthy,
                 drop_guard,
             },
-            Client::Ours,
+            client,
         )
         .and_then(|s| s.p50);
         for node in [Third::Refused, Third::Blackholed] {
-            let bad =
-                get(Scenario::ThirdNode { node, drop_guard }, Client::Ours).and_then(|s| s.p50);
+            let bad = get(Scenario::ThirdNode { node, drop_guard }, client).and_then(|s| s.p50);
             let measured = bad.zip(healthy).map(|(b, h)| {
                 (
                     secs(b) / secs(h),
