@@ -37,6 +37,9 @@ echo "==> cargo test --all-features"
 # Two test threads: the machine has two cores, shared with the redis-servers.
 cargo test --all-features -- --test-threads=2
 
+echo "==> cargo clippy -p quorum-lock-bench (the comparison benchmark still builds)"
+cargo clippy -p quorum-lock-bench --all-targets -- -D warnings
+
 echo "==> cargo clippy --no-default-features (memory backend only)"
 cargo clippy --no-default-features --all-targets -- -D warnings
 
