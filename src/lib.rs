@@ -68,6 +68,18 @@
 //!   `RedisBackend`.
 //! * [`LockGuard`]: the held lock; released when dropped.
 //!
+//! # Long work, restarts, and many threads
+//!
+//! * [`LockOptions::auto_extend`] and [`LockManager::with_lock`] keep a
+//!   lock alive while the work runs (one timer thread per manager, bounded
+//!   renewal); [`LockGuard::lost_signal`] tells the holder at once when a
+//!   quorum no longer confirms.
+//! * Restart quarantine (on by default): a Redis node that restarted, and
+//!   may have forgotten the locks it held, does not vote until every such
+//!   lock has expired ([`LockManagerBuilder::max_ttl`] plus drift).
+//! * Threads of one manager waiting for the same resource take turns
+//!   locally, and a dropped guard hands the lock to the next one.
+//!
 //! # When not to use this
 //!
 //! Redlock's safety rests on timing assumptions. It is **not** safe when:
