@@ -348,3 +348,30 @@ fn grants_from_the_node_run_on_the_callers_thread_count() {
         assert!(nodes.iter().all(|node| node.0.key_count() == 0));
     }
 }
+
+/// Regression (caller-run): a node marked down by an operation the caller
+/// ran itself must still be probed back. The node's thread was asleep and
+/// nothing woke it, so a single-node manager stayed down for good.
+#[test]
+fn a_node_marked_down_by_a_direct_run_is_probed_back() {
+    let node = Bounded(MemoryBackend::new("mem-0"));
+    let locks = LockManager::builder()
+        .node(node.clone())
+        .node_timeout(Duration::from_secs(1))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    let guard = locks.try_lock(RESOURCE).unwrap();
+    node.0.set_down(true);
+    // Both run on this thread: the release fails (kept for retry), the
+    // next acquire fails too and marks the node down.
+    assert!(guard.release().is_err());
+    assert!(locks.try_lock("other").is_err());
+    node.0.set_down(false);
+    // Bounded wait for the background probe (50 ms first backoff).
+    let back = (0..300).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        locks.try_lock(RESOURCE).map(drop).is_ok()
+    });
+    assert!(back, "the node was never probed back up");
+}

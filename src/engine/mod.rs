@@ -201,7 +201,14 @@ impl Engine {
         if let Some(slot) = own {
             let node = &self.nodes[slot];
             outcomes[slot] = match node.exec.run_now(req.op, req.key, req.token, req.ttl) {
-                Some(outcome) => Some(outcome),
+                Some((outcome, wake)) => {
+                    // The node's thread sleeps until a job arrives: tell it
+                    // that it now has a probe or a retry to schedule.
+                    if wake {
+                        node.enqueue(Job::Wake);
+                    }
+                    Some(outcome)
+                }
                 // Busy: queue it like the others.
                 None => {
                     let job = Job::Op {

@@ -53,6 +53,9 @@ pub(crate) enum Job {
     },
     /// Answered once every job queued before it has run.
     Barrier(Sender<()>),
+    /// Does nothing but wake the thread, so it sees a probe or retry time
+    /// that a caller's direct run has set.
+    Wake,
 }
 
 /// The node's health as the callers see it: one flag, read on every round.
@@ -150,25 +153,29 @@ impl NodeExec {
 
     /// Runs one operation on the caller's thread, if the node is idle and
     /// up: nothing queued, no batch running. `None` otherwise (the caller
-    /// then queues it).
+    /// then queues it). The flag says whether the node's thread must be
+    /// woken ([`Job::Wake`]): the run changed when it has to act on its own
+    /// (a probe after the node was marked down, or a release to retry).
     pub(crate) fn run_now(
         &self,
         op: Operation,
         key: &Arc<[u8]>,
         token: Token,
         ttl: Duration,
-    ) -> Option<NodeOutcome> {
+    ) -> Option<(NodeOutcome, bool)> {
         let mut worker = self.state.try_lock()?;
         if self.queued.load(Ordering::SeqCst) != 0 || worker.probe_at.is_some() {
             return None;
         }
+        let before = worker.next_wake();
         let item = Item {
             op,
             key,
             token,
             ttl,
         };
-        worker.execute(std::slice::from_ref(&item)).pop()
+        let outcome = worker.execute(std::slice::from_ref(&item)).pop()?;
+        Some((outcome, worker.next_wake() != before))
     }
 }
 
