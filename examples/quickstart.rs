@@ -18,16 +18,28 @@ use quorum_lock::{LockManager, LockManagerBuilder, LockOptions, MemoryBackend, R
 const THREADS: usize = 4;
 const ROUNDS: usize = 25;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // Display, not Debug: the report names every node and what it did.
+            println!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let (builder, memory_nodes) = nodes()?;
     let locks = builder
         .ttl(Duration::from_secs(5))
         // Also the restart quarantine: freshly started Redis servers vote
         // after 10 s (the default max_ttl of 60 s would make a demo wait).
         .max_ttl(Duration::from_secs(10))
+        // Keep trying until each call's wait budget (30 s, below) is spent.
         .retry(
             RetryPolicy::new()
-                .attempts(1000)
+                .attempts(u32::MAX)
                 .delay(Duration::from_millis(1))
                 .jitter(Duration::from_millis(4)),
         )
