@@ -1,0 +1,287 @@
+//! The pipeline protocol: packing ops into one round trip, reading the
+//! replies, and the follow-up round trip (`NOSCRIPT` re-runs by `EVAL`,
+//! `TYPE` checks after refused acquires).
+
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+
+use crate::backend::{BackendError, BackendErrorKind, Op};
+
+use super::pool::{Checkout, Failure};
+use super::redact::show_key;
+use super::{EXTEND_SCRIPT, Inner, RELEASE_SCRIPT, remaining};
+
+/// Largest TTL sent to the server (about 285 000 years). Redis refuses
+/// expiries whose absolute time would overflow a signed 64-bit millisecond
+/// count, so anything near `i64::MAX` is refused here before any network
+/// call.
+const MAX_TTL_MS: u64 = 1 << 53;
+
+/// What an op needs in the second round trip.
+enum Followup {
+    /// A refused acquire: is the key a string (held) or another type?
+    TypeCheck,
+    /// The script was not cached: run it by `EVAL`.
+    Eval,
+}
+
+impl Inner {
+    /// Writes `buf` (`n` packed commands) and reads `n` replies, each read
+    /// bounded by what is left until `deadline`. Server error replies are
+    /// returned as `Value::ServerError`; anything else that goes wrong is a
+    /// [`Failure`].
+    pub(super) fn exchange(
+        &self,
+        conn: &mut Connection,
+        buf: &[u8],
+        n: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Value>, Failure> {
+        let timeout = || Failure {
+            error: self.timeout_error(),
+            stale: false,
+        };
+        let remaining_now = remaining(deadline).ok_or_else(timeout)?;
+        conn.set_write_timeout(Some(remaining_now))
+            .map_err(|e| self.failure(&e, 0))?;
+        conn.send_packed_command(buf)
+            .map_err(|e| self.failure(&e, 0))?;
+        let mut replies = Vec::with_capacity(n);
+        while replies.len() < n {
+            let remaining_now = remaining(deadline).ok_or_else(timeout)?;
+            conn.set_read_timeout(Some(remaining_now))
+                .map_err(|e| self.failure(&e, replies.len()))?;
+            match conn.recv_response() {
+                // RESP3 out-of-band data is not a reply.
+                Ok(Value::Push { .. }) => {}
+                Ok(value) => replies.push(value),
+                Err(e) => return Err(self.failure(&e, replies.len())),
+            }
+        }
+        Ok(replies)
+    }
+
+    pub(super) fn run_batch(
+        &self,
+        c: &mut Checkout,
+        ops: &[Op<'_>],
+        ttls: &[u64],
+        results: &mut [Option<Result<bool, BackendError>>],
+        deadline: Instant,
+    ) -> Result<(), Failure> {
+        let want_info = c.needs_info;
+        let mut buf = Vec::new();
+        if want_info {
+            redis::cmd("INFO")
+                .arg("server")
+                .write_packed_command(&mut buf);
+        }
+        let sent: Vec<usize> = (0..ops.len()).filter(|&i| results[i].is_none()).collect();
+        for &i in &sent {
+            self.pack_first(&ops[i], ttls[i], &mut buf);
+        }
+        let replies = self.exchange(
+            &mut c.conn,
+            &buf,
+            sent.len() + usize::from(want_info),
+            deadline,
+        )?;
+        let mut replies = replies.into_iter();
+        if want_info {
+            c.needs_info = false;
+            if let Some(text) = replies.next().as_ref().and_then(value_text) {
+                self.store_info(&text);
+            }
+        }
+        let mut followups = Vec::new();
+        for (&i, reply) in sent.iter().zip(replies) {
+            let op = &ops[i];
+            let token = op_token(op);
+            let outcome = match (op, reply) {
+                (Op::Acquire { .. }, Value::Okay) => Some(Ok(true)),
+                (Op::Acquire { .. }, Value::Nil) => {
+                    followups.push((i, Followup::TypeCheck));
+                    None
+                }
+                (Op::Release { .. } | Op::Extend { .. }, Value::ServerError(e))
+                    if e.code() == "NOSCRIPT" =>
+                {
+                    followups.push((i, Followup::Eval));
+                    None
+                }
+                (_, Value::ServerError(e)) => Some(Err(self.server_error(&e, Some(token)))),
+                (Op::Release { .. } | Op::Extend { .. }, Value::Int(n)) if n == 0 || n == 1 => {
+                    Some(Ok(n == 1))
+                }
+                (op, other) => Some(Err(self.protocol_error(op_name(op), &other))),
+            };
+            results[i] = outcome;
+        }
+        if followups.is_empty() {
+            return Ok(());
+        }
+
+        buf.clear();
+        for (i, followup) in &followups {
+            let op = &ops[*i];
+            match followup {
+                Followup::TypeCheck => redis::cmd("TYPE")
+                    .arg(op_key(op))
+                    .write_packed_command(&mut buf),
+                Followup::Eval => self.pack_eval(op, ttls[*i], &mut buf),
+            }
+        }
+        let replies = self
+            .exchange(&mut c.conn, &buf, followups.len(), deadline)
+            .map_err(|f| Failure {
+                error: f.error,
+                stale: false,
+            })?;
+        for ((i, followup), reply) in followups.iter().zip(replies) {
+            let op = &ops[*i];
+            let token = op_token(op);
+            results[*i] = Some(match (followup, reply) {
+                (_, Value::ServerError(e)) => Err(self.server_error(&e, Some(token))),
+                (Followup::TypeCheck, value) => match value_text(&value).as_deref() {
+                    // "none": the holder's key expired in between. Either
+                    // way it was not ours: refused.
+                    Some("string" | "none") => Ok(false),
+                    Some(other) => Err(BackendError::new(
+                        BackendErrorKind::WrongType,
+                        format!(
+                            "{}: key {} holds a {other}, not a lock",
+                            self.redacted,
+                            show_key(op_key(op))
+                        ),
+                    )),
+                    None => Err(self.protocol_error("TYPE", &value)),
+                },
+                (Followup::Eval, Value::Int(n)) if n == 0 || n == 1 => Ok(n == 1),
+                (Followup::Eval, other) => Err(self.protocol_error(op_name(op), &other)),
+            });
+        }
+        Ok(())
+    }
+
+    fn pack_first(&self, op: &Op<'_>, ttl_ms: u64, buf: &mut Vec<u8>) {
+        match *op {
+            Op::Acquire { key, token, .. } => redis::cmd("SET")
+                .arg(key)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .write_packed_command(buf),
+            Op::Release { key, token } => redis::cmd("EVALSHA")
+                .arg(&self.release_sha)
+                .arg(1)
+                .arg(key)
+                .arg(token)
+                .write_packed_command(buf),
+            Op::Extend { key, token, .. } => redis::cmd("EVALSHA")
+                .arg(&self.extend_sha)
+                .arg(1)
+                .arg(key)
+                .arg(token)
+                .arg(ttl_ms)
+                .write_packed_command(buf),
+        }
+    }
+
+    fn pack_eval(&self, op: &Op<'_>, ttl_ms: u64, buf: &mut Vec<u8>) {
+        match *op {
+            Op::Release { key, token } => redis::cmd("EVAL")
+                .arg(RELEASE_SCRIPT)
+                .arg(1)
+                .arg(key)
+                .arg(token)
+                .write_packed_command(buf),
+            Op::Extend { key, token, .. } => redis::cmd("EVAL")
+                .arg(EXTEND_SCRIPT)
+                .arg(1)
+                .arg(key)
+                .arg(token)
+                .arg(ttl_ms)
+                .write_packed_command(buf),
+            // Acquire is never re-run by EVAL; keep the pipeline aligned.
+            Op::Acquire { key, .. } => redis::cmd("TYPE").arg(key).write_packed_command(buf),
+        }
+    }
+}
+
+/// `ttl` in whole milliseconds, rounded up, at least 1.
+///
+/// Rounding down would let the key expire before the deadline the client
+/// computed from `ttl`.
+pub(super) fn ttl_millis(ttl: Duration) -> Result<u64, BackendError> {
+    let nanos = ttl.as_nanos();
+    let ms = nanos.div_ceil(1_000_000).max(1);
+    match u64::try_from(ms) {
+        Ok(ms) if ms <= MAX_TTL_MS => Ok(ms),
+        _ => Err(BackendError::new(
+            BackendErrorKind::Other,
+            format!("TTL {ttl:?} is out of range for Redis"),
+        )),
+    }
+}
+
+fn op_key<'a>(op: &Op<'a>) -> &'a [u8] {
+    match *op {
+        Op::Acquire { key, .. } | Op::Release { key, .. } | Op::Extend { key, .. } => key,
+    }
+}
+
+fn op_token<'a>(op: &Op<'a>) -> &'a [u8] {
+    match *op {
+        Op::Acquire { token, .. } | Op::Release { token, .. } | Op::Extend { token, .. } => token,
+    }
+}
+
+fn op_name(op: &Op<'_>) -> &'static str {
+    match op {
+        Op::Acquire { .. } => "SET NX",
+        Op::Release { .. } => "the release script",
+        Op::Extend { .. } => "the extend script",
+    }
+}
+
+/// The text of a status or bulk reply.
+pub(super) fn value_text(value: &Value) -> Option<String> {
+    match value {
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Okay => Some("OK".to_owned()),
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn ttl_rounds_up_to_whole_milliseconds() {
+        assert_eq!(ttl_millis(Duration::ZERO).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_nanos(1)).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_micros(999)).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_micros(1001)).unwrap(), 2);
+        assert_eq!(ttl_millis(Duration::from_secs(10)).unwrap(), 10_000);
+        assert_eq!(
+            ttl_millis(Duration::from_secs(10) + Duration::from_nanos(1)).unwrap(),
+            10_001
+        );
+    }
+
+    #[test]
+    fn ttl_out_of_range_is_refused_before_any_call() {
+        assert!(ttl_millis(Duration::from_millis(MAX_TTL_MS)).is_ok());
+        let err = ttl_millis(Duration::from_millis(MAX_TTL_MS + 1)).unwrap_err();
+        assert_eq!(err.kind(), BackendErrorKind::Other);
+        assert!(ttl_millis(Duration::MAX).is_err());
+    }
+}
