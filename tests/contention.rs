@@ -210,3 +210,40 @@ fn explicit_release_does_not_hand_over() {
     first.release().unwrap();
     assert_ne!(waiter.join().unwrap().unwrap(), token);
 }
+
+/// A lock handed over on drop keeps being extended for its new holder
+/// when that holder asked for auto-extension, and the old holder's renewal
+/// stops (the new lease is the only one renewed).
+#[test]
+fn a_handed_over_lock_is_auto_extended_for_its_new_holder() {
+    let (nodes, locks) = cluster();
+    let opts = LockOptions::new()
+        .ttl(Duration::from_millis(300))
+        .auto_extend(true);
+    let first = locks.lock_with("hot", &opts).unwrap();
+    let token = *first.token();
+    let waiter = {
+        let (locks, opts) = (locks.clone(), opts.clone());
+        std::thread::spawn(move || {
+            let guard = locks.lock_with("hot", &opts).unwrap();
+            // Bounded wait (3 s) for two extends of the handed-over lease.
+            let extended = (0..300).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                guard.extensions() >= 2
+            });
+            (*guard.token(), extended, guard.is_valid())
+        })
+    };
+    let queued = (0..5000).any(|_| {
+        std::thread::sleep(Duration::from_millis(1));
+        locks.local_waiters("hot") == 1
+    });
+    assert!(queued, "the waiter never queued");
+    drop(first);
+    let (handed, extended, valid) = waiter.join().unwrap();
+    assert_eq!(handed, token, "handed over, not re-acquired");
+    assert!(extended, "the new holder's lease was not renewed");
+    assert!(valid);
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert!(nodes.iter().all(|n| n.key_count() == 0));
+}
