@@ -2,13 +2,13 @@
 //! an injected clock (the real-Redis scenario is in `tests/torture.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{
-    Backend, BackendError, Error, LockManager, ManualClock, MemoryBackend, NodeOutcome, Op,
-    RetryPolicy, ServerInfo,
-};
+use quorum_lock::{Error, LockManager, ManualClock, MemoryBackend, NodeOutcome, RetryPolicy};
+use support::faces::Face;
 
 const TTL: Duration = Duration::from_secs(5);
 const MAX_TTL: Duration = Duration::from_secs(10);
@@ -127,32 +127,6 @@ fn quarantine_reports_the_time_left() {
     );
 }
 
-/// A second name for the same in-memory server, as `localhost` and
-/// `127.0.0.1` are for one Redis.
-#[derive(Debug, Clone)]
-struct Alias(MemoryBackend, &'static str);
-
-impl Backend for Alias {
-    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.0.acquire(key, token, ttl)
-    }
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.0.release(key, token)
-    }
-    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.0.extend(key, token, ttl)
-    }
-    fn describe(&self) -> String {
-        self.1.into()
-    }
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
-        self.0.batch(ops)
-    }
-    fn server_info(&self) -> Result<ServerInfo, BackendError> {
-        self.0.server_info()
-    }
-}
-
 /// One server configured under two names casts one vote, never two.
 #[test]
 fn the_same_server_twice_never_counts_twice() {
@@ -160,11 +134,11 @@ fn the_same_server_twice_never_counts_twice() {
     let other = MemoryBackend::new("mem-b");
     let third = MemoryBackend::new("mem-c");
     let locks = LockManager::builder()
-        .node(Alias(shared.clone(), "alias-1"))
-        .node(Alias(shared.clone(), "alias-2"))
+        .node(Face::alias(&shared, "alias-1"))
+        .node(Face::alias(&shared, "alias-2"))
         .node(other.clone())
         .node(third.clone())
-        .node(Alias(MemoryBackend::new("mem-d"), "mem-d"))
+        .node(Face::of(MemoryBackend::new("mem-d")))
         .retry(RetryPolicy::none())
         .build()
         .unwrap();
@@ -207,40 +181,14 @@ fn quarantine_is_on_by_default() {
     assert!(err.to_string().contains("quarantined"), "{err}");
 }
 
-/// A node that answers lock operations but not who it is (e.g. an ACL user
-/// without `INFO`).
-#[derive(Debug, Clone)]
-struct NoIdentity(MemoryBackend);
-
-impl Backend for NoIdentity {
-    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.0.acquire(key, token, ttl)
-    }
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.0.release(key, token)
-    }
-    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.0.extend(key, token, ttl)
-    }
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-    fn server_info(&self) -> Result<ServerInfo, BackendError> {
-        Err(BackendError::new(
-            quorum_lock::BackendErrorKind::Auth,
-            "NOPERM no INFO for you",
-        ))
-    }
-}
-
 /// Regression: with quarantine on, a grant from a node whose identity
 /// cannot be read after it answered does not count (it may be a restarted
 /// server); with quarantine off it does.
 #[test]
 fn grants_without_a_readable_identity_do_not_count_under_quarantine() {
     for quarantine in [true, false] {
-        let nodes: Vec<NoIdentity> = (0..3)
-            .map(|i| NoIdentity(MemoryBackend::new(format!("mem-{i}"))))
+        let nodes: Vec<Face> = (0..3)
+            .map(|i| Face::without_identity(MemoryBackend::new(format!("mem-{i}"))))
             .collect();
         let locks = LockManager::builder()
             .nodes(nodes.iter().cloned())

@@ -2,9 +2,12 @@
 //! for N = 1..=7, and the cleanup of failed rounds.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+mod support;
+
 use std::time::Duration;
 
 use quorum_lock::{Backend, Error, LockManager, MemoryBackend, NodeOutcome, RetryPolicy};
+use support::faces::Face;
 
 const TTL: Duration = Duration::from_secs(10);
 const RESOURCE: &[u8] = b"quorum-test";
@@ -279,54 +282,19 @@ fn release_does_not_wait_for_a_node_marked_down() {
     nodes[2].resume();
 }
 
-/// A memory node that promises to answer within a bound (like Redis with
-/// its timeouts), so the engine may run its operations on the caller's
-/// thread.
-#[derive(Debug, Clone)]
-struct Bounded(MemoryBackend);
-
-impl Backend for Bounded {
-    fn acquire(
-        &self,
-        key: &[u8],
-        token: &[u8],
-        ttl: Duration,
-    ) -> Result<bool, quorum_lock::BackendError> {
-        self.0.acquire(key, token, ttl)
-    }
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, quorum_lock::BackendError> {
-        self.0.release(key, token)
-    }
-    fn extend(
-        &self,
-        key: &[u8],
-        token: &[u8],
-        ttl: Duration,
-    ) -> Result<bool, quorum_lock::BackendError> {
-        self.0.extend(key, token, ttl)
-    }
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-    fn batch(&self, ops: &[quorum_lock::Op<'_>]) -> Vec<Result<bool, quorum_lock::BackendError>> {
-        self.0.batch(ops)
-    }
-    fn server_info(&self) -> Result<quorum_lock::ServerInfo, quorum_lock::BackendError> {
-        self.0.server_info()
-    }
-    fn call_timeout(&self) -> Option<Duration> {
-        Some(Duration::from_millis(1))
-    }
-}
-
 /// Regression (the caller-run path): a grant from the node the caller ran
 /// itself counts. It was once tallied as a refusal, so every lock needing
 /// all nodes failed with one grant short.
 #[test]
 fn grants_from_the_node_run_on_the_callers_thread_count() {
     for (n, quorum) in [(1, 1), (3, 3), (5, 5)] {
-        let nodes: Vec<Bounded> = (0..n)
-            .map(|i| Bounded(MemoryBackend::new(format!("mem-{i}"))))
+        let nodes: Vec<Face> = (0..n)
+            .map(|i| {
+                Face::bounded(
+                    MemoryBackend::new(format!("mem-{i}")),
+                    Duration::from_millis(1),
+                )
+            })
             .collect();
         let locks = LockManager::builder()
             .nodes(nodes.iter().cloned())
@@ -345,7 +313,7 @@ fn grants_from_the_node_run_on_the_callers_thread_count() {
         assert!(locks.try_lock(RESOURCE).unwrap_err().is_contended());
         drop(held);
         assert!(locks.flush(Duration::from_secs(5)));
-        assert!(nodes.iter().all(|node| node.0.key_count() == 0));
+        assert!(nodes.iter().all(|face| face.node.key_count() == 0));
     }
 }
 
@@ -354,7 +322,7 @@ fn grants_from_the_node_run_on_the_callers_thread_count() {
 /// nothing woke it, so a single-node manager stayed down for good.
 #[test]
 fn a_node_marked_down_by_a_direct_run_is_probed_back() {
-    let node = Bounded(MemoryBackend::new("mem-0"));
+    let node = Face::bounded(MemoryBackend::new("mem-0"), Duration::from_millis(1));
     let locks = LockManager::builder()
         .node(node.clone())
         .node_timeout(Duration::from_secs(1))
@@ -362,12 +330,12 @@ fn a_node_marked_down_by_a_direct_run_is_probed_back() {
         .build()
         .unwrap();
     let guard = locks.try_lock(RESOURCE).unwrap();
-    node.0.set_down(true);
+    node.node.set_down(true);
     // Both run on this thread: the release fails (kept for retry), the
     // next acquire fails too and marks the node down.
     assert!(guard.release().is_err());
     assert!(locks.try_lock("other").is_err());
-    node.0.set_down(false);
+    node.node.set_down(false);
     // Bounded wait for the background probe (50 ms first backoff).
     let back = (0..300).any(|_| {
         std::thread::sleep(Duration::from_millis(10));

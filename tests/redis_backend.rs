@@ -11,7 +11,7 @@ use quorum_lock::backend::redis::RedisBackend;
 use quorum_lock::{Backend, BackendError, BackendErrorKind, Op};
 
 use support::proxy::Proxy;
-use support::{RedisServer, RedisServers, connect, free_port};
+use support::{RedisServer, RedisServers, connect, free_port, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const TTL: Duration = Duration::from_secs(10);
@@ -31,20 +31,6 @@ fn kind<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> BackendErrorKind {
     match r {
         Err(e) => e.kind(),
         Ok(v) => panic!("expected an error, got Ok({v:?})"),
-    }
-}
-
-/// Polls `f` every 10 ms for at most `limit`.
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(10));
     }
 }
 

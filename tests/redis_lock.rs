@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::thread;
 use std::time::{Duration, Instant};
 
 use quorum_lock::{
@@ -15,7 +14,7 @@ use quorum_lock::{
     Report, RetryPolicy,
 };
 
-use support::{RedisServer, RedisServers, connect, free_port};
+use support::{RedisServer, RedisServers, connect, free_port, wait_until};
 
 /// Default TTL of the managers here.
 const TTL: Duration = Duration::from_secs(10);
@@ -89,20 +88,6 @@ fn assert_held_everywhere(locks: &LockManager, guard: &LockGuard, servers: &[&Re
             "{}: PTTL {pttl} outside (0, {max_ms}]",
             s.url()
         );
-    }
-}
-
-/// Polls `f` every 10 ms for at most `limit`.
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -10,6 +10,7 @@
 #![allow(dead_code, unreachable_pub)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
 
+pub mod faces;
 pub mod proxy;
 
 use std::io::Read;
@@ -424,4 +425,19 @@ fn ping(port: u16) -> bool {
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Polls `f` every 10 ms until it holds or `limit` has passed; whether it
+/// held. Bounded waiting for something the test cannot be told about.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
