@@ -53,16 +53,15 @@ impl fmt::Display for Token {
     }
 }
 
-/// A random `u64` for retry jitter; falls back to the clock's nanoseconds
-/// if the OS source fails (jitter needs spread, not secrecy).
+/// A random `u64` for retry jitter. If the OS source fails it falls back
+/// to the standard library's per-process hash keys (jitter needs spread,
+/// not secrecy), never to the wall clock.
 pub(crate) fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        return u64::from(nanos);
+        return RandomState::new().hash_one(std::thread::current().id());
     }
     u64::from_le_bytes(bytes)
 }

@@ -21,7 +21,7 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 use self::identity::Registry;
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
-use self::worker::{Health, Job, NodeExec, Shared};
+use self::worker::{Health, Job, NodeExec, ReplyTo, Shared};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
 use crate::error::{Error, NodeOutcome, Operation};
@@ -45,6 +45,23 @@ struct Node {
 impl Node {
     fn enqueue(&self, job: Job) -> bool {
         self.exec.enqueue(&self.jobs, job)
+    }
+
+    /// Queues `req` for this node's thread; `false` when the thread is gone.
+    fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> bool {
+        self.enqueue(Job::Op {
+            op: req.op,
+            key: Arc::clone(req.key),
+            token: req.token,
+            ttl: req.ttl,
+            reply,
+        })
+    }
+
+    /// A release for a node marked down is parked (no wake-up, no
+    /// connection attempt) until it is back. Whether it was parked.
+    fn park_release(&self, req: &Request<'_>) -> bool {
+        self.health.is_down() && self.health.park(req.key, req.token)
     }
 }
 
@@ -174,25 +191,14 @@ impl Engine {
                 continue;
             }
             let down = node.health.is_down();
-            if down && req.op != Operation::Release {
-                // Nothing to undo there: skip at no cost.
+            // A down node is skipped at no cost, but still gets the release
+            // (an earlier acquire may have landed), parked until it is
+            // back; nobody waits for its answer.
+            if down && (req.op != Operation::Release || node.park_release(req)) {
                 outcomes[slot] = Some(NodeOutcome::Down);
                 continue;
             }
-            // A down node still gets the release (an earlier acquire may
-            // have landed), parked until it is back; nobody waits for it.
-            if down && node.health.park(req.key, req.token) {
-                outcomes[slot] = Some(NodeOutcome::Down);
-                continue;
-            }
-            let job = Job::Op {
-                op: req.op,
-                key: Arc::clone(req.key),
-                token: req.token,
-                ttl: req.ttl,
-                reply: (!down).then(|| (reply.clone(), slot)),
-            };
-            outcomes[slot] = match node.enqueue(job) {
+            outcomes[slot] = match node.send(req, (!down).then(|| (reply.clone(), slot))) {
                 false => Some(worker_gone()),
                 true if down => Some(NodeOutcome::Down),
                 true => None,
@@ -210,16 +216,7 @@ impl Engine {
                     Some(outcome)
                 }
                 // Busy: queue it like the others.
-                None => {
-                    let job = Job::Op {
-                        op: req.op,
-                        key: Arc::clone(req.key),
-                        token: req.token,
-                        ttl: req.ttl,
-                        reply: Some((reply.clone(), slot)),
-                    };
-                    (!node.enqueue(job)).then(worker_gone)
-                }
+                None => (!node.send(req, Some((reply.clone(), slot)))).then(worker_gone),
             };
         }
         Pending {
@@ -246,19 +243,16 @@ impl Engine {
     /// Queues a release of `key` on every node (down or not) and returns at
     /// once. Each release runs after whatever was queued before it.
     pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
+        let req = Request {
+            op: Operation::Release,
+            key,
+            token,
+            ttl: Duration::ZERO,
+        };
         for node in &self.nodes {
-            if node.health.is_down() && node.health.park(key, token) {
-                continue;
-            }
             // A failed send means the worker is gone; there is nothing left
             // to release through it.
-            let _ = node.enqueue(Job::Op {
-                op: Operation::Release,
-                key: Arc::clone(key),
-                token,
-                ttl: Duration::ZERO,
-                reply: None,
-            });
+            let _ = node.park_release(&req) || node.send(&req, None);
         }
     }
 
@@ -289,7 +283,8 @@ impl Engine {
 
 /// A scattered round whose answers have not been gathered yet.
 pub(crate) struct Pending {
-    /// Outcomes known at scatter time (node down, worker gone).
+    /// Outcomes known at scatter time (node down, worker gone, or the node
+    /// the caller ran itself).
     outcomes: Vec<Option<NodeOutcome>>,
     answers: Receiver<(usize, NodeOutcome)>,
     /// When gathering stops (`None`: the wait was too long to express).

@@ -67,15 +67,7 @@ pub(crate) struct Health {
     /// Releases for this node while it is down, kept without waking its
     /// thread or trying to connect; sent once it is back (see
     /// [`Health::park`]).
-    parked: Mutex<Vec<ParkedRelease>>,
-}
-
-/// A release kept for a node while it is down.
-#[derive(Debug)]
-struct ParkedRelease {
-    key: Arc<[u8]>,
-    token: Token,
-    at: Instant,
+    parked: Mutex<Vec<RetryRelease>>,
 }
 
 impl Health {
@@ -94,17 +86,7 @@ impl Health {
     /// back. Returns `false` if the node came back meanwhile (the caller
     /// then queues the release as usual; a second release is harmless).
     pub(crate) fn park(&self, key: &Arc<[u8]>, token: Token) -> bool {
-        {
-            let mut parked = self.parked.lock();
-            if parked.len() >= MAX_RELEASE_RETRIES {
-                parked.remove(0);
-            }
-            parked.push(ParkedRelease {
-                key: Arc::clone(key),
-                token,
-                at: Instant::now(),
-            });
-        }
+        RetryRelease::push(&mut self.parked.lock(), key, token);
         self.is_down()
     }
 
@@ -267,13 +249,32 @@ pub(crate) struct Shared {
     pub(crate) release_retry_window: Duration,
 }
 
-/// A release that failed to reach the node: it may be needed to undo an
-/// acquire that still sits in the node's socket (a frozen server runs it
-/// when it wakes up), so it is sent again until the key must have expired.
+/// A release that did not reach the node (it failed, or the node was
+/// down): it may be needed to undo an acquire that still sits in the
+/// node's socket (a frozen server runs it when it wakes up), so it is sent
+/// again until the key must have expired.
+#[derive(Debug)]
 struct RetryRelease {
     key: Arc<[u8]>,
     token: Token,
-    until: Instant,
+    /// When the release was first due; it is dropped once
+    /// [`Shared::release_retry_window`] has passed since.
+    since: Instant,
+}
+
+impl RetryRelease {
+    /// Appends a release to `list`, dropping the oldest beyond
+    /// [`MAX_RELEASE_RETRIES`] (they expire with their TTL).
+    fn push(list: &mut Vec<RetryRelease>, key: &Arc<[u8]>, token: Token) {
+        if list.len() >= MAX_RELEASE_RETRIES {
+            list.remove(0);
+        }
+        list.push(RetryRelease {
+            key: Arc::clone(key),
+            token,
+            since: Instant::now(),
+        });
+    }
 }
 
 struct Worker {
@@ -431,21 +432,15 @@ impl Worker {
 
     /// Adds a release to the retry list (bounded: the oldest go first).
     fn keep(&mut self, key: &Arc<[u8]>, token: Token) {
-        if self.retries.len() >= MAX_RELEASE_RETRIES {
-            self.retries.remove(0);
-        }
-        self.retries.push(RetryRelease {
-            key: Arc::clone(key),
-            token,
-            until: Instant::now() + self.shared.release_retry_window,
-        });
+        RetryRelease::push(&mut self.retries, key, token);
     }
 
     /// Sends the pending releases again, as one batch; keeps those that
     /// still cannot reach the node and have not expired.
     fn retry_releases(&mut self) {
         let now = Instant::now();
-        self.retries.retain(|r| r.until > now);
+        let window = self.shared.release_retry_window;
+        self.retries.retain(|r| r.since + window > now);
         if self.retries.is_empty() {
             return;
         }
@@ -579,13 +574,7 @@ impl Worker {
             // after whatever is already queued (an acquire queued before
             // the node went down runs first, then its release).
             let parked = std::mem::take(&mut *self.health.parked.lock());
-            let window = self.shared.release_retry_window;
-            self.retries
-                .extend(parked.into_iter().map(|p| RetryRelease {
-                    key: p.key,
-                    token: p.token,
-                    until: p.at + window,
-                }));
+            self.retries.extend(parked);
             self.retry_at = Instant::now() + RELEASE_RETRY_EVERY;
         }
     }
