@@ -19,6 +19,7 @@ use redlock::RedLock;
 use redsync::{RedisInstance, Redsync, RedsyncBuilder, RedsyncError};
 
 use crate::clients::{Locker, Service, Settings, millis};
+use crate::scenarios::{PerThread, collect, count};
 use crate::stats::{Latency, Recorder, Throughput};
 
 /// Attempts per call to a peer's own retrying lock function; the benchmark
@@ -253,21 +254,15 @@ pub fn rslock_threads(
                 }
                 barrier.wait().await;
                 let deadline = Instant::now() + budget;
-                let (mut done, mut errors, mut first) = (0usize, 0usize, None);
+                let mut tally: PerThread = (0, 0, None);
                 for _ in 0..ops {
                     if Instant::now() >= deadline {
-                        errors += 1;
+                        tally.1 += 1;
                         continue;
                     }
-                    match rslock_once(&lm, &key, ttl).await {
-                        Ok(()) => done += 1,
-                        Err(e) => {
-                            errors += 1;
-                            first.get_or_insert(e);
-                        }
-                    }
+                    count(&mut tally, rslock_once(&lm, &key, ttl).await);
                 }
-                (done, errors, first)
+                tally
             }));
         }
         barrier.wait().await;
@@ -305,7 +300,7 @@ pub fn rslock_contention(
             let key = key.clone();
             let counter = Arc::clone(&counter);
             handles.push(tokio::spawn(async move {
-                let (mut done, mut errors, mut first) = (0usize, 0usize, None);
+                let mut tally: PerThread = (0, 0, None);
                 for _ in 0..sections {
                     let outcome = loop {
                         match lm.lock(&key, ttl).await {
@@ -320,15 +315,9 @@ pub fn rslock_contention(
                             Err(e) => break Err(format!("rslock: {e}")),
                         }
                     };
-                    match outcome {
-                        Ok(()) => done += 1,
-                        Err(e) => {
-                            errors += 1;
-                            first.get_or_insert(e);
-                        }
-                    }
+                    count(&mut tally, outcome);
                 }
-                (done, errors, first)
+                tally
             }));
         }
         let results = futures::future::join_all(handles).await;
@@ -337,32 +326,16 @@ pub fn rslock_contention(
     })
 }
 
-type TaskResult = Result<(usize, usize, Option<String>), tokio::task::JoinError>;
-
-fn gather(results: Vec<TaskResult>, wall: Duration, counter: Option<u64>) -> Throughput {
-    let mut total = Throughput {
-        ops: 0,
-        errors: 0,
-        first_error: None,
-        wall,
-        counter,
-    };
-    for result in results {
-        match result {
-            Ok((done, errors, first)) => {
-                total.ops += done;
-                total.errors += errors;
-                if let Some(e) = first {
-                    total.first_error.get_or_insert(e);
-                }
-            }
-            Err(e) => {
-                total.errors += 1;
-                total.first_error.get_or_insert(format!("rslock task: {e}"));
-            }
-        }
-    }
-    total
+/// Turns the tasks' join errors into text for `scenarios::collect`.
+fn gather(
+    results: Vec<Result<PerThread, tokio::task::JoinError>>,
+    wall: Duration,
+    counter: Option<u64>,
+) -> Throughput {
+    let results = results
+        .into_iter()
+        .map(|r| r.map_err(|e| format!("rslock task: {e}")));
+    collect(results, wall, counter)
 }
 
 fn cores() -> usize {

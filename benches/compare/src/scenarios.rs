@@ -59,29 +59,23 @@ pub fn threads(
                     }
                     barrier.wait();
                     let deadline = Instant::now() + budget;
-                    let (mut done, mut errors, mut first) = (0, 0, None);
+                    let mut tally: PerThread = (0, 0, None);
                     if let Some(l) = locker.as_mut() {
                         for _ in 0..ops {
                             if Instant::now() >= deadline {
-                                errors += 1;
+                                tally.1 += 1;
                                 continue;
                             }
-                            match l.lock_release(&key) {
-                                Ok(()) => done += 1,
-                                Err(e) => {
-                                    errors += 1;
-                                    first.get_or_insert(e);
-                                }
-                            }
+                            count(&mut tally, l.lock_release(&key));
                         }
                     }
-                    (done, errors, first)
+                    tally
                 })
             })
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        let results: Vec<_> = handles.into_iter().map(join).collect();
         let wall = start.elapsed();
         collect(results, wall, None)
     })
@@ -117,23 +111,20 @@ pub fn contention(
                         thread::yield_now();
                         counter.store(seen + 1, Ordering::Relaxed);
                     };
-                    let (mut done, mut errors, mut first) = (0, 0, None);
+                    let mut tally: PerThread = (0, 0, None);
                     for _ in 0..sections {
-                        match locker.critical_section(key.as_bytes(), deadline, &mut work) {
-                            Ok(()) => done += 1,
-                            Err(e) => {
-                                errors += 1;
-                                first.get_or_insert(e);
-                            }
-                        }
+                        count(
+                            &mut tally,
+                            locker.critical_section(key.as_bytes(), deadline, &mut work),
+                        );
                     }
-                    (done, errors, first)
+                    tally
                 })
             })
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        let results: Vec<_> = handles.into_iter().map(join).collect();
         let wall = start.elapsed();
         collect(results, wall, None)
     });
@@ -143,9 +134,32 @@ pub fn contention(
     }
 }
 
-type ThreadResult = thread::Result<(usize, usize, Option<String>)>;
+fn join(handle: thread::ScopedJoinHandle<'_, PerThread>) -> Result<PerThread, String> {
+    handle.join().map_err(|_| "a thread panicked".to_owned())
+}
 
-fn collect(results: Vec<ThreadResult>, wall: Duration, counter: Option<u64>) -> Throughput {
+/// What one thread (or task) did: operations done, errors, the first
+/// error's text.
+pub type PerThread = (usize, usize, Option<String>);
+
+/// Counts one operation's result into `tally`.
+pub fn count(tally: &mut PerThread, result: Result<(), String>) {
+    match result {
+        Ok(()) => tally.0 += 1,
+        Err(e) => {
+            tally.1 += 1;
+            tally.2.get_or_insert(e);
+        }
+    }
+}
+
+/// Sums the per-thread results; a thread (or task) that did not finish
+/// (`Err` with the reason) counts as one error.
+pub fn collect(
+    results: impl IntoIterator<Item = Result<PerThread, String>>,
+    wall: Duration,
+    counter: Option<u64>,
+) -> Throughput {
     let mut total = Throughput {
         ops: 0,
         errors: 0,
@@ -154,18 +168,11 @@ fn collect(results: Vec<ThreadResult>, wall: Duration, counter: Option<u64>) -> 
         counter,
     };
     for result in results {
-        match result {
-            Ok((done, errors, first)) => {
-                total.ops += done;
-                total.errors += errors;
-                if let Some(e) = first {
-                    total.first_error.get_or_insert(e);
-                }
-            }
-            Err(_) => {
-                total.errors += 1;
-                total.first_error.get_or_insert("a thread panicked".into());
-            }
+        let (done, errors, first) = result.unwrap_or_else(|e| (0, 1, Some(e)));
+        total.ops += done;
+        total.errors += errors;
+        if let Some(e) = first {
+            total.first_error.get_or_insert(e);
         }
     }
     total
