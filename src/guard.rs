@@ -64,6 +64,10 @@ pub(crate) struct LeaseState {
     pub(crate) finished: bool,
     /// Successful extends so far (manual and automatic).
     pub(crate) extensions: u32,
+    /// Extends begun so far: the sequence number of the latest one. The
+    /// nodes apply extends in the order they were begun (per-node FIFO),
+    /// so only the latest one begun may set the deadline when it finishes.
+    pub(crate) extends_begun: u64,
     /// Why auto-extension stopped, once it has.
     pub(crate) renewal_stopped: Option<String>,
     /// Waiting for the loss notification.
@@ -88,6 +92,7 @@ impl Lease {
                 lost: None,
                 finished: false,
                 extensions: 0,
+                extends_begun: 0,
                 renewal_stopped: None,
                 subscribers: Vec::new(),
             }),

@@ -114,9 +114,10 @@ mod token;
 mod watchdog;
 
 pub use backend::memory::MemoryBackend;
+pub use backend::memory::UptimeReport;
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
-pub use backend::{Backend, BackendError, BackendErrorKind, Op, ServerInfo};
+pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, NodeOutcome, NodeReport, Operation, Report, Result};
 pub use guard::LockGuard;

@@ -435,11 +435,20 @@ impl LockManager {
             self.inner
                 .engine
                 .scatter(&request, config.node_timeout.min(remaining), Direct::Never);
+        // From here on a node may apply this extend at any moment, and
+        // `PEXPIRE` can shorten a key: until it is confirmed, the lease may
+        // claim no more than this extend would give (sent under the lease's
+        // lock, so a hand-over sees the capped deadline).
+        let old_deadline = state.deadline;
+        let bound = start + (ttl - drift(ttl, config.drift_factor));
+        state.deadline = state.deadline.min(bound);
+        state.extends_begun += 1;
         Ok(ExtendInFlight {
             pending,
             start,
-            old_deadline: state.deadline,
+            old_deadline,
             ttl,
+            seq: state.extends_begun,
         })
     }
 
@@ -452,6 +461,7 @@ impl LockManager {
             start,
             old_deadline,
             ttl,
+            seq,
         } = in_flight;
         let outcomes = pending.gather(Gather::UntilDecided {
             quorum: config.quorum,
@@ -483,8 +493,14 @@ impl LockManager {
         if let Some(lost) = &state.lost {
             return Err(lost.clone());
         }
-        state.deadline = start + (ttl - drift);
-        state.ttl = ttl;
+        // Only the extend begun last sets the deadline: the nodes apply the
+        // later one after this one, so whichever finishes last, the later
+        // one's expiry is what the keys end with. (Its start already capped
+        // the deadline; it sets the deadline when it finishes.)
+        if seq == state.extends_begun {
+            state.deadline = start + (ttl - drift);
+            state.ttl = ttl;
+        }
         state.extensions = state.extensions.saturating_add(1);
         Ok(())
     }
@@ -618,6 +634,8 @@ pub(crate) struct ExtendInFlight {
     start: Instant,
     old_deadline: Instant,
     ttl: Duration,
+    /// Its place among the lease's extends (see `LeaseState::extends_begun`).
+    seq: u64,
 }
 
 fn with_attempts(mut error: Error, attempts: u32) -> Error {
@@ -1112,5 +1130,86 @@ impl fmt::Debug for LockManagerBuilder {
             .field("ttl", &self.ttl)
             .field("quorum", &self.quorum)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::backend::memory::MemoryBackend;
+    use crate::clock::ManualClock;
+
+    const MS: Duration = Duration::from_millis(1);
+    const LONG: Duration = Duration::from_secs(3);
+    const SHORT: Duration = Duration::from_millis(300);
+
+    fn cluster(clock: &ManualClock) -> (Vec<MemoryBackend>, LockManager, LockManager) {
+        let nodes: Vec<MemoryBackend> = (0..3)
+            .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
+            .collect();
+        let manager = || {
+            LockManager::builder()
+                .nodes(nodes.iter().cloned())
+                .clock(Arc::new(clock.clone()))
+                .ttl(LONG)
+                .max_ttl(LONG)
+                .node_timeout(Duration::from_millis(500))
+                .retry(RetryPolicy::none())
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (manager(), manager());
+        (nodes, a, b)
+    }
+
+    /// Issue 9, hole 2. Per-node FIFO makes the extend *begun* last the one
+    /// the servers apply last, and `PEXPIRE` can shorten a key. Schedule:
+    /// the watchdog sends a 3 s extend; the holder's own `extend(300 ms)`
+    /// completes; the watchdog gathers later. Before the fix the watchdog
+    /// wrote a ~3 s deadline, the keys expired after 300 ms, and a second
+    /// manager locked while the first guard was still valid.
+    #[test]
+    fn an_extend_finishing_last_does_not_outlive_one_begun_after_it() {
+        let clock = ManualClock::new();
+        let (_nodes, a, b) = cluster(&clock);
+        let mut guard = a.try_lock("r").unwrap();
+        let lease = Arc::clone(guard.lease());
+        let watchdog = a.begin_extend(&lease, LONG).unwrap();
+        guard.extend(SHORT).unwrap();
+        a.finish_extend(&lease, watchdog).unwrap();
+        assert!(
+            guard.validity() <= SHORT,
+            "validity {:?} outlives the last extend ({SHORT:?})",
+            guard.validity()
+        );
+        clock.advance(SHORT + MS);
+        let other = b.try_lock("r");
+        assert!(
+            !(guard.is_valid() && other.as_ref().is_ok_and(LockGuard::is_valid)),
+            "two valid holders"
+        );
+    }
+
+    /// Issue 9, hole 2, the hand-over variant: a lock handed to the next
+    /// local holder while an extend that shortens the keys is in flight
+    /// must not carry the older, longer deadline.
+    #[test]
+    fn a_hand_over_during_a_shortening_extend_carries_the_shorter_deadline() {
+        let clock = ManualClock::new();
+        let (_nodes, a, _b) = cluster(&clock);
+        let guard = a.try_lock("r").unwrap();
+        let lease = Arc::clone(guard.lease());
+        let shortening = a.begin_extend(&lease, SHORT).unwrap();
+        let handoff = a.handoff(&lease, LONG, Streak::default());
+        let deadline = handoff.map(|h| h.lease.state().deadline);
+        assert!(
+            deadline.is_none_or(|d| d <= a.now() + SHORT),
+            "handed over with {:?} left while a {SHORT:?} extend is in flight",
+            deadline.map(|d| d - a.now())
+        );
+        let _ = a.finish_extend(&lease, shortening);
+        guard.forget();
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{Backend, BackendError, BackendErrorKind, Op, ServerInfo};
+use super::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
 use crate::clock::{Clock, MonotonicClock};
 
 /// The longest a paused node holds a call before answering anyway, so a
@@ -19,6 +19,26 @@ const MAX_PAUSE: Duration = Duration::from_secs(60);
 /// The uptime a node that was never restarted reports (a year): it never
 /// held a lock before it was created, so it has none to forget.
 const NEVER_RESTARTED_UPTIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// How a [`MemoryBackend`] reports its uptime in
+/// [`ServerInfo::uptime`](crate::ServerInfo::uptime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum UptimeReport {
+    /// The exact time since the node (re)started, on its clock. The default.
+    #[default]
+    Exact,
+    /// As Redis reports `uptime_in_seconds`: whole seconds, computed as
+    /// `floor(wall now) - floor(wall at start)` on the node's *wall*
+    /// clock. It can read one second after a few milliseconds of real
+    /// uptime, and a wall-clock step (see
+    /// [`MemoryBackend::step_wall_clock`]) after the start inflates it.
+    WholeSeconds {
+        /// How far past a whole second the node's wall clock reads at the
+        /// moment the node was created.
+        phase: Duration,
+    },
+}
 
 /// A hook run before each operation: see [`MemoryBackend::set_hook`].
 pub type CallHook = Arc<dyn Fn(&Op<'_>) + Send + Sync>;
@@ -52,6 +72,8 @@ pub struct MemoryBackend {
 struct Inner {
     name: String,
     clock: Arc<dyn Clock>,
+    /// When the node was created, on its clock: the wall clock's epoch.
+    created: Instant,
     state: Mutex<State>,
     unpaused: Condvar,
     round_trips: AtomicU64,
@@ -73,9 +95,29 @@ struct State {
     generation: u64,
     started_at: Instant,
     hook: Option<CallHook>,
+    uptime_report: UptimeReport,
+    /// Forward steps of the node's wall clock so far.
+    wall_steps: Duration,
+    /// The node's wall clock at its last start, in whole seconds (Redis'
+    /// `stat_starttime`), for [`UptimeReport::WholeSeconds`].
+    wall_start_secs: u64,
+    /// Report no identity at all (like a proxy whose `INFO` lacks `run_id`).
+    identity_hidden: bool,
 }
 
 impl State {
+    /// The node's wall clock at `now` (an arbitrary epoch: the node's
+    /// creation, plus the phase), with every step so far.
+    fn wall(&self, created: Instant, now: Instant) -> Duration {
+        let phase = match self.uptime_report {
+            UptimeReport::Exact => Duration::ZERO,
+            UptimeReport::WholeSeconds { phase } => phase,
+        };
+        now.saturating_duration_since(created)
+            .saturating_add(phase)
+            .saturating_add(self.wall_steps)
+    }
+
     /// The entry for `key` if it exists and has not expired at `now`.
     fn live(&mut self, key: &[u8], now: Instant) -> Option<&mut Entry> {
         if self.keys.get(key).is_some_and(|e| e.expires_at <= now) {
@@ -98,6 +140,7 @@ impl MemoryBackend {
             inner: Arc::new(Inner {
                 name: name.into(),
                 clock,
+                created: started_at,
                 state: Mutex::new(State {
                     keys: HashMap::new(),
                     down: false,
@@ -108,6 +151,10 @@ impl MemoryBackend {
                     generation: 0,
                     started_at,
                     hook: None,
+                    uptime_report: UptimeReport::Exact,
+                    wall_steps: Duration::ZERO,
+                    wall_start_secs: 0,
+                    identity_hidden: false,
                 }),
                 unpaused: Condvar::new(),
                 round_trips: AtomicU64::new(0),
@@ -154,10 +201,39 @@ impl MemoryBackend {
     /// Simulates a restart without persistence: every key is forgotten, the
     /// node gets a new run id and its uptime starts again from zero.
     pub fn restart(&self) {
+        let now = self.inner.clock.now();
         let mut state = self.inner.state.lock();
         state.keys.clear();
         state.generation += 1;
-        state.started_at = self.inner.clock.now();
+        state.started_at = now;
+        state.wall_start_secs = state.wall(self.inner.created, now).as_secs();
+    }
+
+    /// How [`server_info`](Backend::server_info) reports the uptime from
+    /// now on: exactly (the default), or in whole seconds of the wall clock
+    /// as Redis does. A node that never restarted reports a year of uptime
+    /// either way: it never held a lock before it was created.
+    pub fn set_uptime_report(&self, report: UptimeReport) {
+        let mut state = self.inner.state.lock();
+        state.uptime_report = report;
+        state.wall_steps = Duration::ZERO;
+        let started = state.started_at;
+        state.wall_start_secs = state.wall(self.inner.created, started).as_secs();
+    }
+
+    /// Steps the node's wall clock forward by `by` (an NTP step, an
+    /// operator's `date -s`). Only the whole-second uptime report follows
+    /// the wall clock; expiry follows the node's monotonic [`Clock`].
+    pub fn step_wall_clock(&self, by: Duration) {
+        let mut state = self.inner.state.lock();
+        state.wall_steps = state.wall_steps.saturating_add(by);
+    }
+
+    /// Reports no identity (`run_id` and uptime unknown) while `hidden`,
+    /// like a Redis-compatible proxy whose `INFO` has no `run_id`; lock
+    /// operations work as usual.
+    pub fn set_identity_hidden(&self, hidden: bool) {
+        self.inner.state.lock().identity_hidden = hidden;
     }
 
     /// Expires `key` now, as if this node's clock had jumped forward.
@@ -252,8 +328,10 @@ impl MemoryBackend {
         }
         let answer = match *op {
             Op::Acquire { key, token, ttl } => {
-                if state.live(key, now).is_some() {
-                    false
+                if let Some(entry) = state.live(key, now) {
+                    // Already ours (the same acquisition through another
+                    // name of this node): a grant; anyone else's: refused.
+                    entry.token == token
                 } else {
                     let expires_at = now.checked_add(ttl).ok_or_else(|| {
                         BackendError::new(BackendErrorKind::Other, "invalid expire time")
@@ -321,11 +399,20 @@ impl Backend for MemoryBackend {
         ops.iter().map(|op| self.apply(op)).collect()
     }
 
+    /// The identity is read after the ops were applied: a restart in
+    /// between makes the answers count as the new incarnation's (which is
+    /// quarantined), never the other way round.
+    fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
+        let results = self.batch(ops);
+        let answered = results.iter().any(Result::is_ok);
+        let server = answered.then(|| self.identity()).flatten();
+        Answers::new(results, server)
+    }
+
     /// The node's identity, without a round trip (like Redis' identity
     /// cached per connection). A node that never restarted reports a long
     /// uptime: it has never forgotten a lock, so nothing needs quarantine.
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
-        let now = self.inner.clock.now();
         let state = self.inner.state.lock();
         if state.down {
             return Err(BackendError::new(
@@ -340,13 +427,33 @@ impl Backend for MemoryBackend {
                 "node is paused (injected)",
             ));
         }
-        let since_start = now.saturating_duration_since(state.started_at);
+        drop(state);
+        Ok(self.identity().unwrap_or_default())
+    }
+}
+
+impl MemoryBackend {
+    /// Who the node is and how long it has been up, per its
+    /// [`UptimeReport`]; `None` while the identity is hidden.
+    fn identity(&self) -> Option<ServerInfo> {
+        let now = self.inner.clock.now();
+        let state = self.inner.state.lock();
+        if state.identity_hidden {
+            return None;
+        }
+        let since_start = match state.uptime_report {
+            UptimeReport::Exact => now.saturating_duration_since(state.started_at),
+            UptimeReport::WholeSeconds { .. } => {
+                let wall_now = state.wall(self.inner.created, now).as_secs();
+                Duration::from_secs(wall_now.saturating_sub(state.wall_start_secs))
+            }
+        };
         let uptime = if state.generation == 0 {
             NEVER_RESTARTED_UPTIME.saturating_add(since_start)
         } else {
             since_start
         };
-        Ok(ServerInfo {
+        Some(ServerInfo {
             run_id: Some(format!("{}#{}", self.inner.name, state.generation)),
             uptime: Some(uptime),
         })

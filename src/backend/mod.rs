@@ -43,9 +43,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Sets `key` to `token` with an expiry of `ttl`, only if `key` does not
     /// exist (`SET key token NX PX ttl`).
     ///
-    /// `Ok(true)`: the key is now ours. `Ok(false)`: the key exists (held by
-    /// another token, or by ours from an earlier attempt). `Err`: unknown:
-    /// the key may have been set.
+    /// `Ok(true)`: the key holds `token` now (set by this call, or already
+    /// ours: tokens are unique per acquisition, so a key holding ours was
+    /// set by this acquisition, for instance through another name of the
+    /// same server). `Ok(false)`: the key is held by another token. `Err`:
+    /// unknown: the key may have been set.
     ///
     /// # Errors
     ///
@@ -96,6 +98,31 @@ pub trait Backend: Send + Sync + 'static {
             .collect()
     }
 
+    /// Runs `ops` like [`batch`](Self::batch) and says which server
+    /// answered them: this is what the engine calls.
+    ///
+    /// A grant counts only as a vote of the server that gave it, so the
+    /// identity must describe *that* server, read on the same connection
+    /// (or under the same lock) as the answers, never a cached value that
+    /// another connection or thread may have refreshed. Redis reads
+    /// `INFO server` once per connection, in the connection's first
+    /// pipeline, and reports it with every batch that connection carries.
+    ///
+    /// With restart quarantine on, a grant whose [`Answers::server`] is
+    /// `None` or has no `run_id` does **not** count: the server may have
+    /// restarted and forgotten the locks it held. A backend that cannot
+    /// tell who answered must say so (`None`) rather than guess; its users
+    /// then switch quarantine off and make restarts safe another way
+    /// (durable persistence, or restarts delayed by `max_ttl`).
+    ///
+    /// The default runs [`batch`](Self::batch) and then asks
+    /// [`server_info`](Self::server_info): right only for a backend that
+    /// always talks to one server incarnation (or reports none).
+    fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
+        let results = self.batch(ops);
+        Answers::new(results, self.server_info().ok())
+    }
+
     /// The longest any single call (or batch) can take, when the backend
     /// enforces such a bound; `None` when it does not (the default).
     ///
@@ -111,9 +138,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The server's identity and uptime, when the backend can learn them.
     ///
-    /// The engine uses this to probe a node that was marked down, to notice
-    /// restarts (restart quarantine) and to detect one server configured
-    /// twice. The default knows nothing and contacts nobody.
+    /// The engine uses this to probe a node that was marked down; restart
+    /// quarantine and duplicate detection use the identity that comes with
+    /// each batch ([`identified_batch`](Self::identified_batch)). The
+    /// default knows nothing and contacts nobody: with restart quarantine
+    /// on, such a backend's grants do not count (see
+    /// [`identified_batch`](Self::identified_batch)).
     ///
     /// # Errors
     ///
@@ -138,6 +168,9 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
     fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
         (**self).batch(ops)
+    }
+    fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
+        (**self).identified_batch(ops)
     }
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         (**self).server_info()
@@ -175,6 +208,37 @@ pub enum Op<'a> {
         /// New expiry, from now.
         ttl: Duration,
     },
+}
+
+/// The answers to one [`Backend::identified_batch`]: one result per op, and
+/// the server that gave them.
+#[derive(Debug, Clone)]
+pub struct Answers {
+    results: Vec<Result<bool, BackendError>>,
+    server: Option<ServerInfo>,
+}
+
+impl Answers {
+    /// `results` (one per op, in order) from the server `server` (`None`:
+    /// unknown).
+    pub fn new(results: Vec<Result<bool, BackendError>>, server: Option<ServerInfo>) -> Self {
+        Self { results, server }
+    }
+
+    /// One result per op, in order.
+    pub fn results(&self) -> &[Result<bool, BackendError>] {
+        &self.results
+    }
+
+    /// The server that answered, when known.
+    pub fn server(&self) -> Option<&ServerInfo> {
+        self.server.as_ref()
+    }
+
+    /// The results and the server, by value.
+    pub fn into_parts(self) -> (Vec<Result<bool, BackendError>>, Option<ServerInfo>) {
+        (self.results, self.server)
+    }
 }
 
 /// What a server says about itself: who it is and how long it has run.

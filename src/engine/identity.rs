@@ -47,6 +47,12 @@ pub(crate) struct Identity {
     duplicate_of: Option<usize>,
 }
 
+/// The resolution of a reported uptime: Redis' `uptime_in_seconds` is
+/// floor(wall now) - floor(wall start), which can read one second after a
+/// few milliseconds. A first contact credits the server one second less
+/// than it reports.
+const UPTIME_RESOLUTION: Duration = Duration::from_secs(1);
+
 impl Identity {
     pub(crate) fn new(node: usize, quarantine: Option<Duration>) -> Self {
         Self {
@@ -58,17 +64,36 @@ impl Identity {
         }
     }
 
-    /// Takes in what the server says about itself, at `now` on the
-    /// manager's clock. Only a new or changed run id does any work.
-    /// Whether a grant needs a known identity to count (quarantine on).
-    pub(crate) fn needs_identity(&self) -> bool {
-        self.quarantine.is_some()
+    /// What the grants of one batch count for: judged by the identity of
+    /// the server that answered *that* batch (`None`: unknown), at `now` on
+    /// the manager's clock.
+    ///
+    /// With quarantine on, an answer from a server that cannot be
+    /// identified does not count: it may be a restarted server that forgot
+    /// our locks. With quarantine off, identity only detects duplicates.
+    pub(crate) fn judge(
+        &mut self,
+        server: Option<&ServerInfo>,
+        now: Instant,
+        registry: &Registry,
+    ) -> Standing {
+        match server.and_then(|s| s.run_id.as_deref().map(|id| (id, s.uptime))) {
+            Some((run_id, uptime)) => self.observe(run_id, uptime, now, registry),
+            None if self.quarantine.is_some() => return Standing::Unverified,
+            None => {}
+        }
+        self.standing(now)
     }
 
-    pub(crate) fn observe(&mut self, info: &ServerInfo, now: Instant, registry: &Registry) {
-        let Some(run_id) = info.run_id.as_deref() else {
-            return; // the backend cannot tell: nothing to decide on
-        };
+    /// Takes in a server's run id and reported uptime. Only a new or
+    /// changed run id does any work.
+    fn observe(
+        &mut self,
+        run_id: &str,
+        uptime: Option<Duration>,
+        now: Instant,
+        registry: &Registry,
+    ) {
         if self.run_id.as_deref() == Some(run_id) {
             return;
         }
@@ -86,21 +111,25 @@ impl Identity {
         self.run_id = Some(run_id.to_owned());
         if let Some(quarantine) = self.quarantine {
             // First contact: the server's uptime says how long ago it could
-            // have forgotten anything (an unknown uptime counts as zero).
-            // A changed identity counts from now, whatever its uptime: the
-            // address may now lead to another server that never had our
-            // keys, however long it has been up.
-            let left = if restarted {
-                quarantine
-            } else {
-                quarantine.saturating_sub(info.uptime.unwrap_or(Duration::ZERO))
+            // have forgotten anything, less its resolution (an unknown
+            // uptime counts as zero). It assumes the server's wall clock
+            // did not step forward since its start by more than the drift
+            // allowance (which the quarantine includes), the assumption
+            // Redis' own key expiry already needs. A changed identity
+            // counts from now, whatever its uptime: the address may now
+            // lead to another server that never had our keys, however long
+            // it has been up.
+            let credited = match (restarted, uptime) {
+                (false, Some(uptime)) => uptime.saturating_sub(UPTIME_RESOLUTION),
+                _ => Duration::ZERO,
             };
+            let left = quarantine.saturating_sub(credited);
             self.quarantined_until = (!left.is_zero()).then(|| now + left);
         }
     }
 
     /// What this node's grants count for at `now`.
-    pub(crate) fn standing(&self, now: Instant) -> Standing {
+    fn standing(&self, now: Instant) -> Standing {
         if let Some(owner) = self.duplicate_of {
             return Standing::DuplicateOf(owner);
         }
@@ -117,10 +146,17 @@ mod tests {
 
     const Q: Duration = Duration::from_secs(60);
 
-    fn info(run_id: &str, uptime_secs: u64) -> ServerInfo {
-        ServerInfo {
+    fn info(run_id: &str, uptime_secs: u64) -> Option<ServerInfo> {
+        Some(ServerInfo {
             run_id: Some(run_id.into()),
             uptime: Some(Duration::from_secs(uptime_secs)),
+        })
+    }
+
+    impl Identity {
+        /// Observes `server` and discards the standing.
+        fn see(&mut self, server: &Option<ServerInfo>, now: Instant, registry: &Registry) {
+            let _ = self.judge(server.as_ref(), now, registry);
         }
     }
 
@@ -129,12 +165,13 @@ mod tests {
         let registry = Registry::default();
         let now = Instant::now();
         let mut id = Identity::new(0, Some(Q));
-        id.observe(&info("a", 20), now, &registry);
+        id.see(&info("a", 20), now, &registry);
+        // 20 s reported is more than 19 s real: credited one second less.
         assert_eq!(
             id.standing(now),
-            Standing::Quarantined(Duration::from_secs(40))
+            Standing::Quarantined(Duration::from_secs(41))
         );
-        assert_eq!(id.standing(now + Duration::from_secs(40)), Standing::Voting);
+        assert_eq!(id.standing(now + Duration::from_secs(41)), Standing::Voting);
     }
 
     #[test]
@@ -142,13 +179,13 @@ mod tests {
         let registry = Registry::default();
         let now = Instant::now();
         let mut id = Identity::new(0, Some(Q));
-        id.observe(&info("a", 3600), now, &registry);
+        id.see(&info("a", 3600), now, &registry);
         assert_eq!(id.standing(now), Standing::Voting);
         let later = now + Duration::from_secs(5);
-        id.observe(&info("b", 2), later, &registry);
+        id.see(&info("b", 2), later, &registry);
         assert_eq!(id.standing(later), Standing::Quarantined(Q));
         // The same identity again changes nothing.
-        id.observe(&info("b", 3), later, &registry);
+        id.see(&info("b", 3), later, &registry);
         assert_eq!(id.standing(later), Standing::Quarantined(Q));
     }
 
@@ -160,8 +197,8 @@ mod tests {
         let registry = Registry::default();
         let now = Instant::now();
         let mut id = Identity::new(0, Some(Q));
-        id.observe(&info("a", 3600), now, &registry);
-        id.observe(&info("other", 7200), now, &registry);
+        id.see(&info("a", 3600), now, &registry);
+        id.see(&info("other", 7200), now, &registry);
         assert_eq!(id.standing(now), Standing::Quarantined(Q));
         assert_eq!(id.standing(now + Q), Standing::Voting);
     }
@@ -171,11 +208,37 @@ mod tests {
         let registry = Registry::default();
         let now = Instant::now();
         let mut off = Identity::new(0, None);
-        off.observe(&info("a", 0), now, &registry);
+        off.see(&info("a", 0), now, &registry);
         assert_eq!(off.standing(now), Standing::Voting);
+        assert_eq!(off.judge(None, now, &registry), Standing::Voting);
+        // Regression (issue 9, hole 3): with quarantine on, an answer from
+        // a server that cannot be identified never counts, on first contact
+        // or later.
         let mut unknown = Identity::new(1, Some(Q));
-        unknown.observe(&ServerInfo::default(), now, &registry);
+        let anonymous = ServerInfo::default();
+        assert_eq!(
+            unknown.judge(Some(&anonymous), now, &registry),
+            Standing::Unverified
+        );
+        assert_eq!(unknown.judge(None, now, &registry), Standing::Unverified);
+        unknown.see(&info("b", 3600), now, &registry);
         assert_eq!(unknown.standing(now), Standing::Voting);
+        assert_eq!(
+            unknown.judge(Some(&anonymous), now, &registry),
+            Standing::Unverified
+        );
+    }
+
+    /// Regression (issue 9, hole 1): one second of reported uptime may be
+    /// a few milliseconds of real uptime, so it buys nothing.
+    #[test]
+    fn a_whole_second_of_uptime_is_not_credited() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let q = Duration::from_millis(1012);
+        let mut id = Identity::new(0, Some(q));
+        id.see(&info("a", 1), now, &registry);
+        assert_eq!(id.standing(now), Standing::Quarantined(q));
     }
 
     #[test]
@@ -184,13 +247,13 @@ mod tests {
         let now = Instant::now();
         let mut first = Identity::new(0, None);
         let mut second = Identity::new(1, None);
-        first.observe(&info("same", 100), now, &registry);
-        second.observe(&info("same", 100), now, &registry);
+        first.see(&info("same", 100), now, &registry);
+        second.see(&info("same", 100), now, &registry);
         assert_eq!(first.standing(now), Standing::Voting);
         assert_eq!(second.standing(now), Standing::DuplicateOf(0));
         // After the first node's server changes, the second owns the id.
-        first.observe(&info("other", 100), now, &registry);
-        second.observe(&info("moved", 100), now, &registry);
+        first.see(&info("other", 100), now, &registry);
+        second.see(&info("moved", 100), now, &registry);
         assert_eq!(second.standing(now), Standing::Voting);
     }
 }

@@ -18,7 +18,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use super::identity::{Identity, Registry, Standing};
-use crate::backend::{Backend, BackendError, BackendErrorKind, Op};
+use crate::backend::{Backend, BackendError, BackendErrorKind, Op, ServerInfo};
 use crate::clock::Clock;
 use crate::error::{NodeOutcome, Operation};
 use crate::token::Token;
@@ -385,10 +385,10 @@ impl Worker {
         let mut standing = Standing::Voting;
         if !ops.is_empty() {
             let started = Instant::now();
-            let answers = self.call_backend(&ops);
+            let (answers, server) = self.call_backend(&ops);
             self.health.note_latency(started.elapsed());
             self.note_health(&answers);
-            standing = self.standing(&answers);
+            standing = self.standing(&answers, server.as_ref());
             results = answers.into_iter();
         }
         items
@@ -452,7 +452,7 @@ impl Worker {
                 token: r.token.as_bytes(),
             })
             .collect();
-        let results = self.call_backend(&ops);
+        let (results, _) = self.call_backend(&ops);
         self.note_health(&results);
         let mut results = results.into_iter();
         self.retries.retain(|_| {
@@ -462,26 +462,19 @@ impl Worker {
         });
     }
 
-    /// Which server answered this batch, and what its grants count for.
-    /// Asked after the batch: a backend that reconnected to a restarted
-    /// server learns the new identity while serving it (for Redis it is
-    /// read with the connection, so this costs no round trip).
-    fn standing(&mut self, results: &[Result<bool, BackendError>]) -> Standing {
-        let answered = results.iter().any(Result::is_ok);
-        if answered {
-            let backend = &self.backend;
-            match catch_unwind(AssertUnwindSafe(|| backend.server_info())) {
-                Ok(Ok(info)) => {
-                    let now = self.shared.clock.now();
-                    self.identity.observe(&info, now, &self.shared.registry);
-                }
-                // Which server answered is unknown: it may be a restarted
-                // one. With quarantine on, its grants cannot count.
-                _ if self.identity.needs_identity() => return Standing::Unverified,
-                _ => {}
-            }
+    /// What the grants of a batch count for, judged by the identity of the
+    /// server that answered it (reported with the answers, never a cache
+    /// another connection may have refreshed).
+    fn standing(
+        &mut self,
+        results: &[Result<bool, BackendError>],
+        server: Option<&ServerInfo>,
+    ) -> Standing {
+        if !results.iter().any(Result::is_ok) {
+            return Standing::Voting; // nothing was granted
         }
-        self.identity.standing(self.shared.clock.now())
+        let now = self.shared.clock.now();
+        self.identity.judge(server, now, &self.shared.registry)
     }
 
     /// The outcome of a grant from a node in `standing`.
@@ -491,8 +484,8 @@ impl Worker {
             Standing::Quarantined(remaining) => NodeOutcome::Quarantined { remaining },
             Standing::Unverified => NodeOutcome::Failed(BackendError::new(
                 BackendErrorKind::Protocol,
-                "the server's identity (INFO server) could not be read after it answered; \
-                 with restart quarantine on, its grant does not count",
+                "the server's identity (run_id in INFO server) is unknown, so a restart \
+                 cannot be ruled out: with restart quarantine on, its grant does not count",
             )),
             Standing::DuplicateOf(owner) => {
                 let other = self
@@ -509,14 +502,19 @@ impl Worker {
     }
 
     /// One batch on the backend, with panics contained and the result count
-    /// checked: every op gets exactly one answer.
-    fn call_backend(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+    /// checked: every op gets exactly one answer. Also returns the identity
+    /// of the server that answered, when the backend knows it.
+    fn call_backend(
+        &self,
+        ops: &[Op<'_>],
+    ) -> (Vec<Result<bool, BackendError>>, Option<ServerInfo>) {
         let backend = &self.backend;
-        let mut results = match catch_unwind(AssertUnwindSafe(|| backend.batch(ops))) {
-            Ok(results) => results,
+        let answers = catch_unwind(AssertUnwindSafe(|| backend.identified_batch(ops)));
+        let (mut results, server) = match answers {
+            Ok(answers) => answers.into_parts(),
             Err(_) => {
                 let e = BackendError::new(BackendErrorKind::Panicked, "the backend panicked");
-                return vec![Err(e); ops.len()];
+                return (vec![Err(e); ops.len()], None);
             }
         };
         if results.len() != ops.len() {
@@ -531,7 +529,7 @@ impl Worker {
             results.truncate(ops.len());
             results.resize(ops.len(), Err(e));
         }
-        results
+        (results, server)
     }
 
     /// A round trip in which every op failed to reach the server counts

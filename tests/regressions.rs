@@ -1,0 +1,124 @@
+//! Named regression tests: one per safety hole found by review, each a
+//! deterministic schedule that gave two valid holders (or a wrong answer)
+//! before its fix. In-memory nodes on an injected clock; the extend-order
+//! holes are unit tests beside the lease code (`src/manager.rs`) because
+//! they need the watchdog's two-step extend.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quorum_lock::{LockManager, ManualClock, MemoryBackend, RetryPolicy, UptimeReport};
+use support::faces::Face;
+
+const MS: Duration = Duration::from_millis(1);
+
+fn nodes(n: usize, clock: &ManualClock) -> Vec<MemoryBackend> {
+    (0..n)
+        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
+        .collect()
+}
+
+fn manager(nodes: &[MemoryBackend], clock: &ManualClock, ttl: Duration) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(Arc::new(clock.clone()))
+        .ttl(ttl)
+        .max_ttl(ttl)
+        .restart_quarantine(true)
+        .node_timeout(Duration::from_millis(200))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap()
+}
+
+/// Issue 9, hole 1. Redis reports `uptime_in_seconds` as floor(wall now) -
+/// floor(wall start): 60 ms after a start at wall time x.95 it already
+/// reads 1 s. A manager that first meets such a server must not credit it
+/// with a second it has not been up. Schedule: TTL = max_ttl = 1 s; A
+/// locks 3/3; two nodes restart empty at wall time x.95; B makes first
+/// contact 60 ms later. Before the fix B was quarantined for only 12 ms and
+/// won 15 ms later, while A still had ~900 ms of validity.
+#[test]
+fn first_contact_does_not_trust_a_whole_second_of_uptime() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    for node in &nodes {
+        node.set_uptime_report(UptimeReport::WholeSeconds { phase: 950 * MS });
+    }
+    let ttl = Duration::from_secs(1);
+    let a = manager(&nodes, &clock, ttl);
+    let guard_a = a.try_lock("r").unwrap();
+    assert!(a.flush(Duration::from_secs(5)), "A holds all three");
+    nodes[0].restart();
+    nodes[1].restart();
+    clock.advance(60 * MS); // wall x+1.01: uptime reads 1 s
+    let b = manager(&nodes, &clock, ttl);
+    let first = b.try_lock("r");
+    assert!(first.is_err(), "quarantined at first contact");
+    drop(first);
+    clock.advance(15 * MS);
+    assert!(b.flush(Duration::from_secs(5)));
+    let second = b.try_lock("r");
+    assert!(
+        !(guard_a.is_valid() && second.as_ref().is_ok_and(|g| g.is_valid())),
+        "two valid holders: A ({:?} left) and B",
+        guard_a.validity()
+    );
+}
+
+/// Issue 9, hole 3. A node that reports no identity (a Redis-compatible
+/// proxy whose `INFO` lacks `run_id`) cannot be checked for restarts, so
+/// under quarantine its grants must not count. Before the fix they counted,
+/// and two nodes restarted empty under A's lock let B in.
+#[test]
+fn a_node_without_identity_does_not_vote_under_quarantine() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    let ttl = Duration::from_secs(1);
+    let a = manager(&nodes, &clock, ttl);
+    let guard_a = a.try_lock("r").unwrap();
+    assert!(a.flush(Duration::from_secs(5)));
+    for node in &nodes {
+        node.set_identity_hidden(true);
+    }
+    nodes[0].restart();
+    nodes[1].restart();
+    let b = manager(&nodes, &clock, ttl);
+    let got = b.try_lock("r");
+    assert!(
+        !(guard_a.is_valid() && got.as_ref().is_ok_and(|g| g.is_valid())),
+        "two valid holders"
+    );
+    let err = got.unwrap_err();
+    assert!(err.is_no_quorum(), "{err}");
+    assert!(err.to_string().contains("identity"), "{err}");
+}
+
+/// Issue 9, duplicates. The same server under two names: the duplicate's
+/// `SET` may land first, its vote is discarded, and the owning name then
+/// found "our own key" and refused. With only the two names a free lock was
+/// reported as contended in about a third of the attempts. A key that
+/// already holds our token is a grant, so a free lock is never contended.
+#[test]
+fn a_duplicate_node_never_makes_a_free_lock_look_contended() {
+    let server = MemoryBackend::new("mem-a");
+    for attempt in 0..30 {
+        let locks = LockManager::builder()
+            .node(Face::alias(&server, "alias-1"))
+            .node(Face::alias(&server, "alias-2"))
+            .restart_quarantine(false)
+            .retry(RetryPolicy::none())
+            .build()
+            .unwrap();
+        let err = locks
+            .try_lock(format!("r{attempt}"))
+            .map(drop)
+            .expect_err("one server cannot make a quorum of two");
+        assert!(!err.is_contended(), "attempt {attempt}: {err}");
+        assert!(locks.flush(Duration::from_secs(5)));
+        assert_eq!(server.key_count(), 0, "the failed attempt left a key");
+    }
+}
