@@ -29,6 +29,10 @@ impl Clock for MonotonicClock {
     }
 }
 
+/// How far a [`ManualClock`] can move: far beyond any test, and always
+/// representable as an [`Instant`].
+const MANUAL_CLOCK_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// A clock that only moves when told to: for deterministic tests of TTLs,
 /// drift and validity.
 ///
@@ -65,10 +69,11 @@ impl ManualClock {
         }
     }
 
-    /// Moves the clock forward by `by`.
+    /// Moves the clock forward by `by`, saturating at about a century past
+    /// its start (`Duration::MAX` is fine).
     pub fn advance(&self, by: Duration) {
         let mut offset = self.inner.offset.lock();
-        *offset = offset.saturating_add(by);
+        *offset = offset.saturating_add(by).min(MANUAL_CLOCK_SPAN);
     }
 }
 

@@ -138,6 +138,16 @@ impl Report {
             .collect()
     }
 
+    /// Whether failures that retrying cannot fix (authentication, ACL,
+    /// wrong key type, read-only replica, misconfiguration, protocol
+    /// mismatch) leave too few nodes for a quorum: then another attempt
+    /// cannot succeed either.
+    pub fn quorum_out_of_reach(&self) -> bool {
+        let permanent =
+            self.count(|o| matches!(o, NodeOutcome::Failed(e) if e.kind().is_permanent()));
+        self.nodes.len() - permanent < self.quorum
+    }
+
     fn count(&self, pred: impl Fn(&NodeOutcome) -> bool) -> usize {
         self.nodes.iter().filter(|n| pred(&n.outcome)).count()
     }
@@ -147,9 +157,9 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} {:?}: {}/{} nodes granted, {} needed, in {:?}",
+            "{} {}: {}/{} nodes granted, {} needed, in {:?}",
             self.operation,
-            self.resource,
+            Shortened(&self.resource),
             self.granted(),
             self.nodes.len(),
             self.quorum,
@@ -166,6 +176,25 @@ impl fmt::Display for Report {
             write!(f, "{}: {}", n.node, n.outcome.describe(self.operation))?;
         }
         f.write_str("]")
+    }
+}
+
+/// Longest resource name shown in full in messages; longer ones are cut
+/// (the report keeps the whole name).
+const SHOWN_RESOURCE_CHARS: usize = 64;
+
+/// A resource name for a one-line message: quoted, cut after
+/// [`SHOWN_RESOURCE_CHARS`] characters with the full length said.
+struct Shortened<'a>(&'a str);
+
+impl fmt::Display for Shortened<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let chars = self.0.chars().count();
+        if chars <= SHOWN_RESOURCE_CHARS {
+            return write!(f, "{:?}", self.0);
+        }
+        let head: String = self.0.chars().take(SHOWN_RESOURCE_CHARS).collect();
+        write!(f, "{head:?}... ({} bytes)", self.0.len())
     }
 }
 
@@ -238,12 +267,17 @@ impl Error {
         matches!(self, Self::InvalidArgument { .. } | Self::Config { .. })
     }
 
-    /// Whether another attempt could succeed (contention or faults).
+    /// Whether another attempt could succeed (contention or passing
+    /// faults). Not when failures that retrying cannot fix (wrong password,
+    /// missing ACL rights, a key of another type, a replica, a port that
+    /// does not speak Redis) leave too few nodes for a quorum: see
+    /// [`Report::quorum_out_of_reach`].
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Contended { .. } | Self::NoQuorum { .. } | Self::ValidityExpired { .. }
-        )
+        match self {
+            Self::Contended { .. } | Self::ValidityExpired { .. } => true,
+            Self::NoQuorum { report } => !report.quorum_out_of_reach(),
+            _ => false,
+        }
     }
 
     /// The per-node report, when the error came from a quorum round.
@@ -339,6 +373,38 @@ mod tests {
         }
         assert!(e.source().is_some());
         assert!(e.is_no_quorum() && e.is_retryable() && !e.is_invalid());
+    }
+
+    /// Issue 10, item 7: failures that retrying cannot fix end the retries.
+    #[test]
+    fn permanent_failures_that_rule_out_a_quorum_are_not_retryable() {
+        let mut r = report();
+        let auth = || {
+            NodeOutcome::Failed(BackendError::new(
+                BackendErrorKind::Auth,
+                "WRONGPASS invalid username-password pair",
+            ))
+        };
+        r.nodes[1].outcome = auth();
+        assert!(
+            Error::NoQuorum { report: r.clone() }.is_retryable(),
+            "one of three"
+        );
+        r.nodes[2].outcome = auth();
+        assert!(
+            !Error::NoQuorum { report: r }.is_retryable(),
+            "two of three"
+        );
+    }
+
+    /// Issue 10, item 8: a huge resource name does not make a huge message.
+    #[test]
+    fn long_resource_names_are_cut_in_messages() {
+        let mut r = report();
+        r.resource = "x".repeat(1 << 20);
+        let text = Error::NoQuorum { report: r }.to_string();
+        assert!(text.len() < 1000, "{} bytes", text.len());
+        assert!(text.contains("(1048576 bytes)"), "{text}");
     }
 
     #[test]

@@ -107,8 +107,13 @@ pub(crate) enum Turn {
 
 impl LocalQueue {
     /// Waits until it is this thread's turn for `key` (asking for `ttl`),
-    /// or `deadline`.
-    pub(crate) fn wait_turn(&self, key: &Arc<[u8]>, ttl: Duration, deadline: Instant) -> Turn {
+    /// or `deadline` (`None`: as long as it takes).
+    pub(crate) fn wait_turn(
+        &self,
+        key: &Arc<[u8]>,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Turn {
         let (id, grant) = {
             let mut lines = self.lines.lock();
             let Some(line) = lines.get_mut(key) else {
@@ -121,9 +126,13 @@ impl LocalQueue {
             line.waiting.push_back(Waiter { id, ttl, grant: tx });
             (id, rx)
         };
-        match grant.recv_deadline(deadline) {
-            Ok(grant) => grant.into(),
-            Err(_) => self.leave_line(key, id, &grant),
+        let granted = match deadline {
+            Some(deadline) => grant.recv_deadline(deadline).ok(),
+            None => grant.recv().ok(),
+        };
+        match granted {
+            Some(grant) => grant.into(),
+            None => self.leave_line(key, id, &grant),
         }
     }
 
@@ -216,13 +225,13 @@ mod tests {
         let queue = Arc::new(LocalQueue::default());
         let k = key("r");
         let far = Instant::now() + Duration::from_secs(10);
-        assert!(matches!(queue.wait_turn(&k, TTL, far), Turn::Mine(_)));
+        assert!(matches!(queue.wait_turn(&k, TTL, Some(far)), Turn::Mine(_)));
         let (order_tx, order) = crossbeam_channel::unbounded();
         let waiters: Vec<_> = (0..3)
             .map(|i| {
                 let (q, key, order_tx) = (Arc::clone(&queue), Arc::clone(&k), order_tx.clone());
                 let handle = std::thread::spawn(move || {
-                    let Turn::Mine(streak) = q.wait_turn(&key, TTL, far) else {
+                    let Turn::Mine(streak) = q.wait_turn(&key, TTL, Some(far)) else {
                         panic!("expected the turn");
                     };
                     assert_eq!(streak.count, i as u32 + 1);
@@ -250,18 +259,21 @@ mod tests {
         let queue = LocalQueue::default();
         let k = key("r");
         let now = Instant::now();
-        assert!(matches!(queue.wait_turn(&k, TTL, now), Turn::Mine(_)));
-        assert!(matches!(queue.wait_turn(&k, TTL, now), Turn::TimedOut));
+        assert!(matches!(queue.wait_turn(&k, TTL, Some(now)), Turn::Mine(_)));
+        assert!(matches!(
+            queue.wait_turn(&k, TTL, Some(now)),
+            Turn::TimedOut
+        ));
         assert!(queue.lines.lock()[&k].waiting.is_empty());
         queue.pass(&k, Streak::default());
         assert!(queue.lines.lock().is_empty());
         // Other keys are independent.
         assert!(matches!(
-            queue.wait_turn(&key("a"), TTL, now),
+            queue.wait_turn(&key("a"), TTL, Some(now)),
             Turn::Mine(_)
         ));
         assert!(matches!(
-            queue.wait_turn(&key("b"), TTL, now),
+            queue.wait_turn(&key("b"), TTL, Some(now)),
             Turn::Mine(_)
         ));
     }

@@ -36,9 +36,17 @@ pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(600);
 
 /// Acquires, extends and releases locks over a quorum of nodes.
 ///
-/// Cheap to clone (an `Arc`): clones share the node workers. The workers
-/// stop when the last clone and the last [`LockGuard`] are gone, after
-/// finishing the releases already queued.
+/// Cheap to clone (an `Arc`): clones share the node workers.
+///
+/// # When the last handle goes
+///
+/// When the last clone and the last [`LockGuard`] are dropped, the drop
+/// sends what is still queued (the releases of dropped guards and of failed
+/// attempts) and waits for it, at most two per-node timeouts, before the
+/// worker threads stop. So a program that drops its guard and returns from
+/// `main` leaves no lock behind on a healthy node. A node that does not
+/// answer within that time keeps the key until its TTL runs out; use
+/// [`flush`](LockManager::flush) to wait longer or to learn the outcome.
 ///
 /// ```
 /// use std::time::Duration;
@@ -149,6 +157,15 @@ impl LockManager {
         self.check_resource(resource)?;
         check_ttl(ttl, config.max_ttl, config.drift_factor)
             .map_err(|reason| Error::InvalidArgument { reason })?;
+        if ttl <= config.node_timeout {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "the TTL {ttl:?} is not above the node timeout {:?}: one slow node \
+                     would use up the whole validity",
+                    config.node_timeout
+                ),
+            });
+        }
         let retry = options
             .retry
             .clone()
@@ -159,14 +176,15 @@ impl LockManager {
         };
         let key: Arc<[u8]> = self.key_for(resource);
         let started = Instant::now();
-        let budget = retry.budget();
-        if budget.is_zero() {
+        if retry.single_attempt() {
             let guard = self.acquire_once(resource, &key, ttl)?;
             return self.start_auto_extend(guard, ttl, options);
         }
         // Threads of this manager that want the same key take turns: only
-        // the turn-holder contends with the servers.
-        let streak = match self.inner.local.wait_turn(&key, ttl, started + budget) {
+        // the turn-holder contends with the servers. (`None`: no deadline
+        // can be expressed, the caller waits as long as it takes.)
+        let line_deadline = started.checked_add(retry.budget());
+        let streak = match self.inner.local.wait_turn(&key, ttl, line_deadline) {
             Turn::Mine(streak) => streak,
             Turn::Handed(handoff) => {
                 let guard = LockGuard::new(self.clone(), handoff.lease).with_turn(handoff.streak);
@@ -648,6 +666,19 @@ fn with_attempts(mut error: Error, attempts: u32) -> Error {
     error
 }
 
+/// Bytes shown of a prefix in `Debug` output.
+const SHOWN_PREFIX_BYTES: usize = 64;
+
+/// A prefix for `Debug`: lossy UTF-8, cut after [`SHOWN_PREFIX_BYTES`].
+fn shorten(bytes: &[u8]) -> String {
+    let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(SHOWN_PREFIX_BYTES)]);
+    if bytes.len() > SHOWN_PREFIX_BYTES {
+        format!("{shown}... ({} bytes)", bytes.len())
+    } else {
+        shown.into_owned()
+    }
+}
+
 /// Checks a TTL before any node is contacted.
 fn check_ttl(
     ttl: Duration,
@@ -678,7 +709,7 @@ impl fmt::Debug for LockManager {
             .field("ttl", &c.ttl)
             .field("node_timeout", &c.node_timeout)
             .field("drift_factor", &c.drift_factor)
-            .field("prefix", &String::from_utf8_lossy(&c.prefix))
+            .field("prefix", &shorten(&c.prefix))
             .field("retry", &c.retry)
             .finish_non_exhaustive()
     }
@@ -689,14 +720,18 @@ impl fmt::Debug for LockManager {
 /// Between attempts it sleeps `delay` plus a random jitter in
 /// `[0, jitter)`, so clients that collided do not collide again in step.
 /// Retrying stops at `attempts` attempts or when the next sleep would end
-/// after `max_wait`, whichever comes first: it never retries forever.
+/// after `max_wait`, whichever comes first: it never retries forever
+/// unless asked to. A time limit without an explicit attempt count means
+/// "retry until the time is spent"; without either, 10 attempts.
+/// Failures that retrying cannot fix (see [`Error::is_retryable`]) end the
+/// retries at once.
 ///
 /// ```
 /// use std::time::Duration;
 /// use quorum_lock::RetryPolicy;
 ///
+/// // Up to 30 s, however many attempts that takes.
 /// let patient = RetryPolicy::new()
-///     .attempts(u32::MAX)
 ///     .max_wait(Duration::from_secs(30))
 ///     .delay(Duration::from_millis(50))
 ///     .jitter(Duration::from_millis(50));
@@ -704,18 +739,22 @@ impl fmt::Debug for LockManager {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
-    attempts: u32,
+    /// `None`: not set (10, or no count limit when `max_wait` is set).
+    attempts: Option<u32>,
     max_wait: Option<Duration>,
     delay: Duration,
     jitter: Duration,
 }
+
+/// Attempts when neither an attempt count nor a time limit is set.
+const DEFAULT_ATTEMPTS: u32 = 10;
 
 impl RetryPolicy {
     /// The default policy: 10 attempts, 100 ms delay, 100 ms jitter, no
     /// time limit beyond the attempts.
     pub fn new() -> Self {
         Self {
-            attempts: 10,
+            attempts: None,
             max_wait: None,
             delay: Duration::from_millis(100),
             jitter: Duration::from_millis(100),
@@ -727,15 +766,18 @@ impl RetryPolicy {
         Self::new().attempts(1)
     }
 
-    /// Most attempts, the first included (at least 1). Default: 10.
+    /// Most attempts, the first included (at least 1). Default: 10, or no
+    /// count limit when [`max_wait`](Self::max_wait) is set.
     #[must_use]
     pub fn attempts(mut self, attempts: u32) -> Self {
-        self.attempts = attempts.max(1);
+        self.attempts = Some(attempts.max(1));
         self
     }
 
     /// Stop retrying once the next attempt would start after `max_wait`
-    /// from the first. Default: no time limit (attempts bound it).
+    /// from the first; `Duration::MAX` waits as long as it takes. Without
+    /// an explicit [`attempts`](Self::attempts), the count is then
+    /// unlimited. Default: no time limit (10 attempts bound it).
     #[must_use]
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
@@ -756,20 +798,34 @@ impl RetryPolicy {
         self
     }
 
+    /// The attempt limit in force.
+    fn max_attempts(&self) -> u32 {
+        match (self.attempts, self.max_wait) {
+            (Some(n), _) => n,
+            (None, Some(_)) => u32::MAX,
+            (None, None) => DEFAULT_ATTEMPTS,
+        }
+    }
+
+    /// Whether the policy allows one attempt only (no waiting in line).
+    fn single_attempt(&self) -> bool {
+        self.max_attempts() == 1
+    }
+
     /// The longest the policy can keep a caller waiting: `max_wait`, or
-    /// what the attempts can take at most.
+    /// what the attempts can take at most (saturating).
     fn budget(&self) -> Duration {
         self.max_wait.unwrap_or_else(|| {
             self.delay
                 .saturating_add(self.jitter)
-                .saturating_mul(self.attempts.saturating_sub(1))
+                .saturating_mul(self.max_attempts().saturating_sub(1))
         })
     }
 
     /// The pause before attempt `made + 1`, or `None` when the policy is
     /// spent after `made` attempts and `waited` time.
     fn next_delay(&self, made: u32, waited: Duration) -> Option<Duration> {
-        if made >= self.attempts {
+        if made >= self.max_attempts() {
             return None;
         }
         let jitter_nanos = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
@@ -1108,7 +1164,16 @@ impl LockManagerBuilder {
             .restart_quarantine
             .unwrap_or(true)
             .then(|| max_ttl.saturating_add(drift(max_ttl, drift_factor)));
-        let engine = Engine::start(backends, quarantine, max_ttl, Arc::clone(&config.clock))?;
+        // Dropping the last handle waits up to two node timeouts (a batch
+        // in progress, then the queued releases) for the releases to leave.
+        let drain_wait = node_timeout.saturating_mul(2);
+        let engine = Engine::start(
+            backends,
+            quarantine,
+            max_ttl,
+            drain_wait,
+            Arc::clone(&config.clock),
+        )?;
         Ok(LockManager {
             inner: Arc::new(Inner {
                 engine,

@@ -101,7 +101,7 @@ fn a_waiter_that_runs_out_of_time_gets_a_real_report() {
 #[test]
 fn forget_passes_the_turn_on() {
     let (_nodes, locks) = cluster();
-    let short = LockOptions::new().ttl(Duration::from_millis(100));
+    let short = LockOptions::new().ttl(Duration::from_millis(150));
     locks.lock_with("hot", &short).unwrap().forget();
     let guard = locks.lock_with("hot", &short).unwrap();
     assert!(guard.is_valid());

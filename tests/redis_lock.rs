@@ -534,14 +534,14 @@ fn release_after_expiry_is_refused_and_leaves_the_new_holder() {
     let ours = manager(&urls);
     let theirs = manager(&urls);
 
-    let short = LockOptions::new().ttl(Duration::from_millis(300));
+    let short = LockOptions::new().ttl(Duration::from_millis(600));
     let mut guard = ours.lock_with("expiring", &short).unwrap();
-    assert!(guard.validity() <= Duration::from_millis(300));
+    assert!(guard.validity() <= Duration::from_millis(600));
     assert!(ours.flush(FLUSH));
     // Bounded wait for the servers to expire the key.
     assert!(
         wait_until(HANG, || all.iter().all(|s| s.pttl(b"expiring") == -2)),
-        "the 300 ms keys did not expire"
+        "the 600 ms keys did not expire"
     );
     assert!(!guard.is_valid());
     assert!(guard.check().unwrap_err().is_lost());

@@ -288,6 +288,17 @@ impl BackendErrorKind {
     pub fn is_connectivity(self) -> bool {
         matches!(self, Self::Unreachable | Self::Timeout)
     }
+
+    /// Whether retrying the same request cannot help until someone changes
+    /// the server, its configuration or the key: authentication or ACL,
+    /// a key of another type, a read-only replica, a misconfigured node, a
+    /// peer that does not speak the protocol.
+    pub fn is_permanent(self) -> bool {
+        matches!(
+            self,
+            Self::Auth | Self::WrongType | Self::ReadOnly | Self::Config | Self::Protocol
+        )
+    }
 }
 
 impl fmt::Display for BackendErrorKind {

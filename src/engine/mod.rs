@@ -28,11 +28,18 @@ use crate::error::{Error, NodeOutcome, Operation};
 use crate::token::Token;
 
 /// The node workers. Dropping the engine closes their queues; each worker
-/// finishes what is already queued (releases included) and exits.
+/// finishes what is already queued (releases included) and exits, and the
+/// drop waits for that, at most [`Engine::drain_wait`].
 pub(crate) struct Engine {
     nodes: Vec<Node>,
     /// Rotates which node a caller runs directly, to spread the work.
     next_direct: AtomicUsize,
+    /// Disconnected once every worker thread has exited.
+    exited: Receiver<()>,
+    /// How long dropping the engine waits for the workers to send what is
+    /// queued: a program that drops its last guard and returns from `main`
+    /// must not leave the lock held for the whole TTL.
+    drain_wait: Duration,
 }
 
 struct Node {
@@ -104,8 +111,10 @@ impl Engine {
         backends: Vec<Arc<dyn Backend>>,
         quarantine: Option<Duration>,
         max_ttl: Duration,
+        drain_wait: Duration,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, Error> {
+        let (exited_tx, exited) = crossbeam_channel::bounded(0);
         let shared = Arc::new(Shared {
             clock,
             quarantine,
@@ -122,6 +131,7 @@ impl Engine {
                 index,
                 backend,
                 queue,
+                exited_tx.clone(),
                 Arc::clone(&health),
                 Arc::clone(&shared),
             )
@@ -138,6 +148,8 @@ impl Engine {
         Ok(Self {
             nodes,
             next_direct: AtomicUsize::new(0),
+            exited,
+            drain_wait,
         })
     }
 
@@ -340,6 +352,25 @@ fn worker_gone() -> NodeOutcome {
         BackendErrorKind::Panicked,
         "the node's worker thread has stopped",
     ))
+}
+
+impl Drop for Engine {
+    /// Closes every node's queue and waits (at most `drain_wait`) for the
+    /// workers to run what is queued: the releases of dropped guards and
+    /// of failed attempts leave before the last handle is gone, so a
+    /// program may return from `main` right after. A worker still busy
+    /// then (a node that stopped answering) is left to finish on its own.
+    fn drop(&mut self) {
+        let deadline = Instant::now().checked_add(self.drain_wait);
+        self.nodes.clear();
+        while let Some(deadline) = deadline {
+            match self.exited.recv_deadline(deadline) {
+                Ok(()) => {}
+                // Disconnected: every worker has exited; Timeout: give up.
+                Err(_) => break,
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Engine {

@@ -8,6 +8,7 @@
 //! saves two thread hand-offs and keeps the FIFO order: an operation only
 //! runs directly when every operation queued before it has finished.
 
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -67,7 +68,7 @@ pub(crate) struct Health {
     /// Releases for this node while it is down, kept without waking its
     /// thread or trying to connect; sent once it is back (see
     /// [`Health::park`]).
-    parked: Mutex<Vec<RetryRelease>>,
+    parked: Mutex<VecDeque<RetryRelease>>,
 }
 
 impl Health {
@@ -162,11 +163,12 @@ impl NodeExec {
 }
 
 /// Spawns the worker thread for `backend`; it runs until every sender of
-/// `jobs` is gone and the queue is empty.
+/// `jobs` is gone and the queue is empty, then drops `exited`.
 pub(crate) fn spawn(
     index: usize,
     backend: Arc<dyn Backend>,
     jobs: Receiver<Job>,
+    exited: Sender<()>,
     health: Arc<Health>,
     shared: Arc<Shared>,
 ) -> std::io::Result<Arc<NodeExec>> {
@@ -180,7 +182,7 @@ pub(crate) fn spawn(
             health,
             shared,
             identity,
-            retries: Vec::new(),
+            retries: VecDeque::new(),
             retry_at: Instant::now(),
             failures: 0,
             backoff: FIRST_BACKOFF,
@@ -189,9 +191,11 @@ pub(crate) fn spawn(
         queued: AtomicUsize::new(0),
     });
     let thread_exec = Arc::clone(&exec);
-    thread::Builder::new()
-        .name(name)
-        .spawn(move || run(&thread_exec, &jobs))?;
+    thread::Builder::new().name(name).spawn(move || {
+        run(&thread_exec, &jobs);
+        // Dropped when the thread ends: the engine's drop waits for it.
+        drop(exited);
+    })?;
     Ok(exec)
 }
 
@@ -265,11 +269,11 @@ struct RetryRelease {
 impl RetryRelease {
     /// Appends a release to `list`, dropping the oldest beyond
     /// [`MAX_RELEASE_RETRIES`] (they expire with their TTL).
-    fn push(list: &mut Vec<RetryRelease>, key: &Arc<[u8]>, token: Token) {
+    fn push(list: &mut VecDeque<RetryRelease>, key: &Arc<[u8]>, token: Token) {
         if list.len() >= MAX_RELEASE_RETRIES {
-            list.remove(0);
+            list.pop_front();
         }
-        list.push(RetryRelease {
+        list.push_back(RetryRelease {
             key: Arc::clone(key),
             token,
             since: Instant::now(),
@@ -283,7 +287,7 @@ struct Worker {
     shared: Arc<Shared>,
     identity: Identity,
     /// Releases to send again (see [`RetryRelease`]).
-    retries: Vec<RetryRelease>,
+    retries: VecDeque<RetryRelease>,
     /// When to send the pending releases again.
     retry_at: Instant,
     failures: u32,

@@ -1,0 +1,169 @@
+//! Bad input, table-driven (issue 10): every builder setter and lock option
+//! at 0, 1, MAX and nonsense. Each must give a typed error or work: never a
+//! panic, never a hang, and never a key left behind on any node.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+use quorum_lock::{
+    Clock, LockManager, LockManagerBuilder, LockOptions, ManualClock, MemoryBackend, RetryPolicy,
+};
+
+const DURATIONS: [Duration; 5] = [
+    Duration::ZERO,
+    Duration::from_nanos(1),
+    Duration::from_millis(1),
+    Duration::from_secs(3),
+    Duration::MAX,
+];
+
+fn nodes() -> Vec<MemoryBackend> {
+    (0..3)
+        .map(|i| MemoryBackend::new(format!("mem-{i}")))
+        .collect()
+}
+
+/// Builds with `configure`, then locks and releases once: either step may
+/// fail with a typed error, neither may panic, and no key may remain.
+fn try_config(what: &str, configure: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder) {
+    let nodes = nodes();
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let built = configure(LockManager::builder().nodes(nodes.iter().cloned())).build();
+        let Ok(locks) = built else {
+            let err = built.unwrap_err();
+            assert!(err.is_invalid(), "{what}: {err}");
+            return;
+        };
+        let options = LockOptions::new().retry(RetryPolicy::none());
+        if let Ok(guard) = locks.lock_with("r", &options) {
+            let _ = guard.release();
+        }
+        assert!(locks.flush(Duration::from_secs(5)), "{what}");
+    }));
+    assert!(outcome.is_ok(), "{what}: panicked");
+    for node in &nodes {
+        assert_eq!(node.key_count(), 0, "{what}: key left on {node:?}");
+    }
+}
+
+#[test]
+fn every_builder_setter_at_zero_one_max_and_nonsense() {
+    for d in DURATIONS {
+        try_config(&format!("ttl {d:?}"), |b| b.ttl(d));
+        try_config(&format!("max_ttl {d:?}"), |b| b.max_ttl(d));
+        try_config(&format!("node_timeout {d:?}"), |b| b.node_timeout(d));
+        try_config(&format!("retry delay {d:?}"), |b| {
+            b.retry(RetryPolicy::new().delay(d).attempts(2))
+        });
+    }
+    for f in [0.0, 1e-9, 0.5, 0.999, 1.0, -1.0, f64::NAN, f64::INFINITY] {
+        try_config(&format!("drift_factor {f}"), |b| b.drift_factor(f));
+    }
+    for q in [0, 1, 2, 3, 4, usize::MAX] {
+        try_config(&format!("quorum {q}"), |b| b.quorum(q));
+    }
+    for prefix in [&b""[..], b"p:", &[0xff; 3][..], &[b'x'; 4096][..]] {
+        try_config(&format!("prefix of {} bytes", prefix.len()), |b| {
+            b.prefix(prefix)
+        });
+    }
+    let err = LockManager::builder().build().unwrap_err();
+    assert!(err.is_invalid(), "{err}");
+}
+
+/// Issue 10, item 2: "wait forever" is a legitimate request, not a panic.
+#[test]
+fn every_lock_option_at_zero_one_max() {
+    let nodes = nodes();
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .build()
+        .unwrap();
+    for d in DURATIONS {
+        let options = [
+            LockOptions::new().wait(d),
+            LockOptions::new().ttl(d),
+            LockOptions::new().max_hold(d).auto_extend(true),
+            LockOptions::new().retry(RetryPolicy::new().max_wait(d)),
+            LockOptions::new().retry(RetryPolicy::new().jitter(d).attempts(1)),
+            LockOptions::new().retry(RetryPolicy::new().delay(d).attempts(1)),
+        ];
+        for (i, opts) in options.iter().enumerate() {
+            let outcome = catch_unwind(AssertUnwindSafe(|| locks.lock_with("r", opts)));
+            match outcome {
+                Ok(Ok(guard)) => drop(guard.release().unwrap()),
+                Ok(Err(e)) => assert!(e.is_invalid(), "option {i} at {d:?}: {e}"),
+                Err(_) => panic!("option {i} at {d:?} panicked"),
+            }
+        }
+    }
+    for resource in [&b""[..], &[0u8][..], &[0xff; 1 << 16][..]] {
+        match locks.try_lock(resource) {
+            Ok(guard) => drop(guard.release().unwrap()),
+            Err(e) => assert!(e.is_invalid(), "{e}"),
+        }
+    }
+    assert!(locks.flush(Duration::from_secs(5)));
+    for node in &nodes {
+        assert_eq!(node.key_count(), 0);
+    }
+    let clock = ManualClock::new();
+    let before = clock.now();
+    clock.advance(Duration::MAX);
+    assert!(clock.now() > before);
+}
+
+/// Issue 10, item 4: attempts without a delay are still attempts.
+#[test]
+fn attempts_without_a_delay_are_all_made() {
+    let node = MemoryBackend::new("mem");
+    let locks = LockManager::builder().node(node.clone()).build().unwrap();
+    let held = locks.try_lock("r").unwrap();
+    let before = node.operations();
+    let policy = RetryPolicy::new()
+        .attempts(5)
+        .delay(Duration::ZERO)
+        .jitter(Duration::ZERO);
+    let err = locks
+        .lock_with("r", &LockOptions::new().retry(policy))
+        .unwrap_err();
+    assert!(err.is_contended(), "{err}");
+    assert_eq!(err.report().unwrap().attempts, 5, "{err}");
+    // Five acquires, and the cleanup release after each.
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert_eq!(node.operations() - before, 10);
+    held.release().unwrap();
+}
+
+/// Issue 10, item 5: a wait budget means "retry until it is spent", not
+/// "10 attempts at most".
+#[test]
+fn a_wait_budget_retries_until_it_is_spent() {
+    let locks = LockManager::builder()
+        .node(MemoryBackend::new("mem"))
+        .retry(
+            RetryPolicy::new()
+                .delay(Duration::from_millis(1))
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .unwrap();
+    let held = locks.try_lock("r").unwrap();
+    let started = Instant::now();
+    let err = locks
+        .lock_with("r", &LockOptions::new().wait(Duration::from_millis(300)))
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(err.is_contended(), "{err}");
+    assert!(
+        err.report().unwrap().attempts > 10,
+        "gave up after {} attempts in {waited:?}",
+        err.report().unwrap().attempts
+    );
+    assert!(
+        waited >= Duration::from_millis(250),
+        "gave up after {waited:?}"
+    );
+    held.release().unwrap();
+}
