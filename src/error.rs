@@ -243,6 +243,13 @@ pub enum Error {
         /// What was wrong, naming the node(s) involved.
         reason: String,
     },
+    /// The process could not provide what a lock needs: a thread could not
+    /// be started, or the operating system's random source failed. Not a
+    /// mistake in the input; it may pass once the system recovers.
+    Runtime {
+        /// What failed.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -287,7 +294,7 @@ impl Error {
             | Self::NoQuorum { report }
             | Self::ValidityExpired { report } => Some(report),
             Self::Lost { report, .. } => report.as_ref(),
-            Self::InvalidArgument { .. } | Self::Config { .. } => None,
+            Self::InvalidArgument { .. } | Self::Config { .. } | Self::Runtime { .. } => None,
         }
     }
 }
@@ -308,6 +315,7 @@ impl fmt::Display for Error {
             Self::Lost { reason, .. } => write!(f, "lock lost: {reason}"),
             Self::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
             Self::Config { reason } => write!(f, "invalid configuration: {reason}"),
+            Self::Runtime { reason } => write!(f, "runtime failure: {reason}"),
         }
     }
 }

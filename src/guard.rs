@@ -1,16 +1,15 @@
-//! [`LockGuard`]: a held lock, released when dropped; and the [`Lease`] it
-//! shares with the auto-extension watchdog.
+//! [`LockGuard`]: a held lock, released when dropped. It holds the
+//! manager's internal core (not the public manager) and the lease it shares
+//! with the rounds and the watchdog.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
-use parking_lot::{Mutex, MutexGuard};
+use crossbeam_channel::Receiver;
 
 use crate::error::{Error, Report, Result};
-use crate::local_queue::Streak;
-use crate::manager::LockManager;
+use crate::redlock::{Core, Lease, Streak};
 use crate::token::Token;
 
 /// A lock held on a quorum of nodes, valid until its deadline.
@@ -32,7 +31,7 @@ use crate::token::Token;
 /// the release.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    manager: LockManager,
+    core: Arc<Core>,
     lease: Arc<Lease>,
     /// Cleared by `release` and `forget`, so `Drop` does nothing more.
     armed: bool,
@@ -42,95 +41,10 @@ pub struct LockGuard {
     turn: Option<Streak>,
 }
 
-/// The part of a held lock that the watchdog shares with the guard.
-pub(crate) struct Lease {
-    pub(crate) resource: Box<[u8]>,
-    pub(crate) key: Arc<[u8]>,
-    pub(crate) token: Token,
-    state: Mutex<LeaseState>,
-}
-
-/// What may change while the lock is held. The mutex is never held across
-/// a network wait: only across non-blocking sends.
-pub(crate) struct LeaseState {
-    /// The conservative end of validity, on the manager's clock.
-    pub(crate) deadline: Instant,
-    /// The TTL last set on the nodes.
-    pub(crate) ttl: Duration,
-    /// Set once the lock is known (or feared) to be lost; never cleared.
-    pub(crate) lost: Option<Error>,
-    /// Set when the guard releases or forgets the lock: nothing may extend
-    /// it afterwards.
-    pub(crate) finished: bool,
-    /// Successful extends so far (manual and automatic).
-    pub(crate) extensions: u32,
-    /// Extends begun so far: the sequence number of the latest one. The
-    /// nodes apply extends in the order they were begun (per-node FIFO),
-    /// so only the latest one begun may set the deadline when it finishes.
-    pub(crate) extends_begun: u64,
-    /// Why auto-extension stopped, once it has.
-    pub(crate) renewal_stopped: Option<String>,
-    /// Waiting for the loss notification.
-    subscribers: Vec<Sender<Error>>,
-}
-
-impl Lease {
-    pub(crate) fn new(
-        resource: &[u8],
-        key: Arc<[u8]>,
-        token: Token,
-        ttl: Duration,
-        deadline: Instant,
-    ) -> Self {
-        Self {
-            resource: resource.into(),
-            key,
-            token,
-            state: Mutex::new(LeaseState {
-                deadline,
-                ttl,
-                lost: None,
-                finished: false,
-                extensions: 0,
-                extends_begun: 0,
-                renewal_stopped: None,
-                subscribers: Vec::new(),
-            }),
-        }
-    }
-
-    pub(crate) fn state(&self) -> MutexGuard<'_, LeaseState> {
-        self.state.lock()
-    }
-}
-
-impl fmt::Debug for Lease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lease")
-            .field("resource", &String::from_utf8_lossy(&self.resource))
-            .field("token", &self.token)
-            .finish_non_exhaustive()
-    }
-}
-
-impl LeaseState {
-    /// Marks the lock lost (the first reason wins) and notifies every
-    /// subscriber.
-    pub(crate) fn mark_lost(&mut self, error: &Error) {
-        if self.lost.is_none() {
-            self.lost = Some(error.clone());
-        }
-        for subscriber in self.subscribers.drain(..) {
-            // A subscriber that stopped listening needs no notice.
-            let _ = subscriber.try_send(error.clone());
-        }
-    }
-}
-
 impl LockGuard {
-    pub(crate) fn new(manager: LockManager, lease: Arc<Lease>) -> Self {
+    pub(crate) fn new(core: Arc<Core>, lease: Arc<Lease>) -> Self {
         Self {
-            manager,
+            core,
             lease,
             armed: true,
             turn: None,
@@ -185,7 +99,9 @@ impl LockGuard {
         if state.lost.is_some() {
             return Duration::ZERO;
         }
-        state.deadline.saturating_duration_since(self.manager.now())
+        state
+            .deadline
+            .saturating_duration_since(self.core.rounds().now())
     }
 
     /// Whether the lock is still safe to rely on.
@@ -204,7 +120,7 @@ impl LockGuard {
         if let Some(lost) = &state.lost {
             return Err(lost.clone());
         }
-        if state.deadline <= self.manager.now() {
+        if state.deadline <= self.core.rounds().now() {
             let reason = match &state.renewal_stopped {
                 Some(why) => {
                     format!("the lock's validity ran out after auto-extension stopped ({why})")
@@ -250,7 +166,7 @@ impl LockGuard {
     /// marked lost: stop the protected work); [`Error::InvalidArgument`]
     /// for an unusable TTL (the guard is unchanged).
     pub fn extend(&mut self, ttl: Duration) -> Result<Duration> {
-        self.manager.extend(&self.lease, ttl)?;
+        self.core.rounds().extend(&self.lease, ttl)?;
         Ok(self.validity())
     }
 
@@ -264,7 +180,8 @@ impl LockGuard {
     /// token is not an error; it shows as refused in the report.
     pub fn release(mut self) -> Result<Report> {
         self.armed = false;
-        self.manager
+        self.core
+            .rounds()
             .release(&self.lease, std::mem::take(&mut self.turn))
     }
 
@@ -274,7 +191,7 @@ impl LockGuard {
         self.armed = false;
         self.lease.state().finished = true;
         if let Some(streak) = self.turn.take() {
-            self.manager.pass_turn(&self.lease.key, streak);
+            self.core.rounds().pass_turn(&self.lease.key, streak);
         }
     }
 }
@@ -287,8 +204,8 @@ impl Drop for LockGuard {
         // Only queues the releases (or hands the lock to a waiting thread
         // of this manager): never blocks on the network, never panics.
         match self.turn {
-            Some(streak) => self.manager.hand_over(&self.lease, streak),
-            None => self.manager.release_detached(&self.lease),
+            Some(streak) => self.core.rounds().hand_over(&self.lease, streak),
+            None => self.core.rounds().release_detached(&self.lease),
         }
     }
 }

@@ -104,27 +104,30 @@
 //! * `tls`: `rediss://` URLs, via rustls.
 
 pub mod backend;
+mod builder;
 mod clock;
 mod engine;
 mod error;
 mod guard;
-mod local_queue;
 mod manager;
+mod options;
+mod redlock;
 mod token;
-mod watchdog;
 
 pub use backend::memory::MemoryBackend;
 pub use backend::memory::UptimeReport;
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
 pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
+pub use builder::{
+    DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_TTL, DEFAULT_NODE_TIMEOUT, DEFAULT_TTL, LockManagerBuilder,
+    MAX_TTL_LIMIT,
+};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, NodeOutcome, NodeReport, Operation, Report, Result};
 pub use guard::LockGuard;
-pub use manager::{
-    DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_HOLD, DEFAULT_MAX_TTL, DEFAULT_NODE_TIMEOUT, DEFAULT_TTL,
-    LockManager, LockManagerBuilder, LockOptions, MAX_TTL_LIMIT, RetryPolicy,
-};
+pub use manager::LockManager;
+pub use options::{LockOptions, RetryPolicy};
 pub use token::{TOKEN_LEN, Token};
 
 // The Markdown guides' Rust examples run as doctests too.

@@ -22,11 +22,11 @@ impl Token {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] when the operating system's random source fails
+    /// [`Error::Runtime`] when the operating system's random source fails
     /// (this does not happen on supported platforms once booted).
     pub fn random() -> Result<Self, Error> {
         let mut bytes = [0u8; TOKEN_LEN];
-        getrandom::fill(&mut bytes).map_err(|e| Error::Config {
+        getrandom::fill(&mut bytes).map_err(|e| Error::Runtime {
             reason: format!("the OS random source failed: {e}"),
         })?;
         Ok(Self(bytes))

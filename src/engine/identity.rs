@@ -142,7 +142,7 @@ impl Identity {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::engine::identity::*;
 
     const Q: Duration = Duration::from_secs(60);
 

@@ -7,9 +7,9 @@
 //! that follows a failed round always runs after the acquire it undoes,
 //! even when that acquire's answer came too late to count.
 
+mod health;
 mod identity;
 mod tally;
-pub(crate) mod validity;
 mod worker;
 
 use std::sync::Arc;
@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
+use self::health::Health;
 use self::identity::Registry;
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
-use self::worker::{Health, Job, NodeExec, ReplyTo, Shared};
+use self::worker::{Job, NodeExec, ReplyTo, Shared};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
 use crate::error::{Error, NodeOutcome, Operation};
@@ -135,7 +136,7 @@ impl Engine {
                 Arc::clone(&health),
                 Arc::clone(&shared),
             )
-            .map_err(|e| Error::Config {
+            .map_err(|e| Error::Runtime {
                 reason: format!("cannot start the worker thread for node {name}: {e}"),
             })?;
             nodes.push(Node {

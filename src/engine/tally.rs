@@ -54,7 +54,7 @@ pub(crate) fn majority(nodes: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::engine::tally::*;
 
     /// Every split of N = 1..=7 nodes into yes / no / error / timeout, in
     /// every arrival order that matters (grants first, grants last): the

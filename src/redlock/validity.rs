@@ -27,9 +27,30 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Opt
         .filter(|v| !v.is_zero())
 }
 
+/// Checks a TTL before any node is contacted.
+pub(crate) fn check_ttl(
+    ttl: Duration,
+    max_ttl: Duration,
+    drift_factor: f64,
+) -> std::result::Result<(), String> {
+    if ttl.is_zero() {
+        return Err("the TTL is zero".into());
+    }
+    if ttl > max_ttl {
+        return Err(format!("the TTL {ttl:?} is above max_ttl {max_ttl:?}"));
+    }
+    let drift = drift(ttl, drift_factor);
+    if ttl <= drift {
+        return Err(format!(
+            "the TTL {ttl:?} is not above the clock-drift allowance {drift:?}"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::redlock::validity::*;
 
     const MS: Duration = Duration::from_millis(1);
 

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use super::lease::Lease;
+use super::rounds::{ExtendInFlight, Rounds};
 use crate::error::Error;
-use crate::guard::Lease;
-use crate::manager::{ExtendInFlight, LockManager, ManagerRef};
 
 /// How a lease is renewed.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +56,7 @@ impl RenewalPlan {
 }
 
 /// The handle a manager keeps; dropping it stops the timer thread.
+#[derive(Debug)]
 pub(crate) struct Watchdog {
     register: Sender<Entry>,
 }
@@ -71,19 +72,18 @@ struct Entry {
 
 impl Watchdog {
     /// Starts the timer thread. It holds only a weak reference to the
-    /// manager, so it never keeps the manager alive.
-    pub(crate) fn start(manager: ManagerRef) -> std::io::Result<Self> {
+    /// rounds, so it never keeps the node workers alive.
+    pub(crate) fn start(rounds: Weak<Rounds>) -> std::io::Result<Self> {
         let (register, registrations) = crossbeam_channel::unbounded();
         thread::Builder::new()
             .name("quorum-lock-watchdog".into())
-            .spawn(move || Timer::default().run(&manager, &registrations))?;
+            .spawn(move || Timer::default().run(&rounds, &registrations))?;
         Ok(Self { register })
     }
 
     /// Starts renewing `lease` per `plan`.
     pub(crate) fn watch(&self, lease: &Arc<Lease>, plan: RenewalPlan) {
-        // The thread outlives every handle of the manager that owns this
-        // watchdog, so the send cannot fail while we are here.
+        // The thread outlives this handle, so the send cannot fail while we are here.
         let _ = self.register.send(Entry {
             lease: Arc::downgrade(lease),
             plan,
@@ -102,7 +102,7 @@ struct Timer {
 }
 
 impl Timer {
-    fn run(mut self, manager: &ManagerRef, registrations: &Receiver<Entry>) {
+    fn run(mut self, rounds: &Weak<Rounds>, registrations: &Receiver<Entry>) {
         loop {
             let next = self.due.peek().map(|Reverse((at, _))| *at);
             let received = match next {
@@ -124,10 +124,10 @@ impl Timer {
             if due.is_empty() {
                 continue;
             }
-            let Some(manager) = manager.upgrade() else {
+            let Some(rounds) = rounds.upgrade() else {
                 return;
             };
-            self.renew(&manager, due);
+            self.renew(&rounds, due);
         }
     }
 
@@ -156,14 +156,14 @@ impl Timer {
     /// Sends every due extend first and only then gathers the answers, so
     /// many leases due together cost one wait, not one each (the node
     /// workers batch them into one round trip per node).
-    fn renew(&mut self, manager: &LockManager, due: Vec<Entry>) {
+    fn renew(&mut self, rounds: &Rounds, due: Vec<Entry>) {
         let mut in_flight: Vec<(Entry, Arc<Lease>, ExtendInFlight)> = Vec::new();
         for mut entry in due {
             let Some(lease) = entry.lease.upgrade() else {
                 continue; // the guard is gone
             };
             if entry.expiring {
-                self.watch_expiry(manager, entry, &lease);
+                self.watch_expiry(rounds, entry, &lease);
                 continue;
             }
             let stop = {
@@ -171,21 +171,21 @@ impl Timer {
                 if state.finished || state.lost.is_some() {
                     continue;
                 }
-                entry.plan.exhausted(manager.now(), entry.renewed)
+                entry.plan.exhausted(rounds.now(), entry.renewed)
             };
             if let Some(why) = stop {
                 lease.state().renewal_stopped = Some(why);
                 entry.expiring = true;
-                self.watch_expiry(manager, entry, &lease);
+                self.watch_expiry(rounds, entry, &lease);
                 continue;
             }
-            match manager.begin_extend(&lease, entry.plan.ttl) {
+            match rounds.begin_extend(&lease, entry.plan.ttl) {
                 Ok(sent) => in_flight.push((entry, lease, sent)),
                 Err(e) => stop_renewal(&lease, &e),
             }
         }
         for (mut entry, lease, sent) in in_flight {
-            match manager.finish_extend(&lease, sent) {
+            match rounds.finish_extend(&lease, sent) {
                 Ok(()) => {
                     entry.renewed += 1;
                     let at = Instant::now() + entry.plan.interval();
@@ -198,8 +198,8 @@ impl Timer {
 
     /// After renewal stopped: reports the loss once the validity runs out,
     /// so the holder's notification fires even if it is not polling.
-    fn watch_expiry(&mut self, manager: &LockManager, entry: Entry, lease: &Arc<Lease>) {
-        let now = manager.now();
+    fn watch_expiry(&mut self, rounds: &Rounds, entry: Entry, lease: &Arc<Lease>) {
+        let now = rounds.now();
         let mut state = lease.state();
         if state.finished || state.lost.is_some() {
             return;

@@ -10,7 +10,7 @@
 //! so the hand-over costs about one round trip and no sleep.
 //!
 //! When a guard is dropped while a thread waits in line, the lock itself
-//! may be handed over instead (see `LockManager::hand_over`): no round trip
+//! may be handed over instead (see `Rounds::hand_over`): no round trip
 //! at all. That is bounded, so other processes get their chance.
 
 use std::collections::{HashMap, VecDeque};
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::guard::Lease;
+use super::lease::Lease;
 
 /// The lines, one per resource key that some thread of this manager is
 /// holding or contending for.
@@ -212,7 +212,7 @@ impl From<Grant> for Turn {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::redlock::turns::*;
 
     const TTL: Duration = Duration::from_secs(1);
 

@@ -1,0 +1,311 @@
+//! [`LockManagerBuilder`]: every setting with its default, validated by
+//! [`build`](LockManagerBuilder::build), which starts the node workers.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::Backend;
+#[cfg(feature = "redis")]
+use crate::backend::redis::RedisBackend;
+use crate::clock::{Clock, MonotonicClock};
+use crate::engine::{Engine, majority};
+use crate::error::{Error, Result};
+use crate::manager::LockManager;
+use crate::options::RetryPolicy;
+use crate::redlock::{Config, Core, Rounds, check_ttl, drift};
+
+/// Default lock TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// Default per-node timeout.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default clock-drift factor (the drift allowance is `ttl * factor + 2 ms`).
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default longest TTL (or extension) a lock may ask for.
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(60);
+/// The largest `max_ttl` the builder accepts (30 days): far below what the
+/// servers' millisecond expiry arithmetic can express.
+pub const MAX_TTL_LIMIT: Duration = Duration::from_secs(30 * 24 * 3600);
+
+impl LockManager {
+    /// A builder with every setting at its default and no nodes.
+    pub fn builder() -> LockManagerBuilder {
+        LockManagerBuilder::default()
+    }
+}
+
+/// Builds a [`LockManager`]; [`build`](Self::build) validates everything.
+#[derive(Default)]
+pub struct LockManagerBuilder {
+    nodes: Vec<NodeSpec>,
+    ttl: Option<Duration>,
+    max_ttl: Option<Duration>,
+    node_timeout: Option<Duration>,
+    drift_factor: Option<f64>,
+    quorum: Option<usize>,
+    prefix: Vec<u8>,
+    retry: Option<RetryPolicy>,
+    clock: Option<Arc<dyn Clock>>,
+    restart_quarantine: Option<bool>,
+}
+
+/// A configured node, opened at `build` (Redis URLs then get the final
+/// per-node timeout).
+enum NodeSpec {
+    Backend(Arc<dyn Backend>),
+    #[cfg(feature = "redis")]
+    Redis {
+        url: String,
+        name: String,
+    },
+}
+
+impl NodeSpec {
+    fn name(&self) -> String {
+        match self {
+            Self::Backend(b) => b.describe(),
+            #[cfg(feature = "redis")]
+            Self::Redis { name, .. } => name.clone(),
+        }
+    }
+
+    // Only Redis URLs need the timeout; without the feature it goes unused.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    fn open(self, timeout: Duration) -> Result<Arc<dyn Backend>> {
+        match self {
+            Self::Backend(b) => Ok(b),
+            #[cfg(feature = "redis")]
+            Self::Redis { url, .. } => RedisBackend::open(&url, timeout)
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                .map_err(|e| Error::Config {
+                    reason: e.to_string(),
+                }),
+        }
+    }
+}
+
+impl LockManagerBuilder {
+    /// Adds one lock server. Order is kept in reports.
+    #[must_use]
+    pub fn node(mut self, backend: impl Backend) -> Self {
+        self.nodes.push(NodeSpec::Backend(Arc::new(backend)));
+        self
+    }
+
+    /// Adds several lock servers.
+    #[must_use]
+    pub fn nodes<B: Backend>(mut self, backends: impl IntoIterator<Item = B>) -> Self {
+        for b in backends {
+            self.nodes.push(NodeSpec::Backend(Arc::new(b)));
+        }
+        self
+    }
+
+    /// Adds one Redis master per URL (`redis://[user[:password]@]host[:port][/db]`,
+    /// or `rediss://...` with the `tls` feature). Nothing connects yet: a
+    /// node that is down makes its first operations fail, not the build.
+    /// Each node's connect, read and write timeouts are the per-node timeout.
+    ///
+    /// ```no_run
+    /// use quorum_lock::LockManager;
+    ///
+    /// let locks = LockManager::builder()
+    ///     .redis_nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?
+    ///     .build()?;
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a malformed URL (named with its password
+    /// replaced by `***`), or a `rediss://` URL without the `tls` feature.
+    #[cfg(feature = "redis")]
+    pub fn redis_nodes<I>(mut self, urls: I) -> Result<Self>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        for url in urls {
+            let url = url.as_ref();
+            let node = NodeSpec::Redis {
+                url: url.to_owned(),
+                name: String::new(),
+            };
+            let name = node.open(DEFAULT_NODE_TIMEOUT)?.describe();
+            self.nodes.push(NodeSpec::Redis {
+                url: url.to_owned(),
+                name,
+            });
+        }
+        Ok(self)
+    }
+
+    /// Default TTL of [`LockManager::lock`]. Default: 10 s.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Longest TTL or extension any lock may ask for. Default: 60 s; at
+    /// most 30 days.
+    #[must_use]
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = Some(max_ttl);
+        self
+    }
+
+    /// How long a round waits for each node's answer; keep it small next to
+    /// the TTL. Must be below the TTL. Default: 100 ms.
+    #[must_use]
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Clock-drift factor: the validity is `ttl - elapsed - (ttl * factor +
+    /// 2 ms)`. In `[0, 1)`. Default: 0.01.
+    #[must_use]
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = Some(factor);
+        self
+    }
+
+    /// Votes needed: at least a majority (N/2 + 1), at most N. Default:
+    /// N/2 + 1.
+    #[must_use]
+    pub fn quorum(mut self, quorum: usize) -> Self {
+        self.quorum = Some(quorum);
+        self
+    }
+
+    /// Prepended to every resource to form the key. Default: none, so keys
+    /// interoperate with other Redlock clients.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.prefix = prefix.as_ref().to_vec();
+        self
+    }
+
+    /// Retry policy of [`LockManager::lock`]. Default: [`RetryPolicy::new`].
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// Restart quarantine: a node whose server restarted, or has been up
+    /// for less than `max_ttl` plus drift, does not count towards a quorum
+    /// until that much time has passed since its start (it may have
+    /// forgotten locks it held). Needs a backend that reports its identity
+    /// ([`Backend::server_info`]; Redis does). Switching it off is safe only
+    /// when every node persists its keys durably (`appendfsync always`), or
+    /// restarts are always delayed by `max_ttl` by the operator. Default: on.
+    #[must_use]
+    pub fn restart_quarantine(mut self, on: bool) -> Self {
+        self.restart_quarantine = Some(on);
+        self
+    }
+
+    /// The monotonic clock for every validity computation. Default: the
+    /// OS monotonic clock. Tests inject a [`ManualClock`](crate::ManualClock).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Validates the settings and starts one worker thread per node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when there are no nodes, a node appears twice, the
+    /// quorum is below a majority or above N, the drift factor is outside
+    /// `[0, 1)`, the node timeout is zero or not below the TTL, or the TTL
+    /// is unusable.
+    pub fn build(self) -> Result<LockManager> {
+        let n = self.nodes.len();
+        let config_err = |reason: String| Error::Config { reason };
+        if n == 0 {
+            return Err(config_err("no nodes configured".into()));
+        }
+        let names: Vec<String> = self.nodes.iter().map(NodeSpec::name).collect();
+        for (i, name) in names.iter().enumerate() {
+            if let Some(j) = names[..i].iter().position(|other| other == name) {
+                return Err(config_err(format!(
+                    "node {name} is configured twice (positions {j} and {i}); one server must cast one vote"
+                )));
+            }
+        }
+        let quorum = self.quorum.unwrap_or_else(|| majority(n));
+        if quorum < majority(n) || quorum > n {
+            return Err(config_err(format!(
+                "quorum {quorum} is outside {}..={n} for {n} nodes: below a majority two clients could both win",
+                majority(n)
+            )));
+        }
+        let drift_factor = self.drift_factor.unwrap_or(DEFAULT_DRIFT_FACTOR);
+        if !(0.0..1.0).contains(&drift_factor) {
+            return Err(config_err(format!(
+                "drift factor {drift_factor} is outside [0, 1)"
+            )));
+        }
+        let max_ttl = self.max_ttl.unwrap_or(DEFAULT_MAX_TTL);
+        if max_ttl.is_zero() || max_ttl > MAX_TTL_LIMIT {
+            return Err(config_err(format!(
+                "max_ttl {max_ttl:?} is outside (0, {MAX_TTL_LIMIT:?}]"
+            )));
+        }
+        let ttl = self.ttl.unwrap_or(DEFAULT_TTL.min(max_ttl));
+        check_ttl(ttl, max_ttl, drift_factor).map_err(config_err)?;
+        let node_timeout = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
+        if node_timeout.is_zero() || node_timeout >= ttl {
+            return Err(config_err(format!(
+                "node timeout {node_timeout:?} must be above zero and below the TTL {ttl:?}"
+            )));
+        }
+        let config = Config {
+            ttl,
+            max_ttl,
+            node_timeout,
+            drift_factor,
+            quorum,
+            prefix: self.prefix,
+            clock: self.clock.unwrap_or_else(|| Arc::new(MonotonicClock)),
+        };
+        let backends = self
+            .nodes
+            .into_iter()
+            .map(|node| node.open(node_timeout))
+            .collect::<Result<Vec<_>>>()?;
+        let quarantine = self
+            .restart_quarantine
+            .unwrap_or(true)
+            .then(|| max_ttl.saturating_add(drift(max_ttl, drift_factor)));
+        // Dropping the last handle waits up to two node timeouts (a batch
+        // in progress, then the queued releases) for the releases to leave.
+        let drain_wait = node_timeout.saturating_mul(2);
+        let engine = Engine::start(
+            backends,
+            quarantine,
+            max_ttl,
+            drain_wait,
+            Arc::clone(&config.clock),
+        )?;
+        let core = Core::new(Rounds::new(engine, config));
+        Ok(LockManager::new(core, self.retry.unwrap_or_default()))
+    }
+}
+
+impl fmt::Debug for LockManagerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockManagerBuilder")
+            .field(
+                "nodes",
+                &self.nodes.iter().map(NodeSpec::name).collect::<Vec<_>>(),
+            )
+            .field("ttl", &self.ttl)
+            .field("quorum", &self.quorum)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,209 @@
+//! Per-call [`LockOptions`] and the [`RetryPolicy`] of
+//! [`LockManager::lock`](crate::LockManager::lock).
+
+use std::time::Duration;
+
+use crate::token::random_u64;
+
+/// Default longest hold of an auto-extended lock.
+pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(600);
+
+/// How [`LockManager::lock`](crate::LockManager::lock) retries a contended or failed attempt.
+///
+/// Between attempts it sleeps `delay` plus a random jitter in
+/// `[0, jitter)`, so clients that collided do not collide again in step.
+/// Retrying stops at `attempts` attempts or when the next sleep would end
+/// after `max_wait`, whichever comes first: it never retries forever
+/// unless asked to. A time limit without an explicit attempt count means
+/// "retry until the time is spent"; without either, 10 attempts.
+/// Failures that retrying cannot fix (see [`Error::is_retryable`](crate::Error::is_retryable)) end the
+/// retries at once.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorum_lock::RetryPolicy;
+///
+/// // Up to 30 s, however many attempts that takes.
+/// let patient = RetryPolicy::new()
+///     .max_wait(Duration::from_secs(30))
+///     .delay(Duration::from_millis(50))
+///     .jitter(Duration::from_millis(50));
+/// # let _ = patient;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// `None`: not set (10, or no count limit when `max_wait` is set).
+    attempts: Option<u32>,
+    max_wait: Option<Duration>,
+    delay: Duration,
+    jitter: Duration,
+}
+
+/// Attempts when neither an attempt count nor a time limit is set.
+const DEFAULT_ATTEMPTS: u32 = 10;
+
+impl RetryPolicy {
+    /// The default policy: 10 attempts, 100 ms delay, 100 ms jitter, no
+    /// time limit beyond the attempts.
+    pub fn new() -> Self {
+        Self {
+            attempts: None,
+            max_wait: None,
+            delay: Duration::from_millis(100),
+            jitter: Duration::from_millis(100),
+        }
+    }
+
+    /// One attempt, no retries.
+    pub fn none() -> Self {
+        Self::new().attempts(1)
+    }
+
+    /// Most attempts, the first included (at least 1). Default: 10, or no
+    /// count limit when [`max_wait`](Self::max_wait) is set.
+    #[must_use]
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.attempts = Some(attempts.max(1));
+        self
+    }
+
+    /// Stop retrying once the next attempt would start after `max_wait`
+    /// from the first; `Duration::MAX` waits as long as it takes. Without
+    /// an explicit [`attempts`](Self::attempts), the count is then
+    /// unlimited. Default: no time limit (10 attempts bound it).
+    #[must_use]
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Fixed part of the pause between attempts. Default: 100 ms.
+    #[must_use]
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Upper bound of the random part of the pause. Default: 100 ms.
+    #[must_use]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The attempt limit in force.
+    pub(crate) fn max_attempts(&self) -> u32 {
+        match (self.attempts, self.max_wait) {
+            (Some(n), _) => n,
+            (None, Some(_)) => u32::MAX,
+            (None, None) => DEFAULT_ATTEMPTS,
+        }
+    }
+
+    /// Whether the policy allows one attempt only (no waiting in line).
+    pub(crate) fn single_attempt(&self) -> bool {
+        self.max_attempts() == 1
+    }
+
+    /// The longest the policy can keep a caller waiting: `max_wait`, or
+    /// what the attempts can take at most (saturating).
+    pub(crate) fn budget(&self) -> Duration {
+        self.max_wait.unwrap_or_else(|| {
+            self.delay
+                .saturating_add(self.jitter)
+                .saturating_mul(self.max_attempts().saturating_sub(1))
+        })
+    }
+
+    /// The pause before attempt `made + 1`, or `None` when the policy is
+    /// spent after `made` attempts and `waited` time.
+    pub(crate) fn next_delay(&self, made: u32, waited: Duration) -> Option<Duration> {
+        if made >= self.max_attempts() {
+            return None;
+        }
+        let jitter_nanos = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
+        let jitter = match jitter_nanos {
+            0 => Duration::ZERO,
+            j => Duration::from_nanos(random_u64() % j),
+        };
+        let delay = self.delay.saturating_add(jitter);
+        match self.max_wait {
+            Some(max) if waited.saturating_add(delay) > max => None,
+            _ => Some(delay),
+        }
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per-call options for [`LockManager::lock_with`](crate::LockManager::lock_with).
+#[derive(Debug, Clone, Default)]
+pub struct LockOptions {
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) retry: Option<RetryPolicy>,
+    pub(crate) auto_extend: bool,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) max_extensions: Option<u32>,
+}
+
+impl LockOptions {
+    /// Options that use the manager's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The lock's TTL. Default: the manager's TTL.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Give up once retrying would go past `wait` in total. Default: the
+    /// retry policy's own limit.
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The retry policy for this call. Default: the manager's policy.
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// Keep the lock alive in the background: it is extended at about a
+    /// third of its TTL (each extend a full quorum vote), until the guard is
+    /// released or dropped, an extend fails (the guard is then lost and
+    /// [`LockGuard::lost_signal`](crate::LockGuard::lost_signal) fires), or a bound is reached
+    /// ([`max_hold`](Self::max_hold), [`max_extensions`](Self::max_extensions)).
+    /// One timer thread per manager serves every such lock. Default: off.
+    #[must_use]
+    pub fn auto_extend(mut self, on: bool) -> Self {
+        self.auto_extend = on;
+        self
+    }
+
+    /// With auto-extension: stop extending once the lock has been held this
+    /// long; it then expires within one TTL. Default: 10 minutes.
+    #[must_use]
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// With auto-extension: stop after this many automatic extends.
+    /// Default: no count limit (the hold time bounds it).
+    #[must_use]
+    pub fn max_extensions(mut self, max: u32) -> Self {
+        self.max_extensions = Some(max);
+        self
+    }
+}

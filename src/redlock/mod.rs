@@ -1,0 +1,72 @@
+//! The lock's life, between the public types and the engine: the rounds
+//! that acquire, extend and release a lock with their validity arithmetic,
+//! the lease those rounds share, the local turns and hand-over between
+//! threads of one manager, and the auto-extension watchdog.
+//!
+//! Arrows point down only: `manager` / `builder` / `guard` use [`Core`];
+//! the watchdog holds a weak handle to the [`Rounds`], never to the
+//! manager; the rounds use the engine.
+
+mod lease;
+mod rounds;
+mod turns;
+mod validity;
+mod watchdog;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+pub(crate) use self::lease::Lease;
+pub(crate) use self::rounds::{Config, Rounds, with_attempts};
+pub(crate) use self::turns::{Streak, Turn};
+pub(crate) use self::validity::{check_ttl, drift};
+pub(crate) use self::watchdog::RenewalPlan;
+use self::watchdog::Watchdog;
+use crate::error::{Error, Result};
+
+/// What the manager's handles and the guards share: the rounds, and the
+/// auto-extension timer (started by the first auto-extended lock). The
+/// last handle or guard to go stops the timer and the node workers.
+#[derive(Debug)]
+pub(crate) struct Core {
+    rounds: Arc<Rounds>,
+    watchdog: Mutex<Option<Watchdog>>,
+}
+
+impl Core {
+    pub(crate) fn new(rounds: Rounds) -> Self {
+        Self {
+            rounds: Arc::new(rounds),
+            watchdog: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn rounds(&self) -> &Rounds {
+        &self.rounds
+    }
+
+    /// Starts renewing `lease` per `plan`; starts the timer thread on
+    /// first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Runtime`] when the timer thread cannot be started.
+    pub(crate) fn auto_extend(&self, lease: &Arc<Lease>, plan: RenewalPlan) -> Result<()> {
+        let mut watchdog = self.watchdog.lock();
+        if watchdog.is_none() {
+            let started =
+                Watchdog::start(Arc::downgrade(&self.rounds)).map_err(|e| Error::Runtime {
+                    reason: format!("cannot start the auto-extension thread: {e}"),
+                })?;
+            *watchdog = Some(started);
+        }
+        if let Some(watchdog) = watchdog.as_ref() {
+            watchdog.watch(lease, plan);
+        }
+        Ok(())
+    }
+}

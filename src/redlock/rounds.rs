@@ -1,0 +1,389 @@
+//! Rounds: the Redlock steps over the engine. Acquire (vote, then keep the
+//! lock only with a quorum and a positive validity, else release
+//! everywhere), extend (in two halves, so the watchdog can send many at
+//! once), release (waited for, or queued), and the local hand-over of a
+//! held lock to the next thread of the same manager.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::lease::Lease;
+use super::turns::{Handoff, LocalQueue, Streak};
+use super::validity::{check_ttl, drift, validity};
+use crate::clock::Clock;
+use crate::engine::{Direct, Engine, Gather, Pending, Request};
+use crate::error::{Error, NodeOutcome, NodeReport, Operation, Report, Result};
+use crate::token::Token;
+
+/// The settings every round reads, validated by the builder.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) ttl: Duration,
+    pub(crate) max_ttl: Duration,
+    pub(crate) node_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) quorum: usize,
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+/// The node workers and what the rounds over them share: the settings and
+/// the local line of each key.
+#[derive(Debug)]
+pub(crate) struct Rounds {
+    engine: Engine,
+    config: Config,
+    /// Local turns for threads waiting on the same key.
+    local: LocalQueue,
+}
+
+impl Rounds {
+    pub(crate) fn new(engine: Engine, config: Config) -> Self {
+        Self {
+            engine,
+            config,
+            local: LocalQueue::default(),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn local(&self) -> &LocalQueue {
+        &self.local
+    }
+
+    /// Now, on the manager's clock.
+    pub(crate) fn now(&self) -> Instant {
+        self.config.clock.now()
+    }
+
+    /// The key stored on the nodes for `resource`: the prefix (if any)
+    /// followed by the resource bytes.
+    pub(crate) fn key_for(&self, resource: &[u8]) -> Arc<[u8]> {
+        let prefix = &self.config.prefix;
+        let mut key = Vec::with_capacity(prefix.len() + resource.len());
+        key.extend_from_slice(prefix);
+        key.extend_from_slice(resource);
+        key.into()
+    }
+
+    /// One Redlock attempt: vote, then keep the lock only with a quorum and
+    /// a positive validity; otherwise release on every node.
+    pub(crate) fn acquire_once(
+        &self,
+        resource: &[u8],
+        key: &Arc<[u8]>,
+        ttl: Duration,
+    ) -> Result<Arc<Lease>> {
+        let config = &self.config;
+        let token = Token::random()?;
+        let start = self.now();
+        let request = Request {
+            op: Operation::Acquire,
+            key,
+            token,
+            ttl,
+        };
+        // Running a node on this thread costs the early decision while that
+        // node answers; only worth it when every node must grant anyway.
+        // (Measured for N = 3 and 5 with quorum N/2+1: no gain beyond the
+        // noise, see docs/benchmarks.md.)
+        let direct = if config.quorum == self.engine.len() {
+            Direct::FastestNode
+        } else {
+            Direct::Never
+        };
+        let outcomes = self.engine.round(
+            &request,
+            Gather::UntilDecided {
+                quorum: config.quorum,
+            },
+            config.node_timeout,
+            direct,
+        );
+        let elapsed = self.now().saturating_duration_since(start);
+        let drift = drift(ttl, config.drift_factor);
+        let report = self.report(Operation::Acquire, resource, outcomes, elapsed);
+        let granted = report.granted();
+        if granted >= config.quorum && validity(ttl, elapsed, drift).is_some() {
+            // Conservative: measured from before the first send.
+            let deadline = start + (ttl - drift);
+            let lease = Lease::new(resource, Arc::clone(key), token, ttl, deadline);
+            return Ok(Arc::new(lease));
+        }
+        // Give up on this attempt everywhere, including the nodes that said
+        // no, failed or have not answered: any of them may hold our token.
+        self.engine.release_detached(key, token);
+        let n = report.nodes.len();
+        Err(if granted >= config.quorum {
+            Error::ValidityExpired { report }
+        } else if report.refused() > n - config.quorum {
+            Error::Contended { report }
+        } else {
+            Error::NoQuorum { report }
+        })
+    }
+
+    /// Extends a held lock: a quorum must confirm within the remaining
+    /// validity. On success the lease's deadline moves to
+    /// `extend_start + ttl - drift`; on failure the lease is marked lost.
+    pub(crate) fn extend(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        let in_flight = self.begin_extend(lease, ttl)?;
+        self.finish_extend(lease, in_flight)
+    }
+
+    /// The first half of an extend: checks the lease and sends the extend
+    /// to every node, under the lease's lock so that no extend is ever sent
+    /// after a release. Returns at once.
+    pub(crate) fn begin_extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendInFlight> {
+        let config = &self.config;
+        check_ttl(ttl, config.max_ttl, config.drift_factor)
+            .map_err(|reason| Error::InvalidArgument { reason })?;
+        let mut state = lease.state();
+        if let Some(lost) = &state.lost {
+            return Err(lost.clone());
+        }
+        if state.finished {
+            return Err(Error::Lost {
+                reason: "the lock was released".into(),
+                report: None,
+            });
+        }
+        let start = self.now();
+        let remaining = state.deadline.saturating_duration_since(start);
+        if remaining.is_zero() {
+            let error = Error::Lost {
+                reason: "the lock's validity ran out before the extend".into(),
+                report: None,
+            };
+            state.mark_lost(&error);
+            return Err(error);
+        }
+        let request = Request {
+            op: Operation::Extend,
+            key: &lease.key,
+            token: lease.token,
+            ttl,
+        };
+        let pending =
+            self.engine
+                .scatter(&request, config.node_timeout.min(remaining), Direct::Never);
+        // From here on a node may apply this extend at any moment, and
+        // `PEXPIRE` can shorten a key: until it is confirmed, the lease may
+        // claim no more than this extend would give (sent under the lease's
+        // lock, so a hand-over sees the capped deadline).
+        let old_deadline = state.deadline;
+        let bound = start + (ttl - drift(ttl, config.drift_factor));
+        state.deadline = state.deadline.min(bound);
+        state.extends_begun += 1;
+        Ok(ExtendInFlight {
+            pending,
+            start,
+            old_deadline,
+            ttl,
+            seq: state.extends_begun,
+        })
+    }
+
+    /// The second half of an extend: gathers the votes and updates the
+    /// lease.
+    pub(crate) fn finish_extend(&self, lease: &Lease, in_flight: ExtendInFlight) -> Result<()> {
+        let config = &self.config;
+        let ExtendInFlight {
+            pending,
+            start,
+            old_deadline,
+            ttl,
+            seq,
+        } = in_flight;
+        let outcomes = pending.gather(Gather::UntilDecided {
+            quorum: config.quorum,
+        });
+        let end = self.now();
+        let elapsed = end.saturating_duration_since(start);
+        let drift = drift(ttl, config.drift_factor);
+        let report = self.report(Operation::Extend, &lease.resource, outcomes, elapsed);
+        let failure = if report.granted() < config.quorum {
+            Some(format!(
+                "only {} of the {} needed nodes confirmed the extend",
+                report.granted(),
+                config.quorum
+            ))
+        } else if end >= old_deadline || validity(ttl, elapsed, drift).is_none() {
+            Some("the extend was confirmed only after the lock's validity ran out".into())
+        } else {
+            None
+        };
+        let mut state = lease.state();
+        if let Some(reason) = failure {
+            let error = Error::Lost {
+                reason,
+                report: Some(report),
+            };
+            state.mark_lost(&error);
+            return Err(error);
+        }
+        if let Some(lost) = &state.lost {
+            return Err(lost.clone());
+        }
+        // Only the extend begun last sets the deadline: the nodes apply the
+        // later one after this one, so whichever finishes last, the later
+        // one's expiry is what the keys end with. (Its start already capped
+        // the deadline; it sets the deadline when it finishes.)
+        if seq == state.extends_begun {
+            state.deadline = start + (ttl - drift);
+            state.ttl = ttl;
+        }
+        state.extensions = state.extensions.saturating_add(1);
+        Ok(())
+    }
+
+    /// Releases on every node and waits for their answers (at most the
+    /// per-node timeout). Marks the lease finished first, under its lock, so
+    /// the watchdog sends no extend after this release: an extend it sent
+    /// earlier is queued ahead of this release on every node.
+    pub(crate) fn release(&self, lease: &Lease, turn: Option<Streak>) -> Result<Report> {
+        let config = &self.config;
+        let start = self.now();
+        let request = Request {
+            op: Operation::Release,
+            key: &lease.key,
+            token: lease.token,
+            ttl: Duration::ZERO,
+        };
+        lease.state().finished = true;
+        let pending = self
+            .engine
+            .scatter(&request, config.node_timeout, Direct::FastestNode);
+        if let Some(streak) = turn {
+            // The next local waiter's acquire now queues behind this release.
+            self.local.pass(&lease.key, streak);
+        }
+        let outcomes = pending.gather(Gather::All);
+        let elapsed = self.now().saturating_duration_since(start);
+        let report = self.report(Operation::Release, &lease.resource, outcomes, elapsed);
+        // Once a quorum has answered, no quorum can still hold our token.
+        if report.granted() + report.refused() >= config.quorum {
+            Ok(report)
+        } else {
+            Err(Error::NoQuorum { report })
+        }
+    }
+
+    /// Queues the release on every node and returns at once (guard drop).
+    pub(crate) fn release_detached(&self, lease: &Lease) {
+        let mut state = lease.state();
+        state.finished = true;
+        self.engine.release_detached(&lease.key, lease.token);
+    }
+
+    /// A dropped guard that holds the local turn: hands the lock itself to
+    /// the next thread waiting for it when that is safe and fair (no round
+    /// trip at all), otherwise releases on every node and passes the turn.
+    pub(crate) fn hand_over(&self, lease: &Lease, streak: Streak) {
+        self.local.pass_with(&lease.key, streak, |waiter_ttl| {
+            let handoff = waiter_ttl.and_then(|ttl| self.handoff(lease, ttl, streak));
+            if handoff.is_none() {
+                // Queued before the next waiter gets the turn, so its
+                // acquire runs after this release on every node.
+                self.release_detached(lease);
+            }
+            handoff
+        });
+    }
+
+    /// The lock renamed for the next holder, if it may be handed over: the
+    /// waiter asks for the same TTL, at least half of it is still valid,
+    /// nothing marked it lost, and the streak of local turns is not at its
+    /// bound (then it is released and the next turn yields first, so other
+    /// processes get their chance).
+    pub(crate) fn handoff(
+        &self,
+        lease: &Lease,
+        waiter_ttl: Duration,
+        streak: Streak,
+    ) -> Option<Handoff> {
+        let next = streak.next();
+        if next.yield_first {
+            return None;
+        }
+        let mut state = lease.state();
+        let validity = state.deadline.saturating_duration_since(self.now());
+        if state.lost.is_some()
+            || state.finished
+            || state.ttl != waiter_ttl
+            || validity < state.ttl / 2
+        {
+            return None;
+        }
+        // The old guard's lease is done: its auto-extension stops.
+        state.finished = true;
+        let renamed = Lease::new(
+            &lease.resource,
+            Arc::clone(&lease.key),
+            lease.token,
+            state.ttl,
+            state.deadline,
+        );
+        Some(Handoff {
+            lease: Arc::new(renamed),
+            streak: next,
+        })
+    }
+
+    /// Ends a local turn without releasing (the guard forgot its lock).
+    pub(crate) fn pass_turn(&self, key: &[u8], streak: Streak) {
+        self.local.pass(key, streak);
+    }
+
+    fn report(
+        &self,
+        operation: Operation,
+        resource: &[u8],
+        outcomes: Vec<NodeOutcome>,
+        elapsed: Duration,
+    ) -> Report {
+        Report {
+            operation,
+            resource: String::from_utf8_lossy(resource).into_owned(),
+            quorum: self.config.quorum,
+            nodes: self
+                .engine
+                .node_names()
+                .zip(outcomes)
+                .map(|(node, outcome)| NodeReport {
+                    node: node.to_owned(),
+                    outcome,
+                })
+                .collect(),
+            elapsed,
+            attempts: 1,
+        }
+    }
+}
+
+/// An extend that has been sent and not yet gathered.
+pub(crate) struct ExtendInFlight {
+    pending: Pending,
+    start: Instant,
+    old_deadline: Instant,
+    ttl: Duration,
+    /// Its place among the lease's extends (see `LeaseState::extends_begun`).
+    seq: u64,
+}
+
+pub(crate) fn with_attempts(mut error: Error, attempts: u32) -> Error {
+    if let Error::Contended { report }
+    | Error::NoQuorum { report }
+    | Error::ValidityExpired { report } = &mut error
+    {
+        report.attempts = attempts;
+    }
+    error
+}

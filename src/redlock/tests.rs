@@ -1,0 +1,182 @@
+//! Tests of the lease's deadline under overlapping extends and hand-over,
+//! at the level of the rounds, where the watchdog's two-step extend
+//! (begun, finished later) can be interleaved step by step.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::lease::Lease;
+use super::rounds::{Config, ExtendInFlight, Rounds};
+use super::turns::Streak;
+use crate::backend::Backend;
+use crate::backend::memory::MemoryBackend;
+use crate::clock::ManualClock;
+use crate::engine::Engine;
+
+const MS: Duration = Duration::from_millis(1);
+const LONG: Duration = Duration::from_secs(3);
+const SHORT: Duration = Duration::from_millis(300);
+
+/// Rounds over `nodes` on `clock`, as a manager with TTL = max_ttl = 3 s
+/// and no quarantine (the nodes never restart here).
+fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
+    let backends: Vec<Arc<dyn Backend>> = nodes
+        .iter()
+        .map(|n| Arc::new(n.clone()) as Arc<dyn Backend>)
+        .collect();
+    let timeout = Duration::from_millis(500);
+    let clock = Arc::new(clock.clone());
+    let engine = Engine::start(backends, None, LONG, timeout, clock.clone()).unwrap();
+    let config = Config {
+        ttl: LONG,
+        max_ttl: LONG,
+        node_timeout: timeout,
+        drift_factor: 0.01,
+        quorum: 2,
+        prefix: Vec::new(),
+        clock,
+    };
+    Rounds::new(engine, config)
+}
+
+fn cluster(clock: &ManualClock) -> (Vec<MemoryBackend>, Rounds, Rounds) {
+    let nodes: Vec<MemoryBackend> = (0..3)
+        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
+        .collect();
+    let (a, b) = (rounds(&nodes, clock), rounds(&nodes, clock));
+    (nodes, a, b)
+}
+
+fn lock(rounds: &Rounds) -> Option<Arc<Lease>> {
+    let key = rounds.key_for(b"r");
+    rounds.acquire_once(b"r", &key, LONG).ok()
+}
+
+/// The lease's remaining validity on `rounds`' clock (zero once lost).
+fn validity(rounds: &Rounds, lease: &Lease) -> Duration {
+    let state = lease.state();
+    if state.lost.is_some() {
+        return Duration::ZERO;
+    }
+    state.deadline.saturating_duration_since(rounds.now())
+}
+
+/// Issue 9, hole 2. Per-node FIFO makes the extend *begun* last the one the
+/// servers apply last, and `PEXPIRE` can shorten a key. Schedule: the
+/// watchdog sends a 3 s extend; the holder's own `extend(300 ms)`
+/// completes; the watchdog gathers later. Before the fix the watchdog wrote
+/// a ~3 s deadline ("validity 2.968s outlives the last extend (300ms)"),
+/// the keys expired after 300 ms, and a second manager locked while the
+/// first guard was still valid.
+#[test]
+fn an_extend_finishing_last_does_not_outlive_one_begun_after_it() {
+    let clock = ManualClock::new();
+    let (_nodes, a, b) = cluster(&clock);
+    let lease = lock(&a).unwrap();
+    let watchdog = a.begin_extend(&lease, LONG).unwrap();
+    a.extend(&lease, SHORT).unwrap();
+    a.finish_extend(&lease, watchdog).unwrap();
+    let left = validity(&a, &lease);
+    assert!(
+        left <= SHORT,
+        "validity {left:?} outlives the last extend ({SHORT:?})"
+    );
+    clock.advance(SHORT + MS);
+    let other = lock(&b);
+    assert!(
+        validity(&a, &lease).is_zero() || other.is_none(),
+        "two valid holders"
+    );
+}
+
+/// Issue 9, hole 2, the hand-over variant: a lock handed to the next local
+/// holder while an extend that shortens the keys is in flight must not
+/// carry the older, longer deadline.
+#[test]
+fn a_hand_over_during_a_shortening_extend_carries_the_shorter_deadline() {
+    let clock = ManualClock::new();
+    let (_nodes, a, _b) = cluster(&clock);
+    let lease = lock(&a).unwrap();
+    let shortening = a.begin_extend(&lease, SHORT).unwrap();
+    let handoff = a.handoff(&lease, LONG, Streak::default());
+    let deadline = handoff.map(|h| h.lease.state().deadline);
+    assert!(
+        deadline.is_none_or(|d| d <= a.now() + SHORT),
+        "handed over with {:?} left while a {SHORT:?} extend is in flight",
+        deadline.map(|d| d - a.now())
+    );
+    let _ = a.finish_extend(&lease, shortening);
+}
+
+/// A small model of one lease with extends from two sources, the
+/// watchdog's two-step extends (begun, then finished later, possibly after
+/// other extends) and the holder's own, with random TTLs and clock steps,
+/// checked after every step: a valid lease never claims more than a quorum
+/// of nodes holds its key for. Without the extend ordering it fails at its
+/// third step ("the lease claims 2.968s but only 0 nodes hold it that
+/// long").
+#[test]
+fn lease_model_two_extend_sources_never_overstate_validity() {
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let ttls = [SHORT, Duration::from_secs(1), LONG];
+    for _round in 0..40 {
+        let clock = ManualClock::new();
+        let (nodes, a, _b) = cluster(&clock);
+        let lease = lock(&a).unwrap();
+        let mut in_flight: Vec<ExtendInFlight> = Vec::new();
+        for step in 0..60 {
+            match next(5) {
+                0 => {
+                    if let Ok(sent) = a.begin_extend(&lease, ttls[next(3) as usize]) {
+                        in_flight.push(sent);
+                    }
+                }
+                1 if !in_flight.is_empty() => {
+                    let i = next(in_flight.len() as u64) as usize;
+                    let _ = a.finish_extend(&lease, in_flight.remove(i));
+                }
+                2 => {
+                    let _ = a.extend(&lease, ttls[next(3) as usize]);
+                }
+                3 => clock.advance(Duration::from_millis(next(200))),
+                _ => {}
+            }
+            assert!(a.engine().flush(Duration::from_secs(10)));
+            let left = validity(&a, &lease);
+            if left.is_zero() {
+                break;
+            }
+            let holding = nodes
+                .iter()
+                .filter(|n| {
+                    n.holder(b"r").as_deref() == Some(lease.token.as_bytes())
+                        && n.remaining_ttl(b"r") >= Some(left)
+                })
+                .count();
+            assert!(
+                holding >= 2,
+                "step {step}: the lease claims {left:?} but only {holding} nodes hold it that long"
+            );
+        }
+        for sent in in_flight {
+            let _ = a.finish_extend(&lease, sent);
+        }
+    }
+}
+
+#[test]
+fn the_deadline_starts_before_the_first_send() {
+    let clock = ManualClock::new();
+    let (_nodes, a, _b) = cluster(&clock);
+    let before: Instant = a.now();
+    let lease = lock(&a).unwrap();
+    let drift = super::validity::drift(LONG, 0.01);
+    assert_eq!(lease.state().deadline, before + LONG - drift);
+}
