@@ -120,6 +120,7 @@ impl LockManagerBuilder {
     /// [`Error::Config`] for a malformed URL (named with its password
     /// replaced by `***`), or a `rediss://` URL without the `tls` feature.
     #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis_nodes<I>(mut self, urls: I) -> Result<Self>
     where
         I: IntoIterator,

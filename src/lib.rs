@@ -100,8 +100,27 @@
 //!
 //! # Features
 //!
-//! * `redis` (default): the Redis backend (`redis` + `r2d2` crates).
-//! * `tls`: `rediss://` URLs, via rustls.
+//! * `redis` (default): the Redis backend, `RedisBackend` and
+//!   `LockManagerBuilder::redis_nodes`, on the `redis` crate's protocol
+//!   code. Connections are pooled by the crate itself (no `r2d2`:
+//!   `docs/design.md` says why).
+//! * `tls`: `rediss://` URLs, via rustls with the `ring` provider.
+//!
+//! Features only add items; none changes behaviour. Without `redis` the
+//! crate is the engine and [`MemoryBackend`], for your own [`Backend`]s.
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.88 (the `redis` crate 1.8 needs it; the crate uses edition
+//! 2024). Raising it is a minor-version change, never a patch release.
+//!
+//! # Versioning
+//!
+//! Semantic versioning. Before 1.0 a minor release (0.x to 0.(x+1)) may
+//! break the API, a patch release never does; `CHANGELOG.md` lists every
+//! user-visible change.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 mod builder;
@@ -117,6 +136,7 @@ mod token;
 pub use backend::memory::MemoryBackend;
 pub use backend::memory::UptimeReport;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
 pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
 pub use builder::{

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod memory;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 
 /// One lock server (one Redis master, one in-memory node, ...).
@@ -30,7 +31,7 @@ pub mod redis;
 ///   have been applied. The engine treats an `Err` on acquire as "maybe
 ///   applied" and still sends the release there.
 /// * **Time**: each call must return within the timeout the backend was
-///   configured with (for [`RedisBackend`](crate::backend::redis::RedisBackend),
+///   configured with (for `RedisBackend`,
 ///   the manager's per-node timeout). A backend that blocks longer delays
 ///   every later operation queued for its node, and its answers come too
 ///   late to count.
