@@ -52,13 +52,13 @@ fn main() -> Result<(), quorum_lock::Error> {
             nodes[0].set_down(true);
             nodes[1].set_down(true);
         }
-        crossbeam_channel::select! {
-            recv(lost) -> notice => {
-                let reason = notice.map_or_else(|_| "guard gone".to_string(), |e| e.to_string());
-                println!("stopped after {step} steps ({:?}): {reason}", started.elapsed());
-                break;
-            }
-            default(Duration::from_millis(100)) => {} // one step of work
+        // One step of work, here a wait that ends early on a loss notice.
+        if let Some(notice) = lost.recv_timeout(Duration::from_millis(100)) {
+            println!(
+                "stopped after {step} steps ({:?}): {notice}",
+                started.elapsed()
+            );
+            break;
         }
         if step > 50 {
             println!("the loss was never reported");

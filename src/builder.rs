@@ -78,7 +78,7 @@ impl NodeSpec {
             Self::Redis { url, .. } => RedisBackend::open(&url, timeout)
                 .map(|b| Arc::new(b) as Arc<dyn Backend>)
                 .map_err(|e| Error::Config {
-                    reason: e.to_string(),
+                    reason: e.message().to_owned(),
                 }),
         }
     }

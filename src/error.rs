@@ -73,10 +73,28 @@ impl NodeOutcome {
             (Self::TimedOut, _) => "timed out".into(),
             (Self::NotAwaited, _) => "not awaited".into(),
             (Self::Down, _) => "skipped: marked down".into(),
-            (Self::Quarantined { remaining }, _) => {
-                format!("quarantined after restart for {remaining:?} more")
-            }
+            (Self::Quarantined { remaining }, _) => format!(
+                "quarantined: started or restarted less than max_ttl + drift ago, it may have \
+                 forgotten locks; votes again in {} (settings: max_ttl, restart_quarantine)",
+                human(*remaining)
+            ),
         }
+    }
+}
+
+/// A duration for people: `812 µs`, `15.3 ms`, `1.53 s`, `2 min 5 s`.
+pub(crate) fn human(d: Duration) -> String {
+    let micros = d.as_micros();
+    if micros < 1_000 {
+        format!("{micros} µs")
+    } else if micros < 10_000 {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    } else if micros < 1_000_000 {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else if d.as_secs() < 60 {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{} min {} s", d.as_secs() / 60, d.as_secs() % 60)
     }
 }
 
@@ -106,6 +124,9 @@ pub struct Report {
     pub elapsed: Duration,
     /// Attempts made (acquire with retries), 1 for a single round.
     pub attempts: u32,
+    /// Time from the first attempt to the end of the last one (equal to
+    /// `elapsed` for a single round).
+    pub waited: Duration,
 }
 
 impl Report {
@@ -157,16 +178,27 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} {}: {}/{} nodes granted, {} needed, in {:?}",
+            "{} {}: {}/{} nodes granted, {} needed",
             self.operation,
             Shortened(&self.resource),
             self.granted(),
             self.nodes.len(),
             self.quorum,
-            self.elapsed
         )?;
+        let not_awaited = self.count(|o| matches!(o, NodeOutcome::NotAwaited));
+        if not_awaited > 0 {
+            write!(f, " ({not_awaited} not awaited: decided without them)")?;
+        }
         if self.attempts > 1 {
-            write!(f, " after {} attempts", self.attempts)?;
+            write!(
+                f,
+                ", {} attempts over {} (the last took {})",
+                self.attempts,
+                human(self.waited),
+                human(self.elapsed)
+            )?;
+        } else {
+            write!(f, ", in {}", human(self.elapsed))?;
         }
         f.write_str(" [")?;
         for (i, n) in self.nodes.iter().enumerate() {
@@ -363,6 +395,7 @@ mod tests {
             ],
             elapsed: Duration::from_millis(3),
             attempts: 1,
+            waited: Duration::from_millis(3),
         }
     }
 
@@ -413,6 +446,28 @@ mod tests {
         let text = Error::NoQuorum { report: r }.to_string();
         assert!(text.len() < 1000, "{} bytes", text.len());
         assert!(text.contains("(1048576 bytes)"), "{text}");
+    }
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(human(Duration::from_micros(812)), "812 µs");
+        assert_eq!(human(Duration::from_micros(1530)), "1.53 ms");
+        assert_eq!(human(ms(15) + Duration::from_micros(300)), "15.3 ms");
+        assert_eq!(human(ms(1530)), "1.53 s");
+        assert_eq!(human(Duration::from_secs(125)), "2 min 5 s");
+    }
+
+    #[test]
+    fn retries_report_the_whole_wait_and_the_last_round() {
+        let mut r = report();
+        r.attempts = 10;
+        r.waited = Duration::from_millis(1410);
+        let text = r.to_string();
+        assert!(
+            text.contains("10 attempts over 1.41 s (the last took 3.00 ms)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -6,9 +6,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
-
 use crate::error::{Error, Report, Result};
+use crate::lost::LostSignal;
 use crate::redlock::{Core, Lease, Streak};
 use crate::token::Token;
 
@@ -20,16 +19,23 @@ use crate::token::Token;
 /// exclusivity, and [`extend`](Self::extend) in time (or ask for
 /// [`LockOptions::auto_extend`](crate::LockOptions::auto_extend)).
 ///
-/// Dropping the guard queues a release on every node and returns at once;
-/// when another thread of the same manager is waiting in
-/// [`LockManager::lock`](crate::LockManager::lock) for the same resource,
-/// the lock may instead be handed to it directly (same token and deadline,
-/// only while at least half the TTL is left, at most 64 times in a row).
-/// [`release`](Self::release) always releases on the servers, waits, and
-/// reports each node's answer; [`forget`](Self::forget) lets the lock
-/// expire on its own. Either way, no extend is sent for this lock after
-/// the release.
+/// # Drop
+///
+/// Dropping the guard never blocks: it queues a release on every node and
+/// returns at once (the last handle of a manager to go waits for what is
+/// queued, see [`LockManager`](crate::LockManager)). When another thread of
+/// the same manager is waiting in [`LockManager::lock`](crate::LockManager::lock)
+/// for the same resource, the lock may instead be **handed to it** (same
+/// token and deadline, no round trip, only while at least half the TTL is
+/// left, at most 64 times in a row, then the servers get it back so other
+/// processes have a chance).
+///
+/// [`release`](Self::release) always releases on the servers (no hand-over),
+/// waits, and reports each node's answer; [`forget`](Self::forget) lets the
+/// lock expire on its own. Either way, no extend is sent for this lock
+/// after the release.
 #[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
 pub struct LockGuard {
     core: Arc<Core>,
     lease: Arc<Lease>,
@@ -135,15 +141,16 @@ impl LockGuard {
         Ok(())
     }
 
-    /// A receiver that gets the [`Error::Lost`] as soon as the lock is
+    /// A [`LostSignal`] that gets the [`Error::Lost`] as soon as the lock is
     /// known to be lost: an extend failed, or (with auto-extension) the
-    /// validity ran out. Poll it with `try_recv`, block on it, or
-    /// `select!` it against your work. If the lock is already lost the
-    /// message is waiting. Each call gives a new receiver.
+    /// validity ran out after renewal stopped. Poll it with `try_recv`,
+    /// wait with `recv_timeout`, or `select!` its receiver against your
+    /// work. If the lock is already lost the notice is waiting. Each call
+    /// gives a new signal.
     ///
     /// Only guards with auto-extension are watched when idle; on other
     /// guards the notice comes from a failed [`extend`](Self::extend).
-    pub fn lost_signal(&self) -> Receiver<Error> {
+    pub fn lost_signal(&self) -> LostSignal {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let mut state = self.lease.state();
         match &state.lost {
@@ -152,7 +159,7 @@ impl LockGuard {
             }
             None => state.subscribers.push(tx),
         }
-        rx
+        LostSignal::new(rx)
     }
 
     /// Pushes the expiry to `ttl` from now on every node that still holds
@@ -171,7 +178,11 @@ impl LockGuard {
     }
 
     /// Releases on every node and waits (at most the per-node timeout) for
-    /// each node's answer. Auto-extension stops first.
+    /// the answer of each node that is up; a node marked down is skipped in
+    /// the report (its release is parked and sent once it is back).
+    /// Auto-extension stops first. Unlike dropping the guard, `release`
+    /// never hands the lock to a waiting thread of this manager: it always
+    /// releases on the servers.
     ///
     /// # Errors
     ///

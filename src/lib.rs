@@ -128,6 +128,7 @@ mod clock;
 mod engine;
 mod error;
 mod guard;
+mod lost;
 mod manager;
 mod options;
 mod redlock;
@@ -146,6 +147,7 @@ pub use builder::{
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, NodeOutcome, NodeReport, Operation, Report, Result};
 pub use guard::LockGuard;
+pub use lost::LostSignal;
 pub use manager::LockManager;
 pub use options::{LockOptions, RetryPolicy};
 pub use token::{TOKEN_LEN, Token};

@@ -173,7 +173,7 @@ impl LockManager {
             let delay = retry.next_delay(attempts, started.elapsed());
             let Some(delay) = delay else {
                 self.core.rounds().local().pass(&key, streak);
-                return Err(with_attempts(error, attempts));
+                return Err(with_attempts(error, attempts, started.elapsed()));
             };
             std::thread::sleep(delay);
         }
@@ -183,18 +183,25 @@ impl LockManager {
     /// releases it, also when `work` panics (the panic then continues).
     /// Returns what `work` returned.
     ///
+    /// The lock is renewed for as long as `work` runs: unless `options`
+    /// sets [`max_hold`](LockOptions::max_hold) or
+    /// [`max_extensions`](LockOptions::max_extensions), there is no hold
+    /// bound here (a nightly job of an hour is normal), unlike
+    /// [`lock_with`](Self::lock_with)'s default of 10 minutes.
+    ///
     /// `work` gets the guard: call [`LockGuard::check`] before any step
     /// that must not run without the lock (an extend can fail), or watch
-    /// [`LockGuard::lost_signal`].
+    /// [`LockGuard::lost_signal`]. For work that returns a `Result`, see
+    /// [`try_with_lock`](Self::try_with_lock).
     ///
     /// ```
     /// use quorum_lock::{LockManager, LockOptions, MemoryBackend};
     ///
     /// let locks = LockManager::builder().node(MemoryBackend::new("mem")).build()?;
     /// let total = locks.with_lock("ledger", &LockOptions::new(), |guard| {
-    ///     guard.check()?;
-    ///     Ok::<_, quorum_lock::Error>(40 + 2)
-    /// })??;
+    ///     assert!(guard.is_valid());
+    ///     40 + 2
+    /// })?;
     /// assert_eq!(total, 42);
     /// # Ok::<(), quorum_lock::Error>(())
     /// ```
@@ -210,7 +217,11 @@ impl LockManager {
         options: &LockOptions,
         work: impl FnOnce(&LockGuard) -> T,
     ) -> Result<T> {
-        let guard = self.lock_with(resource, &options.clone().auto_extend(true))?;
+        let mut options = options.clone().auto_extend(true);
+        if options.max_hold.is_none() {
+            options = options.max_hold(Duration::MAX);
+        }
+        let guard = self.lock_with(resource, &options)?;
         // On a panic in `work`, unwinding drops the guard, which queues the
         // release on every node.
         let value = work(&guard);
@@ -218,6 +229,48 @@ impl LockManager {
         // that expire by themselves, so there is nothing for the caller to do.
         let _ = guard.release();
         Ok(value)
+    }
+
+    /// [`with_lock`](Self::with_lock) for work that can fail: `work`
+    /// returns `Result<T, E>`, and a lock error becomes an `E` too, so one
+    /// `?` handles both.
+    ///
+    /// ```
+    /// use quorum_lock::{LockManager, LockOptions, MemoryBackend};
+    ///
+    /// #[derive(Debug)]
+    /// enum JobError {
+    ///     Lock(quorum_lock::Error),
+    ///     Empty,
+    /// }
+    /// impl From<quorum_lock::Error> for JobError {
+    ///     fn from(e: quorum_lock::Error) -> Self {
+    ///         JobError::Lock(e)
+    ///     }
+    /// }
+    ///
+    /// let locks = LockManager::builder().node(MemoryBackend::new("mem")).build().unwrap();
+    /// let total: Result<u32, JobError> = locks.try_with_lock("ledger", &LockOptions::new(), |guard| {
+    ///     guard.check()?; // a lost lock is a JobError::Lock
+    ///     let rows: Vec<u32> = vec![40, 2];
+    ///     if rows.is_empty() {
+    ///         return Err(JobError::Empty);
+    ///     }
+    ///     Ok(rows.iter().sum())
+    /// });
+    /// assert_eq!(total.unwrap(), 42);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The lock's error (as `E`) when it cannot be taken, or `work`'s own.
+    pub fn try_with_lock<T, E: From<Error>>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        options: &LockOptions,
+        work: impl FnOnce(&LockGuard) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        self.with_lock(resource, options, work)?
     }
 
     /// Registers a fresh guard with the watchdog when asked to.

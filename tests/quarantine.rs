@@ -80,7 +80,8 @@ fn quarantine_refuses_until_every_forgotten_lock_has_expired() {
     );
     assert_eq!(report.granted(), 0, "{err}");
     assert!(
-        err.to_string().contains("quarantined after restart"),
+        err.to_string()
+            .contains("quarantined: started or restarted"),
         "{err}"
     );
     // Still refused just before the quarantine (max TTL + drift) ends.

@@ -86,6 +86,14 @@ impl fmt::Debug for Lease {
 impl LeaseState {
     /// Marks the lock lost (the first reason wins) and notifies every
     /// subscriber.
+    /// Sends `notice` to every subscriber (each gets at most one), without
+    /// marking the lock lost: renewal stopped, the lock ends at its deadline.
+    pub(crate) fn notify(&mut self, notice: &Error) {
+        for subscriber in self.subscribers.drain(..) {
+            let _ = subscriber.try_send(notice.clone());
+        }
+    }
+
     pub(crate) fn mark_lost(&mut self, error: &Error) {
         if self.lost.is_none() {
             self.lost = Some(error.clone());

@@ -364,6 +364,7 @@ impl Rounds {
                 .collect(),
             elapsed,
             attempts: 1,
+            waited: elapsed,
         }
     }
 }
@@ -378,12 +379,14 @@ pub(crate) struct ExtendInFlight {
     seq: u64,
 }
 
-pub(crate) fn with_attempts(mut error: Error, attempts: u32) -> Error {
+/// `error` of the last attempt, with the count and the whole wait.
+pub(crate) fn with_attempts(mut error: Error, attempts: u32, waited: Duration) -> Error {
     if let Error::Contended { report }
     | Error::NoQuorum { report }
     | Error::ValidityExpired { report } = &mut error
     {
         report.attempts = attempts;
+        report.waited = waited.max(report.elapsed);
     }
     error
 }

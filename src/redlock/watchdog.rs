@@ -174,7 +174,20 @@ impl Timer {
                 entry.plan.exhausted(rounds.now(), entry.renewed)
             };
             if let Some(why) = stop {
-                lease.state().renewal_stopped = Some(why);
+                // Tell the holder now, not a TTL later when the validity
+                // runs out: from here on the lock ends at its deadline.
+                let mut state = lease.state();
+                let left = state.deadline.saturating_duration_since(rounds.now());
+                state.notify(&Error::Lost {
+                    reason: format!(
+                        "auto-extension stopped ({why}); the lock ends at its deadline, \
+                         in {}",
+                        crate::error::human(left)
+                    ),
+                    report: None,
+                });
+                state.renewal_stopped = Some(why);
+                drop(state);
                 entry.expiring = true;
                 self.watch_expiry(rounds, entry, &lease);
                 continue;
