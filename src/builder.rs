@@ -16,16 +16,16 @@ use crate::options::RetryPolicy;
 use crate::redlock::{Config, Core, Rounds, check_ttl, drift};
 
 /// Default lock TTL.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// Default per-node timeout.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Default clock-drift factor (the drift allowance is `ttl * factor + 2 ms`).
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+pub(crate) const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// Default longest TTL (or extension) a lock may ask for.
-pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_MAX_TTL: Duration = Duration::from_secs(60);
 /// The largest `max_ttl` the builder accepts (30 days): far below what the
 /// servers' millisecond expiry arithmetic can express.
-pub const MAX_TTL_LIMIT: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const MAX_TTL_LIMIT: Duration = Duration::from_secs(30 * 24 * 3600);
 
 impl LockManager {
     /// A builder with every setting at its default and no nodes.

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use crate::backend::BackendError;
 
-/// Which quorum operation a [`Report`] describes.
+/// Which quorum round a [`Report`] describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Operation {
+pub enum Round {
     /// Acquiring a lock.
     Acquire,
     /// Extending a held lock.
@@ -18,7 +18,7 @@ pub enum Operation {
     Release,
 }
 
-impl fmt::Display for Operation {
+impl fmt::Display for Round {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Acquire => "acquire",
@@ -62,12 +62,12 @@ impl NodeOutcome {
         matches!(self, Self::Granted)
     }
 
-    fn describe(&self, op: Operation) -> String {
+    fn describe(&self, op: Round) -> String {
         match (self, op) {
-            (Self::Granted, Operation::Acquire) => "acquired".into(),
-            (Self::Granted, Operation::Extend) => "extended".into(),
-            (Self::Granted, Operation::Release) => "released".into(),
-            (Self::Refused, Operation::Acquire) => "held elsewhere".into(),
+            (Self::Granted, Round::Acquire) => "acquired".into(),
+            (Self::Granted, Round::Extend) => "extended".into(),
+            (Self::Granted, Round::Release) => "released".into(),
+            (Self::Refused, Round::Acquire) => "held elsewhere".into(),
             (Self::Refused, _) => "not held by us".into(),
             (Self::Failed(e), _) => format!("failed ({e})"),
             (Self::TimedOut, _) => "timed out".into(),
@@ -101,35 +101,74 @@ pub(crate) fn human(d: Duration) -> String {
 /// One node's line in a [`Report`].
 #[derive(Debug, Clone)]
 pub struct NodeReport {
+    pub(crate) node: String,
+    pub(crate) outcome: NodeOutcome,
+}
+
+impl NodeReport {
     /// The node's name (its [`Backend::describe`](crate::Backend::describe),
     /// without credentials).
-    pub node: String,
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
     /// What it did.
-    pub outcome: NodeOutcome,
+    pub fn outcome(&self) -> &NodeOutcome {
+        &self.outcome
+    }
 }
 
 /// The per-node account of one quorum round: who said yes, no, failed,
 /// timed out or was skipped.
 #[derive(Debug, Clone)]
 pub struct Report {
-    /// The operation.
-    pub operation: Operation,
-    /// The resource, shown lossily as UTF-8.
-    pub resource: String,
-    /// Votes needed.
-    pub quorum: usize,
-    /// One entry per configured node, in configuration order.
-    pub nodes: Vec<NodeReport>,
-    /// Time the round took, on the manager's clock.
-    pub elapsed: Duration,
-    /// Attempts made (acquire with retries), 1 for a single round.
-    pub attempts: u32,
-    /// Time from the first attempt to the end of the last one (equal to
-    /// `elapsed` for a single round).
-    pub waited: Duration,
+    pub(crate) round: Round,
+    pub(crate) resource: String,
+    pub(crate) quorum: usize,
+    pub(crate) nodes: Vec<NodeReport>,
+    pub(crate) elapsed: Duration,
+    pub(crate) attempts: u32,
+    pub(crate) waited: Duration,
 }
 
 impl Report {
+    /// The round: acquire, extend or release.
+    pub fn round(&self) -> Round {
+        self.round
+    }
+
+    /// The resource, lossily as UTF-8 (messages cut it after 64 characters;
+    /// this is the whole name).
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Votes needed.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// One entry per configured node, in configuration order.
+    pub fn nodes(&self) -> &[NodeReport] {
+        &self.nodes
+    }
+
+    /// Time the (last) round took, on the manager's clock.
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+
+    /// Attempts made (acquire with retries); 1 for a single round.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Time from the start of the first attempt to the end of the last
+    /// one; equal to [`elapsed`](Self::elapsed) for a single round.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
     /// Nodes that granted the operation.
     pub fn granted(&self) -> usize {
         self.count(NodeOutcome::is_granted)
@@ -179,7 +218,7 @@ impl fmt::Display for Report {
         write!(
             f,
             "{} {}: {}/{} nodes granted, {} needed",
-            self.operation,
+            self.round,
             Shortened(&self.resource),
             self.granted(),
             self.nodes.len(),
@@ -205,7 +244,7 @@ impl fmt::Display for Report {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            write!(f, "{}: {}", n.node, n.outcome.describe(self.operation))?;
+            write!(f, "{}: {}", n.node, n.outcome.describe(self.round))?;
         }
         f.write_str("]")
     }
@@ -238,21 +277,21 @@ pub enum Error {
     /// possible. Retry later, or give up: someone else is doing the work.
     Contended {
         /// Per-node outcomes of the last attempt.
-        report: Report,
+        report: Box<Report>,
     },
     /// Too many nodes failed, timed out, were down or quarantined to reach a
     /// quorum. The lock may be free; the cluster is not healthy enough to
     /// say. Every node was sent a release.
     NoQuorum {
         /// Per-node outcomes of the last attempt.
-        report: Report,
+        report: Box<Report>,
     },
     /// A quorum granted the lock, but the round took so long that no safe
     /// validity was left (TTL - elapsed - drift <= 0). The lock was released
     /// everywhere. Use a longer TTL or faster nodes.
     ValidityExpired {
         /// Per-node outcomes.
-        report: Report,
+        report: Box<Report>,
     },
     /// The lock may be held by someone else now: an extend did not reach a
     /// quorum within the remaining validity, or the validity ran out. Stop
@@ -261,7 +300,7 @@ pub enum Error {
         /// Why it was lost.
         reason: String,
         /// Per-node outcomes of the failing extend, when there was one.
-        report: Option<Report>,
+        report: Option<Box<Report>>,
     },
     /// An argument was rejected before any node was contacted (empty
     /// resource, TTL zero, too large or not above the clock drift, ...).
@@ -325,7 +364,7 @@ impl Error {
             Self::Contended { report }
             | Self::NoQuorum { report }
             | Self::ValidityExpired { report } => Some(report),
-            Self::Lost { report, .. } => report.as_ref(),
+            Self::Lost { report, .. } => report.as_deref(),
             Self::InvalidArgument { .. } | Self::Config { .. } | Self::Runtime { .. } => None,
         }
     }
@@ -352,16 +391,11 @@ impl fmt::Display for Error {
     }
 }
 
-impl StdError for Error {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        // The first node failure is the most useful cause to chain; the
-        // report in Display already names every node.
-        self.report()?.nodes.iter().find_map(|n| match &n.outcome {
-            NodeOutcome::Failed(e) => Some(e as &(dyn StdError + 'static)),
-            _ => None,
-        })
-    }
-}
+/// `Display` already names every node and its reason in one line, so no
+/// single node's error is chained as the `source`: a round can fail on
+/// several nodes for different reasons. [`Error::report`] gives them all,
+/// typed ([`NodeOutcome::Failed`] holds each [`BackendError`]).
+impl StdError for Error {}
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -373,7 +407,7 @@ mod tests {
 
     fn report() -> Report {
         Report {
-            operation: Operation::Acquire,
+            round: Round::Acquire,
             resource: "orders:42".into(),
             quorum: 2,
             nodes: vec![
@@ -401,7 +435,9 @@ mod tests {
 
     #[test]
     fn display_names_every_node_and_its_reason() {
-        let e = Error::NoQuorum { report: report() };
+        let e = Error::NoQuorum {
+            report: Box::new(report()),
+        };
         let text = e.to_string();
         for part in [
             "mem-a: acquired",
@@ -412,7 +448,7 @@ mod tests {
         ] {
             assert!(text.contains(part), "{text:?} lacks {part:?}");
         }
-        assert!(e.source().is_some());
+        assert!(e.source().is_none(), "Display names every cause already");
         assert!(e.is_no_quorum() && e.is_retryable() && !e.is_invalid());
     }
 
@@ -428,12 +464,18 @@ mod tests {
         };
         r.nodes[1].outcome = auth();
         assert!(
-            Error::NoQuorum { report: r.clone() }.is_retryable(),
+            Error::NoQuorum {
+                report: Box::new(r.clone())
+            }
+            .is_retryable(),
             "one of three"
         );
         r.nodes[2].outcome = auth();
         assert!(
-            !Error::NoQuorum { report: r }.is_retryable(),
+            !Error::NoQuorum {
+                report: Box::new(r)
+            }
+            .is_retryable(),
             "two of three"
         );
     }
@@ -443,7 +485,10 @@ mod tests {
     fn long_resource_names_are_cut_in_messages() {
         let mut r = report();
         r.resource = "x".repeat(1 << 20);
-        let text = Error::NoQuorum { report: r }.to_string();
+        let text = Error::NoQuorum {
+            report: Box::new(r),
+        }
+        .to_string();
         assert!(text.len() < 1000, "{} bytes", text.len());
         assert!(text.contains("(1048576 bytes)"), "{text}");
     }
@@ -467,6 +512,16 @@ mod tests {
         assert!(
             text.contains("10 attempts over 1.41 s (the last took 3.00 ms)"),
             "{text}"
+        );
+    }
+
+    /// Errors travel in `Result`s on every call: keep them small.
+    #[test]
+    fn the_error_is_small() {
+        assert!(
+            std::mem::size_of::<Error>() <= 40,
+            "{}",
+            std::mem::size_of::<Error>()
         );
     }
 

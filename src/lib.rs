@@ -134,23 +134,19 @@ mod options;
 mod redlock;
 mod token;
 
-pub use backend::memory::MemoryBackend;
-pub use backend::memory::UptimeReport;
+pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
 pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
-pub use builder::{
-    DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_TTL, DEFAULT_NODE_TIMEOUT, DEFAULT_TTL, LockManagerBuilder,
-    MAX_TTL_LIMIT,
-};
+pub use builder::LockManagerBuilder;
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use error::{Error, NodeOutcome, NodeReport, Operation, Report, Result};
+pub use error::{Error, NodeOutcome, NodeReport, Report, Result, Round};
 pub use guard::LockGuard;
 pub use lost::LostSignal;
 pub use manager::LockManager;
 pub use options::{LockOptions, RetryPolicy};
-pub use token::{TOKEN_LEN, Token};
+pub use token::Token;
 
 // The Markdown guides' Rust examples run as doctests too.
 #[cfg(doctest)]

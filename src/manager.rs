@@ -342,8 +342,8 @@ impl LockManager {
 
     /// The key stored on the nodes for `resource`: the prefix (if any)
     /// followed by the resource bytes.
-    pub fn key_for(&self, resource: impl AsRef<[u8]>) -> Arc<[u8]> {
-        self.core.rounds().key_for(resource.as_ref())
+    pub fn key_for(&self, resource: impl AsRef<[u8]>) -> Vec<u8> {
+        self.core.rounds().key_for(resource.as_ref()).to_vec()
     }
 
     fn check_resource(&self, resource: &[u8]) -> Result<()> {

@@ -207,3 +207,61 @@ impl LockOptions {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::options::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn attempts_and_time_limits_combine_as_documented() {
+        assert_eq!(RetryPolicy::new().max_attempts(), 10);
+        assert_eq!(RetryPolicy::new().max_wait(MS).max_attempts(), u32::MAX);
+        assert_eq!(
+            RetryPolicy::new().max_wait(MS).attempts(3).max_attempts(),
+            3
+        );
+        assert_eq!(RetryPolicy::new().attempts(0).max_attempts(), 1);
+        assert!(RetryPolicy::none().single_attempt());
+        assert!(
+            !RetryPolicy::new()
+                .attempts(2)
+                .delay(Duration::ZERO)
+                .single_attempt()
+        );
+    }
+
+    #[test]
+    fn the_budget_saturates() {
+        let p = RetryPolicy::new().delay(100 * MS).jitter(100 * MS);
+        assert_eq!(p.budget(), 200 * MS * 9);
+        assert_eq!(p.clone().max_wait(5 * MS).budget(), 5 * MS);
+        let huge = RetryPolicy::new().delay(Duration::MAX).attempts(u32::MAX);
+        assert_eq!(huge.budget(), Duration::MAX);
+    }
+
+    #[test]
+    fn the_next_delay_stays_in_bounds_and_ends() {
+        let p = RetryPolicy::new().attempts(3).delay(10 * MS).jitter(5 * MS);
+        for made in 1..3 {
+            let d = p.next_delay(made, Duration::ZERO).unwrap();
+            assert!(d >= 10 * MS && d < 15 * MS, "{d:?}");
+        }
+        assert_eq!(p.next_delay(3, Duration::ZERO), None, "attempts spent");
+        let timed = RetryPolicy::new()
+            .max_wait(100 * MS)
+            .delay(10 * MS)
+            .jitter(Duration::ZERO);
+        assert_eq!(timed.next_delay(50, 80 * MS), Some(10 * MS));
+        assert_eq!(
+            timed.next_delay(50, 95 * MS),
+            None,
+            "would end past max_wait"
+        );
+        let forever = RetryPolicy::new()
+            .max_wait(Duration::MAX)
+            .jitter(Duration::MAX);
+        assert!(forever.next_delay(1_000, Duration::MAX / 2).is_some());
+    }
+}

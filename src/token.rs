@@ -5,7 +5,7 @@ use std::fmt;
 use crate::error::Error;
 
 /// Number of random bytes in a [`Token`].
-pub const TOKEN_LEN: usize = 20;
+pub(crate) const TOKEN_LEN: usize = 20;
 
 /// 20 random bytes from the operating system's CSPRNG, unique per
 /// acquisition.
@@ -24,7 +24,7 @@ impl Token {
     ///
     /// [`Error::Runtime`] when the operating system's random source fails
     /// (this does not happen on supported platforms once booted).
-    pub fn random() -> Result<Self, Error> {
+    pub(crate) fn random() -> Result<Self, Error> {
         let mut bytes = [0u8; TOKEN_LEN];
         getrandom::fill(&mut bytes).map_err(|e| Error::Runtime {
             reason: format!("the OS random source failed: {e}"),

@@ -188,12 +188,12 @@ fn retries_are_bounded_and_counted() {
         .lock_with("r", &LockOptions::new().retry(policy))
         .unwrap_err();
     assert!(err.is_contended());
-    assert_eq!(err.report().unwrap().attempts, 3);
+    assert_eq!(err.report().unwrap().attempts(), 3);
     let err = locks
         .lock_with("r", &LockOptions::new().wait(Duration::ZERO))
         .unwrap_err();
     assert_eq!(
-        err.report().unwrap().attempts,
+        err.report().unwrap().attempts(),
         1,
         "a zero wait budget allows one attempt"
     );

@@ -129,7 +129,7 @@ fn attempts_without_a_delay_are_all_made() {
         .lock_with("r", &LockOptions::new().retry(policy))
         .unwrap_err();
     assert!(err.is_contended(), "{err}");
-    assert_eq!(err.report().unwrap().attempts, 5, "{err}");
+    assert_eq!(err.report().unwrap().attempts(), 5, "{err}");
     // Five acquires, and the cleanup release after each.
     assert!(locks.flush(Duration::from_secs(5)));
     assert_eq!(node.operations() - before, 10);
@@ -157,9 +157,9 @@ fn a_wait_budget_retries_until_it_is_spent() {
     let waited = started.elapsed();
     assert!(err.is_contended(), "{err}");
     assert!(
-        err.report().unwrap().attempts > 10,
+        err.report().unwrap().attempts() > 10,
         "gave up after {} attempts in {waited:?}",
-        err.report().unwrap().attempts
+        err.report().unwrap().attempts()
     );
     assert!(
         waited >= Duration::from_millis(250),

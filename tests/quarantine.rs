@@ -115,9 +115,9 @@ fn quarantine_reports_the_time_left() {
     let remaining = err
         .report()
         .unwrap()
-        .nodes
+        .nodes()
         .iter()
-        .find_map(|n| match n.outcome {
+        .find_map(|n| match *n.outcome() {
             NodeOutcome::Quarantined { remaining } => Some(remaining),
             _ => None,
         })

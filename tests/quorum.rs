@@ -64,7 +64,7 @@ fn every_split_of_one_to_seven_nodes() {
                         Err(e) => {
                             assert!(yes < q, "{case}: refused with a quorum: {e}");
                             let report = e.report().unwrap();
-                            assert_eq!(report.nodes.len(), n);
+                            assert_eq!(report.nodes().len(), n);
                             // The round stops as soon as a quorum is out of
                             // reach, so the kind follows the answers seen:
                             // Contended when the refusals alone rule out a
@@ -276,7 +276,7 @@ fn release_does_not_wait_for_a_node_marked_down() {
         .unwrap();
     assert_eq!(report.granted(), 2);
     assert!(
-        matches!(report.nodes[2].outcome, NodeOutcome::Down),
+        matches!(report.nodes()[2].outcome(), NodeOutcome::Down),
         "{report}"
     );
     nodes[2].resume();

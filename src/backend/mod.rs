@@ -247,11 +247,24 @@ impl Answers {
 /// `None` fields mean "unknown". Redis reports `run_id` (new at every
 /// start) and `uptime_in_seconds` in `INFO server`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerInfo {
     /// An identifier that changes whenever the server restarts.
     pub run_id: Option<String>,
-    /// How long the server has been up.
+    /// How long the server has been up. With whole-second reports (Redis'
+    /// `uptime_in_seconds`), the engine credits one second less.
     pub uptime: Option<Duration>,
+}
+
+impl ServerInfo {
+    /// A server that says who it is (`run_id`, new at every start) and how
+    /// long it has been up, when it knows.
+    pub fn new(run_id: impl Into<String>, uptime: Option<Duration>) -> Self {
+        Self {
+            run_id: Some(run_id.into()),
+            uptime,
+        }
+    }
 }
 
 /// The broad class of a [`BackendError`], for callers that act on it.

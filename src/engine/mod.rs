@@ -25,7 +25,7 @@ pub(crate) use self::tally::majority;
 use self::worker::{Job, NodeExec, ReplyTo, Shared};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
-use crate::error::{Error, NodeOutcome, Operation};
+use crate::error::{Error, NodeOutcome, Round};
 use crate::token::Token;
 
 /// The node workers. Dropping the engine closes their queues; each worker
@@ -85,7 +85,7 @@ pub(crate) enum Direct {
 
 /// One operation for every node.
 pub(crate) struct Request<'a> {
-    pub(crate) op: Operation,
+    pub(crate) op: Round,
     pub(crate) key: &'a Arc<[u8]>,
     pub(crate) token: Token,
     pub(crate) ttl: Duration,
@@ -207,7 +207,7 @@ impl Engine {
             // A down node is skipped at no cost, but still gets the release
             // (an earlier acquire may have landed), parked until it is
             // back; nobody waits for its answer.
-            if down && (req.op != Operation::Release || node.park_release(req)) {
+            if down && (req.op != Round::Release || node.park_release(req)) {
                 outcomes[slot] = Some(NodeOutcome::Down);
                 continue;
             }
@@ -257,7 +257,7 @@ impl Engine {
     /// once. Each release runs after whatever was queued before it.
     pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
         let req = Request {
-            op: Operation::Release,
+            op: Round::Release,
             key,
             token,
             ttl: Duration::ZERO,

@@ -22,7 +22,7 @@ use super::health::{Health, RetryRelease};
 use super::identity::{Identity, Registry, Standing};
 use crate::backend::{Backend, BackendError, BackendErrorKind, Op, ServerInfo};
 use crate::clock::Clock;
-use crate::error::{NodeOutcome, Operation};
+use crate::error::{NodeOutcome, Round};
 use crate::token::Token;
 
 /// Most operations handed to the backend in one batch (one round trip).
@@ -44,7 +44,7 @@ pub(crate) type ReplyTo = (Sender<(usize, NodeOutcome)>, usize);
 pub(crate) enum Job {
     /// A lock operation. `reply` is `None` for fire-and-forget releases.
     Op {
-        op: Operation,
+        op: Round,
         key: Arc<[u8]>,
         token: Token,
         ttl: Duration,
@@ -93,7 +93,7 @@ impl NodeExec {
     /// (a probe after the node was marked down, or a release to retry).
     pub(crate) fn run_now(
         &self,
-        op: Operation,
+        op: Round,
         key: &Arc<[u8]>,
         token: Token,
         ttl: Duration,
@@ -184,7 +184,7 @@ fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
 
 /// One operation as the executor runs it.
 struct Item<'a> {
-    op: Operation,
+    op: Round,
     key: &'a Arc<[u8]>,
     token: Token,
     ttl: Duration,
@@ -295,7 +295,7 @@ impl Worker {
             // releases are kept and sent once it is back: an earlier
             // acquire may have landed there.
             if down {
-                if item.op == Operation::Release {
+                if item.op == Round::Release {
                     self.keep(item.key, item.token);
                 }
                 outcomes.push(Some(NodeOutcome::Down));
@@ -304,9 +304,9 @@ impl Worker {
             outcomes.push(None);
             let (key, token, ttl) = (&item.key[..], item.token.as_bytes(), item.ttl);
             ops.push(match item.op {
-                Operation::Acquire => Op::Acquire { key, token, ttl },
-                Operation::Extend => Op::Extend { key, token, ttl },
-                Operation::Release => Op::Release { key, token },
+                Round::Acquire => Op::Acquire { key, token, ttl },
+                Round::Extend => Op::Extend { key, token, ttl },
+                Round::Release => Op::Release { key, token },
             });
         }
         let mut results = Vec::new().into_iter();
@@ -332,11 +332,11 @@ impl Worker {
                         "no result for this op",
                     ))
                 });
-                if item.op == Operation::Release {
+                if item.op == Round::Release {
                     self.keep_for_retry(item.key, item.token, &result);
                 }
                 match result {
-                    Ok(true) if item.op == Operation::Release => NodeOutcome::Granted,
+                    Ok(true) if item.op == Round::Release => NodeOutcome::Granted,
                     Ok(true) => self.grant(standing),
                     Ok(false) => NodeOutcome::Refused,
                     Err(e) => NodeOutcome::Failed(e),

@@ -12,7 +12,7 @@ use super::turns::{Handoff, LocalQueue, Streak};
 use super::validity::{check_ttl, drift, validity};
 use crate::clock::Clock;
 use crate::engine::{Direct, Engine, Gather, Pending, Request};
-use crate::error::{Error, NodeOutcome, NodeReport, Operation, Report, Result};
+use crate::error::{Error, NodeOutcome, NodeReport, Report, Result, Round};
 use crate::token::Token;
 
 /// The settings every round reads, validated by the builder.
@@ -85,7 +85,7 @@ impl Rounds {
         let token = Token::random()?;
         let start = self.now();
         let request = Request {
-            op: Operation::Acquire,
+            op: Round::Acquire,
             key,
             token,
             ttl,
@@ -109,7 +109,7 @@ impl Rounds {
         );
         let elapsed = self.now().saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
-        let report = self.report(Operation::Acquire, resource, outcomes, elapsed);
+        let report = self.report(Round::Acquire, resource, outcomes, elapsed);
         let granted = report.granted();
         if granted >= config.quorum && validity(ttl, elapsed, drift).is_some() {
             // Conservative: measured from before the first send.
@@ -122,11 +122,17 @@ impl Rounds {
         self.engine.release_detached(key, token);
         let n = report.nodes.len();
         Err(if granted >= config.quorum {
-            Error::ValidityExpired { report }
+            Error::ValidityExpired {
+                report: Box::new(report),
+            }
         } else if report.refused() > n - config.quorum {
-            Error::Contended { report }
+            Error::Contended {
+                report: Box::new(report),
+            }
         } else {
-            Error::NoQuorum { report }
+            Error::NoQuorum {
+                report: Box::new(report),
+            }
         })
     }
 
@@ -166,7 +172,7 @@ impl Rounds {
             return Err(error);
         }
         let request = Request {
-            op: Operation::Extend,
+            op: Round::Extend,
             key: &lease.key,
             token: lease.token,
             ttl,
@@ -208,7 +214,7 @@ impl Rounds {
         let end = self.now();
         let elapsed = end.saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
-        let report = self.report(Operation::Extend, &lease.resource, outcomes, elapsed);
+        let report = self.report(Round::Extend, &lease.resource, outcomes, elapsed);
         let failure = if report.granted() < config.quorum {
             Some(format!(
                 "only {} of the {} needed nodes confirmed the extend",
@@ -224,7 +230,7 @@ impl Rounds {
         if let Some(reason) = failure {
             let error = Error::Lost {
                 reason,
-                report: Some(report),
+                report: Some(Box::new(report)),
             };
             state.mark_lost(&error);
             return Err(error);
@@ -252,7 +258,7 @@ impl Rounds {
         let config = &self.config;
         let start = self.now();
         let request = Request {
-            op: Operation::Release,
+            op: Round::Release,
             key: &lease.key,
             token: lease.token,
             ttl: Duration::ZERO,
@@ -267,12 +273,14 @@ impl Rounds {
         }
         let outcomes = pending.gather(Gather::All);
         let elapsed = self.now().saturating_duration_since(start);
-        let report = self.report(Operation::Release, &lease.resource, outcomes, elapsed);
+        let report = self.report(Round::Release, &lease.resource, outcomes, elapsed);
         // Once a quorum has answered, no quorum can still hold our token.
         if report.granted() + report.refused() >= config.quorum {
             Ok(report)
         } else {
-            Err(Error::NoQuorum { report })
+            Err(Error::NoQuorum {
+                report: Box::new(report),
+            })
         }
     }
 
@@ -344,13 +352,13 @@ impl Rounds {
 
     fn report(
         &self,
-        operation: Operation,
+        operation: Round,
         resource: &[u8],
         outcomes: Vec<NodeOutcome>,
         elapsed: Duration,
     ) -> Report {
         Report {
-            operation,
+            round: operation,
             resource: String::from_utf8_lossy(resource).into_owned(),
             quorum: self.config.quorum,
             nodes: self

@@ -73,4 +73,28 @@ mod tests {
         assert_eq!(validity(ttl, Duration::MAX, Duration::MAX), None);
         assert_eq!(validity(MS, Duration::ZERO, d), None, "ttl below drift");
     }
+
+    #[test]
+    fn ttl_checks_before_any_node_is_contacted() {
+        let max = Duration::from_secs(60);
+        assert!(check_ttl(Duration::from_secs(10), max, 0.01).is_ok());
+        assert!(
+            check_ttl(max, max, 0.01).is_ok(),
+            "max_ttl itself is allowed"
+        );
+        assert!(
+            check_ttl(Duration::ZERO, max, 0.01)
+                .unwrap_err()
+                .contains("zero")
+        );
+        assert!(
+            check_ttl(max + MS, max, 0.01)
+                .unwrap_err()
+                .contains("above max_ttl")
+        );
+        // 2 ms is exactly the drift floor: nothing would be left.
+        assert!(check_ttl(2 * MS, max, 0.0).unwrap_err().contains("drift"));
+        assert!(check_ttl(3 * MS, max, 0.0).is_ok());
+        assert!(check_ttl(Duration::from_secs(1), max, f64::NAN).is_err());
+    }
 }
