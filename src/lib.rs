@@ -155,3 +155,6 @@ mod readme {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/lock-lifetime.md")]
 mod lock_lifetime {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/migrating.md")]
+mod migrating {}
