@@ -22,7 +22,7 @@ use self::health::Health;
 use self::identity::Registry;
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
-use self::worker::{Job, NodeExec, ReplyTo, Shared};
+use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
 use crate::error::{Error, NodeOutcome, Round};
@@ -51,12 +51,12 @@ struct Node {
 }
 
 impl Node {
-    fn enqueue(&self, job: Job) -> bool {
+    fn enqueue(&self, job: Job) -> Result<(), Refused> {
         self.exec.enqueue(&self.jobs, job)
     }
 
-    /// Queues `req` for this node's thread; `false` when the thread is gone.
-    fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> bool {
+    /// Queues `req` for this node's thread.
+    fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> Result<(), Refused> {
         self.enqueue(Job::Op {
             op: req.op,
             key: Arc::clone(req.key),
@@ -212,9 +212,9 @@ impl Engine {
                 continue;
             }
             outcomes[slot] = match node.send(req, (!down).then(|| (reply.clone(), slot))) {
-                false => Some(worker_gone()),
-                true if down => Some(NodeOutcome::Down),
-                true => None,
+                Err(refused) => Some(not_queued(refused)),
+                Ok(()) if down => Some(NodeOutcome::Down),
+                Ok(()) => None,
             };
         }
         if let Some(slot) = own {
@@ -224,12 +224,15 @@ impl Engine {
                     // The node's thread sleeps until a job arrives: tell it
                     // that it now has a probe or a retry to schedule.
                     if wake {
-                        node.enqueue(Job::Wake);
+                        let _ = node.enqueue(Job::Wake);
                     }
                     Some(outcome)
                 }
                 // Busy: queue it like the others.
-                None => (!node.send(req, Some((reply.clone(), slot)))).then(worker_gone),
+                None => node
+                    .send(req, Some((reply.clone(), slot)))
+                    .err()
+                    .map(not_queued),
             };
         }
         Pending {
@@ -265,7 +268,8 @@ impl Engine {
         for node in &self.nodes {
             // A failed send means the worker is gone; there is nothing left
             // to release through it.
-            let _ = node.park_release(&req) || node.send(&req, None);
+            // A full queue drops it: the key expires with its TTL.
+            let _ = node.park_release(&req) || node.send(&req, None).is_ok();
         }
     }
 
@@ -276,7 +280,7 @@ impl Engine {
         let (ack, acks) = crossbeam_channel::bounded(self.nodes.len());
         let mut expected = 0;
         for node in &self.nodes {
-            if node.enqueue(Job::Barrier(ack.clone())) {
+            if node.enqueue(Job::Barrier(ack.clone())).is_ok() {
                 expected += 1;
             }
         }
@@ -348,11 +352,19 @@ impl Pending {
     }
 }
 
-fn worker_gone() -> NodeOutcome {
-    NodeOutcome::Failed(BackendError::new(
-        BackendErrorKind::Panicked,
-        "the node's worker thread has stopped",
-    ))
+fn not_queued(refused: Refused) -> NodeOutcome {
+    NodeOutcome::Failed(match refused {
+        Refused::Gone => BackendError::new(
+            BackendErrorKind::Panicked,
+            "the node's worker thread has stopped",
+        ),
+        Refused::Full => BackendError::new(
+            BackendErrorKind::Other,
+            format!(
+                "{MAX_QUEUED} operations are already waiting for this node: it is too slow for the load"
+            ),
+        ),
+    })
 }
 
 impl Drop for Engine {
@@ -377,5 +389,44 @@ impl Drop for Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.node_names()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use crate::backend::memory::MemoryBackend;
+    use crate::clock::MonotonicClock;
+    use crate::engine::*;
+
+    /// Issue 10, item 8: a node that does not keep up does not grow its
+    /// queue without bound; it refuses, and says why.
+    #[test]
+    fn a_stalled_node_refuses_past_the_queue_bound() {
+        let node = MemoryBackend::new("slow");
+        node.pause();
+        let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
+        let wait = Duration::from_millis(50);
+        let engine = Engine::start(backends, None, wait, wait, Arc::new(MonotonicClock)).unwrap();
+        let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+        let token = Token::random().unwrap();
+        // One job is taken by the (paused) node thread, the rest wait.
+        for _ in 0..=MAX_QUEUED {
+            engine.release_detached(&key, token);
+        }
+        let acquire = Request {
+            op: Round::Acquire,
+            key: &key,
+            token,
+            ttl: Duration::from_secs(1),
+        };
+        let outcomes = engine.round(&acquire, Gather::All, wait, Direct::Never);
+        let NodeOutcome::Failed(e) = &outcomes[0] else {
+            panic!("expected a refusal, got {:?}", outcomes[0]);
+        };
+        assert!(e.message().contains("already waiting"), "{e}");
+        node.resume();
+        assert!(engine.flush(Duration::from_secs(30)));
     }
 }

@@ -36,6 +36,18 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often releases that could not reach the node are sent again.
 const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(100);
 
+/// Most operations queued for one node and not yet run.
+pub(crate) const MAX_QUEUED: usize = 100_000;
+
+/// Why a job was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The node's thread has stopped.
+    Gone,
+    /// [`MAX_QUEUED`] operations are already waiting.
+    Full,
+}
+
 /// Where a worker sends the answer for one operation: the round's reply
 /// channel and this node's slot in it.
 pub(crate) type ReplyTo = (Sender<(usize, NodeOutcome)>, usize);
@@ -69,15 +81,21 @@ pub(crate) struct NodeExec {
 impl NodeExec {
     /// Queues `job` for the node's thread. Returns `false` when the thread
     /// is gone.
-    pub(crate) fn enqueue(&self, jobs: &Sender<Job>, job: Job) -> bool {
+    pub(crate) fn enqueue(&self, jobs: &Sender<Job>, job: Job) -> Result<(), Refused> {
+        // Bounded: a node too slow for the load refuses new operations
+        // (their keys, if any, expire with their TTL) instead of growing
+        // the queue without limit.
+        if self.queued.load(Ordering::Relaxed) >= MAX_QUEUED && matches!(job, Job::Op { .. }) {
+            return Err(Refused::Full);
+        }
         // Counted before it is visible in the queue, so a caller that sees
         // zero knows nothing is waiting.
         self.queued.fetch_add(1, Ordering::SeqCst);
         if jobs.send(job).is_ok() {
-            return true;
+            return Ok(());
         }
         self.queued.fetch_sub(1, Ordering::SeqCst);
-        false
+        Err(Refused::Gone)
     }
 
     /// Whether a caller that waits at most `wait` may run this node's
