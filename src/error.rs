@@ -256,7 +256,7 @@ const SHOWN_RESOURCE_CHARS: usize = 64;
 
 /// A resource name for a one-line message: quoted, cut after
 /// [`SHOWN_RESOURCE_CHARS`] characters with the full length said.
-struct Shortened<'a>(&'a str);
+pub(crate) struct Shortened<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Shortened<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

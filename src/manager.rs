@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::health::Health;
 use crate::options::{DEFAULT_MAX_HOLD, LockOptions, RetryPolicy};
 use crate::redlock::{Core, Lease, RenewalPlan, Turn, check_ttl, drift, with_attempts};
 
@@ -313,6 +314,19 @@ impl LockManager {
     pub fn local_waiters(&self, resource: impl AsRef<[u8]>) -> usize {
         let rounds = self.core.rounds();
         rounds.local().waiting(&rounds.key_for(resource.as_ref()))
+    }
+
+    /// A snapshot of the nodes (state, round-trip time, last error,
+    /// counters) and of this manager's locks (acquired, contended, lost,
+    /// extends, hand-overs, ...). Contacts no server and starts no thread;
+    /// see [`Health`] for an example.
+    pub fn health(&self) -> Health {
+        let rounds = self.core.rounds();
+        Health {
+            quorum: rounds.config().quorum,
+            nodes: rounds.engine().health(rounds.now()),
+            locks: rounds.counters().snapshot(),
+        }
     }
 
     /// The nodes' names, in configuration order.

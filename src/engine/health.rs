@@ -1,5 +1,6 @@
-//! A node's health as callers see it (down or up, smoothed round-trip
-//! time), and the releases kept for a node that could not take them yet.
+//! A node's vitals as callers see them: down or up, smoothed round-trip
+//! time, counters and the last error (for `LockManager::health`), and the
+//! releases kept for a node that could not take them yet.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -8,25 +9,49 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::backend::BackendError;
+use crate::health::{NodeHealth, NodeState};
 use crate::token::Token;
 
 /// Most releases kept for retry per node; beyond that the oldest are left
 /// to expire with their TTL.
 const MAX_RELEASE_RETRIES: usize = 10_000;
 
-/// The node's health as the callers see it: one flag, read on every round.
+/// The node's vitals. The down flag is read on every round; the rest only
+/// by `health()` snapshots, so it is written without any coordination
+/// beyond atomics and one short lock.
 #[derive(Debug, Default)]
-pub(crate) struct Health {
+pub(crate) struct Vitals {
     pub(super) down: AtomicBool,
     /// Smoothed time of a round trip to this node, in nanoseconds.
     latency_ns: AtomicU64,
     /// Releases for this node while it is down, kept without waking its
     /// thread or trying to connect; sent once it is back (see
-    /// [`Health::park`]).
+    /// [`Vitals::park`]).
     pub(super) parked: Mutex<VecDeque<RetryRelease>>,
+    operations: AtomicU64,
+    failures: AtomicU64,
+    timeouts: AtomicU64,
+    abandoned: AtomicU64,
+    /// Releases the worker keeps for retry (published by the worker).
+    retrying: AtomicU64,
+    status: Mutex<Status>,
 }
 
-impl Health {
+/// What a snapshot reports besides the counters.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Status {
+    pub(super) last_error: Option<BackendError>,
+    /// Real time: when it was marked down, and when the next probe is due.
+    pub(super) down_since: Option<Instant>,
+    pub(super) next_probe: Option<Instant>,
+    /// On the manager's clock.
+    pub(super) quarantined_until: Option<Instant>,
+    pub(super) duplicate_of: Option<usize>,
+    pub(super) unidentified: bool,
+}
+
+impl Vitals {
     /// Whether the node is marked down: acquires and extends skip it.
     pub(crate) fn is_down(&self) -> bool {
         self.down.load(Ordering::Acquire)
@@ -42,7 +67,9 @@ impl Health {
     /// back. Returns `false` if the node came back meanwhile (the caller
     /// then queues the release as usual; a second release is harmless).
     pub(crate) fn park(&self, key: &Arc<[u8]>, token: Token) -> bool {
-        RetryRelease::push(&mut self.parked.lock(), key, token);
+        if RetryRelease::push(&mut self.parked.lock(), key, token) {
+            self.note_abandoned(1);
+        }
         self.is_down()
     }
 
@@ -58,6 +85,82 @@ impl Health {
         };
         self.latency_ns.store(new, Ordering::Relaxed);
     }
+
+    /// Counts one batch's results; remembers the last error.
+    pub(super) fn note_results(&self, results: &[Result<bool, BackendError>]) {
+        self.operations
+            .fetch_add(results.len() as u64, Ordering::Relaxed);
+        let mut last = None;
+        for e in results.iter().filter_map(|r| r.as_ref().err()) {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            if e.kind() == crate::backend::BackendErrorKind::Timeout {
+                self.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+            last = Some(e);
+        }
+        if let Some(e) = last {
+            self.status.lock().last_error = Some(e.clone());
+        }
+    }
+
+    pub(super) fn note_abandoned(&self, n: u64) {
+        self.abandoned.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(super) fn note_retrying(&self, n: usize) {
+        self.retrying.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// Changes the published status under its lock.
+    pub(super) fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self.status.lock());
+    }
+
+    /// The snapshot of this node named `name`, at `now` (real time) and
+    /// `clock_now` (the manager's clock), with duplicates named by `names`.
+    pub(crate) fn snapshot(
+        &self,
+        name: &str,
+        names: &[String],
+        now: Instant,
+        clock_now: Instant,
+    ) -> NodeHealth {
+        let status = self.status.lock().clone();
+        let state = if self.is_down() {
+            NodeState::Down {
+                since: status
+                    .down_since
+                    .map_or(Duration::ZERO, |at| now.saturating_duration_since(at)),
+                next_probe_in: status
+                    .next_probe
+                    .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
+            }
+        } else if let Some(owner) = status.duplicate_of {
+            NodeState::DuplicateOf(names.get(owner).cloned().unwrap_or_default())
+        } else if status.unidentified {
+            NodeState::Unidentified
+        } else {
+            match status.quarantined_until {
+                Some(until) if until > clock_now => NodeState::Quarantined {
+                    remaining: until - clock_now,
+                },
+                _ => NodeState::Up,
+            }
+        };
+        let latency = self.latency();
+        let waiting = self.parked.lock().len() as u64 + self.retrying.load(Ordering::Relaxed);
+        NodeHealth {
+            name: name.to_owned(),
+            state,
+            round_trip: (latency > 0).then(|| Duration::from_nanos(latency)),
+            last_error: status.last_error,
+            operations: self.operations.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            releases_waiting: usize::try_from(waiting).unwrap_or(usize::MAX),
+            releases_abandoned: self.abandoned.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// A release that did not reach the node (it failed, or the node was
@@ -69,15 +172,18 @@ pub(super) struct RetryRelease {
     pub(super) key: Arc<[u8]>,
     pub(super) token: Token,
     /// When the release was first due; it is dropped once
-    /// [`Shared::release_retry_window`] has passed since.
+    /// [`Shared::release_retry_window`](super::worker::Shared) has passed
+    /// since.
     pub(super) since: Instant,
 }
 
 impl RetryRelease {
     /// Appends a release to `list`, dropping the oldest beyond
-    /// [`MAX_RELEASE_RETRIES`] (they expire with their TTL).
-    pub(super) fn push(list: &mut VecDeque<RetryRelease>, key: &Arc<[u8]>, token: Token) {
-        if list.len() >= MAX_RELEASE_RETRIES {
+    /// [`MAX_RELEASE_RETRIES`] (they expire with their TTL). Whether one
+    /// was dropped.
+    pub(super) fn push(list: &mut VecDeque<RetryRelease>, key: &Arc<[u8]>, token: Token) -> bool {
+        let full = list.len() >= MAX_RELEASE_RETRIES;
+        if full {
             list.pop_front();
         }
         list.push_back(RetryRelease {
@@ -85,5 +191,6 @@ impl RetryRelease {
             token,
             since: Instant::now(),
         });
+        full
     }
 }

@@ -128,6 +128,22 @@ impl Identity {
         }
     }
 
+    /// Until when its grants are withheld (on the manager's clock), if a
+    /// quarantine was set.
+    pub(crate) fn quarantined_until(&self) -> Option<Instant> {
+        self.quarantined_until
+    }
+
+    /// Forgets a quarantine that has ended (so it is announced once).
+    pub(crate) fn clear_quarantine(&mut self) {
+        self.quarantined_until = None;
+    }
+
+    /// The earlier node that is the same server, if any.
+    pub(crate) fn duplicate_of(&self) -> Option<usize> {
+        self.duplicate_of
+    }
+
     /// What this node's grants count for at `now`.
     fn standing(&self, now: Instant) -> Standing {
         if let Some(owner) = self.duplicate_of {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
-use self::health::Health;
+use self::health::Vitals;
 use self::identity::Registry;
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
@@ -26,6 +26,7 @@ use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
 use crate::error::{Error, NodeOutcome, Round};
+use crate::health::NodeHealth;
 use crate::token::Token;
 
 /// The node workers. Dropping the engine closes their queues; each worker
@@ -46,7 +47,7 @@ pub(crate) struct Engine {
 struct Node {
     name: String,
     jobs: Sender<Job>,
-    health: Arc<Health>,
+    health: Arc<Vitals>,
     exec: Arc<NodeExec>,
 }
 
@@ -69,7 +70,14 @@ impl Node {
     /// A release for a node marked down is parked (no wake-up, no
     /// connection attempt) until it is back. Whether it was parked.
     fn park_release(&self, req: &Request<'_>) -> bool {
-        self.health.is_down() && self.health.park(req.key, req.token)
+        let parked = self.health.is_down() && self.health.park(req.key, req.token);
+        if parked {
+            log::debug!(
+                "quorum-lock: node {} is down: release parked until it is back",
+                self.name
+            );
+        }
+        parked
     }
 }
 
@@ -127,7 +135,7 @@ impl Engine {
         for (index, backend) in backends.into_iter().enumerate() {
             let name = backend.describe();
             let (jobs, queue) = unbounded();
-            let health = Arc::new(Health::default());
+            let health = Arc::new(Vitals::default());
             let exec = worker::spawn(
                 index,
                 backend,
@@ -157,6 +165,17 @@ impl Engine {
     /// Number of nodes.
     pub(crate) fn len(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// Each node's snapshot, in configuration order: no call to any node,
+    /// no wait on a busy worker. `clock_now` is the manager's clock.
+    pub(crate) fn health(&self, clock_now: Instant) -> Vec<NodeHealth> {
+        let now = Instant::now();
+        let names: Vec<String> = self.nodes.iter().map(|n| n.name.clone()).collect();
+        self.nodes
+            .iter()
+            .map(|n| n.health.snapshot(&n.name, &names, now, clock_now))
+            .collect()
     }
 
     /// The nodes' names, in configuration order.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use super::health::{Health, RetryRelease};
+use super::health::{RetryRelease, Vitals};
 use super::identity::{Identity, Registry, Standing};
 use crate::backend::{Backend, BackendError, BackendErrorKind, Op, ServerInfo};
 use crate::clock::Clock;
@@ -139,7 +139,7 @@ pub(crate) fn spawn(
     backend: Arc<dyn Backend>,
     jobs: Receiver<Job>,
     exited: Sender<()>,
-    health: Arc<Health>,
+    health: Arc<Vitals>,
     shared: Arc<Shared>,
 ) -> std::io::Result<Arc<NodeExec>> {
     let name = format!("quorum-lock-node{index}");
@@ -148,6 +148,7 @@ pub(crate) fn spawn(
     let exec = Arc::new(NodeExec {
         call_timeout,
         state: Mutex::new(Worker {
+            index,
             backend,
             health,
             shared,
@@ -224,8 +225,11 @@ pub(crate) struct Shared {
 }
 
 struct Worker {
+    /// The node's place in the configuration (its name is
+    /// `shared.names[index]`).
+    index: usize,
     backend: Arc<dyn Backend>,
-    health: Arc<Health>,
+    health: Arc<Vitals>,
     shared: Arc<Shared>,
     identity: Identity,
     /// Releases to send again (see [`RetryRelease`]).
@@ -378,7 +382,10 @@ impl Worker {
 
     /// Adds a release to the retry list (bounded: the oldest go first).
     fn keep(&mut self, key: &Arc<[u8]>, token: Token) {
-        RetryRelease::push(&mut self.retries, key, token);
+        if RetryRelease::push(&mut self.retries, key, token) {
+            self.health.note_abandoned(1);
+        }
+        self.health.note_retrying(self.retries.len());
     }
 
     /// Sends the pending releases again, as one batch; keeps those that
@@ -386,10 +393,26 @@ impl Worker {
     fn retry_releases(&mut self) {
         let now = Instant::now();
         let window = self.shared.release_retry_window;
+        let before = self.retries.len();
         self.retries.retain(|r| r.since + window > now);
+        let expired = before - self.retries.len();
+        if expired > 0 {
+            self.health.note_abandoned(expired as u64);
+            log::warn!(
+                "quorum-lock: node {}: gave up on {expired} releases it could not take within \
+                 max_ttl; their keys have expired by now",
+                self.name()
+            );
+        }
+        self.health.note_retrying(self.retries.len());
         if self.retries.is_empty() {
             return;
         }
+        log::debug!(
+            "quorum-lock: node {}: retrying {} releases",
+            self.name(),
+            self.retries.len()
+        );
         let ops: Vec<Op<'_>> = self
             .retries
             .iter()
@@ -406,6 +429,7 @@ impl Worker {
                 .next()
                 .is_some_and(|r| r.is_err_and(|e| e.kind().is_connectivity()))
         });
+        self.health.note_retrying(self.retries.len());
     }
 
     /// What the grants of a batch count for, judged by the identity of the
@@ -420,7 +444,9 @@ impl Worker {
             return Standing::Voting; // nothing was granted
         }
         let now = self.shared.clock.now();
-        self.identity.judge(server, now, &self.shared.registry)
+        let standing = self.identity.judge(server, now, &self.shared.registry);
+        self.publish_identity(standing);
+        standing
     }
 
     /// The outcome of a grant from a node in `standing`.
@@ -481,6 +507,7 @@ impl Worker {
     /// A round trip in which every op failed to reach the server counts
     /// towards marking the node down; any answer from the server resets it.
     fn note_health(&mut self, results: &[Result<bool, BackendError>]) {
+        self.health.note_results(results);
         let unreachable = results
             .iter()
             .all(|r| r.as_ref().is_err_and(|e| e.kind().is_connectivity()));
@@ -490,8 +517,22 @@ impl Worker {
         }
         self.failures = self.failures.saturating_add(1);
         if self.failures >= DOWN_AFTER && self.probe_at.is_none() {
+            let now = Instant::now();
+            let probe_at = now + self.backoff;
             self.health.down.store(true, Ordering::Release);
-            self.probe_at = Some(Instant::now() + self.backoff);
+            self.probe_at = Some(probe_at);
+            self.health.update(|s| {
+                s.down_since = Some(now);
+                s.next_probe = Some(probe_at);
+            });
+            let cause = results.iter().find_map(|r| r.as_ref().err());
+            log::warn!(
+                "quorum-lock: node {} marked down after {} failed round trips: {}; \
+                 probing it in the background",
+                self.name(),
+                self.failures,
+                cause.map_or_else(String::new, ToString::to_string)
+            );
         }
     }
 
@@ -505,7 +546,14 @@ impl Worker {
             self.mark_up();
         } else {
             self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-            self.probe_at = Some(Instant::now() + self.backoff);
+            let probe_at = Instant::now() + self.backoff;
+            self.probe_at = Some(probe_at);
+            self.health.update(|s| s.next_probe = Some(probe_at));
+            log::debug!(
+                "quorum-lock: node {} still down; next probe in {:?}",
+                self.name(),
+                self.backoff
+            );
         }
     }
 
@@ -514,12 +562,78 @@ impl Worker {
         self.backoff = FIRST_BACKOFF;
         if self.probe_at.take().is_some() {
             self.health.down.store(false, Ordering::Release);
+            let mut since = None;
+            self.health.update(|s| {
+                since = s.down_since.take();
+                s.next_probe = None;
+            });
             // The releases parked while down go out with the next retry,
             // after whatever is already queued (an acquire queued before
             // the node went down runs first, then its release).
             let parked = std::mem::take(&mut *self.health.parked.lock());
+            log::info!(
+                "quorum-lock: node {} is back up after {:?} down; sending {} parked releases",
+                self.name(),
+                since.map(|at| at.elapsed()).unwrap_or_default(),
+                parked.len()
+            );
             self.retries.extend(parked);
+            self.health.note_retrying(self.retries.len());
             self.retry_at = Instant::now() + RELEASE_RETRY_EVERY;
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.shared
+            .names
+            .get(self.index)
+            .map_or("?", String::as_str)
+    }
+
+    /// Publishes the identity's verdict for `health()` snapshots and logs
+    /// its changes (quarantine entered or over, duplicate found).
+    fn publish_identity(&mut self, standing: Standing) {
+        let until = self.identity.quarantined_until();
+        let duplicate = self.identity.duplicate_of();
+        let unidentified = standing == Standing::Unverified;
+        let mut before = None;
+        self.health.update(|s| {
+            before = Some((s.quarantined_until, s.duplicate_of, s.unidentified));
+            s.quarantined_until = until;
+            s.duplicate_of = duplicate;
+            s.unidentified = unidentified;
+        });
+        let Some((was_until, was_duplicate, was_unidentified)) = before else {
+            return;
+        };
+        let name = self.name().to_owned();
+        if until != was_until
+            && let Standing::Quarantined(left) = standing
+        {
+            log::info!(
+                "quorum-lock: node {name} quarantined for {left:?}: its server started or \
+                 restarted less than max_ttl + drift ago and may have forgotten locks"
+            );
+        }
+        if was_until.is_some() && standing == Standing::Voting && until == was_until {
+            self.health.update(|s| s.quarantined_until = None);
+            self.identity.clear_quarantine();
+            log::info!("quorum-lock: node {name}'s quarantine is over: its grants count again");
+        }
+        if duplicate != was_duplicate
+            && let Some(owner) = duplicate
+        {
+            let other = self.shared.names.get(owner).map_or("?", String::as_str);
+            log::warn!(
+                "quorum-lock: node {name} is the same server as {other} (same run id): \
+                 only {other} votes"
+            );
+        }
+        if unidentified && !was_unidentified {
+            log::warn!(
+                "quorum-lock: node {name} answered without a server identity (run_id): with \
+                 restart quarantine on, its grants do not count"
+            );
         }
     }
 }

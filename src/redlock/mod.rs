@@ -7,6 +7,7 @@
 //! the watchdog holds a weak handle to the [`Rounds`], never to the
 //! manager; the rounds use the engine.
 
+mod counters;
 mod lease;
 mod rounds;
 mod turns;

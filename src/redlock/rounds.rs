@@ -7,12 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::lease::Lease;
+use super::counters::{Counters, Event};
+use super::lease::{Lease, LeaseState};
 use super::turns::{Handoff, LocalQueue, Streak};
 use super::validity::{check_ttl, drift, validity};
 use crate::clock::Clock;
 use crate::engine::{Direct, Engine, Gather, Pending, Request};
-use crate::error::{Error, NodeOutcome, NodeReport, Report, Result, Round};
+use crate::error::{Error, NodeOutcome, NodeReport, Report, Result, Round, Shortened};
 use crate::token::Token;
 
 /// The settings every round reads, validated by the builder.
@@ -35,6 +36,8 @@ pub(crate) struct Rounds {
     config: Config,
     /// Local turns for threads waiting on the same key.
     local: LocalQueue,
+    /// What happened to the locks, for `health()`.
+    counters: Counters,
 }
 
 impl Rounds {
@@ -43,7 +46,25 @@ impl Rounds {
             engine,
             config,
             local: LocalQueue::default(),
+            counters: Counters::default(),
         }
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Marks `lease` lost (the first reason wins), notifies its holder,
+    /// and counts and logs the loss once.
+    pub(crate) fn lose(&self, lease: &Lease, state: &mut LeaseState, error: &Error) {
+        if state.lost.is_none() {
+            self.counters.note(Event::Lost);
+            log::warn!(
+                "quorum-lock: the lock on {} may be lost: {error}",
+                Shortened(&String::from_utf8_lossy(&lease.resource))
+            );
+        }
+        state.mark_lost(error);
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -115,13 +136,14 @@ impl Rounds {
             // Conservative: measured from before the first send.
             let deadline = start + (ttl - drift);
             let lease = Lease::new(resource, Arc::clone(key), token, ttl, deadline);
+            self.counters.note(Event::Acquired);
             return Ok(Arc::new(lease));
         }
         // Give up on this attempt everywhere, including the nodes that said
         // no, failed or have not answered: any of them may hold our token.
         self.engine.release_detached(key, token);
         let n = report.nodes.len();
-        Err(if granted >= config.quorum {
+        let error = if granted >= config.quorum {
             Error::ValidityExpired {
                 report: Box::new(report),
             }
@@ -133,7 +155,9 @@ impl Rounds {
             Error::NoQuorum {
                 report: Box::new(report),
             }
-        })
+        };
+        self.counters.note_failed_attempt(&error);
+        Err(error)
     }
 
     /// Extends a held lock: a quorum must confirm within the remaining
@@ -168,7 +192,8 @@ impl Rounds {
                 reason: "the lock's validity ran out before the extend".into(),
                 report: None,
             };
-            state.mark_lost(&error);
+            self.counters.note(Event::ExtendFailed);
+            self.lose(lease, &mut state, &error);
             return Err(error);
         }
         let request = Request {
@@ -232,12 +257,14 @@ impl Rounds {
                 reason,
                 report: Some(Box::new(report)),
             };
-            state.mark_lost(&error);
+            self.counters.note(Event::ExtendFailed);
+            self.lose(lease, &mut state, &error);
             return Err(error);
         }
         if let Some(lost) = &state.lost {
             return Err(lost.clone());
         }
+        self.counters.note(Event::ExtendOk);
         // Only the extend begun last sets the deadline: the nodes apply the
         // later one after this one, so whichever finishes last, the later
         // one's expiry is what the keys end with. (Its start already capped
@@ -339,6 +366,7 @@ impl Rounds {
             state.ttl,
             state.deadline,
         );
+        self.counters.note(Event::HandOver);
         Some(Handoff {
             lease: Arc::new(renamed),
             streak: next,

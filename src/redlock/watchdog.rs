@@ -186,6 +186,11 @@ impl Timer {
                     ),
                     report: None,
                 });
+                log::info!(
+                    "quorum-lock: auto-extension of {} stopped ({why}); it ends at its \
+                     deadline in {left:?}",
+                    crate::error::Shortened(&String::from_utf8_lossy(&lease.resource))
+                );
                 state.renewal_stopped = Some(why);
                 drop(state);
                 entry.expiring = true;
@@ -220,10 +225,16 @@ impl Timer {
         let left = state.deadline.saturating_duration_since(now);
         if left.is_zero() {
             let why = state.renewal_stopped.clone().unwrap_or_default();
-            state.mark_lost(&Error::Lost {
-                reason: format!("the lock's validity ran out after auto-extension stopped: {why}"),
-                report: None,
-            });
+            rounds.lose(
+                lease,
+                &mut state,
+                &Error::Lost {
+                    reason: format!(
+                        "the lock's validity ran out after auto-extension stopped: {why}"
+                    ),
+                    report: None,
+                },
+            );
             return;
         }
         drop(state);

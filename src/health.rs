@@ -1,0 +1,197 @@
+//! [`Health`]: what the lock servers and the manager's locks are doing,
+//! as a snapshot for people and health endpoints.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::backend::BackendError;
+use crate::error::human;
+
+/// A snapshot of a manager's nodes and locks, from
+/// [`LockManager::health`](crate::LockManager::health).
+///
+/// Taking one contacts no server and starts no thread: it reads what the
+/// node workers and the rounds recorded (cheap enough to poll every second;
+/// `cargo run --release --example health` measures it). `Display` prints one
+/// screen.
+///
+/// ```
+/// use quorum_lock::{LockManager, MemoryBackend, NodeState};
+///
+/// let nodes: Vec<MemoryBackend> = (0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))).collect();
+/// let locks = LockManager::builder().nodes(nodes.iter().cloned()).build()?;
+/// locks.try_lock("job")?.release()?;
+/// let health = locks.health();
+/// assert_eq!(health.locks.acquired, 1);
+/// assert!(health.nodes.iter().all(|n| n.state == NodeState::Up));
+/// println!("{health}");
+/// # Ok::<(), quorum_lock::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Health {
+    /// Votes a lock needs.
+    pub quorum: usize,
+    /// One entry per node, in configuration order.
+    pub nodes: Vec<NodeHealth>,
+    /// What happened to this manager's locks so far.
+    pub locks: LockCounters,
+}
+
+impl Health {
+    /// Nodes whose votes count right now.
+    pub fn voting(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Up)
+            .count()
+    }
+
+    /// Whether enough nodes vote for a lock to be possible at all.
+    pub fn has_quorum(&self) -> bool {
+        self.voting() >= self.quorum
+    }
+}
+
+/// One node in a [`Health`] snapshot.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeHealth {
+    /// The node's name, without credentials.
+    pub name: String,
+    /// Whether its votes count, and if not, why.
+    pub state: NodeState,
+    /// Smoothed round-trip time (`None` before the first round trip).
+    pub round_trip: Option<Duration>,
+    /// The last error it gave, if any.
+    pub last_error: Option<BackendError>,
+    /// Operations sent to it (each op of a batch counts).
+    pub operations: u64,
+    /// Operations that got no definite answer (errors, timeouts included).
+    pub failures: u64,
+    /// Operations that timed out.
+    pub timeouts: u64,
+    /// Releases waiting for it to come back (parked while it is down, or
+    /// left to retry after a failure).
+    pub releases_waiting: usize,
+    /// Releases given up on (the retry window or the bound passed): their
+    /// keys expire with their TTL.
+    pub releases_abandoned: u64,
+}
+
+/// Whether a node's votes count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeState {
+    /// Its votes count.
+    Up,
+    /// Marked down after failed round trips: skipped, probed in the
+    /// background.
+    Down {
+        /// How long ago it was marked down.
+        since: Duration,
+        /// When the next probe is due.
+        next_probe_in: Duration,
+    },
+    /// Its server started or restarted less than `max_ttl` + drift ago:
+    /// its grants do not count yet.
+    Quarantined {
+        /// Time left.
+        remaining: Duration,
+    },
+    /// The same server as another configured node: only that one votes.
+    DuplicateOf(String),
+    /// With quarantine on, its last answer came without a server identity:
+    /// its grants do not count.
+    Unidentified,
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Up => f.write_str("up"),
+            Self::Down {
+                since,
+                next_probe_in,
+            } => write!(
+                f,
+                "down for {} (next probe in {})",
+                human(*since),
+                human(*next_probe_in)
+            ),
+            Self::Quarantined { remaining } => {
+                write!(f, "quarantined ({} left)", human(*remaining))
+            }
+            Self::DuplicateOf(other) => write!(f, "duplicate of {other}"),
+            Self::Unidentified => f.write_str("no server identity (grants do not count)"),
+        }
+    }
+}
+
+/// What happened to a manager's locks since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockCounters {
+    /// Locks acquired from the servers.
+    pub acquired: u64,
+    /// Attempts refused: held elsewhere.
+    pub contended: u64,
+    /// Attempts without a quorum of healthy nodes.
+    pub no_quorum: u64,
+    /// Attempts that got a quorum too slowly.
+    pub validity_expired: u64,
+    /// Locks lost (an extend failed, or the validity ran out).
+    pub lost: u64,
+    /// Extends a quorum confirmed.
+    pub extends_ok: u64,
+    /// Extends that failed.
+    pub extends_failed: u64,
+    /// Locks handed to the next thread of this manager on drop.
+    pub hand_overs: u64,
+}
+
+impl fmt::Display for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} of {} nodes voting, {} needed{}",
+            self.voting(),
+            self.nodes.len(),
+            self.quorum,
+            if self.has_quorum() { "" } else { ": NO QUORUM" }
+        )?;
+        for n in &self.nodes {
+            let rtt = n.round_trip.map_or_else(|| "-".to_owned(), human);
+            write!(
+                f,
+                "  {}: {}, rtt {rtt}, {} ops, {} failed, {} timed out",
+                n.name, n.state, n.operations, n.failures, n.timeouts
+            )?;
+            if n.releases_waiting > 0 || n.releases_abandoned > 0 {
+                write!(
+                    f,
+                    ", releases waiting {} / abandoned {}",
+                    n.releases_waiting, n.releases_abandoned
+                )?;
+            }
+            if let Some(e) = &n.last_error {
+                write!(f, "; last error: {e}")?;
+            }
+            writeln!(f)?;
+        }
+        let c = &self.locks;
+        write!(
+            f,
+            "locks: {} acquired, {} contended, {} no quorum, {} too slow, {} lost; \
+             extends {} ok / {} failed; {} hand-overs",
+            c.acquired,
+            c.contended,
+            c.no_quorum,
+            c.validity_expired,
+            c.lost,
+            c.extends_ok,
+            c.extends_failed,
+            c.hand_overs
+        )
+    }
+}

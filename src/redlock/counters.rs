@@ -1,0 +1,66 @@
+//! What happened to a manager's locks, counted for `health()` snapshots.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::Error;
+use crate::health::LockCounters;
+
+/// One counter per outcome; relaxed atomics, read only by snapshots.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    acquired: AtomicU64,
+    contended: AtomicU64,
+    no_quorum: AtomicU64,
+    validity_expired: AtomicU64,
+    lost: AtomicU64,
+    extends_ok: AtomicU64,
+    extends_failed: AtomicU64,
+    hand_overs: AtomicU64,
+}
+
+/// Something worth counting.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Event {
+    Acquired,
+    Lost,
+    ExtendOk,
+    ExtendFailed,
+    HandOver,
+}
+
+impl Counters {
+    pub(crate) fn note(&self, event: Event) {
+        let counter = match event {
+            Event::Acquired => &self.acquired,
+            Event::Lost => &self.lost,
+            Event::ExtendOk => &self.extends_ok,
+            Event::ExtendFailed => &self.extends_failed,
+            Event::HandOver => &self.hand_overs,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed acquire attempt by its kind.
+    pub(crate) fn note_failed_attempt(&self, error: &Error) {
+        let counter = match error {
+            Error::Contended { .. } => &self.contended,
+            Error::ValidityExpired { .. } => &self.validity_expired,
+            _ => &self.no_quorum,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> LockCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LockCounters {
+            acquired: get(&self.acquired),
+            contended: get(&self.contended),
+            no_quorum: get(&self.no_quorum),
+            validity_expired: get(&self.validity_expired),
+            lost: get(&self.lost),
+            extends_ok: get(&self.extends_ok),
+            extends_failed: get(&self.extends_failed),
+            hand_overs: get(&self.hand_overs),
+        }
+    }
+}

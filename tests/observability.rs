@@ -1,0 +1,231 @@
+//! What operators see (issue 13): the events the library logs through the
+//! `log` facade, and `LockManager::health()` snapshots, for a node that
+//! goes down and comes back, a restart (quarantine in and out), a lost
+//! lock and a duplicate node. A capturing logger records every event of
+//! this test binary; each test looks only at the lines naming its own
+//! nodes (tests run in parallel).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod support;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use log::{Level, LevelFilter, Log, Metadata, Record};
+use quorum_lock::{LockManager, ManualClock, MemoryBackend, NodeState, RetryPolicy};
+use support::faces::Face;
+use support::wait_until;
+
+/// Every event logged in this test binary.
+struct Capture(Mutex<Vec<(Level, String)>>);
+
+impl Log for Capture {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &Record<'_>) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((record.level(), record.args().to_string()));
+    }
+    fn flush(&self) {}
+}
+
+fn capture() -> &'static Capture {
+    static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let capture: &'static Capture = Box::leak(Box::new(Capture(Mutex::new(Vec::new()))));
+        log::set_logger(capture).unwrap();
+        log::set_max_level(LevelFilter::Debug);
+        capture
+    })
+}
+
+/// The events so far that mention `word`.
+fn events(word: &str) -> Vec<(Level, String)> {
+    capture()
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, text)| text.contains(word))
+        .cloned()
+        .collect()
+}
+
+fn logged(level: Level, word: &str, what: &str) -> bool {
+    events(word)
+        .iter()
+        .any(|(l, text)| *l == level && text.contains(what))
+}
+
+fn nodes(prefix: &str, clock: &ManualClock) -> Vec<MemoryBackend> {
+    (0..3)
+        .map(|i| MemoryBackend::with_clock(format!("{prefix}-{i}"), Arc::new(clock.clone())))
+        .collect()
+}
+
+fn manager(nodes: &[MemoryBackend], clock: &ManualClock) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(Arc::new(clock.clone()))
+        .ttl(Duration::from_secs(2))
+        .max_ttl(Duration::from_secs(2))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_node_that_goes_down_and_comes_back() {
+    capture();
+    let clock = ManualClock::new();
+    let nodes = nodes("obs-down", &clock);
+    let locks = manager(&nodes, &clock);
+    nodes[2].set_down(true);
+    for _ in 0..3 {
+        let _ = locks.try_lock("r").map(|g| g.release());
+    }
+    assert!(
+        logged(Level::Warn, "obs-down-2", "marked down"),
+        "{:?}",
+        events("obs-down")
+    );
+    let health = locks.health();
+    assert!(
+        matches!(health.nodes[2].state, NodeState::Down { .. }),
+        "{health}"
+    );
+    assert!(health.nodes[2].failures >= 2, "{health}");
+    assert!(health.nodes[2].last_error.is_some(), "{health}");
+    assert_eq!(health.voting(), 2, "{health}");
+    assert!(health.has_quorum());
+    assert!(
+        health.to_string().contains("obs-down-2: down for"),
+        "{health}"
+    );
+
+    nodes[2].set_down(false);
+    assert!(wait_until(Duration::from_secs(10), || {
+        locks.health().nodes[2].state == NodeState::Up
+    }));
+    assert!(
+        logged(Level::Info, "obs-down-2", "back up"),
+        "{:?}",
+        events("obs-down")
+    );
+}
+
+#[test]
+fn a_restart_is_quarantined_and_its_end_announced() {
+    capture();
+    let clock = ManualClock::new();
+    let nodes = nodes("obs-restart", &clock);
+    let locks = manager(&nodes, &clock);
+    locks.try_lock("r").unwrap().release().unwrap();
+    nodes[0].restart();
+    locks.try_lock("r").unwrap().release().unwrap(); // two others suffice
+    assert!(
+        logged(Level::Info, "obs-restart-0", "quarantined for"),
+        "{:?}",
+        events("obs-restart")
+    );
+    let health = locks.health();
+    assert!(
+        matches!(health.nodes[0].state, NodeState::Quarantined { .. }),
+        "{health}"
+    );
+    clock.advance(Duration::from_secs(3));
+    locks.try_lock("r").unwrap().release().unwrap();
+    assert!(
+        logged(Level::Info, "obs-restart-0", "quarantine is over"),
+        "{:?}",
+        events("obs-restart")
+    );
+    assert_eq!(locks.health().nodes[0].state, NodeState::Up);
+}
+
+#[test]
+fn a_lost_lock_is_a_warning_and_counted() {
+    capture();
+    let clock = ManualClock::new();
+    let nodes = nodes("obs-lost", &clock);
+    let locks = manager(&nodes, &clock);
+    let mut guard = locks.lock("obs-lost-resource").unwrap();
+    let token = guard.token().as_bytes().to_vec();
+    nodes[0].set_down(true);
+    nodes[1].set_down(true);
+    assert!(guard.extend(Duration::from_secs(2)).is_err());
+    assert!(
+        logged(Level::Warn, "obs-lost-resource", "may be lost"),
+        "{:?}",
+        events("obs-lost")
+    );
+    let counters = locks.health().locks;
+    assert_eq!((counters.acquired, counters.lost), (1, 1), "{counters:?}");
+    assert_eq!(counters.extends_failed, 1, "{counters:?}");
+    // No whole token in any event.
+    let hex: String = token.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(events(&hex).is_empty());
+}
+
+#[test]
+fn a_duplicate_node_is_reported() {
+    capture();
+    let server = MemoryBackend::new("obs-dup-server");
+    let locks = LockManager::builder()
+        .node(Face::alias(&server, "obs-dup-a"))
+        .node(Face::alias(&server, "obs-dup-b"))
+        .node(MemoryBackend::new("obs-dup-c"))
+        .restart_quarantine(false)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    let _ = locks.try_lock("r").map(|g| g.release());
+    assert!(locks.flush(Duration::from_secs(5)));
+    let warned = logged(Level::Warn, "obs-dup-a", "same server")
+        || logged(Level::Warn, "obs-dup-b", "same server");
+    assert!(warned, "{:?}", events("obs-dup"));
+    let duplicates = locks
+        .health()
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.state, NodeState::DuplicateOf(_)))
+        .count();
+    assert_eq!(duplicates, 1, "{}", locks.health());
+}
+
+/// The `:port` part of a one-node manager's node name.
+#[cfg(feature = "redis")]
+fn url_port(locks: &LockManager) -> String {
+    let name = &locks.nodes()[0];
+    let port = name.rsplit(':').next().unwrap();
+    format!(":{port}")
+}
+
+/// A password in a node's URL never reaches an event.
+#[cfg(feature = "redis")]
+#[test]
+fn no_password_in_events() {
+    capture();
+    let url = format!("redis://:obs-hunter2@127.0.0.1:{}", support::free_port());
+    let locks = LockManager::builder()
+        .redis_nodes([url])
+        .unwrap()
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let _ = locks.try_lock("r");
+    }
+    let port_events = events(&url_port(&locks));
+    assert!(
+        port_events
+            .iter()
+            .any(|(l, t)| *l == Level::Warn && t.contains("marked down") && t.contains(":***@")),
+        "{port_events:?}"
+    );
+    assert!(events("obs-hunter2").is_empty());
+    assert!(!locks.health().to_string().contains("obs-hunter2"));
+}
