@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
 
 pub mod faces;
+pub mod fake_server;
 pub mod proxy;
 
 use std::io::Read;

@@ -11,6 +11,10 @@
 //!   in either direction (the bytes are dropped): clients see a server that
 //!   never answers.
 //!
+//! [`Proxy::retarget`] sends *new* connections to another port (connections
+//! already open keep their server); [`Proxy::drop_connections`] closes every
+//! open connection (clients see them reset, like after a server restart).
+//!
 //! At most [`MAX_CONNECTIONS`] connections at once (two threads each, plus
 //! the accept thread); more are closed at once. Everything stops, and every
 //! thread is joined, on drop.
@@ -19,7 +23,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -43,6 +47,9 @@ pub enum Mode {
 #[derive(Debug)]
 struct Shared {
     mode: Mutex<Mode>,
+    target_port: AtomicU16,
+    /// Bumped by `drop_connections`: pumps of older generations stop.
+    generation: AtomicUsize,
     stop: AtomicBool,
     active: AtomicUsize,
     accepted: AtomicUsize,
@@ -62,7 +69,6 @@ impl Shared {
 #[derive(Debug)]
 pub struct Proxy {
     port: u16,
-    target_port: u16,
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
 }
@@ -75,6 +81,8 @@ impl Proxy {
         let port = listener.local_addr().expect("proxy addr").port();
         let shared = Arc::new(Shared {
             mode: Mutex::new(Mode::Pass),
+            target_port: AtomicU16::new(target_port),
+            generation: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
@@ -84,12 +92,11 @@ impl Proxy {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name(format!("proxy-{port}-accept"))
-                .spawn(move || accept_loop(&listener, target_port, &shared))
+                .spawn(move || accept_loop(&listener, &shared))
                 .expect("spawn proxy thread")
         };
         Self {
             port,
-            target_port,
             shared,
             acceptor: Some(acceptor),
         }
@@ -99,8 +106,20 @@ impl Proxy {
         self.port
     }
 
+    /// Where new connections go.
     pub fn target_port(&self) -> u16 {
-        self.target_port
+        self.shared.target_port.load(Ordering::Relaxed)
+    }
+
+    /// Sends connections accepted from now on to `127.0.0.1:port`; open
+    /// connections keep their server.
+    pub fn retarget(&self, port: u16) {
+        self.shared.target_port.store(port, Ordering::Relaxed);
+    }
+
+    /// Closes every open connection (within one poll interval).
+    pub fn drop_connections(&self) {
+        self.shared.generation.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn url(&self) -> String {
@@ -147,7 +166,7 @@ impl Drop for Proxy {
     }
 }
 
-fn accept_loop(listener: &TcpListener, target_port: u16, shared: &Arc<Shared>) {
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     while !shared.stopped() {
         match listener.accept() {
             Ok((client, _)) => {
@@ -156,7 +175,7 @@ fn accept_loop(listener: &TcpListener, target_port: u16, shared: &Arc<Shared>) {
                     drop(client);
                     continue;
                 }
-                serve(client, target_port, shared);
+                serve(client, shared.target_port.load(Ordering::Relaxed), shared);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(5))
@@ -183,6 +202,7 @@ fn serve(client: TcpStream, target_port: u16, shared: &Arc<Shared>) {
     };
     shared.active.fetch_add(1, Ordering::Relaxed);
     let done = Arc::new(AtomicUsize::new(0));
+    let generation = shared.generation.load(Ordering::Relaxed);
     let mut workers = shared.workers.lock().unwrap();
     // Forget finished workers so the list stays bounded.
     workers.retain(|w| !w.is_finished());
@@ -192,7 +212,7 @@ fn serve(client: TcpStream, target_port: u16, shared: &Arc<Shared>) {
         let spawned = std::thread::Builder::new()
             .name("proxy-pipe".to_owned())
             .spawn(move || {
-                pump(from, to, upstream_dir, &shared);
+                pump(from, to, upstream_dir, generation, &shared);
                 if done.fetch_add(1, Ordering::Relaxed) == 1 {
                     shared.active.fetch_sub(1, Ordering::Relaxed);
                 }
@@ -205,9 +225,15 @@ fn serve(client: TcpStream, target_port: u16, shared: &Arc<Shared>) {
 
 /// Copies `from` to `to` per the mode until either side closes or the
 /// proxy stops; then closes both.
-fn pump(mut from: TcpStream, mut to: TcpStream, to_server: bool, shared: &Shared) {
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    to_server: bool,
+    generation: usize,
+    shared: &Shared,
+) {
     let mut buf = [0u8; 16 * 1024];
-    while !shared.stopped() {
+    while !shared.stopped() && shared.generation.load(Ordering::Relaxed) == generation {
         let n = match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,

@@ -1,16 +1,16 @@
 //! The pipeline protocol: packing ops into one round trip, reading the
 //! replies, and the follow-up round trip (`NOSCRIPT` re-runs by `EVAL`,
-//! `TYPE` checks after refused acquires).
+//! `GET` checks after refused acquires).
 
 use std::time::{Duration, Instant};
 
-use redis::{Connection, Value};
+use redis::Value;
 
-use crate::backend::{BackendError, BackendErrorKind, Op};
+use crate::backend::{BackendError, BackendErrorKind, Op, ServerInfo};
 
 use super::pool::{Checkout, Failure};
 use super::redact::show_key;
-use super::{EXTEND_SCRIPT, Inner, RELEASE_SCRIPT, remaining};
+use super::{EXTEND_SCRIPT, Inner, RELEASE_SCRIPT};
 
 /// Largest TTL sent to the server (about 285 000 years). Redis refuses
 /// expiries whose absolute time would overflow a signed 64-bit millisecond
@@ -20,57 +20,30 @@ const MAX_TTL_MS: u64 = 1 << 53;
 
 /// What an op needs in the second round trip.
 enum Followup {
-    /// A refused acquire: is the key a string (held) or another type?
-    TypeCheck,
+    /// A refused acquire: `GET` the key. Our token: already ours (granted);
+    /// another value or nil: held elsewhere (refused); `WRONGTYPE`: the key
+    /// is not a lock (`SET NX` on a hash answers nil, `GET` fails).
+    Get,
     /// The script was not cached: run it by `EVAL`.
     Eval,
 }
 
 impl Inner {
-    /// Writes `buf` (`n` packed commands) and reads `n` replies, each read
-    /// bounded by what is left until `deadline`. Server error replies are
-    /// returned as `Value::ServerError`; anything else that goes wrong is a
-    /// [`Failure`].
-    pub(super) fn exchange(
-        &self,
-        conn: &mut Connection,
-        buf: &[u8],
-        n: usize,
-        deadline: Instant,
-    ) -> Result<Vec<Value>, Failure> {
-        let timeout = || Failure {
-            error: self.timeout_error(),
-            stale: false,
-        };
-        let remaining_now = remaining(deadline).ok_or_else(timeout)?;
-        conn.set_write_timeout(Some(remaining_now))
-            .map_err(|e| self.failure(&e, 0))?;
-        conn.send_packed_command(buf)
-            .map_err(|e| self.failure(&e, 0))?;
-        let mut replies = Vec::with_capacity(n);
-        while replies.len() < n {
-            let remaining_now = remaining(deadline).ok_or_else(timeout)?;
-            conn.set_read_timeout(Some(remaining_now))
-                .map_err(|e| self.failure(&e, replies.len()))?;
-            match conn.recv_response() {
-                // RESP3 out-of-band data is not a reply.
-                Ok(Value::Push { .. }) => {}
-                Ok(value) => replies.push(value),
-                Err(e) => return Err(self.failure(&e, replies.len())),
-            }
-        }
-        Ok(replies)
-    }
-
+    /// Runs the ops whose `results` slot is empty on `c`, filling their
+    /// slots. `server` is set to the identity of `c` as soon as its first
+    /// round trip has answered, so that the answers already given keep the
+    /// identity of the server that gave them even if a later round trip
+    /// fails.
     pub(super) fn run_batch(
         &self,
         c: &mut Checkout,
         ops: &[Op<'_>],
         ttls: &[u64],
         results: &mut [Option<Result<bool, BackendError>>],
+        server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
-        let want_info = c.needs_info;
+        let want_info = c.conn.needs_info();
         let mut buf = Vec::new();
         if want_info {
             redis::cmd("INFO")
@@ -81,19 +54,16 @@ impl Inner {
         for &i in &sent {
             self.pack_first(&ops[i], ttls[i], &mut buf);
         }
-        let replies = self.exchange(
-            &mut c.conn,
-            &buf,
-            sent.len() + usize::from(want_info),
-            deadline,
-        )?;
+        let replies = c
+            .conn
+            .exchange(&buf, sent.len() + usize::from(want_info), deadline)
+            .map_err(|(fault, read)| self.failure(&fault, read))?;
         let mut replies = replies.into_iter();
         if want_info {
-            c.needs_info = false;
-            if let Some(text) = replies.next().as_ref().and_then(value_text) {
-                self.store_info(&text);
-            }
+            let info = replies.next();
+            c.conn.learn_identity(info.as_ref());
         }
+        *server = c.conn.server();
         let mut followups = Vec::new();
         for (&i, reply) in sent.iter().zip(replies) {
             let op = &ops[i];
@@ -101,7 +71,7 @@ impl Inner {
             let outcome = match (op, reply) {
                 (Op::Acquire { .. }, Value::Okay) => Some(Ok(true)),
                 (Op::Acquire { .. }, Value::Nil) => {
-                    followups.push((i, Followup::TypeCheck));
+                    followups.push((i, Followup::Get));
                     None
                 }
                 (Op::Release { .. } | Op::Extend { .. }, Value::ServerError(e))
@@ -126,37 +96,42 @@ impl Inner {
         for (i, followup) in &followups {
             let op = &ops[*i];
             match followup {
-                Followup::TypeCheck => redis::cmd("TYPE")
+                Followup::Get => redis::cmd("GET")
                     .arg(op_key(op))
                     .write_packed_command(&mut buf),
                 Followup::Eval => self.pack_eval(op, ttls[*i], &mut buf),
             }
         }
-        let replies = self
-            .exchange(&mut c.conn, &buf, followups.len(), deadline)
-            .map_err(|f| Failure {
-                error: f.error,
+        let replies = c
+            .conn
+            .exchange(&buf, followups.len(), deadline)
+            .map_err(|(fault, _)| Failure {
+                error: self.fault_error(&fault),
                 stale: false,
             })?;
         for ((i, followup), reply) in followups.iter().zip(replies) {
             let op = &ops[*i];
             let token = op_token(op);
             results[*i] = Some(match (followup, reply) {
-                (_, Value::ServerError(e)) => Err(self.server_error(&e, Some(token))),
-                (Followup::TypeCheck, value) => match value_text(&value).as_deref() {
-                    // "none": the holder's key expired in between. Either
-                    // way it was not ours: refused.
-                    Some("string" | "none") => Ok(false),
-                    Some(other) => Err(BackendError::new(
+                (Followup::Get, Value::ServerError(e)) if e.code() == "WRONGTYPE" => {
+                    Err(BackendError::new(
                         BackendErrorKind::WrongType,
                         format!(
-                            "{}: key {} holds a {other}, not a lock",
+                            "{}: key {} holds a value that is not a string (WRONGTYPE), \
+                             not a lock",
                             self.redacted,
                             show_key(op_key(op))
                         ),
-                    )),
-                    None => Err(self.protocol_error("TYPE", &value)),
-                },
+                    ))
+                }
+                (_, Value::ServerError(e)) => Err(self.server_error(&e, Some(token))),
+                // Already ours: this acquisition set it, e.g. through
+                // another name of the same server.
+                (Followup::Get, Value::BulkString(held)) => Ok(held == token),
+                // Nil: the holder's key expired in between. Either way it
+                // was not set by this SET: refused.
+                (Followup::Get, Value::Nil) => Ok(false),
+                (Followup::Get, other) => Err(self.protocol_error("GET", &other)),
                 (Followup::Eval, Value::Int(n)) if n == 0 || n == 1 => Ok(n == 1),
                 (Followup::Eval, other) => Err(self.protocol_error(op_name(op), &other)),
             });
@@ -205,7 +180,7 @@ impl Inner {
                 .arg(ttl_ms)
                 .write_packed_command(buf),
             // Acquire is never re-run by EVAL; keep the pipeline aligned.
-            Op::Acquire { key, .. } => redis::cmd("TYPE").arg(key).write_packed_command(buf),
+            Op::Acquire { key, .. } => redis::cmd("GET").arg(key).write_packed_command(buf),
         }
     }
 }
@@ -243,17 +218,6 @@ fn op_name(op: &Op<'_>) -> &'static str {
         Op::Acquire { .. } => "SET NX",
         Op::Release { .. } => "the release script",
         Op::Extend { .. } => "the extend script",
-    }
-}
-
-/// The text of a status or bulk reply.
-pub(super) fn value_text(value: &Value) -> Option<String> {
-    match value {
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Okay => Some("OK".to_owned()),
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        _ => None,
     }
 }
 

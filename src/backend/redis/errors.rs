@@ -1,25 +1,41 @@
-//! Error classification: client-side errors, server error codes and
-//! unexpected replies mapped to [`BackendErrorKind`]s, with messages that
-//! name the server by its redacted URL.
+//! Error classification: connection faults, server error codes and
+//! unexpected replies mapped to [`BackendErrorKind`]s, with one-line
+//! messages that name the server by its redacted URL and never contain a
+//! password or the lock token.
+//!
+//! Failures that retrying cannot fix keep their own kinds, so that the
+//! manager can stop retrying on them: `Auth` (`NOAUTH`, `WRONGPASS`,
+//! `NOPERM`, a refused `AUTH`), `WrongType`, `Protocol` (a peer that does
+//! not speak RESP2, or a reply beyond the size limits), `Config` (TLS
+//! mismatch or certificate, a refused `SELECT`).
 
-use std::error::Error as StdError;
 use std::io;
-use std::sync::Arc;
 
 use redis::Value;
 
 use crate::backend::{BackendError, BackendErrorKind};
 
 use super::Inner;
+use super::conn::describe_value;
+use super::transport::{Fault, Phase};
 
 impl Inner {
+    /// `{node}: {detail}` on one line, with secrets scrubbed.
+    pub(super) fn node_error(
+        &self,
+        kind: BackendErrorKind,
+        detail: &str,
+        token: Option<&[u8]>,
+    ) -> BackendError {
+        let detail = one_line(&self.scrub(detail, token));
+        BackendError::new(kind, format!("{}: {detail}", self.redacted))
+    }
+
     pub(super) fn timeout_error(&self) -> BackendError {
-        BackendError::new(
+        self.node_error(
             BackendErrorKind::Timeout,
-            format!(
-                "{}: no answer within the timeout ({:?})",
-                self.redacted, self.timeout
-            ),
+            &format!("timed out (no answer within {:?})", self.timeout),
+            None,
         )
     }
 
@@ -28,109 +44,121 @@ impl Inner {
         e: &redis::ServerError,
         token: Option<&[u8]>,
     ) -> BackendError {
-        let code = e.code();
-        let text = match e.details() {
-            Some(details) => format!("{code} {details}"),
-            None => code.to_owned(),
-        };
-        BackendError::new(
-            kind_for_server_code(code),
-            format!("{}: {}", self.redacted, self.scrub(&text, token)),
-        )
+        self.node_error(kind_for_server_code(e.code()), &server_text(e), token)
     }
 
     pub(super) fn protocol_error(&self, command: &str, value: &Value) -> BackendError {
-        let shown = match value {
-            Value::Nil => "nil".to_owned(),
-            Value::Int(n) => format!("integer {n}"),
-            Value::Okay => "OK".to_owned(),
-            Value::SimpleString(_) => "a status reply".to_owned(),
-            Value::BulkString(b) => format!("a {}-byte string", b.len()),
-            Value::Array(a) => format!("an array of {}", a.len()),
-            _ => "an unexpected reply type".to_owned(),
-        };
-        BackendError::new(
+        self.node_error(
             BackendErrorKind::Protocol,
-            format!("{}: unexpected reply to {command}: {shown}", self.redacted),
+            &format!("unexpected reply to {command}: {}", describe_value(value)),
+            None,
         )
     }
 
-    /// Maps a client-side error. `connecting`: it happened while opening the
-    /// connection, where any I/O failure but a timeout means "unreachable".
-    pub(super) fn redis_error(&self, e: &redis::RedisError, connecting: bool) -> BackendError {
-        let (kind, what) = classify(e, connecting);
-        if kind == BackendErrorKind::Timeout {
-            // The OS text for a socket timeout is "Resource temporarily
-            // unavailable": say what happened instead.
-            let phase = if connecting {
-                "connecting"
-            } else {
-                "waiting for the reply"
-            };
-            return BackendError::new(
-                kind,
+    /// Maps a connection fault.
+    pub(super) fn fault_error(&self, fault: &Fault) -> BackendError {
+        let (kind, detail) = self.classify(fault);
+        self.node_error(kind, &detail, None)
+    }
+
+    fn classify(&self, fault: &Fault) -> (BackendErrorKind, String) {
+        use BackendErrorKind as K;
+        let timeout = self.timeout;
+        match fault {
+            Fault::Timeout {
+                phase: Phase::Connect,
+                ..
+            } => (
+                K::Timeout,
+                format!("timed out connecting (timeout {timeout:?})"),
+            ),
+            #[cfg(feature = "tls")]
+            Fault::Timeout {
+                phase: Phase::Tls,
+                received: 0,
+            } => (
+                K::Timeout,
                 format!(
-                    "{}: timed out {phase} (timeout {:?})",
-                    self.redacted, self.timeout
+                    "timed out in the TLS handshake with no answer from the server \
+                     (timeout {timeout:?}; a plain-text Redis port waits silently: \
+                     does this port speak TLS?)"
                 ),
-            );
+            ),
+            #[cfg(feature = "tls")]
+            Fault::Timeout {
+                phase: Phase::Tls, ..
+            } => (
+                K::Timeout,
+                format!("timed out in the TLS handshake (timeout {timeout:?})"),
+            ),
+            Fault::Timeout { received: 0, .. } => (
+                K::Timeout,
+                format!("timed out waiting for the reply (timeout {timeout:?})"),
+            ),
+            Fault::Timeout { received, .. } => (
+                K::Timeout,
+                format!(
+                    "timed out waiting for the rest of the reply (timeout {timeout:?}, \
+                     {received} bytes of it received)"
+                ),
+            ),
+            Fault::Closed {
+                phase: Phase::Connect,
+            } => (
+                K::Unreachable,
+                "connection closed while connecting".to_owned(),
+            ),
+            #[cfg(feature = "tls")]
+            Fault::Closed { phase: Phase::Tls } => (
+                K::Config,
+                "connection closed in the TLS handshake (does this port speak TLS?)".to_owned(),
+            ),
+            Fault::Closed { .. } => (K::Unreachable, "connection closed by the server".to_owned()),
+            Fault::Resolve(e) => (K::Unreachable, format!("cannot resolve the host: {e}")),
+            Fault::Io {
+                phase: Phase::Connect,
+                error,
+            } if error.kind() == io::ErrorKind::ConnectionRefused => {
+                (K::Unreachable, "connection refused".to_owned())
+            }
+            Fault::Io {
+                phase: Phase::Connect,
+                error,
+            } => (K::Unreachable, format!("cannot connect: {error}")),
+            Fault::Io { error, .. } => (K::Other, format!("I/O error: {error}")),
+            Fault::Protocol(why) => (K::Protocol, why.clone()),
+            #[cfg(feature = "tls")]
+            Fault::Tls(why) => (K::Config, why.clone()),
+            Fault::Refused {
+                command: "AUTH",
+                error,
+            } => (K::Auth, format!("AUTH refused: {}", server_text(error))),
+            Fault::Refused { command, error } => {
+                let kind = match kind_for_server_code(error.code()) {
+                    // e.g. SELECT of a database the server does not have.
+                    K::Other => K::Config,
+                    kind => kind,
+                };
+                (kind, format!("{command} refused: {}", server_text(error)))
+            }
         }
-        let detail = self.scrub(&e.to_string(), None);
-        BackendError::new(kind, format!("{}: {what}: {detail}", self.redacted))
     }
 }
 
-/// The kind of a client-side error and a short description of it.
-fn classify(e: &redis::RedisError, connecting: bool) -> (BackendErrorKind, &'static str) {
-    use redis::ErrorKind as K;
-    if let Some(io) = io_error(e) {
-        if matches!(
-            io.kind(),
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-        ) {
-            return (BackendErrorKind::Timeout, "timed out");
-        }
-        if is_tls_error(io) {
-            return (
-                BackendErrorKind::Config,
-                "TLS failed (does the server speak TLS on this port?)",
-            );
-        }
-        if io.kind() == io::ErrorKind::ConnectionRefused {
-            return (BackendErrorKind::Unreachable, "connection refused");
-        }
-        if connecting {
-            return (BackendErrorKind::Unreachable, "cannot connect");
-        }
-        if is_dropped(io.kind()) {
-            return (BackendErrorKind::Unreachable, "connection lost");
-        }
-        return (BackendErrorKind::Other, "I/O error");
+/// A server error as `CODE details`.
+fn server_text(e: &redis::ServerError) -> String {
+    match e.details() {
+        Some(details) => format!("{} {details}", e.code()),
+        None => e.code().to_owned(),
     }
-    match e.kind() {
-        K::AuthenticationFailed => (BackendErrorKind::Auth, "authentication failed"),
-        K::InvalidClientConfig => (BackendErrorKind::Config, "invalid configuration"),
-        K::Parse | K::UnexpectedReturnType => (BackendErrorKind::Protocol, "unexpected reply"),
-        // rustls errors raised outside I/O (e.g. building the TLS config).
-        K::Client if connecting => (BackendErrorKind::Config, "client setup failed"),
-        K::Server(_) | K::Extension => match e.code() {
-            Some(code) => {
-                let kind = kind_for_server_code(code);
-                if kind == BackendErrorKind::Other && connecting {
-                    // e.g. SELECT refused: the URL names a database the
-                    // server does not have.
-                    (
-                        BackendErrorKind::Config,
-                        "server refused the connection setup",
-                    )
-                } else {
-                    (kind, "server error")
-                }
-            }
-            None => (BackendErrorKind::Other, "server error"),
-        },
-        _ => (BackendErrorKind::Other, "error"),
-    }
+}
+
+/// `text` on one line: line breaks and other control characters become
+/// spaces.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// Maps a Redis error code (the first word of an error reply).
@@ -141,45 +169,6 @@ fn kind_for_server_code(code: &str) -> BackendErrorKind {
         "NOAUTH" | "WRONGPASS" | "NOPERM" => BackendErrorKind::Auth,
         _ => BackendErrorKind::Other,
     }
-}
-
-/// The `io::Error` inside `e`, if it wraps one.
-///
-/// `RedisError::source` hands out its inner `Arc<dyn Error + Send + Sync>`
-/// itself, so look through that `Arc` as well.
-pub(super) fn io_error(e: &redis::RedisError) -> Option<&io::Error> {
-    let source = e.source()?;
-    if let Some(io) = source.downcast_ref::<io::Error>() {
-        return Some(io);
-    }
-    source
-        .downcast_ref::<Arc<dyn StdError + Send + Sync>>()
-        .and_then(|inner| inner.downcast_ref::<io::Error>())
-}
-
-fn is_tls_error(io: &io::Error) -> bool {
-    #[cfg(feature = "tls")]
-    {
-        io.get_ref()
-            .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
-    }
-    #[cfg(not(feature = "tls"))]
-    {
-        let _ = io;
-        false
-    }
-}
-
-/// The peer closed or reset the connection.
-pub(super) fn is_dropped(kind: io::ErrorKind) -> bool {
-    matches!(
-        kind,
-        io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::NotConnected
-    )
 }
 
 #[cfg(test)]
@@ -203,36 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn io_errors_map_to_kinds() {
-        let err = |kind| redis::RedisError::from(io::Error::from(kind));
-        let cases = [
-            (io::ErrorKind::TimedOut, false, BackendErrorKind::Timeout),
-            (io::ErrorKind::WouldBlock, false, BackendErrorKind::Timeout),
-            (io::ErrorKind::TimedOut, true, BackendErrorKind::Timeout),
-            (
-                io::ErrorKind::ConnectionRefused,
-                true,
-                BackendErrorKind::Unreachable,
-            ),
-            (io::ErrorKind::Other, true, BackendErrorKind::Unreachable),
-            (
-                io::ErrorKind::UnexpectedEof,
-                false,
-                BackendErrorKind::Unreachable,
-            ),
-            (
-                io::ErrorKind::ConnectionReset,
-                false,
-                BackendErrorKind::Unreachable,
-            ),
-            (io::ErrorKind::Other, false, BackendErrorKind::Other),
-        ];
-        for (io_kind, connecting, want) in cases {
-            assert_eq!(classify(&err(io_kind), connecting).0, want, "{io_kind:?}");
-        }
-        let auth = redis::RedisError::from((redis::ErrorKind::AuthenticationFailed, "no"));
-        assert_eq!(classify(&auth, true).0, BackendErrorKind::Auth);
-        let parse = redis::RedisError::from((redis::ErrorKind::Parse, "bad"));
-        assert_eq!(classify(&parse, false).0, BackendErrorKind::Protocol);
+    fn messages_are_one_line() {
+        assert_eq!(one_line("a\r\nb\tc"), "a  b c");
     }
 }

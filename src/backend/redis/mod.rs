@@ -1,7 +1,9 @@
 //! [`RedisBackend`]: one Redis master (or any server speaking the Redis
 //! protocol, such as Valkey) as a lock server.
 //!
-//! * acquire: `SET key token NX PX ttl_ms`
+//! * acquire: `SET key token NX PX ttl_ms`; when refused, `GET key` tells a
+//!   key that already holds our token (granted), another holder (refused)
+//!   and a key of another type (`WRONGTYPE`)
 //! * release: compare-and-delete, one Lua script
 //! * extend: compare-and-pexpire, one Lua script (never creates a key)
 //!
@@ -9,33 +11,58 @@
 //! `SCRIPT FLUSH`) re-runs the op by `EVAL`, which also caches the script
 //! again. A [`batch`](Backend::batch) is written as one pipeline: one round
 //! trip for any number of ops, with a second one only for ops that need a
-//! follow-up (`NOSCRIPT`, or a `TYPE` check after a refused acquire).
+//! follow-up (`NOSCRIPT`, or a `GET` after a refused acquire).
 //!
 //! # Connections
 //!
-//! Connections are made lazily, in the calling thread, bounded by the
-//! per-node timeout; up to four idle ones are kept for reuse. A connection
-//! that saw anything but a complete set of replies (a timeout, an I/O error,
-//! a reply that did not parse) is dropped at once and never reused, so a late
-//! reply can never be read as the answer to a later command.
+//! The backend owns its sockets (TCP, Unix, or TLS through rustls) and
+//! speaks RESP2 itself, with the `redis` crate packing commands and parsing
+//! replies. One deadline bounds each call: connecting, the TLS handshake,
+//! `AUTH`/`SELECT`, writing, and every read, whatever the peer sends. A
+//! reply is parsed only when all of it has arrived, and one larger than
+//! 64 KiB (or announcing a larger string or a long array) is a
+//! [`Protocol`](BackendErrorKind::Protocol) error, not an allocation.
+//!
+//! Connections are made lazily, in the calling thread; up to four idle ones
+//! are kept for reuse. A connection that saw anything but a complete set of
+//! replies (a timeout, an I/O error, a reply that did not parse) is dropped
+//! at once and never reused, so a late reply can never be read as the
+//! answer to a later command.
+//!
+//! # Identity
+//!
+//! Each connection reads `INFO server` once, in its first pipeline, and
+//! keeps the server's `run_id` and uptime for its whole life:
+//! [`identified_batch`](Backend::identified_batch) reports the identity of
+//! the connection that carried the batch. When that `INFO` is refused (an
+//! ACL user without `+info` gets `NOPERM`) or its reply is unreadable, the
+//! connection's identity is unknown (`None`) and `INFO` is not asked again
+//! on it: with restart quarantine on, such a node's grants do not count.
 
 mod batch;
+mod conn;
 mod errors;
+mod frame;
 mod pool;
 mod redact;
+#[cfg(feature = "tls")]
+mod tls;
+mod transport;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{Client, ConnectionInfo, IntoConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
-use crate::backend::{Backend, BackendError, BackendErrorKind, Op, ServerInfo};
+use crate::backend::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
 
-use self::batch::{ttl_millis, value_text};
-use self::pool::{CachedInfo, IdleConn};
-use self::redact::{describe_info, redact_raw_url, scrub};
+use self::batch::ttl_millis;
+use self::conn::{Setup, value_text};
+use self::pool::{Failure, IdleConn};
+use self::redact::{describe_info, redact_raw_url, scrub, url_secrets};
+use self::transport::Target;
 
 /// Deletes `KEYS[1]` only if it holds `ARGV[1]`. Returns 1 or 0.
 const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
@@ -60,14 +87,14 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    client: Client,
+    target: Target,
+    setup: Setup,
     redacted: String,
     /// Strings scrubbed from every message (the password, as written in the
     /// URL and decoded).
     secrets: Vec<String>,
     timeout: Duration,
     idle: Mutex<Vec<IdleConn>>,
-    info: Mutex<Option<CachedInfo>>,
     release_sha: String,
     extend_sha: String,
 }
@@ -78,7 +105,9 @@ impl RedisBackend {
     /// `url` is `redis://[user[:password]@]host[:port][/db]`,
     /// `rediss://...` for TLS (needs the `tls` feature; the server
     /// certificate is checked against the system's root certificates, or not
-    /// at all with a `#insecure` fragment), or `unix:///path/to/socket`.
+    /// at all with a `#insecure` fragment), or
+    /// `unix:///path/to/socket[?db=N][&user=U][&pass=P]`. The backend always
+    /// speaks RESP2 (a `protocol=` query parameter is ignored).
     /// `timeout` bounds each call: connecting (TCP and TLS handshake, `AUTH`,
     /// `SELECT`), writing the request and reading the replies all share it.
     ///
@@ -89,7 +118,7 @@ impl RedisBackend {
     ///
     /// [`BackendErrorKind::Config`] when the URL is malformed, `timeout` is
     /// zero, or the URL is `rediss://` and the `tls` feature is off. The
-    /// message names the URL with its password replaced by `***`.
+    /// message names the URL with every password replaced by `***`.
     ///
     /// # Examples
     ///
@@ -108,7 +137,8 @@ impl RedisBackend {
     /// # Ok::<(), quorum_lock::BackendError>(())
     /// ```
     pub fn open(url: &str, timeout: Duration) -> Result<Self, BackendError> {
-        let raw_redacted = redact_raw_url(url);
+        let mut secrets = url_secrets(url);
+        let raw_redacted = scrub(&redact_raw_url(url), &secrets, None);
         let config_error = |what: &str| {
             BackendError::new(
                 BackendErrorKind::Config,
@@ -127,10 +157,6 @@ impl RedisBackend {
                 "TLS URLs need the `tls` feature of quorum-lock",
             ));
         }
-        let mut secrets = Vec::new();
-        if let Some(password) = parsed.password().filter(|p| !p.is_empty()) {
-            secrets.push(password.to_owned());
-        }
         let info: ConnectionInfo = match parsed.into_connection_info() {
             Ok(info) => info,
             Err(e) => {
@@ -138,7 +164,8 @@ impl RedisBackend {
                 return Err(config_error(&message));
             }
         };
-        if let Some(password) = info.redis_settings().password().filter(|p| !p.is_empty())
+        let settings = info.redis_settings();
+        if let Some(password) = settings.password().filter(|p| !p.is_empty())
             && !secrets.iter().any(|s| s == password)
         {
             secrets.push(password.to_owned());
@@ -148,26 +175,39 @@ impl RedisBackend {
                 "the per-node timeout must be larger than zero",
             ));
         }
-        let redacted = describe_info(&info);
-        #[cfg(feature = "tls")]
-        if tls {
-            // redis' rustls needs a process-wide crypto provider. Install
-            // ring unless the application installed one already (then this
-            // returns Err, which is fine).
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = Client::open(info).map_err(|e| {
-            let message = scrub(&e.to_string(), &secrets, None);
-            config_error(&message)
-        })?;
+        let setup = Setup {
+            username: settings.username().map(str::to_owned),
+            password: settings.password().map(str::to_owned),
+            db: settings.db(),
+        };
+        let target = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => Target::Tcp {
+                host: host.clone(),
+                port: *port,
+            },
+            #[cfg(feature = "tls")]
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                ..
+            } => Target::Tls {
+                host: host.clone(),
+                port: *port,
+                config: tls::client_config(*insecure).map_err(|e| config_error(&e))?,
+            },
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => Target::Unix(path.clone()),
+            _ => return Err(config_error("unsupported address")),
+        };
         Ok(Self {
             inner: Arc::new(Inner {
-                client,
-                redacted,
+                target,
+                setup,
+                redacted: describe_info(&info),
                 secrets,
                 timeout,
                 idle: Mutex::new(Vec::new()),
-                info: Mutex::new(None),
                 release_sha: redis::Script::new(RELEASE_SCRIPT).get_hash().to_owned(),
                 extend_sha: redis::Script::new(EXTEND_SCRIPT).get_hash().to_owned(),
             }),
@@ -186,8 +226,11 @@ impl RedisBackend {
         self.inner.timeout
     }
 
-    /// Asks the server for its `INFO server` now, bypassing the cache that
-    /// [`server_info`](Backend::server_info) uses, and refreshes that cache.
+    /// Asks the server for its `INFO server` now, on a connection (an idle
+    /// one, or a new one), and returns the answer.
+    ///
+    /// A connection whose identity was not read yet keeps this answer as
+    /// its identity (see [`identified_batch`](Backend::identified_batch)).
     ///
     /// # Errors
     ///
@@ -201,20 +244,23 @@ impl RedisBackend {
             .arg("server")
             .write_packed_command(&mut buf);
         let reply = inner.with_conn(deadline, |c| {
-            let mut replies = inner.exchange(&mut c.conn, &buf, 1, deadline)?;
-            c.needs_info = false;
-            Ok(replies.pop())
+            let mut replies = c
+                .conn
+                .exchange(&buf, 1, deadline)
+                .map_err(|(fault, read)| inner.failure(&fault, read))?;
+            let reply = replies.pop();
+            if c.conn.needs_info() {
+                c.conn.learn_identity(reply.as_ref());
+            }
+            Ok(reply)
         })?;
         match reply {
             Some(Value::ServerError(e)) => Err(inner.server_error(&e, None)),
             Some(value) => match value_text(&value) {
-                Some(text) => Ok(inner.store_info(&text)),
+                Some(text) => Ok(conn::parse_info_now(&text)),
                 None => Err(inner.protocol_error("INFO", &value)),
             },
-            None => Err(BackendError::new(
-                BackendErrorKind::Protocol,
-                format!("{}: no reply to INFO", inner.redacted),
-            )),
+            None => Err(inner.node_error(BackendErrorKind::Protocol, "no reply to INFO", None)),
         }
     }
 }
@@ -234,9 +280,10 @@ impl Backend for RedisBackend {
     /// milliseconds (at least 1 ms), so the key never expires before the
     /// deadline the engine computed.
     ///
-    /// A refused `SET` is followed by a `TYPE` check: a key that holds a
-    /// non-string value gives [`BackendErrorKind::WrongType`], not
-    /// `Ok(false)`.
+    /// A refused `SET` is followed by `GET key`: our own token means the key
+    /// is already ours (`Ok(true)`, e.g. the same server under another
+    /// name); another value, or none (expired in between), is `Ok(false)`;
+    /// a key of another type gives [`BackendErrorKind::WrongType`].
     fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.single(Op::Acquire { key, token, ttl })
     }
@@ -263,11 +310,19 @@ impl Backend for RedisBackend {
     }
 
     /// All ops in one pipeline (one round trip; a second one only for
-    /// `NOSCRIPT` re-runs and `TYPE` checks after refused acquires). Each op
+    /// `NOSCRIPT` re-runs and `GET` checks after refused acquires). Each op
     /// gets its own result: one op's server error (e.g. `WRONGTYPE`) leaves
     /// the others alone. A timeout or I/O error fails every op that has no
     /// answer yet, with the same error.
     fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+        self.identified_batch(ops).into_parts().0
+    }
+
+    /// Runs the batch and reports the identity of the connection that
+    /// carried it: the `INFO server` that connection read in its first
+    /// pipeline (the uptime advanced by the time since), or `None` when
+    /// that `INFO` was refused or unreadable, or no connection answered.
+    fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
         let inner = &*self.inner;
         let deadline = inner.deadline();
         let mut results: Vec<Option<Result<bool, BackendError>>> = Vec::with_capacity(ops.len());
@@ -288,9 +343,10 @@ impl Backend for RedisBackend {
                 }
             }
         }
+        let mut server = None;
         if results.iter().any(Option::is_none) {
             let outcome = inner.with_conn(deadline, |c| {
-                inner.run_batch(c, ops, &ttls, &mut results, deadline)
+                inner.run_batch(c, ops, &ttls, &mut results, &mut server, deadline)
             });
             if let Err(e) = outcome {
                 for slot in results.iter_mut().filter(|r| r.is_none()) {
@@ -298,46 +354,64 @@ impl Backend for RedisBackend {
                 }
             }
         }
-        results
+        let results = results
             .into_iter()
             .map(|r| {
                 r.unwrap_or_else(|| {
-                    Err(BackendError::new(
-                        BackendErrorKind::Protocol,
-                        format!("{}: no reply for this op", inner.redacted),
-                    ))
+                    Err(inner.node_error(BackendErrorKind::Protocol, "no reply for this op", None))
                 })
             })
-            .collect()
+            .collect();
+        Answers::new(results, server)
     }
 
-    /// The server's `run_id` and uptime.
+    /// The identity of a connection, after checking that the server
+    /// answers on it: a connection that has not read `INFO server` yet
+    /// asks it now, one that has sends `PING`.
     ///
-    /// Every new connection reads `INFO server` in the same round trip as
-    /// its first request, so this normally costs nothing: it answers from
-    /// that cache, with the uptime advanced by the time since it was read.
-    /// Any connection failure clears the cache, and the next call asks the
-    /// server (like [`RedisBackend::fetch_server_info`]).
-    ///
-    /// A restarted server closes every connection, so the first request
-    /// after a restart runs on a new connection and refreshes the cache
-    /// before its ops run: calling this *after* a batch tells which server
-    /// incarnation answered that batch.
+    /// `Ok` with no `run_id` when the server answers but refuses `INFO`
+    /// (e.g. `NOPERM`) or its reply was unreadable.
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
-        if let Some(cached) = self.inner.info.lock().clone() {
-            return Ok(cached.now());
-        }
-        self.fetch_server_info()
+        let inner = &*self.inner;
+        let deadline = inner.deadline();
+        inner.with_conn(deadline, |c| {
+            let asks_info = c.conn.needs_info();
+            let mut buf = Vec::new();
+            if asks_info {
+                redis::cmd("INFO")
+                    .arg("server")
+                    .write_packed_command(&mut buf);
+            } else {
+                redis::cmd("PING").write_packed_command(&mut buf);
+            }
+            let reply = c
+                .conn
+                .exchange(&buf, 1, deadline)
+                .map_err(|(fault, read)| inner.failure(&fault, read))?
+                .pop();
+            if let Some(Value::ServerError(e)) = &reply
+                && !(asks_info && e.code() == "NOPERM")
+            {
+                // NOAUTH and the like: reached, but nothing is allowed.
+                return Err(Failure {
+                    error: inner.server_error(e, None),
+                    stale: false,
+                });
+            }
+            if asks_info {
+                c.conn.learn_identity(reply.as_ref());
+            }
+            Ok(c.conn.server().unwrap_or_default())
+        })
     }
 }
 
 impl RedisBackend {
     fn single(&self, op: Op<'_>) -> Result<bool, BackendError> {
         self.batch(&[op]).pop().unwrap_or_else(|| {
-            Err(BackendError::new(
-                BackendErrorKind::Protocol,
-                format!("{}: no reply for this op", self.inner.redacted),
-            ))
+            Err(self
+                .inner
+                .node_error(BackendErrorKind::Protocol, "no reply for this op", None))
         })
     }
 }
@@ -348,11 +422,6 @@ impl Inner {
         now.checked_add(self.timeout)
             .unwrap_or_else(|| now + Duration::from_secs(86_400))
     }
-}
-
-fn remaining(deadline: Instant) -> Option<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    (!left.is_zero()).then_some(left)
 }
 
 #[cfg(test)]

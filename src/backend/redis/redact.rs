@@ -53,16 +53,73 @@ pub(super) fn scrub(text: &str, secrets: &[String], token: Option<&[u8]>) -> Str
     out
 }
 
-/// Redacts a URL that may not even parse: everything between `://` (or the
-/// start) and the last `@` is credentials. Keeps the user name when the URL
-/// is well-formed enough to tell it apart.
+/// Query parameters whose values are passwords. The `redis` crate reads
+/// `pass` (Unix socket URLs); `password` is redacted too, as a likely
+/// spelling. User names (`user=`, `username=`, or before the `:` in the
+/// user-info) are not secrets and stay visible, like in
+/// [`describe`](crate::Backend::describe).
+const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
+
+/// Every password written in `url`, as written and percent-decoded: the
+/// user-info password and the values of `pass=` / `password=` query
+/// parameters (whose names may be percent-encoded too). Scrubbed from every
+/// message, also from server and parser text.
+pub(super) fn url_secrets(url: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    let mut add = |raw: &str| {
+        for form in [
+            raw.to_owned(),
+            percent_decode(raw, false),
+            percent_decode(raw, true),
+        ] {
+            if !form.is_empty() && !secrets.contains(&form) {
+                secrets.push(form);
+            }
+        }
+    };
+    let rest = url.find("://").map_or(url, |i| &url[i + 3..]);
+    if let Some(at) = rest.rfind('@')
+        && let Some((_, password)) = rest[..at].split_once(':')
+    {
+        add(password);
+    }
+    for (_, value) in secret_params(url) {
+        add(value);
+    }
+    secrets
+}
+
+/// The `(name, value)` query parameters of `url` that hold a password.
+fn secret_params(url: &str) -> Vec<(&str, &str)> {
+    let Some(q) = url.find('?') else {
+        return Vec::new();
+    };
+    let query = url[q + 1..].split('#').next().unwrap_or("");
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(name, _)| {
+            let name = percent_decode(name, true).to_ascii_lowercase();
+            SECRET_PARAMS.contains(&name.as_str())
+        })
+        .collect()
+}
+
+/// Redacts a URL that may not even parse: the values of password query
+/// parameters, and everything between `://` (or the start) and the last
+/// `@` (the user-info). Keeps the user name when the URL is well-formed
+/// enough to tell it apart.
 pub(super) fn redact_raw_url(url: &str) -> String {
+    let mut url = url.to_owned();
+    for (name, value) in secret_params(&url.clone()) {
+        url = url.replace(&format!("{name}={value}"), &format!("{name}=***"));
+    }
     let (scheme, rest) = match url.find("://") {
         Some(i) => (&url[..i + 3], &url[i + 3..]),
-        None => ("", url),
+        None => ("", url.as_str()),
     };
     let Some(at) = rest.rfind('@') else {
-        return url.to_owned();
+        return url.clone();
     };
     let creds = &rest[..at];
     let host = &rest[at + 1..];
@@ -72,6 +129,34 @@ pub(super) fn redact_raw_url(url: &str) -> String {
         None => creds.to_owned(),
     };
     format!("{scheme}{shown}@{host}")
+}
+
+/// `%XX` sequences decoded (and `+` as a space, for query text, when
+/// `plus`); anything malformed is kept as written.
+fn percent_decode(text: &str, plus: bool) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        // Two hex digits: at most 255.
+                        out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' if plus => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `redis://[user[:***]@]host:port/db` from parsed connection info.
@@ -98,7 +183,16 @@ pub(super) fn describe_info(info: &ConnectionInfo) -> String {
         ConnectionAddr::TcpTls { host, port, .. } => {
             format!("rediss://{creds}{}/{db}", host_port(host, *port))
         }
-        ConnectionAddr::Unix(path) => format!("unix://{creds}{}?db={db}", path.display()),
+        ConnectionAddr::Unix(path) => {
+            let mut shown = format!("unix://{}?db={db}", path.display());
+            if let Some(user) = settings.username() {
+                shown.push_str(&format!("&user={user}"));
+            }
+            if settings.password().is_some() {
+                shown.push_str("&pass=***");
+            }
+            shown
+        }
         other => format!("redis://{creds}{other}/{db}"),
     }
 }
@@ -125,6 +219,101 @@ mod tests {
         );
         assert_eq!(redact_raw_url("nonsense:pw@host"), "nonsense:***@host");
         assert!(!redact_raw_url("redis//:s3cret@h").contains("s3cret"));
+    }
+
+    /// Every URL form that carries a password: no error, `Debug`,
+    /// `Display` or description of the backend shows it, whether the URL
+    /// opens or not, and whether the call after it fails or not.
+    #[test]
+    fn no_url_form_leaks_its_password() {
+        use std::time::Duration;
+
+        use crate::Backend;
+        use crate::backend::redis::RedisBackend;
+
+        // (url, opens)
+        let cases: &[(&str, bool)] = &[
+            ("redis://:hunter2@127.0.0.1:1/0", true),
+            ("redis://bob:hunter2@127.0.0.1:1/0", true),
+            ("redis://bob:hun%74er2@127.0.0.1:1", true),
+            ("redis://:p%40ss%2Fw0rd@127.0.0.1:1", true),
+            ("redis://:hunter2@127.0.0.1:1/0?password=hunter2", true),
+            ("valkey://:hunter2@127.0.0.1:1/0", true),
+            (
+                "unix:///tmp/quorum-lock-none.sock?user=bob&pass=hunter2",
+                true,
+            ),
+            ("unix:///tmp/quorum-lock-none.sock?pass=hun%74er2", true),
+            ("redis+unix:///tmp/quorum-lock-none.sock?pass=hunter2", true),
+            ("redis://:hunter2@127.0.0.1:notaport", false),
+            ("redis://:hunter2@127.0.0.1:1/x", false),
+            ("redis://u:p@ss/w0rd@host:x", false),
+            ("redis://u:hunter2@0.0.0.0:6379", false),
+            ("valkey://:hunter2@127.0.0.1:1/x", false),
+            ("http://:hunter2@127.0.0.1:6379", false),
+            (":hunter2@nowhere", false),
+            ("nowhere:hunter2@host", false),
+            ("unix:///tmp/r.sock?pass=hunter2&db=x", false),
+            ("unix:///tmp/r.sock?db=x&password=hunter2", false),
+            ("unix:///tmp/r.sock?pa%73s=hunter2&db=x", false),
+            ("unix:///tmp/r.sock?PASS=hunter2&db=x", false),
+            ("unix:///tmp/r.sock?pass=hun%74er2&db=x", false),
+            ("unix:///tmp/r.sock?pass=p%40ss%2Fw0rd&db=x", false),
+            (
+                "unix:///tmp/quorum-lock-none.sock?pass=hunter2#frag&db=x",
+                true,
+            ),
+            ("redis+unix:///tmp/r.sock?user=bob&pass=hunter2&db=x", false),
+            ("rediss://:hunter2@127.0.0.1:1/0#notinsecure", false),
+        ];
+        let secrets = ["hunter2", "hun%74er2", "p@ss", "p%40ss", "w0rd"];
+        let check = |url: &str, text: &str| {
+            for secret in secrets {
+                assert!(!text.contains(secret), "{url}: leaked in {text}");
+            }
+            assert!(!text.contains('\n'), "{url}: {text}");
+        };
+        for &(url, opens) in cases {
+            match RedisBackend::open(url, Duration::from_millis(200)) {
+                Ok(b) => {
+                    assert!(opens, "{url} opened");
+                    check(url, &format!("{b:?} {}", b.describe()));
+                    let e = b.acquire(b"k", b"t", Duration::from_secs(1)).unwrap_err();
+                    check(url, &format!("{e} {e:?}"));
+                    let e = b.server_info().unwrap_err();
+                    check(url, &format!("{e} {e:?}"));
+                }
+                Err(e) => {
+                    assert!(!opens, "{url}: {e}");
+                    check(url, &format!("{e} {e:?}"));
+                }
+            }
+        }
+        // The reported leak, redacted but still readable.
+        let e = RedisBackend::open(
+            "unix:///tmp/r.sock?pass=hunter2&db=x",
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("unix:///tmp/r.sock?pass=***&db=x"),
+            "{e}"
+        );
+        let b = RedisBackend::open(
+            "unix:///tmp/r.sock?user=bob&pass=hunter2",
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert_eq!(b.describe(), "unix:///tmp/r.sock?db=0&user=bob&pass=***");
+    }
+
+    #[test]
+    fn url_secrets_finds_every_form() {
+        let s = url_secrets("redis://u:p%40ss@h?pass=a+b&x=1&pa%73sword=c%21");
+        for want in ["p%40ss", "p@ss", "a+b", "a b", "c%21", "c!"] {
+            assert!(s.iter().any(|x| x == want), "{want} not in {s:?}");
+        }
+        assert!(url_secrets("redis://u@h:1/0?user=bob").is_empty());
     }
 
     #[test]

@@ -1,0 +1,303 @@
+//! One connection to the server: its socket, the bytes received but not
+//! yet parsed, and the identity of the server at the other end.
+//!
+//! Every exchange runs under one deadline (write, then every read), and a
+//! reply is parsed only once [`frame::scan`] has found all of it within the
+//! size limits: a peer can neither hold a call past its deadline nor make
+//! the client allocate more than [`MAX_REPLY_BYTES`] per reply.
+//!
+//! The identity (`INFO server`: `run_id`, `uptime_in_seconds`) belongs to
+//! the connection: it is read once, in the connection's first pipeline, and
+//! describes the server that answers everything sent on this connection (a
+//! restarted server closes its connections, so a connection never outlives
+//! the server incarnation it talks to).
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::backend::ServerInfo;
+
+use super::frame::{self, MAX_REPLY_BYTES, Scan};
+use super::transport::{Fault, Phase, Target, Transport};
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// What to send before a connection is used: credentials and database.
+#[derive(Clone, Default)]
+pub(super) struct Setup {
+    pub(super) username: Option<String>,
+    pub(super) password: Option<String>,
+    pub(super) db: i64,
+}
+
+/// What this connection knows about the server at its other end.
+enum Identity {
+    /// `INFO server` not asked yet.
+    Unread,
+    /// The server's answer, and when it was read.
+    Known {
+        run_id: Option<String>,
+        uptime: Option<Duration>,
+        read_at: Instant,
+    },
+    /// The server refused `INFO` (e.g. `NOPERM`) or its reply was not
+    /// readable: unknown for this connection's life; never asked again.
+    Unavailable,
+}
+
+/// An open connection, ready for requests.
+pub(super) struct Conn {
+    io: Transport,
+    /// Received bytes; `buf[start..]` are not parsed yet.
+    buf: Vec<u8>,
+    start: usize,
+    /// Do not scan again before `buf[start..]` holds this many bytes.
+    need: usize,
+    identity: Identity,
+}
+
+impl Conn {
+    /// Connects to `target` and runs `setup` (`AUTH`, `SELECT`), all by
+    /// `deadline`.
+    pub(super) fn open(target: &Target, setup: &Setup, deadline: Instant) -> Result<Self, Fault> {
+        let io = Transport::connect(target, deadline)?;
+        let mut conn = Self {
+            io,
+            buf: Vec::new(),
+            start: 0,
+            need: 0,
+            identity: Identity::Unread,
+        };
+        conn.setup(setup, deadline)?;
+        Ok(conn)
+    }
+
+    /// `AUTH` and `SELECT` in one round trip, before anything else is sent
+    /// (never pipelined with requests: a request must not run as another
+    /// user or on another database when one of them is refused).
+    fn setup(&mut self, setup: &Setup, deadline: Instant) -> Result<(), Fault> {
+        let mut buf = Vec::new();
+        let mut commands = Vec::new();
+        if let Some(password) = &setup.password {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = &setup.username {
+                auth.arg(user);
+            }
+            auth.arg(password).write_packed_command(&mut buf);
+            commands.push("AUTH");
+        }
+        if setup.db != 0 {
+            redis::cmd("SELECT")
+                .arg(setup.db)
+                .write_packed_command(&mut buf);
+            commands.push("SELECT");
+        }
+        if commands.is_empty() {
+            return Ok(());
+        }
+        let replies = self
+            .exchange_in(&buf, commands.len(), deadline, Phase::Setup)
+            .map_err(|(fault, _)| fault)?;
+        for (command, reply) in commands.into_iter().zip(replies) {
+            match reply {
+                Value::Okay => {}
+                Value::ServerError(error) => return Err(Fault::Refused { command, error }),
+                other => {
+                    return Err(Fault::Protocol(format!(
+                        "unexpected reply to {command}: {}",
+                        describe_value(&other)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `request` (`n` packed commands) and reads `n` replies, all by
+    /// `deadline`. Server error replies are `Value::ServerError`s. On
+    /// failure, also says how many replies were read before it.
+    pub(super) fn exchange(
+        &mut self,
+        request: &[u8],
+        n: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Value>, (Fault, usize)> {
+        self.exchange_in(request, n, deadline, Phase::Request)
+    }
+
+    fn exchange_in(
+        &mut self,
+        request: &[u8],
+        n: usize,
+        deadline: Instant,
+        phase: Phase,
+    ) -> Result<Vec<Value>, (Fault, usize)> {
+        self.io
+            .write_all(request, deadline, phase)
+            .map_err(|fault| (fault, 0))?;
+        let mut replies = Vec::with_capacity(n);
+        while replies.len() < n {
+            let reply = self
+                .read_reply(deadline, phase)
+                .map_err(|fault| (fault, replies.len()))?;
+            replies.push(reply);
+        }
+        Ok(replies)
+    }
+
+    /// Reads one whole reply (within the size limits) by `deadline`.
+    fn read_reply(&mut self, deadline: Instant, phase: Phase) -> Result<Value, Fault> {
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            let pending = &self.buf[self.start..];
+            if pending.len() >= self.need {
+                match frame::scan(pending) {
+                    Scan::Complete(len) => {
+                        let value = redis::parse_redis_value(&pending[..len])
+                            .map_err(|e| Fault::Protocol(format!("unparsable reply: {e}")))?;
+                        self.start += len;
+                        self.need = 0;
+                        if self.start == self.buf.len() {
+                            self.buf.clear();
+                            self.start = 0;
+                        }
+                        return Ok(value);
+                    }
+                    Scan::Incomplete { need } => self.need = need,
+                    Scan::Invalid(why) => return Err(Fault::Protocol(why)),
+                }
+            }
+            // Everything pending belongs to this (incomplete) reply.
+            let received = self.buf.len() - self.start;
+            if received > MAX_REPLY_BYTES {
+                return Err(Fault::Protocol(format!(
+                    "reply larger than {MAX_REPLY_BYTES} bytes, cut off"
+                )));
+            }
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.need -= self.start.min(self.need);
+                self.start = 0;
+            }
+            let room = (MAX_REPLY_BYTES + 1 - received).min(READ_CHUNK);
+            let n = match self.io.read_some(&mut chunk[..room], deadline, phase) {
+                Ok(n) => n,
+                Err(Fault::Timeout { phase, .. }) => {
+                    return Err(Fault::Timeout { phase, received });
+                }
+                Err(other) => return Err(other),
+            };
+            if n == 0 {
+                return Err(Fault::Closed { phase });
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Whether bytes arrived beyond the replies read: a peer out of step
+    /// with its requests, whose connection must not be reused.
+    pub(super) fn has_unread_bytes(&self) -> bool {
+        self.start < self.buf.len()
+    }
+
+    /// Whether `INFO server` still has to be asked on this connection.
+    pub(super) fn needs_info(&self) -> bool {
+        matches!(self.identity, Identity::Unread)
+    }
+
+    /// Records the reply to this connection's `INFO server`; an error reply
+    /// or one that is not text leaves the identity unknown for good.
+    pub(super) fn learn_identity(&mut self, reply: Option<&Value>) {
+        self.identity = match reply.and_then(value_text) {
+            Some(text) => {
+                let (run_id, uptime) = parse_info(&text);
+                Identity::Known {
+                    run_id,
+                    uptime,
+                    read_at: Instant::now(),
+                }
+            }
+            None => Identity::Unavailable,
+        };
+    }
+
+    /// The server at the other end, with its uptime advanced by the time
+    /// since `INFO` was read; `None` when unknown.
+    pub(super) fn server(&self) -> Option<ServerInfo> {
+        match &self.identity {
+            Identity::Known {
+                run_id,
+                uptime,
+                read_at,
+            } => Some(ServerInfo {
+                run_id: run_id.clone(),
+                uptime: uptime.map(|u| u.saturating_add(read_at.elapsed())),
+            }),
+            Identity::Unread | Identity::Unavailable => None,
+        }
+    }
+}
+
+/// The text of a status or bulk reply.
+pub(super) fn value_text(value: &Value) -> Option<String> {
+    match value {
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Okay => Some("OK".to_owned()),
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// A reply's shape for messages, without its content.
+pub(super) fn describe_value(value: &Value) -> String {
+    match value {
+        Value::Nil => "nil".to_owned(),
+        Value::Int(n) => format!("integer {n}"),
+        Value::Okay => "OK".to_owned(),
+        Value::SimpleString(_) => "a status reply".to_owned(),
+        Value::BulkString(b) => format!("a {}-byte string", b.len()),
+        Value::Array(a) => format!("an array of {}", a.len()),
+        Value::ServerError(e) => format!("error {}", e.code()),
+        _ => "an unexpected reply type".to_owned(),
+    }
+}
+
+/// The identity in an `INFO` reply, as read now.
+pub(super) fn parse_info_now(text: &str) -> ServerInfo {
+    let (run_id, uptime) = parse_info(text);
+    ServerInfo { run_id, uptime }
+}
+
+/// `run_id` and `uptime_in_seconds` from an `INFO` reply.
+fn parse_info(text: &str) -> (Option<String>, Option<Duration>) {
+    let mut run_id = None;
+    let mut uptime = None;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if let Some(id) = line.strip_prefix("run_id:") {
+            run_id = Some(id.to_owned()).filter(|id| !id.is_empty());
+        } else if let Some(secs) = line.strip_prefix("uptime_in_seconds:") {
+            uptime = secs.parse::<u64>().ok().map(Duration::from_secs);
+        }
+    }
+    (run_id, uptime)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn info_parsing() {
+        let text = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
+        let (run_id, uptime) = parse_info(text);
+        assert_eq!(run_id.as_deref(), Some("abc123"));
+        assert_eq!(uptime, Some(Duration::from_secs(42)));
+        assert_eq!(parse_info(""), (None, None));
+    }
+}

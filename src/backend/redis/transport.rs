@@ -1,0 +1,274 @@
+//! The socket under one connection (TCP, Unix or TLS over TCP), with every
+//! connect, read and write bounded by the call's deadline, and the
+//! [`Fault`]s that can end a connection.
+//!
+//! A socket timeout bounds one `read()`; a peer that sends one byte just
+//! before each timeout would keep a plain reader busy for ever. Here every
+//! read and write first sets the socket timeout to the time *left* until
+//! the deadline, and a deadline that has passed ends the call, whatever
+//! the peer sends.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
+#[cfg(unix)]
+use std::path::PathBuf;
+#[cfg(feature = "tls")]
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "tls")]
+use super::tls::TlsStream;
+
+/// Where a connection goes.
+#[derive(Clone)]
+pub(super) enum Target {
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    #[cfg(feature = "tls")]
+    Tls {
+        host: String,
+        port: u16,
+        config: Arc<rustls::ClientConfig>,
+    },
+    #[cfg(unix)]
+    Unix(PathBuf),
+}
+
+/// What the connection was doing when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// TCP connect (or Unix socket connect).
+    Connect,
+    /// The TLS handshake.
+    #[cfg(feature = "tls")]
+    Tls,
+    /// `AUTH` / `SELECT`.
+    Setup,
+    /// Sending requests and reading their replies.
+    Request,
+}
+
+/// Why a connection failed. The connection is dropped in every case.
+#[derive(Debug)]
+pub(super) enum Fault {
+    /// The deadline passed; `received`: bytes read in this phase so far.
+    Timeout { phase: Phase, received: usize },
+    /// The peer closed or reset the connection.
+    Closed { phase: Phase },
+    /// The host name did not resolve.
+    Resolve(io::Error),
+    /// Any other I/O failure.
+    Io { phase: Phase, error: io::Error },
+    /// The peer does not speak RESP2, or its reply breaks the limits.
+    Protocol(String),
+    /// The TLS layer failed (certificate, handshake, protocol mismatch).
+    #[cfg(feature = "tls")]
+    Tls(String),
+    /// The server refused a setup command (`AUTH` or `SELECT`).
+    Refused {
+        command: &'static str,
+        error: redis::ServerError,
+    },
+}
+
+impl Fault {
+    pub(super) fn io(phase: Phase, error: io::Error) -> Self {
+        if is_dropped(error.kind()) {
+            Self::Closed { phase }
+        } else {
+            Self::Io { phase, error }
+        }
+    }
+}
+
+/// An open socket.
+pub(super) enum Transport {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(UnixStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<TlsStream>),
+}
+
+impl Transport {
+    /// Connects to `target` (and completes the TLS handshake) by `deadline`.
+    ///
+    /// Name resolution is the one step the standard library cannot bound;
+    /// a Unix socket connect is local and does not wait for a peer.
+    pub(super) fn connect(target: &Target, deadline: Instant) -> Result<Self, Fault> {
+        match target {
+            Target::Tcp { host, port } => Ok(Self::Tcp(connect_tcp(host, *port, deadline)?)),
+            #[cfg(feature = "tls")]
+            Target::Tls { host, port, config } => {
+                let tcp = connect_tcp(host, *port, deadline)?;
+                let tls = TlsStream::handshake(Arc::clone(config), host, tcp, deadline)?;
+                Ok(Self::Tls(Box::new(tls)))
+            }
+            #[cfg(unix)]
+            Target::Unix(path) => UnixStream::connect(path)
+                .map(Self::Unix)
+                .map_err(|e| Fault::io(Phase::Connect, e)),
+        }
+    }
+
+    /// One read of at most `buf.len()` bytes, by `deadline`; `Ok(0)` when
+    /// the peer closed the connection.
+    pub(super) fn read_some(
+        &mut self,
+        buf: &mut [u8],
+        deadline: Instant,
+        phase: Phase,
+    ) -> Result<usize, Fault> {
+        match self {
+            Self::Tcp(s) => read_bounded(s, buf, deadline, phase),
+            #[cfg(unix)]
+            Self::Unix(s) => read_bounded(s, buf, deadline, phase),
+            #[cfg(feature = "tls")]
+            Self::Tls(s) => s.read_some(buf, deadline, phase),
+        }
+    }
+
+    /// Writes all of `data` by `deadline`.
+    pub(super) fn write_all(
+        &mut self,
+        data: &[u8],
+        deadline: Instant,
+        phase: Phase,
+    ) -> Result<(), Fault> {
+        match self {
+            Self::Tcp(s) => write_bounded(s, data, deadline, phase),
+            #[cfg(unix)]
+            Self::Unix(s) => write_bounded(s, data, deadline, phase),
+            #[cfg(feature = "tls")]
+            Self::Tls(s) => s.write_all(data, deadline, phase),
+        }
+    }
+}
+
+/// A socket whose timeouts can be set (TCP or Unix).
+pub(super) trait Socket: Read + Write {
+    fn read_timeout(&self, t: Duration) -> io::Result<()>;
+    fn write_timeout(&self, t: Duration) -> io::Result<()>;
+}
+
+impl Socket for TcpStream {
+    fn read_timeout(&self, t: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(t))
+    }
+    fn write_timeout(&self, t: Duration) -> io::Result<()> {
+        self.set_write_timeout(Some(t))
+    }
+}
+
+#[cfg(unix)]
+impl Socket for UnixStream {
+    fn read_timeout(&self, t: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(t))
+    }
+    fn write_timeout(&self, t: Duration) -> io::Result<()> {
+        self.set_write_timeout(Some(t))
+    }
+}
+
+/// The time left until `deadline`, `None` once it has passed.
+pub(super) fn remaining(deadline: Instant) -> Option<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then_some(left)
+}
+
+/// One `read()` on `s` bounded by `deadline`.
+pub(super) fn read_bounded<S: Socket>(
+    s: &mut S,
+    buf: &mut [u8],
+    deadline: Instant,
+    phase: Phase,
+) -> Result<usize, Fault> {
+    loop {
+        let left = remaining(deadline).ok_or(Fault::Timeout { phase, received: 0 })?;
+        s.read_timeout(left).map_err(|e| Fault::io(phase, e))?;
+        match s.read(buf) {
+            Ok(n) => return Ok(n),
+            // Timed out (or woke early): the loop checks the deadline.
+            Err(e) if is_wait(e.kind()) => {}
+            Err(e) => return Err(Fault::io(phase, e)),
+        }
+    }
+}
+
+/// Writes all of `data` to `s` by `deadline`.
+pub(super) fn write_bounded<S: Socket>(
+    s: &mut S,
+    mut data: &[u8],
+    deadline: Instant,
+    phase: Phase,
+) -> Result<(), Fault> {
+    while !data.is_empty() {
+        let left = remaining(deadline).ok_or(Fault::Timeout { phase, received: 0 })?;
+        s.write_timeout(left).map_err(|e| Fault::io(phase, e))?;
+        match s.write(data) {
+            Ok(0) => return Err(Fault::Closed { phase }),
+            Ok(n) => data = &data[n..],
+            Err(e) if is_wait(e.kind()) => {}
+            Err(e) => return Err(Fault::io(phase, e)),
+        }
+    }
+    Ok(())
+}
+
+fn connect_tcp(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, Fault> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(Fault::Resolve)?
+        .collect();
+    let mut last = None;
+    for addr in addrs {
+        let Some(left) = remaining(deadline) else {
+            break;
+        };
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(stream) => {
+                // Requests are small and latency-bound.
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let timeout = Fault::Timeout {
+        phase: Phase::Connect,
+        received: 0,
+    };
+    Err(match last {
+        Some(e) if is_wait(e.kind()) => timeout,
+        Some(e) => Fault::io(Phase::Connect, e),
+        None if remaining(deadline).is_none() => timeout,
+        None => Fault::Resolve(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no address for this host",
+        )),
+    })
+}
+
+/// A socket timeout (or a spurious wake-up).
+pub(super) fn is_wait(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// The peer closed or reset the connection.
+pub(super) fn is_dropped(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::NotConnected
+    )
+}
