@@ -40,6 +40,10 @@ cargo test --all-features -- --test-threads=2
 echo "==> cargo clippy -p quorum-lock-bench (the comparison benchmark still builds)"
 cargo clippy -p quorum-lock-bench --all-targets -- -D warnings
 
+echo "==> the command-line tool: clippy and its tests (the real binary on real servers)"
+cargo clippy -p quorum-lock-cli --all-targets -- -D warnings
+cargo test -p quorum-lock-cli -- --test-threads=2
+
 echo "==> cargo clippy --no-default-features (memory backend only)"
 cargo clippy --no-default-features --all-targets -- -D warnings
 

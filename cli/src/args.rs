@@ -1,0 +1,156 @@
+//! Command-line arguments, and building a `LockManager` from them.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use quorum_lock::{LockManager, RetryPolicy};
+
+/// flock(1) for a cluster: a lock held on a quorum of Redis masters.
+#[derive(Debug, Parser)]
+#[command(name = "quorum-lock", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Settings every subcommand shares.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// The Redis masters, comma-separated (`redis://[user:pass@]host:port`).
+    #[arg(
+        long,
+        env = "QUORUM_LOCK_NODES",
+        value_delimiter = ',',
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) nodes: Vec<String>,
+    /// Timeout of each call to one node.
+    #[arg(long, value_parser = parse_duration, default_value = "100ms", global = true)]
+    pub(crate) node_timeout: Duration,
+    /// Longest TTL any lock may use; also how long a restarted server is
+    /// kept from voting (restart quarantine).
+    #[arg(long, value_parser = parse_duration, default_value = "60s", global = true)]
+    pub(crate) max_ttl: Duration,
+    /// Let a freshly (re)started server vote at once. Safe only when every
+    /// server persists with `appendfsync always`.
+    #[arg(long, global = true)]
+    pub(crate) no_restart_quarantine: bool,
+    /// Prefix of every key (as the library's `prefix`).
+    #[arg(long, default_value = "", global = true)]
+    pub(crate) prefix: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding the lock NAME, then release it.
+    Run(RunArgs),
+    /// Show whether NAME is held on each node, and the quorum's verdict.
+    Status(StatusArgs),
+    /// Check each node for what the lock relies on.
+    Doctor(DoctorArgs),
+}
+
+/// `quorum-lock run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Lock TTL; the lock is extended at a third of it while the command runs.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub(crate) ttl: Duration,
+    /// Wait up to this long for the lock (default: one attempt, like `flock -n`).
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+    /// Exit code when the lock is held elsewhere.
+    #[arg(short = 'E', long, default_value_t = 1)]
+    pub(crate) conflict_exit_code: u8,
+    /// Exit code when the lock is lost while the command runs (after it was
+    /// stopped).
+    #[arg(long, default_value_t = 75)]
+    pub(crate) lost_exit_code: u8,
+    /// After a loss: SIGTERM to the command, then SIGKILL after this long.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub(crate) kill_after: Duration,
+    /// The lock's name (the resource).
+    pub(crate) name: String,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `quorum-lock status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The lock's name (the resource).
+    pub(crate) name: String,
+    /// Print JSON for scripts.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `quorum-lock doctor`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// Print JSON for scripts.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl Global {
+    /// A manager over the nodes with these settings, and `ttl` as its TTL.
+    pub(crate) fn manager(&self, ttl: Duration) -> Result<LockManager, quorum_lock::Error> {
+        LockManager::builder()
+            .redis_nodes(&self.nodes)?
+            .node_timeout(self.node_timeout)
+            .max_ttl(self.max_ttl)
+            .ttl(ttl)
+            .prefix(&self.prefix)
+            .restart_quarantine(!self.no_restart_quarantine)
+            .retry(RetryPolicy::none())
+            .build()
+    }
+}
+
+/// `30s`, `500ms`, `2m`, `1h`, `1.5s`: a number and a unit (ms, s, m, h).
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("`{text}` has no unit: write e.g. 30s, 500ms, 2m or 1h"))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a number"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{text}`: use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_people_write() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("3 weeks").is_err());
+        assert!(parse_duration("1e999s").is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! `quorum-lock doctor`: each node checked for what the lock relies on:
+//! reachable, a master, the rights for every command the crate sends,
+//! memory policy, persistence and restart quarantine, round-trip time.
+//!
+//! One verdict line per node (`ok`, `warn`, `fail`). Exit codes: 0 every
+//! node ok; 1 some node warns or fails but a quorum of nodes can vote; 3
+//! fewer than a quorum can; 69 for a malformed node URL.
+
+use std::time::Duration;
+
+use redis::Connection;
+
+use crate::EXIT_UNAVAILABLE;
+use crate::args::{DoctorArgs, Global};
+use crate::inspect::{self, Node, info_field};
+use crate::json::Json;
+
+/// The release script the crate runs (compare-and-delete).
+const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+     return redis.call('del', KEYS[1]) else return 0 end";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Verdict {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Verdict {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Warn => "warn",
+            Self::Fail => "fail",
+        }
+    }
+}
+
+/// What was found on one node.
+struct Checkup {
+    verdict: Verdict,
+    /// `(what, value)` facts, in order.
+    facts: Vec<(&'static str, String)>,
+    /// Why the verdict is not ok.
+    findings: Vec<String>,
+}
+
+impl Checkup {
+    fn new() -> Self {
+        Self {
+            verdict: Verdict::Ok,
+            facts: Vec::new(),
+            findings: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, verdict: Verdict, finding: String) {
+        self.verdict = self.verdict.max(verdict);
+        self.findings.push(finding);
+    }
+}
+
+pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
+    let nodes = match inspect::nodes(&global.nodes, global.node_timeout) {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            eprintln!("quorum-lock: {e}");
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    let checkups: Vec<Checkup> = nodes.iter().map(|n| check(n, global)).collect();
+    let quorum = nodes.len() / 2 + 1;
+    // A node that only warns can still vote (a quarantine ends by itself).
+    let usable = checkups
+        .iter()
+        .filter(|c| c.verdict != Verdict::Fail)
+        .count();
+    let all_ok = checkups.iter().all(|c| c.verdict == Verdict::Ok);
+    let code = if all_ok {
+        0
+    } else if usable >= quorum {
+        1
+    } else {
+        3
+    };
+    if args.json {
+        let per_node = nodes
+            .iter()
+            .zip(&checkups)
+            .map(|(node, c)| {
+                let facts = c
+                    .facts
+                    .iter()
+                    .map(|(k, v)| Json::Arr(vec![(*k).into(), v.clone().into()]))
+                    .collect();
+                let findings = c.findings.iter().map(|f| f.clone().into()).collect();
+                Json::Obj(vec![
+                    ("node", node.name.clone().into()),
+                    ("verdict", c.verdict.as_str().into()),
+                    ("facts", Json::Arr(facts)),
+                    ("findings", Json::Arr(findings)),
+                ])
+            })
+            .collect();
+        let out = Json::Obj(vec![
+            ("quorum", (quorum as u64).into()),
+            ("usable", (usable as u64).into()),
+            ("nodes", Json::Arr(per_node)),
+        ]);
+        println!("{out}");
+    } else {
+        for (node, c) in nodes.iter().zip(&checkups) {
+            println!("{}", node.name);
+            for (what, value) in &c.facts {
+                println!("  {what}: {value}");
+            }
+            let why = if c.findings.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", c.findings.join("; "))
+            };
+            println!("  verdict: {}{why}", c.verdict.as_str());
+        }
+        println!(
+            "{usable} of {} nodes can vote, {quorum} needed: {}",
+            nodes.len(),
+            if usable >= quorum {
+                "locks work"
+            } else {
+                "NO QUORUM"
+            }
+        );
+    }
+    code
+}
+
+fn check(node: &Node, global: &Global) -> Checkup {
+    let mut c = Checkup::new();
+    let (mut conn, connect_time) = match node.connect() {
+        Ok(connected) => connected,
+        Err(e) => {
+            c.note(Verdict::Fail, format!("unreachable: {e}"));
+            return c;
+        }
+    };
+    c.facts.push(("connect", format!("{connect_time:?}")));
+    let started = std::time::Instant::now();
+    match node.query::<String>(&mut conn, &redis::cmd("PING")) {
+        Ok(_) => c
+            .facts
+            .push(("round trip", format!("{:?}", started.elapsed()))),
+        Err(e) => c.note(Verdict::Fail, format!("PING: {e}")),
+    }
+    check_identity(node, &mut conn, global, &mut c);
+    check_config(node, &mut conn, global, &mut c);
+    check_rights(node, &mut conn, &mut c);
+    c
+}
+
+/// Version, role, uptime and what restart quarantine makes of it.
+fn check_identity(node: &Node, conn: &mut Connection, global: &Global, c: &mut Checkup) {
+    let server = match node.query::<String>(conn, redis::cmd("INFO").arg("server")) {
+        Ok(text) => text,
+        Err(e) => {
+            let verdict = if global.no_restart_quarantine {
+                Verdict::Warn
+            } else {
+                Verdict::Fail
+            };
+            c.note(
+                verdict,
+                format!("INFO refused ({e}): with restart quarantine on, its grants do not count"),
+            );
+            return;
+        }
+    };
+    if let Some(version) = info_field(&server, "redis_version") {
+        c.facts.push(("version", version.to_owned()));
+    }
+    let uptime = info_field(&server, "uptime_in_seconds").and_then(|u| u.parse::<u64>().ok());
+    if let Some(secs) = uptime {
+        c.facts.push(("uptime", format!("{secs} s")));
+        // The quarantine a manager meeting it now would apply: max_ttl
+        // plus drift (1 % + 2 ms), less the uptime it can vouch for.
+        let quarantine = global.max_ttl + global.max_ttl / 100 + Duration::from_millis(2);
+        let credited = Duration::from_secs(secs.saturating_sub(1));
+        if !global.no_restart_quarantine && credited < quarantine {
+            let left = quarantine - credited;
+            c.note(
+                Verdict::Warn,
+                format!(
+                    "started {secs} s ago: quarantined for about {} s more (max_ttl + drift)",
+                    left.as_secs_f64().ceil()
+                ),
+            );
+        }
+    }
+    if let Ok(replication) = node.query::<String>(conn, redis::cmd("INFO").arg("replication")) {
+        let role = info_field(&replication, "role")
+            .unwrap_or("unknown")
+            .to_owned();
+        if role != "master" {
+            c.note(
+                Verdict::Fail,
+                format!("role {role}: a replica refuses writes (READONLY); configure masters"),
+            );
+        }
+        c.facts.push(("role", role));
+    }
+}
+
+/// Persistence and memory policy, when CONFIG is allowed.
+fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Checkup) {
+    let get = |conn: &mut Connection, name: &str| -> Result<String, String> {
+        let pair: Vec<String> = node.query(conn, redis::cmd("CONFIG").arg("GET").arg(name))?;
+        Ok(pair.get(1).cloned().unwrap_or_default())
+    };
+    match get(conn, "maxmemory-policy") {
+        Ok(policy) => {
+            if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
+                c.note(
+                    Verdict::Warn,
+                    format!("maxmemory-policy {policy} can evict lock keys under memory pressure; use noeviction"),
+                );
+            }
+            c.facts.push(("maxmemory-policy", policy));
+        }
+        Err(e) => c.facts.push(("maxmemory-policy", format!("unknown ({e})"))),
+    }
+    match (get(conn, "appendonly"), get(conn, "appendfsync")) {
+        (Ok(aof), Ok(fsync)) => {
+            let durable = aof == "yes" && fsync == "always";
+            let meaning = if durable {
+                "keys survive a crash: restarts are safe even without quarantine"
+            } else if global.no_restart_quarantine {
+                "a crash forgets keys and quarantine is off: a restart can let two holders in"
+            } else {
+                "a crash forgets keys; restart quarantine covers it"
+            };
+            if !durable && global.no_restart_quarantine {
+                c.note(Verdict::Warn, meaning.to_owned());
+            }
+            c.facts.push((
+                "persistence",
+                format!("appendonly {aof}, appendfsync {fsync}: {meaning}"),
+            ));
+        }
+        (Err(e), _) | (_, Err(e)) => c.facts.push(("persistence", format!("unknown ({e})"))),
+    }
+}
+
+/// The rights for every command the crate sends, tried on a scratch key
+/// that is removed again.
+fn check_rights(node: &Node, conn: &mut Connection, c: &mut Checkup) {
+    let key = format!("quorum-lock:doctor:{}", std::process::id());
+    let token = "quorum-lock-doctor";
+    let sha = redis::Script::new(RELEASE).get_hash().to_owned();
+    let mut missing = Vec::new();
+    let mut attempt = |name: &'static str, cmd: &redis::Cmd| {
+        if let Err(e) = node.query::<redis::Value>(conn, cmd)
+            && (e.contains("NOPERM") || e.contains("unknown command"))
+        {
+            missing.push(name);
+        }
+    };
+    attempt(
+        "SET",
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(5000),
+    );
+    attempt("GET", redis::cmd("GET").arg(&key));
+    attempt("TYPE", redis::cmd("TYPE").arg(&key));
+    attempt(
+        "EVALSHA",
+        redis::cmd("EVALSHA").arg(&sha).arg(1).arg(&key).arg(token),
+    );
+    attempt(
+        "EVAL",
+        redis::cmd("EVAL").arg(RELEASE).arg(1).arg(&key).arg(token),
+    );
+    if missing.is_empty() {
+        c.facts.push((
+            "rights",
+            "SET, GET, TYPE, EVAL, EVALSHA, INFO: ok".to_owned(),
+        ));
+    } else {
+        c.note(
+            Verdict::Fail,
+            format!("missing ACL rights for {}", missing.join(", ")),
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! Asking one Redis node directly, for `status` and `doctor`: a connection
+//! bounded by the node timeout, and messages that never show a password.
+
+use std::time::{Duration, Instant};
+
+use quorum_lock::{Backend, RedisBackend};
+use redis::{Connection, FromRedisValue, IntoConnectionInfo};
+
+/// One configured node.
+pub(crate) struct Node {
+    /// The URL without its password.
+    pub(crate) name: String,
+    url: String,
+    secret: Option<String>,
+    timeout: Duration,
+}
+
+impl Node {
+    /// The node at `url`; a malformed URL is an error (without its password).
+    pub(crate) fn open(url: &str, timeout: Duration) -> Result<Self, String> {
+        let backend = RedisBackend::open(url, timeout).map_err(|e| e.to_string())?;
+        let secret = url
+            .into_connection_info()
+            .ok()
+            .and_then(|info| info.redis_settings().password().map(str::to_owned))
+            .filter(|p| !p.is_empty());
+        Ok(Self {
+            name: backend.describe(),
+            url: url.to_owned(),
+            secret,
+            timeout,
+        })
+    }
+
+    /// A connection, and how long connecting took.
+    pub(crate) fn connect(&self) -> Result<(Connection, Duration), String> {
+        let started = Instant::now();
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| self.scrub(&e))?;
+        let conn = client
+            .get_connection_with_timeout(self.timeout)
+            .map_err(|e| self.scrub(&e))?;
+        conn.set_read_timeout(Some(self.timeout))
+            .map_err(|e| self.scrub(&e))?;
+        conn.set_write_timeout(Some(self.timeout))
+            .map_err(|e| self.scrub(&e))?;
+        Ok((conn, started.elapsed()))
+    }
+
+    /// Runs `cmd` on `conn`.
+    pub(crate) fn query<T: FromRedisValue>(
+        &self,
+        conn: &mut Connection,
+        cmd: &redis::Cmd,
+    ) -> Result<T, String> {
+        cmd.query(conn).map_err(|e| self.scrub(&e))
+    }
+
+    /// One line, without the password.
+    fn scrub(&self, e: &dyn std::fmt::Display) -> String {
+        let text = e.to_string().replace(['\r', '\n'], " ");
+        match &self.secret {
+            Some(secret) => text.replace(secret.as_str(), "***"),
+            None => text,
+        }
+    }
+}
+
+/// Every configured node, or the first malformed URL's error.
+pub(crate) fn nodes(urls: &[String], timeout: Duration) -> Result<Vec<Node>, String> {
+    urls.iter().map(|url| Node::open(url, timeout)).collect()
+}
+
+/// `field:value` lines of an `INFO` reply.
+pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .filter_map(|line| line.trim_end().split_once(':'))
+        .find(|(name, _)| *name == field)
+        .map(|(_, value)| value)
+}

@@ -1,0 +1,266 @@
+//! The `quorum-lock` binary against real redis-servers started by the
+//! library's test harness: run (conflict, pass-through, wait, loss, signal
+//! forwarding), status, doctor, and bad arguments.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{RedisServers, wait_until};
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");
+/// Generous bound for a child that must end by itself (a hang detector, not
+/// a timing assertion).
+const HANG: Duration = Duration::from_secs(30);
+
+/// The tool with `--nodes` set and quarantine off (the servers were just
+/// started), plus `args`.
+fn tool(servers: &RedisServers, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--nodes")
+        .arg(servers.urls().join(","))
+        .arg("--no-restart-quarantine")
+        .args(args)
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn output(cmd: &mut Command) -> Output {
+    cmd.output().unwrap()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+/// Waits for `child` at most [`HANG`]; kills it and fails if it hangs.
+fn wait_for(mut child: Child) -> i32 {
+    let end = Instant::now() + HANG;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code().unwrap_or(-1);
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("the tool did not exit within {HANG:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn held_everywhere(servers: &RedisServers, key: &[u8]) -> bool {
+    servers.iter().all(|s| s.get(key).is_some())
+}
+
+fn free_everywhere(servers: &RedisServers, key: &[u8]) -> bool {
+    servers.iter().all(|s| s.get(key).is_none())
+}
+
+#[test]
+fn a_second_run_conflicts_and_the_first_passes_its_status_through() {
+    let servers = RedisServers::start(3);
+    let first = tool(
+        &servers,
+        &["run", "job", "--", "sh", "-c", "sleep 1; exit 7"],
+    )
+    .spawn()
+    .unwrap();
+    assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
+    let second = output(&mut tool(&servers, &["run", "job", "--", "true"]));
+    assert_eq!(code(&second), 1, "{second:?}");
+    assert!(String::from_utf8_lossy(&second.stderr).contains("held elsewhere"));
+    let custom = output(&mut tool(
+        &servers,
+        &["run", "-E", "42", "job", "--", "true"],
+    ));
+    assert_eq!(code(&custom), 42);
+    assert_eq!(wait_for(first), 7, "the command's status passes through");
+    assert!(
+        free_everywhere(&servers, b"job"),
+        "released after the command"
+    );
+}
+
+#[test]
+fn the_command_sees_the_lock_name_and_wait_gets_the_lock_after_the_holder() {
+    let servers = RedisServers::start(3);
+    let first = tool(&servers, &["run", "job", "--", "sleep", "1"])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
+    let waited = output(&mut tool(
+        &servers,
+        &[
+            "run",
+            "--wait",
+            "20s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo $QUORUM_LOCK_NAME",
+        ],
+    ));
+    assert_eq!(code(&waited), 0, "{waited:?}");
+    assert_eq!(String::from_utf8_lossy(&waited.stdout).trim(), "job");
+    assert_eq!(wait_for(first), 0);
+}
+
+#[test]
+fn losing_the_majority_stops_the_command_with_the_lost_code() {
+    let mut servers = RedisServers::start(3);
+    let child = tool(
+        &servers,
+        &[
+            "run",
+            "--ttl",
+            "1s",
+            "--kill-after",
+            "2s",
+            "job",
+            "--",
+            "sleep",
+            "60",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
+    servers[0].kill9();
+    servers[1].kill9();
+    assert_eq!(wait_for(child), 75, "the lost exit code");
+}
+
+#[test]
+fn sigterm_to_the_tool_is_forwarded_and_the_lock_released() {
+    let servers = RedisServers::start(3);
+    let child = tool(
+        &servers,
+        &[
+            "run",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 9' TERM; sleep 60 & wait",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
+    // The shell must have set its trap: give it until its `sleep` runs.
+    std::thread::sleep(Duration::from_millis(300));
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        wait_for(child),
+        9,
+        "the command's trap ran and its code passed through"
+    );
+    assert!(free_everywhere(&servers, b"job"));
+}
+
+#[test]
+fn status_reports_each_node_and_the_verdict() {
+    let mut servers = RedisServers::start(3);
+    let free = output(&mut tool(&servers, &["status", "job"]));
+    assert_eq!(code(&free), 1, "{free:?}");
+    assert!(String::from_utf8_lossy(&free.stdout).contains("job: free"));
+    for server in servers.iter() {
+        server.cmd::<()>(redis::cmd("SET").arg("job").arg("t").arg("PX").arg(60_000));
+    }
+    let held = output(&mut tool(&servers, &["status", "--json", "job"]));
+    assert_eq!(code(&held), 0, "{held:?}");
+    let json = String::from_utf8_lossy(&held.stdout);
+    assert!(json.contains(r#""verdict":"held""#), "{json}");
+    servers[2].kill9();
+    let one_down = output(&mut tool(&servers, &["status", "job"]));
+    assert_eq!(code(&one_down), 0, "still held on a quorum");
+    assert!(String::from_utf8_lossy(&one_down.stdout).contains("unreachable"));
+    servers[0].flushall();
+    let split = output(&mut tool(&servers, &["status", "job"]));
+    assert_eq!(code(&split), 3, "{split:?}");
+}
+
+#[test]
+fn doctor_sees_healthy_down_and_quarantined_nodes() {
+    let mut servers = RedisServers::start(3);
+    let urls = servers.urls().join(",");
+    let doctor = |extra: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--nodes", &urls, "doctor"]).args(extra);
+        output(&mut cmd)
+    };
+    // Freshly started servers are quarantined (max_ttl 60 s): a warning.
+    let fresh = doctor(&[]);
+    let text = String::from_utf8_lossy(&fresh.stdout);
+    assert_eq!(code(&fresh), 1, "{text}");
+    assert!(text.contains("quarantined for about"), "{text}");
+    // With a 1 s max_ttl they are out of quarantine within a few seconds.
+    let healthy = || doctor(&["--max-ttl", "1s"]);
+    assert!(
+        wait_until(HANG, || code(&healthy()) == 0),
+        "{:?}",
+        healthy()
+    );
+    let text = String::from_utf8_lossy(&healthy().stdout).into_owned();
+    assert!(
+        text.contains("verdict: ok") && text.contains("role: master"),
+        "{text}"
+    );
+    // Quarantine off without durable persistence is worth a warning.
+    let unsafe_restarts = doctor(&["--max-ttl", "1s", "--no-restart-quarantine"]);
+    assert_eq!(code(&unsafe_restarts), 1);
+    let json = String::from_utf8_lossy(&doctor(&["--max-ttl", "1s", "--json"]).stdout).into_owned();
+    assert!(
+        json.starts_with('{') && json.contains(r#""verdict":"ok""#),
+        "{json}"
+    );
+    servers[1].kill9();
+    let down = healthy();
+    let text = String::from_utf8_lossy(&down.stdout);
+    assert_eq!(code(&down), 1, "a quorum still works: {text}");
+    assert!(text.contains("verdict: fail: unreachable"), "{text}");
+    servers[2].kill9();
+    assert_eq!(code(&healthy()), 3, "no quorum");
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let no_nodes = output(
+        Command::new(BIN)
+            .args(["status", "job"])
+            .env_remove("QUORUM_LOCK_NODES"),
+    );
+    assert_eq!(code(&no_nodes), 2);
+    assert!(String::from_utf8_lossy(&no_nodes.stderr).contains("--nodes"));
+    let bad_duration = output(Command::new(BIN).args([
+        "--nodes",
+        "redis://127.0.0.1:1",
+        "run",
+        "--ttl",
+        "3 weeks",
+        "job",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&bad_duration), 2);
+    assert!(String::from_utf8_lossy(&bad_duration.stderr).contains("unit"));
+    let no_command =
+        output(Command::new(BIN).args(["--nodes", "redis://127.0.0.1:1", "run", "job"]));
+    assert_eq!(code(&no_command), 2);
+    let bad_url = output(Command::new(BIN).args([
+        "--nodes",
+        "redis://:hunter2@host:notaport",
+        "status",
+        "job",
+    ]));
+    assert_eq!(code(&bad_url), 69);
+    assert!(!String::from_utf8_lossy(&bad_url.stderr).contains("hunter2"));
+}
