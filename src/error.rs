@@ -62,14 +62,28 @@ impl NodeOutcome {
         matches!(self, Self::Granted)
     }
 
-    fn describe(&self, op: Round) -> String {
+    /// The outcome in words, for the line of `node` in a report.
+    fn describe(&self, op: Round, node: &str) -> String {
         match (self, op) {
             (Self::Granted, Round::Acquire) => "acquired".into(),
             (Self::Granted, Round::Extend) => "extended".into(),
             (Self::Granted, Round::Release) => "released".into(),
             (Self::Refused, Round::Acquire) => "held elsewhere".into(),
             (Self::Refused, _) => "not held by us".into(),
-            (Self::Failed(e), _) => format!("failed ({e})"),
+            (Self::Failed(e), _) => {
+                // Backend messages name their node; the report line already
+                // does, so it is not said twice.
+                let message = e.message();
+                let message = message
+                    .strip_prefix(node)
+                    .and_then(|rest| rest.strip_prefix(": "))
+                    .unwrap_or(message);
+                if message.is_empty() {
+                    format!("failed ({})", e.kind())
+                } else {
+                    format!("failed ({}: {message})", e.kind())
+                }
+            }
             (Self::TimedOut, _) => "timed out".into(),
             (Self::NotAwaited, _) => "not awaited".into(),
             (Self::Down, _) => "skipped: marked down".into(),
@@ -244,7 +258,7 @@ impl fmt::Display for Report {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            write!(f, "{}: {}", n.node, n.outcome.describe(self.round))?;
+            write!(f, "{}: {}", n.node, n.outcome.describe(self.round, &n.node))?;
         }
         f.write_str("]")
     }
@@ -491,6 +505,21 @@ mod tests {
         .to_string();
         assert!(text.len() < 1000, "{} bytes", text.len());
         assert!(text.contains("(1048576 bytes)"), "{text}");
+    }
+
+    /// A backend error that names its node is not named twice.
+    #[test]
+    fn a_failed_node_is_named_once() {
+        let mut r = report();
+        r.nodes[1].outcome = NodeOutcome::Failed(BackendError::new(
+            BackendErrorKind::Unreachable,
+            "mem-b: connection refused",
+        ));
+        let text = r.to_string();
+        assert!(
+            text.contains("mem-b: failed (unreachable: connection refused)"),
+            "{text}"
+        );
     }
 
     #[test]
