@@ -122,7 +122,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod backend;
+mod backend;
 mod builder;
 mod clock;
 mod engine;

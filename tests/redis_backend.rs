@@ -7,7 +7,7 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorum_lock::backend::redis::RedisBackend;
+use quorum_lock::RedisBackend;
 use quorum_lock::{Backend, BackendError, BackendErrorKind, Op};
 
 use support::proxy::Proxy;

@@ -11,7 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::backend::redis::RedisBackend;
+use quorum_lock::RedisBackend;
 use quorum_lock::{Backend, BackendError, BackendErrorKind, LockManager, Op};
 
 use support::fake_server::{Behavior, FakeServer};

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use quorum_lock::backend::redis::RedisBackend;
+use quorum_lock::RedisBackend;
 use quorum_lock::{Backend, LockManager, Op};
 
 use support::RedisServer;

@@ -8,10 +8,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub mod memory;
+pub(crate) mod memory;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub mod redis;
+pub(crate) mod redis;
 
 /// One lock server (one Redis master, one in-memory node, ...).
 ///

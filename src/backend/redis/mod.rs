@@ -125,7 +125,7 @@ impl RedisBackend {
     /// ```no_run
     /// use std::time::Duration;
     /// use quorum_lock::Backend;
-    /// use quorum_lock::backend::redis::RedisBackend;
+    /// use quorum_lock::RedisBackend;
     ///
     /// let node = RedisBackend::open("redis://:secret@127.0.0.1:6379/0", Duration::from_millis(50))?;
     /// assert_eq!(node.describe(), "redis://:***@127.0.0.1:6379/0");
