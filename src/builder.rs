@@ -47,6 +47,7 @@ pub struct LockManagerBuilder {
     retry: Option<RetryPolicy>,
     clock: Option<Arc<dyn Clock>>,
     restart_quarantine: Option<bool>,
+    fencing: bool,
 }
 
 /// A configured node, opened at `build` (Redis URLs then get the final
@@ -208,6 +209,15 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Give every lock a fencing token unless its
+    /// [`LockOptions::fencing`](crate::LockOptions::fencing) says otherwise
+    /// (see there). Default: off.
+    #[must_use]
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
     /// The monotonic clock for every validity computation. Default: the
     /// OS monotonic clock. Tests inject a [`ManualClock`](crate::ManualClock).
     #[must_use]
@@ -272,6 +282,7 @@ impl LockManagerBuilder {
             drift_factor,
             quorum,
             prefix: self.prefix,
+            fencing: self.fencing,
             clock: self.clock.unwrap_or_else(|| Arc::new(MonotonicClock)),
         };
         let backends = self

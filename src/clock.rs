@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
@@ -17,6 +17,21 @@ use parking_lot::Mutex;
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current instant.
     fn now(&self) -> Instant;
+
+    /// Wall-clock time since the Unix epoch. Never used for lock timing;
+    /// only as the floor of fencing tokens (see
+    /// [`LockOptions::fencing`](crate::LockOptions::fencing)), which keeps
+    /// them increasing across servers that restarted and forgot their
+    /// counters. Default: the system clock.
+    fn since_epoch(&self) -> Duration {
+        system_since_epoch()
+    }
+}
+
+fn system_since_epoch() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 /// The operating system's monotonic clock ([`Instant::now`]). The default.
@@ -34,7 +49,7 @@ impl Clock for MonotonicClock {
 const MANUAL_CLOCK_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// A clock that only moves when told to: for deterministic tests of TTLs,
-/// drift and validity.
+/// drift and validity. Its wall clock moves with it.
 ///
 /// Clones share the same time.
 ///
@@ -55,6 +70,8 @@ pub struct ManualClock {
 #[derive(Debug)]
 struct ManualInner {
     origin: Instant,
+    /// The wall clock at `origin`.
+    epoch: Duration,
     offset: Mutex<Duration>,
 }
 
@@ -64,6 +81,7 @@ impl ManualClock {
         Self {
             inner: Arc::new(ManualInner {
                 origin: Instant::now(),
+                epoch: system_since_epoch(),
                 offset: Mutex::new(Duration::ZERO),
             }),
         }
@@ -86,5 +104,10 @@ impl Default for ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Instant {
         self.inner.origin + *self.inner.offset.lock()
+    }
+
+    /// The wall clock at the clock's creation, moved like [`now`](Self::now).
+    fn since_epoch(&self) -> Duration {
+        self.inner.epoch + *self.inner.offset.lock()
     }
 }

@@ -82,6 +82,30 @@ impl LockGuard {
         &self.lease.token
     }
 
+    /// The fencing token, when the lock was acquired with
+    /// [`LockOptions::fencing`](crate::LockOptions::fencing): larger than
+    /// that of every earlier holder of this resource (through any manager
+    /// on the same servers), below 2^53. Send it with every write to the
+    /// protected resource, which keeps the highest fence it has seen and
+    /// refuses writes with a lower one (`examples/fenced_write.rs`).
+    ///
+    /// ```
+    /// use quorum_lock::{LockManager, LockOptions, MemoryBackend};
+    ///
+    /// let locks = LockManager::builder().node(MemoryBackend::new("mem")).build()?;
+    /// let fenced = LockOptions::new().fencing(true);
+    /// let first = locks.lock_with("ledger", &fenced)?;
+    /// let a = first.fence().expect("asked for");
+    /// first.release()?;
+    /// let second = locks.lock_with("ledger", &fenced)?;
+    /// assert!(second.fence().unwrap() > a);
+    /// assert_eq!(locks.try_lock("other")?.fence(), None);
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    pub fn fence(&self) -> Option<u64> {
+        self.lease.fence
+    }
+
     /// The TTL last set on the nodes.
     pub fn ttl(&self) -> Duration {
         self.lease.state().ttl

@@ -139,7 +139,7 @@ pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
-pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
+pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 pub use builder::LockManagerBuilder;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, NodeOutcome, NodeReport, Report, Result, Round};

@@ -124,9 +124,10 @@ impl LockManager {
         };
         let rounds = self.core.rounds();
         let key = rounds.key_for(resource);
+        let fenced = options.fencing.unwrap_or(config.fencing);
         let started = Instant::now();
         if retry.single_attempt() {
-            let guard = self.guard(rounds.acquire_once(resource, &key, ttl)?);
+            let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
             return self.start_auto_extend(guard, ttl, options);
         }
         // Threads of this manager that want the same key take turns: only
@@ -146,7 +147,7 @@ impl LockManager {
             }
             Turn::TimedOut => {
                 // One honest attempt, so the error carries a real report.
-                let guard = self.guard(rounds.acquire_once(resource, &key, ttl)?);
+                let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
                 return self.start_auto_extend(guard, ttl, options);
             }
         };
@@ -160,7 +161,7 @@ impl LockManager {
         let mut attempts = 0u32;
         loop {
             attempts = attempts.saturating_add(1);
-            let error = match rounds.acquire_once(resource, &key, ttl) {
+            let error = match rounds.acquire_once(resource, &key, ttl, fenced) {
                 Ok(lease) => {
                     let guard = self.guard(lease).with_turn(streak);
                     return self.start_auto_extend(guard, ttl, options);

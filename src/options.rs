@@ -149,6 +149,7 @@ pub struct LockOptions {
     pub(crate) auto_extend: bool,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) max_extensions: Option<u32>,
+    pub(crate) fencing: Option<bool>,
 }
 
 impl LockOptions {
@@ -196,6 +197,21 @@ impl LockOptions {
     #[must_use]
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Give the lock a fencing token ([`LockGuard::fence`](crate::LockGuard::fence)):
+    /// a number, agreed by a quorum, that strictly increases from one
+    /// holder of the resource to the next, so the protected resource can
+    /// refuse a write from a holder that lost the lock without knowing it
+    /// (a pause past its validity). Costs one more round trip per
+    /// acquisition; a fenced lock is never handed to a waiting thread of
+    /// the same manager. Needs a backend that supports it (Redis and the
+    /// memory backend do). Default: the manager's
+    /// [`fencing`](crate::LockManagerBuilder::fencing) setting (off).
+    #[must_use]
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = Some(on);
         self
     }
 

@@ -75,6 +75,12 @@ impl Rng {
 
 struct World {
     shape: Shape,
+    /// Every lock asks for a fencing token.
+    fencing: bool,
+    /// The highest fence handed out so far, per resource, and the tokens
+    /// of the guards already checked.
+    fences: Vec<u64>,
+    checked: std::collections::HashSet<Vec<u8>>,
     clock: ManualClock,
     nodes: Vec<MemoryBackend>,
     quarantine: bool,
@@ -104,6 +110,9 @@ impl World {
         }
         let mut world = Self {
             shape,
+            fencing: false,
+            fences: vec![0; RESOURCES.len()],
+            checked: std::collections::HashSet::new(),
             clock,
             nodes,
             quarantine,
@@ -126,6 +135,7 @@ impl World {
             .ttl(self.shape.ttl)
             .max_ttl(self.shape.max_ttl)
             .restart_quarantine(self.quarantine)
+            .fencing(self.fencing)
             .node_timeout(Duration::from_millis(200))
             .retry(RetryPolicy::none())
             .build()
@@ -256,6 +266,33 @@ impl World {
         self.held[c][r] = got.ok();
     }
 
+    /// The fencing oracle: every guard acquired since the last check
+    /// carries a fence above every fence handed out before it for its
+    /// resource (at most one guard is new per step).
+    fn check_fences(&mut self, seed: u64) {
+        if !self.fencing {
+            return;
+        }
+        for held in &self.held {
+            for (r, guard) in held.iter().enumerate() {
+                let Some(guard) = guard else { continue };
+                if !self.checked.insert(guard.token().as_bytes().to_vec()) {
+                    continue;
+                }
+                let fence = guard.fence().expect("a fenced lock has a fence");
+                assert!(
+                    fence > self.fences[r],
+                    "seed {seed}: {} got fence {fence} after {}; last steps: {:?}",
+                    RESOURCES[r],
+                    self.fences[r],
+                    &self.log[self.log.len().saturating_sub(12)..]
+                );
+                assert!(fence < 1 << 53);
+                self.fences[r] = fence;
+            }
+        }
+    }
+
     /// The stronger oracle: every valid guard's keys are held on a quorum
     /// for at least its remaining validity (or the node restarted recently
     /// enough that quarantine keeps it from voting until then).
@@ -351,16 +388,36 @@ impl World {
 }
 
 fn run(shape: Shape) {
+    run_with(shape, false);
+}
+
+fn run_with(shape: Shape, fencing: bool) {
     for seed in 1..=SEEDS {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut world = World::new(shape, true, &mut rng);
+        if fencing {
+            world.fencing = true;
+            world.clients = (0..CLIENTS).map(|_| world.manager()).collect();
+        }
         for _ in 0..STEPS {
             world.step(&mut rng);
             world.check_exclusive(seed);
             world.check_deadlines(seed);
+            world.check_fences(seed);
         }
         world.heal_and_check_liveness(seed);
     }
+}
+
+/// Fencing (issue 12): with restarts, late managers, hand-over attempts,
+/// extends and faults in the schedule, each new holder of a resource gets
+/// a larger fence than every holder before it. Checked to fail when the
+/// write-back (phase 2) is skipped and when the wall-clock floor is
+/// removed (docs/safety.md).
+#[test]
+fn fences_strictly_increase_from_one_holder_to_the_next() {
+    run_with(WIDE, true);
+    run_with(TIGHT, true);
 }
 
 #[test]

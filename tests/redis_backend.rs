@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use quorum_lock::RedisBackend;
-use quorum_lock::{Backend, BackendError, BackendErrorKind, Op};
+use quorum_lock::{Backend, BackendError, BackendErrorKind, Op, Reply};
 
 use support::proxy::Proxy;
 use support::{RedisServer, RedisServers, connect, free_port, wait_until};
@@ -167,15 +167,15 @@ fn batch_returns_per_op_results_in_order_with_wrongtype_isolated() {
     ];
     let results = b.batch(&ops);
     assert_eq!(results.len(), ops.len());
-    assert_eq!(results[0].as_ref().ok(), Some(&true));
+    assert_eq!(results[0].as_ref().ok(), Some(&Reply::Yes));
     assert_eq!(kind(&results[1]), BackendErrorKind::WrongType);
     assert_eq!(kind(&results[2]), BackendErrorKind::WrongType);
     assert_eq!(kind(&results[3]), BackendErrorKind::WrongType);
-    assert_eq!(results[4].as_ref().ok(), Some(&false));
-    assert_eq!(results[5].as_ref().ok(), Some(&false));
-    assert_eq!(results[6].as_ref().ok(), Some(&true));
-    assert_eq!(results[7].as_ref().ok(), Some(&true));
-    assert_eq!(results[8].as_ref().ok(), Some(&true));
+    assert_eq!(results[4].as_ref().ok(), Some(&Reply::No));
+    assert_eq!(results[5].as_ref().ok(), Some(&Reply::No));
+    assert_eq!(results[6].as_ref().ok(), Some(&Reply::Yes));
+    assert_eq!(results[7].as_ref().ok(), Some(&Reply::Yes));
+    assert_eq!(results[8].as_ref().ok(), Some(&Reply::Yes));
     assert_eq!(server.get(b"a"), None);
     assert_eq!(server.get(b"b"), Some(t2.clone()));
     let kept: String = server.cmd(redis::cmd("HGET").arg("h").arg("f"));
@@ -203,7 +203,10 @@ fn batch_is_one_round_trip() {
     let start = Instant::now();
     let results = b.batch(&ops);
     let elapsed = start.elapsed();
-    assert!(results.iter().all(|r| matches!(r, Ok(true))), "{results:?}");
+    assert!(
+        results.iter().all(|r| matches!(r, Ok(Reply::Yes))),
+        "{results:?}"
+    );
     // 20 sequential round trips would take at least 2 s through this proxy.
     assert!(elapsed < Duration::from_secs(1), "batch took {elapsed:?}");
     assert_eq!(server.keys().len(), 21);
@@ -240,7 +243,7 @@ fn script_flush_then_release_and_extend_still_work() {
             token: &t,
         },
     ]);
-    let results: Vec<bool> = results.into_iter().map(Result::unwrap).collect();
+    let results: Vec<bool> = results.into_iter().map(|r| r.unwrap().is_yes()).collect();
     assert_eq!(results, [false, true, true, false]);
     assert!(server.keys().is_empty());
 }

@@ -13,7 +13,7 @@ use std::thread;
 use std::time::Duration;
 
 use quorum_lock::RedisBackend;
-use quorum_lock::{Backend, LockManager, Op};
+use quorum_lock::{Backend, LockManager, Op, Reply};
 
 use support::RedisServer;
 use support::proxy::Proxy;
@@ -41,7 +41,7 @@ fn acquire_and_check(b: &RedisBackend, key: &[u8], servers: &[(&RedisServer, Str
         ttl: TTL,
     }]);
     assert!(
-        matches!(answers.results(), [Ok(true)]),
+        matches!(answers.results(), [Ok(Reply::Yes)]),
         "{:?}",
         answers.results()
     );
@@ -177,7 +177,7 @@ fn refused_info_leaves_the_identity_unknown_and_is_asked_once() {
             token: &t,
             ttl: TTL,
         }]);
-        assert!(matches!(answers.results(), [Ok(true)]), "{answers:?}");
+        assert!(matches!(answers.results(), [Ok(Reply::Yes)]), "{answers:?}");
         assert!(answers.server().is_none(), "{:?}", answers.server());
     }
     // Reached, identity unknown.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
+use super::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 use crate::clock::{Clock, MonotonicClock};
 
 /// The longest a paused node holds a call before answering anyway, so a
@@ -87,6 +87,9 @@ struct Entry {
 
 struct State {
     keys: HashMap<Vec<u8>, Entry>,
+    /// Fence counters (no expiry; forgotten by a restart, like the keys of
+    /// a server without persistence).
+    fences: HashMap<Vec<u8>, u64>,
     down: bool,
     paused: bool,
     latency: Duration,
@@ -143,6 +146,7 @@ impl MemoryBackend {
                 created: started_at,
                 state: Mutex::new(State {
                     keys: HashMap::new(),
+                    fences: HashMap::new(),
                     down: false,
                     paused: false,
                     latency: Duration::ZERO,
@@ -204,6 +208,7 @@ impl MemoryBackend {
         let now = self.inner.clock.now();
         let mut state = self.inner.state.lock();
         state.keys.clear();
+        state.fences.clear();
         state.generation += 1;
         state.started_at = now;
         state.wall_start_secs = state.wall(self.inner.created, now).as_secs();
@@ -305,7 +310,7 @@ impl MemoryBackend {
         }
     }
 
-    fn apply(&self, op: &Op<'_>) -> Result<bool, BackendError> {
+    fn apply(&self, op: &Op<'_>) -> Result<Reply, BackendError> {
         self.inner.operations.fetch_add(1, Ordering::Relaxed);
         let hook = self.inner.state.lock().hook.clone();
         if let Some(hook) = hook {
@@ -327,40 +332,47 @@ impl MemoryBackend {
             ));
         }
         let answer = match *op {
-            Op::Acquire { key, token, ttl } => {
-                if let Some(entry) = state.live(key, now) {
-                    // Already ours (the same acquisition through another
-                    // name of this node): a grant; anyone else's: refused.
-                    entry.token == token
+            Op::Acquire { key, token, ttl } => Reply::from(state.acquire(key, token, ttl, now)?),
+            Op::AcquireFenced {
+                key,
+                token,
+                ttl,
+                counter,
+            } => {
+                if state.acquire(key, token, ttl, now)? {
+                    Reply::Fenced(state.fences.get(counter).copied().unwrap_or(0))
                 } else {
-                    let expires_at = now.checked_add(ttl).ok_or_else(|| {
-                        BackendError::new(BackendErrorKind::Other, "invalid expire time")
-                    })?;
-                    state.keys.insert(
-                        key.to_vec(),
-                        Entry {
-                            token: token.to_vec(),
-                            expires_at,
-                        },
-                    );
-                    true
+                    Reply::No
                 }
+            }
+            Op::RaiseFence {
+                key,
+                token,
+                counter,
+                fence,
+            } => {
+                let ours = state.live(key, now).is_some_and(|e| e.token == token);
+                if ours {
+                    let value = state.fences.entry(counter.to_vec()).or_insert(0);
+                    *value = (*value).max(fence);
+                }
+                Reply::from(ours)
             }
             Op::Release { key, token } => {
                 let ours = state.live(key, now).is_some_and(|e| e.token == token);
                 if ours {
                     state.keys.remove(key);
                 }
-                ours
+                Reply::from(ours)
             }
             Op::Extend { key, token, ttl } => match state.live(key, now) {
                 Some(entry) if entry.token == token => {
                     entry.expires_at = now.checked_add(ttl).ok_or_else(|| {
                         BackendError::new(BackendErrorKind::Other, "invalid expire time")
                     })?;
-                    true
+                    Reply::Yes
                 }
-                _ => false,
+                _ => Reply::No,
             },
         };
         if state.lose_replies_next > 0 {
@@ -372,29 +384,98 @@ impl MemoryBackend {
         }
         Ok(answer)
     }
+
+    /// Applies one op and returns its yes/no answer.
+    fn apply_bool(&self, op: &Op<'_>) -> Result<bool, BackendError> {
+        self.apply(op).map(Reply::is_yes)
+    }
+}
+
+impl State {
+    /// `SET key token NX PX ttl`, where a key already holding `token`
+    /// counts as set (the same acquisition through another name).
+    fn acquire(
+        &mut self,
+        key: &[u8],
+        token: &[u8],
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<bool, BackendError> {
+        if let Some(entry) = self.live(key, now) {
+            return Ok(entry.token == token);
+        }
+        let expires_at = now
+            .checked_add(ttl)
+            .ok_or_else(|| BackendError::new(BackendErrorKind::Other, "invalid expire time"))?;
+        self.keys.insert(
+            key.to_vec(),
+            Entry {
+                token: token.to_vec(),
+                expires_at,
+            },
+        );
+        Ok(true)
+    }
 }
 
 impl Backend for MemoryBackend {
     fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply(&Op::Acquire { key, token, ttl })
+        self.apply_bool(&Op::Acquire { key, token, ttl })
     }
 
     fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply(&Op::Release { key, token })
+        self.apply_bool(&Op::Release { key, token })
     }
 
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply(&Op::Extend { key, token, ttl })
+        self.apply_bool(&Op::Extend { key, token, ttl })
+    }
+
+    fn acquire_fenced(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        ttl: Duration,
+        counter: &[u8],
+    ) -> Result<Option<u64>, BackendError> {
+        self.round_trip();
+        let op = Op::AcquireFenced {
+            key,
+            token,
+            ttl,
+            counter,
+        };
+        self.apply(&op).map(|reply| match reply {
+            Reply::Fenced(n) => Some(n),
+            _ => None,
+        })
+    }
+
+    fn raise_fence(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        counter: &[u8],
+        fence: u64,
+    ) -> Result<bool, BackendError> {
+        self.round_trip();
+        let op = Op::RaiseFence {
+            key,
+            token,
+            counter,
+            fence,
+        };
+        self.apply_bool(&op)
     }
 
     fn describe(&self) -> String {
         self.inner.name.clone()
     }
 
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
         self.round_trip();
         ops.iter().map(|op| self.apply(op)).collect()
     }
@@ -541,7 +622,11 @@ mod tests {
                 token: b"t",
             },
         ];
-        let results: Vec<bool> = node.batch(&ops).into_iter().map(|r| r.unwrap()).collect();
+        let results: Vec<bool> = node
+            .batch(&ops)
+            .into_iter()
+            .map(|r| r.unwrap().is_yes())
+            .collect();
         assert_eq!(results, [true, false, true]);
         assert_eq!((node.round_trips(), node.operations()), (1, 3));
     }

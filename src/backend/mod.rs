@@ -76,6 +76,49 @@ pub trait Backend: Send + Sync + 'static {
     /// Any failure to get a definite answer from the server.
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError>;
 
+    /// [`acquire`](Self::acquire), and on success reads the fence counter
+    /// `counter` beside the lock (0 when it does not exist), in the same
+    /// atomic step. For fencing tokens (`LockOptions::fencing`).
+    ///
+    /// `Ok(Some(n))`: the key holds `token` now and the counter read `n`.
+    /// `Ok(None)`: the key is held by another token. `Err`: unknown.
+    ///
+    /// # Errors
+    ///
+    /// Any failure to get a definite answer; the default, for backends
+    /// without fencing, is a [`BackendErrorKind::Config`] error saying so.
+    fn acquire_fenced(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        ttl: Duration,
+        counter: &[u8],
+    ) -> Result<Option<u64>, BackendError> {
+        let _ = (key, token, ttl, counter);
+        Err(no_fencing(self))
+    }
+
+    /// Raises the fence counter `counter` to at least `fence`, only while
+    /// `key` still holds `token` (one atomic step). The counter never goes
+    /// down and is never given an expiry.
+    ///
+    /// `Ok(true)`: the key is ours and the counter is now `>= fence`.
+    /// `Ok(false)`: the key is no longer ours; nothing was written.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_fenced`](Self::acquire_fenced).
+    fn raise_fence(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        counter: &[u8],
+        fence: u64,
+    ) -> Result<bool, BackendError> {
+        let _ = (key, token, counter, fence);
+        Err(no_fencing(self))
+    }
+
     /// A name for reports and logs, such as `redis://10.0.0.1:6379/0`.
     ///
     /// Must never contain a password or other secret. Two backends with the
@@ -89,12 +132,28 @@ pub trait Backend: Send + Sync + 'static {
     /// round trip. The default calls the single-op methods one after
     /// another. An implementation must return exactly `ops.len()` results;
     /// the engine reports any missing result as an error.
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
         ops.iter()
             .map(|op| match *op {
-                Op::Acquire { key, token, ttl } => self.acquire(key, token, ttl),
-                Op::Release { key, token } => self.release(key, token),
-                Op::Extend { key, token, ttl } => self.extend(key, token, ttl),
+                Op::Acquire { key, token, ttl } => self.acquire(key, token, ttl).map(Reply::from),
+                Op::Release { key, token } => self.release(key, token).map(Reply::from),
+                Op::Extend { key, token, ttl } => self.extend(key, token, ttl).map(Reply::from),
+                Op::AcquireFenced {
+                    key,
+                    token,
+                    ttl,
+                    counter,
+                } => self
+                    .acquire_fenced(key, token, ttl, counter)
+                    .map(|read| read.map_or(Reply::No, Reply::Fenced)),
+                Op::RaiseFence {
+                    key,
+                    token,
+                    counter,
+                    fence,
+                } => self
+                    .raise_fence(key, token, counter, fence)
+                    .map(Reply::from),
             })
             .collect()
     }
@@ -164,10 +223,28 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         (**self).extend(key, token, ttl)
     }
+    fn acquire_fenced(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        ttl: Duration,
+        counter: &[u8],
+    ) -> Result<Option<u64>, BackendError> {
+        (**self).acquire_fenced(key, token, ttl, counter)
+    }
+    fn raise_fence(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        counter: &[u8],
+        fence: u64,
+    ) -> Result<bool, BackendError> {
+        (**self).raise_fence(key, token, counter, fence)
+    }
     fn describe(&self) -> String {
         (**self).describe()
     }
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
         (**self).batch(ops)
     }
     fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
@@ -209,25 +286,83 @@ pub enum Op<'a> {
         /// New expiry, from now.
         ttl: Duration,
     },
+    /// See [`Backend::acquire_fenced`].
+    AcquireFenced {
+        /// The lock key.
+        key: &'a [u8],
+        /// Our token.
+        token: &'a [u8],
+        /// Expiry to set.
+        ttl: Duration,
+        /// The fence counter's key.
+        counter: &'a [u8],
+    },
+    /// See [`Backend::raise_fence`].
+    RaiseFence {
+        /// The lock key.
+        key: &'a [u8],
+        /// Our token.
+        token: &'a [u8],
+        /// The fence counter's key.
+        counter: &'a [u8],
+        /// The value the counter must reach.
+        fence: u64,
+    },
+}
+
+/// A server's definite answer to one [`Op`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// Done: acquired, released, extended, or the fence raised.
+    Yes,
+    /// Refused: the key is held by another token, or is no longer ours.
+    No,
+    /// A fenced acquire succeeded and the counter beside the lock read this.
+    Fenced(u64),
+}
+
+impl Reply {
+    /// Whether the op was done (a fenced acquire that succeeded included).
+    pub fn is_yes(self) -> bool {
+        !matches!(self, Self::No)
+    }
+}
+
+impl From<bool> for Reply {
+    fn from(yes: bool) -> Self {
+        if yes { Self::Yes } else { Self::No }
+    }
+}
+
+/// The error of a backend that does not implement fencing.
+fn no_fencing<B: Backend + ?Sized>(backend: &B) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Config,
+        format!(
+            "{}: this backend does not support fencing tokens",
+            backend.describe()
+        ),
+    )
 }
 
 /// The answers to one [`Backend::identified_batch`]: one result per op, and
 /// the server that gave them.
 #[derive(Debug, Clone)]
 pub struct Answers {
-    results: Vec<Result<bool, BackendError>>,
+    results: Vec<Result<Reply, BackendError>>,
     server: Option<ServerInfo>,
 }
 
 impl Answers {
     /// `results` (one per op, in order) from the server `server` (`None`:
     /// unknown).
-    pub fn new(results: Vec<Result<bool, BackendError>>, server: Option<ServerInfo>) -> Self {
+    pub fn new(results: Vec<Result<Reply, BackendError>>, server: Option<ServerInfo>) -> Self {
         Self { results, server }
     }
 
     /// One result per op, in order.
-    pub fn results(&self) -> &[Result<bool, BackendError>] {
+    pub fn results(&self) -> &[Result<Reply, BackendError>] {
         &self.results
     }
 
@@ -237,7 +372,7 @@ impl Answers {
     }
 
     /// The results and the server, by value.
-    pub fn into_parts(self) -> (Vec<Result<bool, BackendError>>, Option<ServerInfo>) {
+    pub fn into_parts(self) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
         (self.results, self.server)
     }
 }

@@ -87,7 +87,7 @@ impl Vitals {
     }
 
     /// Counts one batch's results; remembers the last error.
-    pub(super) fn note_results(&self, results: &[Result<bool, BackendError>]) {
+    pub(super) fn note_results(&self, results: &[Result<crate::backend::Reply, BackendError>]) {
         self.operations
             .fetch_add(results.len() as u64, Ordering::Relaxed);
         let mut last = None;

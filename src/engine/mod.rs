@@ -22,10 +22,10 @@ use self::health::Vitals;
 use self::identity::Registry;
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
-use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared};
+use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared, Vote};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
-use crate::error::{Error, NodeOutcome, Round};
+use crate::error::{Error, NodeOutcome};
 use crate::health::NodeHealth;
 use crate::token::Token;
 
@@ -91,9 +91,31 @@ pub(crate) enum Direct {
     FastestNode,
 }
 
+/// What a round asks each node to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// `SET NX PX` (or our token already there).
+    Acquire,
+    /// The same, and read the fence counter beside the lock.
+    AcquireFenced,
+    /// Compare-and-pexpire.
+    Extend,
+    /// Compare-and-delete.
+    Release,
+    /// Raise the fence counter to this value while the lock is ours.
+    RaiseFence(u64),
+}
+
+impl Action {
+    /// Whether the op involves the fence counter.
+    pub(crate) fn is_fenced(self) -> bool {
+        matches!(self, Self::AcquireFenced | Self::RaiseFence(_))
+    }
+}
+
 /// One operation for every node.
 pub(crate) struct Request<'a> {
-    pub(crate) op: Round,
+    pub(crate) op: Action,
     pub(crate) key: &'a Arc<[u8]>,
     pub(crate) token: Token,
     pub(crate) ttl: Duration,
@@ -213,7 +235,7 @@ impl Engine {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
         let (reply, answers) = crossbeam_channel::bounded(n);
-        let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; n];
+        let mut outcomes: Vec<Option<Vote>> = vec![None; n];
         let own = match direct {
             Direct::FastestNode => self.fastest_node(wait),
             Direct::Never => None,
@@ -226,13 +248,13 @@ impl Engine {
             // A down node is skipped at no cost, but still gets the release
             // (an earlier acquire may have landed), parked until it is
             // back; nobody waits for its answer.
-            if down && (req.op != Round::Release || node.park_release(req)) {
-                outcomes[slot] = Some(NodeOutcome::Down);
+            if down && (req.op != Action::Release || node.park_release(req)) {
+                outcomes[slot] = Some((NodeOutcome::Down, None));
                 continue;
             }
             outcomes[slot] = match node.send(req, (!down).then(|| (reply.clone(), slot))) {
-                Err(refused) => Some(not_queued(refused)),
-                Ok(()) if down => Some(NodeOutcome::Down),
+                Err(refused) => Some((not_queued(refused), None)),
+                Ok(()) if down => Some((NodeOutcome::Down, None)),
                 Ok(()) => None,
             };
         }
@@ -251,7 +273,7 @@ impl Engine {
                 None => node
                     .send(req, Some((reply.clone(), slot)))
                     .err()
-                    .map(not_queued),
+                    .map(|refused| (not_queued(refused), None)),
             };
         }
         Pending {
@@ -279,7 +301,7 @@ impl Engine {
     /// once. Each release runs after whatever was queued before it.
     pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
         let req = Request {
-            op: Round::Release,
+            op: Action::Release,
             key,
             token,
             ttl: Duration::ZERO,
@@ -319,10 +341,10 @@ impl Engine {
 
 /// A scattered round whose answers have not been gathered yet.
 pub(crate) struct Pending {
-    /// Outcomes known at scatter time (node down, worker gone, or the node
+    /// Votes known at scatter time (node down, worker gone, or the node
     /// the caller ran itself).
-    outcomes: Vec<Option<NodeOutcome>>,
-    answers: Receiver<(usize, NodeOutcome)>,
+    outcomes: Vec<Option<Vote>>,
+    answers: Receiver<(usize, Vote)>,
     /// When gathering stops (`None`: the wait was too long to express).
     deadline: Option<Instant>,
 }
@@ -331,6 +353,15 @@ impl Pending {
     /// Gathers answers per `gather` until the deadline set at scatter time.
     /// Returns one outcome per node, in node order.
     pub(crate) fn gather(self, gather: Gather) -> Vec<NodeOutcome> {
+        self.gather_votes(gather)
+            .into_iter()
+            .map(|(outcome, _)| outcome)
+            .collect()
+    }
+
+    /// [`gather`](Self::gather), with the fence counter each granting node
+    /// read (fenced acquires).
+    pub(crate) fn gather_votes(self, gather: Gather) -> Vec<Vote> {
         let Self {
             mut outcomes,
             answers,
@@ -345,19 +376,19 @@ impl Pending {
         outcomes
             .iter()
             .flatten()
-            .for_each(|o| tally.record(o.is_granted()));
+            .for_each(|(o, _)| tally.record(o.is_granted()));
         let mut timed_out = false;
         while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
             let answer = match deadline {
                 Some(deadline) => answers.recv_deadline(deadline).ok(),
                 None => answers.recv().ok(),
             };
-            let Some((slot, outcome)) = answer else {
+            let Some((slot, vote)) = answer else {
                 timed_out = true;
                 break;
             };
-            tally.record(outcome.is_granted());
-            outcomes[slot] = Some(outcome);
+            tally.record(vote.0.is_granted());
+            outcomes[slot] = Some(vote);
         }
         let missing = if timed_out {
             NodeOutcome::TimedOut
@@ -366,7 +397,7 @@ impl Pending {
         };
         outcomes
             .into_iter()
-            .map(|o| o.unwrap_or_else(|| missing.clone()))
+            .map(|o| o.unwrap_or_else(|| (missing.clone(), None)))
             .collect()
     }
 }
@@ -435,7 +466,7 @@ mod tests {
             engine.release_detached(&key, token);
         }
         let acquire = Request {
-            op: Round::Acquire,
+            op: Action::Acquire,
             key: &key,
             token,
             ttl: Duration::from_secs(1),

@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
+use super::Action;
 use super::health::{RetryRelease, Vitals};
 use super::identity::{Identity, Registry, Standing};
-use crate::backend::{Backend, BackendError, BackendErrorKind, Op, ServerInfo};
+use crate::backend::{Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 use crate::clock::Clock;
-use crate::error::{NodeOutcome, Round};
+use crate::error::NodeOutcome;
 use crate::token::Token;
 
 /// Most operations handed to the backend in one batch (one round trip).
@@ -50,13 +51,17 @@ pub(crate) enum Refused {
 
 /// Where a worker sends the answer for one operation: the round's reply
 /// channel and this node's slot in it.
-pub(crate) type ReplyTo = (Sender<(usize, NodeOutcome)>, usize);
+pub(crate) type ReplyTo = (Sender<(usize, Vote)>, usize);
+
+/// One node's answer in a round: its outcome, and for a fenced acquire
+/// that it granted, the fence counter it read.
+pub(crate) type Vote = (NodeOutcome, Option<u64>);
 
 /// One unit of work for a node's worker.
 pub(crate) enum Job {
     /// A lock operation. `reply` is `None` for fire-and-forget releases.
     Op {
-        op: Round,
+        op: Action,
         key: Arc<[u8]>,
         token: Token,
         ttl: Duration,
@@ -111,11 +116,11 @@ impl NodeExec {
     /// (a probe after the node was marked down, or a release to retry).
     pub(crate) fn run_now(
         &self,
-        op: Round,
+        op: Action,
         key: &Arc<[u8]>,
         token: Token,
         ttl: Duration,
-    ) -> Option<(NodeOutcome, bool)> {
+    ) -> Option<(Vote, bool)> {
         let mut worker = self.state.try_lock()?;
         if self.queued.load(Ordering::SeqCst) != 0 || worker.probe_at.is_some() {
             return None;
@@ -203,7 +208,7 @@ fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
 
 /// One operation as the executor runs it.
 struct Item<'a> {
-    op: Round,
+    op: Action,
     key: &'a Arc<[u8]>,
     token: Token,
     ttl: Duration,
@@ -307,28 +312,47 @@ impl Worker {
         }
     }
 
-    /// Runs `items` as one backend batch and returns one outcome each.
-    fn execute(&mut self, items: &[Item<'_>]) -> Vec<NodeOutcome> {
+    /// Runs `items` as one backend batch and returns one vote each.
+    fn execute(&mut self, items: &[Item<'_>]) -> Vec<Vote> {
         let down = self.probe_at.is_some();
-        let mut outcomes: Vec<Option<NodeOutcome>> = Vec::with_capacity(items.len());
+        let mut known: Vec<Option<Vote>> = Vec::with_capacity(items.len());
+        // The fence counters' keys, beside the lock keys (kept alive for
+        // the ops that borrow them).
+        let counters: Vec<Option<Vec<u8>>> = items
+            .iter()
+            .map(|item| item.op.is_fenced().then(|| fence_key(item.key)))
+            .collect();
         let mut ops: Vec<Op<'_>> = Vec::with_capacity(items.len());
-        for item in items {
+        for (item, counter) in items.iter().zip(&counters) {
             // A down node skips acquires and extends at no cost. Its
             // releases are kept and sent once it is back: an earlier
             // acquire may have landed there.
             if down {
-                if item.op == Round::Release {
+                if item.op == Action::Release {
                     self.keep(item.key, item.token);
                 }
-                outcomes.push(Some(NodeOutcome::Down));
+                known.push(Some((NodeOutcome::Down, None)));
                 continue;
             }
-            outcomes.push(None);
+            known.push(None);
             let (key, token, ttl) = (&item.key[..], item.token.as_bytes(), item.ttl);
+            let counter = counter.as_deref().unwrap_or_default();
             ops.push(match item.op {
-                Round::Acquire => Op::Acquire { key, token, ttl },
-                Round::Extend => Op::Extend { key, token, ttl },
-                Round::Release => Op::Release { key, token },
+                Action::Acquire => Op::Acquire { key, token, ttl },
+                Action::AcquireFenced => Op::AcquireFenced {
+                    key,
+                    token,
+                    ttl,
+                    counter,
+                },
+                Action::Extend => Op::Extend { key, token, ttl },
+                Action::Release => Op::Release { key, token },
+                Action::RaiseFence(fence) => Op::RaiseFence {
+                    key,
+                    token,
+                    counter,
+                    fence,
+                },
             });
         }
         let mut results = Vec::new().into_iter();
@@ -343,10 +367,10 @@ impl Worker {
         }
         items
             .iter()
-            .zip(outcomes)
+            .zip(known)
             .map(|(item, known)| {
-                if let Some(outcome) = known {
-                    return outcome;
+                if let Some(vote) = known {
+                    return vote;
                 }
                 let result = results.next().unwrap_or_else(|| {
                     Err(BackendError::new(
@@ -354,14 +378,20 @@ impl Worker {
                         "no result for this op",
                     ))
                 });
-                if item.op == Round::Release {
+                if item.op == Action::Release {
                     self.keep_for_retry(item.key, item.token, &result);
                 }
                 match result {
-                    Ok(true) if item.op == Round::Release => NodeOutcome::Granted,
-                    Ok(true) => self.grant(standing),
-                    Ok(false) => NodeOutcome::Refused,
-                    Err(e) => NodeOutcome::Failed(e),
+                    Ok(Reply::No) => (NodeOutcome::Refused, None),
+                    // Releases count whoever answers: undoing needs no vote.
+                    Ok(_) if item.op == Action::Release => (NodeOutcome::Granted, None),
+                    Ok(Reply::Fenced(read)) => {
+                        let outcome = self.grant(standing);
+                        let fence = outcome.is_granted().then_some(read);
+                        (outcome, fence)
+                    }
+                    Ok(_) => (self.grant(standing), None),
+                    Err(e) => (NodeOutcome::Failed(e), None),
                 }
             })
             .collect()
@@ -372,7 +402,7 @@ impl Worker {
         &mut self,
         key: &Arc<[u8]>,
         token: Token,
-        result: &Result<bool, BackendError>,
+        result: &Result<Reply, BackendError>,
     ) {
         let unreached = result.as_ref().is_err_and(|e| e.kind().is_connectivity());
         if unreached {
@@ -437,7 +467,7 @@ impl Worker {
     /// another connection may have refreshed).
     fn standing(
         &mut self,
-        results: &[Result<bool, BackendError>],
+        results: &[Result<Reply, BackendError>],
         server: Option<&ServerInfo>,
     ) -> Standing {
         if !results.iter().any(Result::is_ok) {
@@ -479,7 +509,7 @@ impl Worker {
     fn call_backend(
         &self,
         ops: &[Op<'_>],
-    ) -> (Vec<Result<bool, BackendError>>, Option<ServerInfo>) {
+    ) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
         let backend = &self.backend;
         let answers = catch_unwind(AssertUnwindSafe(|| backend.identified_batch(ops)));
         let (mut results, server) = match answers {
@@ -506,7 +536,7 @@ impl Worker {
 
     /// A round trip in which every op failed to reach the server counts
     /// towards marking the node down; any answer from the server resets it.
-    fn note_health(&mut self, results: &[Result<bool, BackendError>]) {
+    fn note_health(&mut self, results: &[Result<Reply, BackendError>]) {
         self.health.note_results(results);
         let unreachable = results
             .iter()
@@ -638,10 +668,16 @@ impl Worker {
     }
 }
 
-fn reply_to(reply: Option<&ReplyTo>, outcome: NodeOutcome) {
+fn reply_to(reply: Option<&ReplyTo>, vote: Vote) {
     if let Some((tx, slot)) = reply {
         // The round may have been decided and its receiver dropped: a late
         // answer is simply not needed any more.
-        let _ = tx.send((*slot, outcome));
+        let _ = tx.send((*slot, vote));
     }
+}
+
+/// The fence counter's key beside a lock key: the key followed by
+/// `:fence`. It has no expiry.
+pub(crate) fn fence_key(key: &[u8]) -> Vec<u8> {
+    [key, b":fence"].concat()
 }

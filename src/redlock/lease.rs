@@ -17,6 +17,8 @@ pub(crate) struct Lease {
     pub(crate) resource: Box<[u8]>,
     pub(crate) key: Arc<[u8]>,
     pub(crate) token: Token,
+    /// The fencing token, when the lock was acquired with fencing.
+    pub(crate) fence: Option<u64>,
     state: Mutex<LeaseState>,
 }
 
@@ -51,11 +53,13 @@ impl Lease {
         token: Token,
         ttl: Duration,
         deadline: Instant,
+        fence: Option<u64>,
     ) -> Self {
         Self {
             resource: resource.into(),
             key,
             token,
+            fence,
             state: Mutex::new(LeaseState {
                 deadline,
                 ttl,

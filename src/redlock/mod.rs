@@ -8,6 +8,7 @@
 //! manager; the rounds use the engine.
 
 mod counters;
+mod fencing;
 mod lease;
 mod rounds;
 mod turns;

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::counters::{Counters, Event};
+use super::fencing::{next_fence, wall_micros, write_back};
 use super::lease::{Lease, LeaseState};
 use super::turns::{Handoff, LocalQueue, Streak};
 use super::validity::{check_ttl, drift, validity};
 use crate::clock::Clock;
-use crate::engine::{Direct, Engine, Gather, Pending, Request};
+use crate::engine::{Action, Direct, Engine, Gather, Pending, Request};
 use crate::error::{Error, NodeOutcome, NodeReport, Report, Result, Round, Shortened};
 use crate::token::Token;
 
@@ -25,6 +26,8 @@ pub(crate) struct Config {
     pub(crate) drift_factor: f64,
     pub(crate) quorum: usize,
     pub(crate) prefix: Vec<u8>,
+    /// Locks get fencing tokens unless the call says otherwise.
+    pub(crate) fencing: bool,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -95,18 +98,26 @@ impl Rounds {
     }
 
     /// One Redlock attempt: vote, then keep the lock only with a quorum and
-    /// a positive validity; otherwise release on every node.
+    /// a positive validity; otherwise release on every node. With
+    /// `fenced`, the granting nodes also read their fence counters, and the
+    /// lock is kept only once a quorum has acknowledged the new fence
+    /// within the validity (see [`super::fencing`]).
     pub(crate) fn acquire_once(
         &self,
         resource: &[u8],
         key: &Arc<[u8]>,
         ttl: Duration,
+        fenced: bool,
     ) -> Result<Arc<Lease>> {
         let config = &self.config;
         let token = Token::random()?;
         let start = self.now();
         let request = Request {
-            op: Round::Acquire,
+            op: if fenced {
+                Action::AcquireFenced
+            } else {
+                Action::Acquire
+            },
             key,
             token,
             ttl,
@@ -120,14 +131,15 @@ impl Rounds {
         } else {
             Direct::Never
         };
-        let outcomes = self.engine.round(
-            &request,
-            Gather::UntilDecided {
-                quorum: config.quorum,
-            },
-            config.node_timeout,
-            direct,
-        );
+        let gather = Gather::UntilDecided {
+            quorum: config.quorum,
+        };
+        let votes = self
+            .engine
+            .scatter(&request, config.node_timeout, direct)
+            .gather_votes(gather);
+        let reads: Vec<u64> = votes.iter().filter_map(|(_, read)| *read).collect();
+        let outcomes = votes.into_iter().map(|(outcome, _)| outcome).collect();
         let elapsed = self.now().saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
         let report = self.report(Round::Acquire, resource, outcomes, elapsed);
@@ -135,7 +147,20 @@ impl Rounds {
         if granted >= config.quorum && validity(ttl, elapsed, drift).is_some() {
             // Conservative: measured from before the first send.
             let deadline = start + (ttl - drift);
-            let lease = Lease::new(resource, Arc::clone(key), token, ttl, deadline);
+            let fence = if fenced {
+                match self.fence(key, token, reads, deadline) {
+                    Ok(fence) => Some(fence),
+                    Err(error) => {
+                        self.engine.release_detached(key, token);
+                        let error = error.into_error(report, self.engine.node_names());
+                        self.counters.note_failed_attempt(&error);
+                        return Err(error);
+                    }
+                }
+            } else {
+                None
+            };
+            let lease = Lease::new(resource, Arc::clone(key), token, ttl, deadline, fence);
             self.counters.note(Event::Acquired);
             return Ok(Arc::new(lease));
         }
@@ -158,6 +183,37 @@ impl Rounds {
         };
         self.counters.note_failed_attempt(&error);
         Err(error)
+    }
+
+    /// Phase 2 of a fenced acquire: picks the fence from the counters the
+    /// granting nodes read and writes it back to a quorum before
+    /// `deadline`. On failure the caller releases everywhere.
+    fn fence(
+        &self,
+        key: &Arc<[u8]>,
+        token: Token,
+        reads: Vec<u64>,
+        deadline: Instant,
+    ) -> std::result::Result<u64, FenceFailure> {
+        let wall = wall_micros(self.config.clock.since_epoch());
+        let fence = next_fence(reads, wall).map_err(FenceFailure::Counter)?;
+        let left = deadline.saturating_duration_since(self.now());
+        let wait = self.config.node_timeout.min(left);
+        let (outcomes, acknowledged) = write_back(
+            &self.engine,
+            key,
+            token,
+            fence,
+            self.config.quorum,
+            wait,
+            deadline,
+            || self.now(),
+        );
+        if acknowledged {
+            Ok(fence)
+        } else {
+            Err(FenceFailure::NotAcknowledged(outcomes))
+        }
     }
 
     /// Extends a held lock: a quorum must confirm within the remaining
@@ -197,7 +253,7 @@ impl Rounds {
             return Err(error);
         }
         let request = Request {
-            op: Round::Extend,
+            op: Action::Extend,
             key: &lease.key,
             token: lease.token,
             ttl,
@@ -285,7 +341,7 @@ impl Rounds {
         let config = &self.config;
         let start = self.now();
         let request = Request {
-            op: Round::Release,
+            op: Action::Release,
             key: &lease.key,
             token: lease.token,
             ttl: Duration::ZERO,
@@ -345,7 +401,9 @@ impl Rounds {
         streak: Streak,
     ) -> Option<Handoff> {
         let next = streak.next();
-        if next.yield_first {
+        // A fenced lock is never handed over: its next holder needs a
+        // larger fence, so it acquires (and fences) anew.
+        if next.yield_first || lease.fence.is_some() {
             return None;
         }
         let mut state = lease.state();
@@ -365,6 +423,7 @@ impl Rounds {
             lease.token,
             state.ttl,
             state.deadline,
+            None,
         );
         self.counters.note(Event::HandOver);
         Some(Handoff {
@@ -401,6 +460,36 @@ impl Rounds {
             elapsed,
             attempts: 1,
             waited: elapsed,
+        }
+    }
+}
+
+/// Why a fenced acquire could not hand out its fence.
+enum FenceFailure {
+    /// The counter is beyond what a fence may be.
+    Counter(Error),
+    /// No quorum acknowledged the fence within the validity: each node's
+    /// answer to the write-back.
+    NotAcknowledged(Vec<NodeOutcome>),
+}
+
+impl FenceFailure {
+    /// The error to return, from the acquire's report and the nodes' names.
+    fn into_error<'a>(self, mut report: Report, names: impl Iterator<Item = &'a str>) -> Error {
+        match self {
+            Self::Counter(error) => error,
+            Self::NotAcknowledged(outcomes) => {
+                report.nodes = names
+                    .zip(outcomes)
+                    .map(|(node, outcome)| NodeReport {
+                        node: node.to_owned(),
+                        outcome,
+                    })
+                    .collect();
+                Error::NoQuorum {
+                    report: Box::new(report),
+                }
+            }
         }
     }
 }

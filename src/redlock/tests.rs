@@ -35,6 +35,7 @@ fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
         drift_factor: 0.01,
         quorum: 2,
         prefix: Vec::new(),
+        fencing: false,
         clock,
     };
     Rounds::new(engine, config)
@@ -50,7 +51,7 @@ fn cluster(clock: &ManualClock) -> (Vec<MemoryBackend>, Rounds, Rounds) {
 
 fn lock(rounds: &Rounds) -> Option<Arc<Lease>> {
     let key = rounds.key_for(b"r");
-    rounds.acquire_once(b"r", &key, LONG).ok()
+    rounds.acquire_once(b"r", &key, LONG, false).ok()
 }
 
 /// The lease's remaining validity on `rounds`' clock (zero once lost).

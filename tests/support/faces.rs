@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use quorum_lock::{Backend, BackendError, BackendErrorKind, MemoryBackend, Op, ServerInfo};
+use quorum_lock::{Backend, BackendError, BackendErrorKind, MemoryBackend, Op, Reply, ServerInfo};
 
 /// A [`MemoryBackend`] with some of its answers changed; every lock
 /// operation goes to the node itself.
@@ -70,7 +70,7 @@ impl Backend for Face {
     fn describe(&self) -> String {
         self.name.clone().unwrap_or_else(|| self.node.describe())
     }
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
         self.node.batch(ops)
     }
     fn server_info(&self) -> Result<ServerInfo, BackendError> {

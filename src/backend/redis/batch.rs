@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{BackendError, BackendErrorKind, Op, ServerInfo};
+use crate::backend::{BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 
 use super::pool::{Checkout, Failure};
 use super::redact::show_key;
-use super::{EXTEND_SCRIPT, Inner, RELEASE_SCRIPT};
+use super::{ACQUIRE_FENCED_SCRIPT, EXTEND_SCRIPT, Inner, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT};
 
 /// Largest TTL sent to the server (about 285 000 years). Redis refuses
 /// expiries whose absolute time would overflow a signed 64-bit millisecond
@@ -39,7 +39,7 @@ impl Inner {
         c: &mut Checkout,
         ops: &[Op<'_>],
         ttls: &[u64],
-        results: &mut [Option<Result<bool, BackendError>>],
+        results: &mut [Option<Result<Reply, BackendError>>],
         server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
@@ -69,22 +69,17 @@ impl Inner {
             let op = &ops[i];
             let token = op_token(op);
             let outcome = match (op, reply) {
-                (Op::Acquire { .. }, Value::Okay) => Some(Ok(true)),
+                (Op::Acquire { .. }, Value::Okay) => Some(Ok(Reply::Yes)),
                 (Op::Acquire { .. }, Value::Nil) => {
                     followups.push((i, Followup::Get));
                     None
                 }
-                (Op::Release { .. } | Op::Extend { .. }, Value::ServerError(e))
-                    if e.code() == "NOSCRIPT" =>
-                {
+                (_, Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
                     followups.push((i, Followup::Eval));
                     None
                 }
                 (_, Value::ServerError(e)) => Some(Err(self.server_error(&e, Some(token)))),
-                (Op::Release { .. } | Op::Extend { .. }, Value::Int(n)) if n == 0 || n == 1 => {
-                    Some(Ok(n == 1))
-                }
-                (op, other) => Some(Err(self.protocol_error(op_name(op), &other))),
+                (op, value) => Some(self.script_reply(op, value)),
             };
             results[i] = outcome;
         }
@@ -127,16 +122,31 @@ impl Inner {
                 (_, Value::ServerError(e)) => Err(self.server_error(&e, Some(token))),
                 // Already ours: this acquisition set it, e.g. through
                 // another name of the same server.
-                (Followup::Get, Value::BulkString(held)) => Ok(held == token),
+                (Followup::Get, Value::BulkString(held)) => Ok(Reply::from(held == token)),
                 // Nil: the holder's key expired in between. Either way it
                 // was not set by this SET: refused.
-                (Followup::Get, Value::Nil) => Ok(false),
+                (Followup::Get, Value::Nil) => Ok(Reply::No),
                 (Followup::Get, other) => Err(self.protocol_error("GET", &other)),
-                (Followup::Eval, Value::Int(n)) if n == 0 || n == 1 => Ok(n == 1),
-                (Followup::Eval, other) => Err(self.protocol_error(op_name(op), &other)),
+                (Followup::Eval, value) => self.script_reply(op, value),
             });
         }
         Ok(())
+    }
+
+    /// A script's reply to `op`: 0 / 1 for release, extend and raise; the
+    /// counter (or -1, held elsewhere) for a fenced acquire.
+    fn script_reply(&self, op: &Op<'_>, value: Value) -> Result<Reply, BackendError> {
+        match (op, value) {
+            (Op::AcquireFenced { .. }, Value::Int(-1)) => Ok(Reply::No),
+            (Op::AcquireFenced { .. }, Value::Int(n)) if n >= 0 => {
+                Ok(Reply::Fenced(n.unsigned_abs()))
+            }
+            (
+                Op::Release { .. } | Op::Extend { .. } | Op::RaiseFence { .. },
+                Value::Int(n @ (0 | 1)),
+            ) => Ok(Reply::from(n == 1)),
+            (op, other) => Err(self.protocol_error(op_name(op), &other)),
+        }
     }
 
     fn pack_first(&self, op: &Op<'_>, ttl_ms: u64, buf: &mut Vec<u8>) {
@@ -148,40 +158,76 @@ impl Inner {
                 .arg("PX")
                 .arg(ttl_ms)
                 .write_packed_command(buf),
-            Op::Release { key, token } => redis::cmd("EVALSHA")
-                .arg(&self.release_sha)
-                .arg(1)
-                .arg(key)
-                .arg(token)
-                .write_packed_command(buf),
-            Op::Extend { key, token, .. } => redis::cmd("EVALSHA")
-                .arg(&self.extend_sha)
-                .arg(1)
-                .arg(key)
-                .arg(token)
-                .arg(ttl_ms)
-                .write_packed_command(buf),
+            _ => self.pack_script(op, ttl_ms, false, buf),
         }
     }
 
     fn pack_eval(&self, op: &Op<'_>, ttl_ms: u64, buf: &mut Vec<u8>) {
-        match *op {
-            Op::Release { key, token } => redis::cmd("EVAL")
-                .arg(RELEASE_SCRIPT)
-                .arg(1)
-                .arg(key)
-                .arg(token)
-                .write_packed_command(buf),
-            Op::Extend { key, token, .. } => redis::cmd("EVAL")
-                .arg(EXTEND_SCRIPT)
-                .arg(1)
-                .arg(key)
-                .arg(token)
-                .arg(ttl_ms)
-                .write_packed_command(buf),
-            // Acquire is never re-run by EVAL; keep the pipeline aligned.
-            Op::Acquire { key, .. } => redis::cmd("GET").arg(key).write_packed_command(buf),
+        self.pack_script(op, ttl_ms, true, buf);
+    }
+
+    /// `EVALSHA` (or `EVAL` with the script's text when `by_text`) of the
+    /// script behind `op`. A plain acquire is never run by script: its
+    /// follow-up `GET` keeps the pipeline aligned.
+    fn pack_script(&self, op: &Op<'_>, ttl_ms: u64, by_text: bool, buf: &mut Vec<u8>) {
+        let (text, sha, keys, args): (&str, &str, [&[u8]; 2], Vec<Vec<u8>>) = match *op {
+            Op::Acquire { key, .. } => {
+                redis::cmd("GET").arg(key).write_packed_command(buf);
+                return;
+            }
+            Op::Release { key, token } => (
+                RELEASE_SCRIPT,
+                &self.release_sha,
+                [key, &[]],
+                vec![token.to_vec()],
+            ),
+            Op::Extend { key, token, .. } => (
+                EXTEND_SCRIPT,
+                &self.extend_sha,
+                [key, &[]],
+                vec![token.to_vec(), ttl_ms.to_string().into_bytes()],
+            ),
+            Op::AcquireFenced {
+                key,
+                token,
+                counter,
+                ..
+            } => (
+                ACQUIRE_FENCED_SCRIPT,
+                &self.acquire_fenced_sha,
+                [key, counter],
+                vec![token.to_vec(), ttl_ms.to_string().into_bytes()],
+            ),
+            Op::RaiseFence {
+                key,
+                token,
+                counter,
+                fence,
+            } => (
+                RAISE_FENCE_SCRIPT,
+                &self.raise_fence_sha,
+                [key, counter],
+                vec![token.to_vec(), fence.to_string().into_bytes()],
+            ),
+        };
+        let two_keys = matches!(op, Op::AcquireFenced { .. } | Op::RaiseFence { .. });
+        let mut cmd = if by_text {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(text);
+            cmd
+        } else {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha);
+            cmd
+        };
+        cmd.arg(if two_keys { 2 } else { 1 }).arg(keys[0]);
+        if two_keys {
+            cmd.arg(keys[1]);
         }
+        for arg in &args {
+            cmd.arg(arg.as_slice());
+        }
+        cmd.write_packed_command(buf);
     }
 }
 
@@ -203,13 +249,21 @@ pub(super) fn ttl_millis(ttl: Duration) -> Result<u64, BackendError> {
 
 fn op_key<'a>(op: &Op<'a>) -> &'a [u8] {
     match *op {
-        Op::Acquire { key, .. } | Op::Release { key, .. } | Op::Extend { key, .. } => key,
+        Op::Acquire { key, .. }
+        | Op::Release { key, .. }
+        | Op::Extend { key, .. }
+        | Op::AcquireFenced { key, .. }
+        | Op::RaiseFence { key, .. } => key,
     }
 }
 
 fn op_token<'a>(op: &Op<'a>) -> &'a [u8] {
     match *op {
-        Op::Acquire { token, .. } | Op::Release { token, .. } | Op::Extend { token, .. } => token,
+        Op::Acquire { token, .. }
+        | Op::Release { token, .. }
+        | Op::Extend { token, .. }
+        | Op::AcquireFenced { token, .. }
+        | Op::RaiseFence { token, .. } => token,
     }
 }
 
@@ -218,6 +272,8 @@ fn op_name(op: &Op<'_>) -> &'static str {
         Op::Acquire { .. } => "SET NX",
         Op::Release { .. } => "the release script",
         Op::Extend { .. } => "the extend script",
+        Op::AcquireFenced { .. } => "the fenced acquire script",
+        Op::RaiseFence { .. } => "the fence script",
     }
 }
 

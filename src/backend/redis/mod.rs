@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
-use crate::backend::{Answers, Backend, BackendError, BackendErrorKind, Op, ServerInfo};
+use crate::backend::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 
 use self::batch::ttl_millis;
 use self::conn::{Setup, value_text};
@@ -72,6 +72,28 @@ const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
 /// `PEXPIRE` on a missing key does nothing, so this never creates a key.
 const EXTEND_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
      return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
+
+/// Fenced acquire: `SET KEYS[1] ARGV[1] NX PX ARGV[2]` (a key already
+/// holding our token counts as set), then the fence counter `KEYS[2]` (0
+/// when absent). Returns the counter, or -1 when the lock is held by
+/// another token. A key of another type fails with `WRONGTYPE` at the
+/// `GET`.
+const ACQUIRE_FENCED_SCRIPT: &str = "\
+     if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) \
+        or redis.call('get', KEYS[1]) == ARGV[1] then \
+       return tonumber(redis.call('get', KEYS[2]) or '0') \
+     end \
+     return -1";
+
+/// Raises the fence counter `KEYS[2]` to at least `ARGV[2]`, only while
+/// `KEYS[1]` holds `ARGV[1]`. Returns 1, or 0 when the lock is not ours.
+/// The counter never goes down and never expires.
+const RAISE_FENCE_SCRIPT: &str = "\
+     if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+     if tonumber(redis.call('get', KEYS[2]) or '0') < tonumber(ARGV[2]) then \
+       redis.call('set', KEYS[2], ARGV[2]) \
+     end \
+     return 1";
 
 /// One Redis server, used as a lock node.
 ///
@@ -97,6 +119,8 @@ struct Inner {
     idle: Mutex<Vec<IdleConn>>,
     release_sha: String,
     extend_sha: String,
+    acquire_fenced_sha: String,
+    raise_fence_sha: String,
 }
 
 impl RedisBackend {
@@ -210,6 +234,10 @@ impl RedisBackend {
                 idle: Mutex::new(Vec::new()),
                 release_sha: redis::Script::new(RELEASE_SCRIPT).get_hash().to_owned(),
                 extend_sha: redis::Script::new(EXTEND_SCRIPT).get_hash().to_owned(),
+                acquire_fenced_sha: redis::Script::new(ACQUIRE_FENCED_SCRIPT)
+                    .get_hash()
+                    .to_owned(),
+                raise_fence_sha: redis::Script::new(RAISE_FENCE_SCRIPT).get_hash().to_owned(),
             }),
         })
     }
@@ -286,17 +314,57 @@ impl Backend for RedisBackend {
     /// a key of another type gives [`BackendErrorKind::WrongType`].
     fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.single(Op::Acquire { key, token, ttl })
+            .map(Reply::is_yes)
     }
 
     /// Compare-and-delete by script.
     fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.single(Op::Release { key, token })
+        self.single(Op::Release { key, token }).map(Reply::is_yes)
     }
 
     /// Compare-and-pexpire by script; `ttl` rounded up like
     /// [`acquire`](Backend::acquire). Never creates a missing key.
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.single(Op::Extend { key, token, ttl })
+            .map(Reply::is_yes)
+    }
+
+    /// One script: `SET NX PX` (or our token already there), then the
+    /// counter's value; see [`Backend::acquire_fenced`].
+    fn acquire_fenced(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        ttl: Duration,
+        counter: &[u8],
+    ) -> Result<Option<u64>, BackendError> {
+        let op = Op::AcquireFenced {
+            key,
+            token,
+            ttl,
+            counter,
+        };
+        self.single(op).map(|reply| match reply {
+            Reply::Fenced(n) => Some(n),
+            _ => None,
+        })
+    }
+
+    /// One script: compare the token, then raise the counter.
+    fn raise_fence(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        counter: &[u8],
+        fence: u64,
+    ) -> Result<bool, BackendError> {
+        let op = Op::RaiseFence {
+            key,
+            token,
+            counter,
+            fence,
+        };
+        self.single(op).map(Reply::is_yes)
     }
 
     fn describe(&self) -> String {
@@ -314,7 +382,7 @@ impl Backend for RedisBackend {
     /// gets its own result: one op's server error (e.g. `WRONGTYPE`) leaves
     /// the others alone. A timeout or I/O error fails every op that has no
     /// answer yet, with the same error.
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<bool, BackendError>> {
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
         self.identified_batch(ops).into_parts().0
     }
 
@@ -325,12 +393,14 @@ impl Backend for RedisBackend {
     fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
         let inner = &*self.inner;
         let deadline = inner.deadline();
-        let mut results: Vec<Option<Result<bool, BackendError>>> = Vec::with_capacity(ops.len());
+        let mut results: Vec<Option<Result<Reply, BackendError>>> = Vec::with_capacity(ops.len());
         let mut ttls = Vec::with_capacity(ops.len());
         for op in ops {
             let ttl = match *op {
-                Op::Acquire { ttl, .. } | Op::Extend { ttl, .. } => Some(ttl),
-                Op::Release { .. } => None,
+                Op::Acquire { ttl, .. }
+                | Op::Extend { ttl, .. }
+                | Op::AcquireFenced { ttl, .. } => Some(ttl),
+                Op::Release { .. } | Op::RaiseFence { .. } => None,
             };
             match ttl.map(ttl_millis).transpose() {
                 Ok(ms) => {
@@ -407,7 +477,7 @@ impl Backend for RedisBackend {
 }
 
 impl RedisBackend {
-    fn single(&self, op: Op<'_>) -> Result<bool, BackendError> {
+    fn single(&self, op: Op<'_>) -> Result<Reply, BackendError> {
         self.batch(&[op]).pop().unwrap_or_else(|| {
             Err(self
                 .inner
