@@ -19,12 +19,9 @@
 //! then, as long as the clients' wall clocks differ by less than about
 //! half of `max_ttl`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::engine::{Action, Direct, Engine, Gather, Request};
-use crate::error::{Error, NodeOutcome, Result};
-use crate::token::Token;
-use std::sync::Arc;
+use crate::error::{Error, Result};
 
 /// Fences stay below 2^53, so SQL integer columns, JSON numbers and
 /// JavaScript carry them unchanged (and Redis' Lua compares them exactly).
@@ -54,37 +51,6 @@ pub(crate) fn next_fence(reads: impl IntoIterator<Item = u64>, wall: u64) -> Res
 /// increasing across servers that forgot their counters.
 pub(crate) fn wall_micros(since_epoch: Duration) -> u64 {
     u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// Phase 2: writes `fence` back to every node that still holds our token,
-/// waiting at most until `deadline` (the lock's end of validity, on the
-/// manager's clock, which `now` reads). Returns the per-node outcomes, and
-/// whether a quorum acknowledged in time.
-pub(crate) fn write_back(
-    engine: &Engine,
-    key: &Arc<[u8]>,
-    token: Token,
-    fence: u64,
-    quorum: usize,
-    wait: Duration,
-    deadline: Instant,
-    now: impl Fn() -> Instant,
-) -> (Vec<NodeOutcome>, bool) {
-    let request = Request {
-        op: Action::RaiseFence(fence),
-        key,
-        token,
-        ttl: Duration::ZERO,
-    };
-    let outcomes = engine.round(
-        &request,
-        Gather::UntilDecided { quorum },
-        wait,
-        Direct::Never,
-    );
-    let acknowledged = outcomes.iter().filter(|o| o.is_granted()).count();
-    let in_time = now() < deadline;
-    (outcomes, acknowledged >= quorum && in_time)
 }
 
 #[cfg(test)]

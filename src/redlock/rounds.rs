@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::counters::{Counters, Event};
-use super::fencing::{next_fence, wall_micros, write_back};
+use super::fencing::{next_fence, wall_micros};
 use super::lease::{Lease, LeaseState};
 use super::turns::{Handoff, LocalQueue, Streak};
 use super::validity::{check_ttl, drift, validity};
@@ -199,17 +199,22 @@ impl Rounds {
         let fence = next_fence(reads, wall).map_err(FenceFailure::Counter)?;
         let left = deadline.saturating_duration_since(self.now());
         let wait = self.config.node_timeout.min(left);
-        let (outcomes, acknowledged) = write_back(
-            &self.engine,
+        let request = Request {
+            op: Action::RaiseFence(fence),
             key,
             token,
-            fence,
-            self.config.quorum,
+            ttl: Duration::ZERO,
+        };
+        let quorum = self.config.quorum;
+        let outcomes = self.engine.round(
+            &request,
+            Gather::UntilDecided { quorum },
             wait,
-            deadline,
-            || self.now(),
+            Direct::Never,
         );
-        if acknowledged {
+        let acknowledged = outcomes.iter().filter(|o| o.is_granted()).count();
+        // Counts only if a quorum holds it before the lock could be gone.
+        if acknowledged >= quorum && self.now() < deadline {
             Ok(fence)
         } else {
             Err(FenceFailure::NotAcknowledged(outcomes))
