@@ -1,0 +1,98 @@
+//! Fencing tokens on real redis-servers (issue 12): fences increase from
+//! one holder to the next across managers, survive a majority restart
+//! (wall-clock floor plus quarantine), live in a counter key beside the
+//! lock with no expiry, and cost plain locks nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod support;
+
+use std::time::Duration;
+
+use quorum_lock::{LockManager, LockOptions, RetryPolicy};
+use support::{RedisServers, wait_until};
+
+fn manager(servers: &RedisServers, quarantine: bool) -> LockManager {
+    LockManager::builder()
+        .redis_nodes(servers.urls())
+        .unwrap()
+        .ttl(Duration::from_secs(1))
+        .max_ttl(Duration::from_secs(1))
+        .node_timeout(Duration::from_millis(200))
+        .restart_quarantine(quarantine)
+        .fencing(true)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn fences_increase_across_managers_and_live_beside_the_lock() {
+    let servers = RedisServers::start(3);
+    let a = manager(&servers, false);
+    let b = manager(&servers, false);
+    let mut last = 0;
+    for round in 0..20 {
+        let locks = if round % 2 == 0 { &a } else { &b };
+        let guard = locks.lock("ledger").unwrap();
+        let fence = guard.fence().expect("fenced");
+        assert!(fence > last, "round {round}: {fence} after {last}");
+        assert!(fence < 1 << 53);
+        last = fence;
+        assert!(locks.flush(Duration::from_secs(5)));
+        // The write-back reached a quorum; the counter has no expiry.
+        let holding = servers
+            .iter()
+            .filter(|s| s.get(b"ledger:fence") == Some(fence.to_string().into_bytes()))
+            .count();
+        assert!(holding >= 2, "round {round}: fence {fence} on {holding} nodes");
+        assert!(servers.iter().all(|s| s.pttl(b"ledger:fence") == -1));
+        guard.release().unwrap();
+    }
+    // Extends keep the fence.
+    let mut guard = a.lock("ledger").unwrap();
+    let fence = guard.fence();
+    guard.extend(Duration::from_secs(1)).unwrap();
+    assert_eq!(guard.fence(), fence);
+    guard.release().unwrap();
+}
+
+#[test]
+fn plain_locks_have_no_fence_and_write_no_counter() {
+    let servers = RedisServers::start(3);
+    let locks = manager(&servers, false);
+    let guard = locks
+        .lock_with("plain", &LockOptions::new().fencing(false))
+        .unwrap();
+    assert_eq!(guard.fence(), None);
+    guard.release().unwrap();
+    assert!(servers.iter().all(|s| s.get(b"plain:fence").is_none()));
+}
+
+/// A majority restarts without persistence and forgets its counters; once
+/// its quarantine is over, the next fence is still larger: the wall-clock
+/// floor has moved past the forgotten one.
+#[test]
+fn a_majority_that_forgot_its_counters_does_not_lower_the_fence() {
+    let mut servers = RedisServers::start(3);
+    let locks = manager(&servers, true);
+    let first = || locks.lock_with("job", &LockOptions::new().retry(RetryPolicy::none()));
+    // Fresh servers are in quarantine for about a second: wait it out.
+    let mut guard = None;
+    assert!(wait_until(Duration::from_secs(10), || {
+        guard = first().ok();
+        guard.is_some()
+    }));
+    let before = guard.take().unwrap();
+    let fence_a = before.fence().unwrap();
+    before.release().unwrap();
+    servers[0].restart();
+    servers[1].restart();
+    assert!(servers[0].get(b"job:fence").is_none(), "restarted empty");
+    let mut after = None;
+    assert!(wait_until(Duration::from_secs(10), || {
+        after = first().ok();
+        after.is_some()
+    }));
+    let fence_b = after.unwrap().fence().unwrap();
+    assert!(fence_b > fence_a, "{fence_b} after {fence_a}");
+}
