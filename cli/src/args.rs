@@ -63,6 +63,10 @@ pub(crate) struct RunArgs {
     /// Wait up to this long for the lock (default: one attempt, like `flock -n`).
     #[arg(long, value_parser = parse_duration)]
     pub(crate) wait: Option<Duration>,
+    /// Take a fencing token and pass it to the command as
+    /// `QUORUM_LOCK_FENCE` (it increases from one holder to the next).
+    #[arg(long)]
+    pub(crate) fencing: bool,
     /// Exit code when the lock is held elsewhere.
     #[arg(short = 'E', long, default_value_t = 1)]
     pub(crate) conflict_exit_code: u8,

@@ -42,6 +42,7 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
     let options = LockOptions::new()
         .ttl(args.ttl)
         .retry(retry)
+        .fencing(args.fencing)
         .auto_extend(true)
         .max_hold(Duration::MAX);
     let guard = match locks.lock_with(&args.name, &options) {
@@ -64,10 +65,14 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             eprintln!("quorum-lock: cannot catch signal {signal}: {e}");
         }
     }
-    let child = Command::new(&args.command[0])
+    let mut command = Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
-        .env("QUORUM_LOCK_NAME", &args.name)
-        .spawn();
+        .env("QUORUM_LOCK_NAME", &args.name);
+    if let Some(fence) = guard.fence() {
+        command.env("QUORUM_LOCK_FENCE", fence.to_string());
+    }
+    let child = command.spawn();
     let mut child = match child {
         Ok(child) => child,
         Err(e) => {

@@ -110,6 +110,32 @@ fn the_command_sees_the_lock_name_and_wait_gets_the_lock_after_the_holder() {
 }
 
 #[test]
+fn fencing_passes_an_increasing_fence_to_the_command() {
+    let servers = RedisServers::start(3);
+    let fence = || {
+        let out = output(&mut tool(
+            &servers,
+            &[
+                "run",
+                "--fencing",
+                "job",
+                "--",
+                "sh",
+                "-c",
+                "echo $QUORUM_LOCK_FENCE",
+            ],
+        ));
+        assert_eq!(code(&out), 0, "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let (first, second) = (fence(), fence());
+    assert!(second > first, "{second} after {first}");
+}
+
+#[test]
 fn losing_the_majority_stops_the_command_with_the_lost_code() {
     let mut servers = RedisServers::start(3);
     let child = tool(
