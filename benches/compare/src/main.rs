@@ -11,6 +11,7 @@
 //! `docs/benchmarks.md` for what each scenario measures.
 
 mod clients;
+mod fencing;
 mod floor;
 mod ours;
 mod peers;
@@ -37,6 +38,7 @@ and rslock crates, on redis-server nodes started on loopback.
 Usage: cargo run --release -p quorum-lock-bench -- [OPTIONS]
 
 Options:
+  --fencing-cost [R]  only: the cost of fencing tokens, paired and interleaved, R runs (default 5)
   --runs R          repeat every measurement R times, report medians (default 3; 1 with --quick)
   --quick           small counts: a smoke test that the benchmark runs
   --only LIST       clients to run, comma-separated: floor,ours,backend,redlock,redsync,rslock
@@ -199,6 +201,19 @@ impl Plan {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--fencing-cost") {
+        let runs = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(5);
+        return match fencing::fencing_cost(runs) {
+            Ok(table) => {
+                print!("{table}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("quorum-bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let plan = match Plan::parse(&args) {
         Ok(Some(plan)) => plan,
         Ok(None) => {
