@@ -6,9 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Report, Result};
+use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::redlock::{Core, Lease, Streak};
+use crate::report::Report;
 use crate::token::Token;
 
 /// A lock held on a quorum of nodes, valid until its deadline.

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::BackendError;
-use crate::error::human;
+use crate::report::human;
 
 /// A snapshot of a manager's nodes and locks, from
 /// [`LockManager::health`](crate::LockManager::health).

@@ -133,6 +133,7 @@ mod lost;
 mod manager;
 mod options;
 mod redlock;
+mod report;
 mod token;
 
 pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
@@ -142,12 +143,13 @@ pub use backend::redis::RedisBackend;
 pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 pub use builder::LockManagerBuilder;
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use error::{Error, NodeOutcome, NodeReport, Report, Result, Round};
+pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use health::{Health, LockCounters, NodeHealth, NodeState};
 pub use lost::LostSignal;
 pub use manager::LockManager;
 pub use options::{LockOptions, RetryPolicy};
+pub use report::{NodeOutcome, NodeReport, Report, Round};
 pub use token::Token;
 
 // The Markdown guides' Rust examples run as doctests too.

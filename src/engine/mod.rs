@@ -7,9 +7,11 @@
 //! that follows a failed round always runs after the acquire it undoes,
 //! even when that acquire's answer came too late to count.
 
+mod action;
 mod health;
 mod identity;
 mod tally;
+mod upkeep;
 mod worker;
 
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
+pub(crate) use self::action::Action;
 use self::health::Vitals;
 use self::identity::Registry;
 use self::tally::Tally;
@@ -25,8 +28,9 @@ pub(crate) use self::tally::majority;
 use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared, Vote};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
-use crate::error::{Error, NodeOutcome};
+use crate::error::Error;
 use crate::health::NodeHealth;
+use crate::report::NodeOutcome;
 use crate::token::Token;
 
 /// The node workers. Dropping the engine closes their queues; each worker
@@ -89,28 +93,6 @@ pub(crate) enum Direct {
     Never,
     /// Run the fastest idle node's operation on the caller's thread.
     FastestNode,
-}
-
-/// What a round asks each node to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Action {
-    /// `SET NX PX` (or our token already there).
-    Acquire,
-    /// The same, and read the fence counter beside the lock.
-    AcquireFenced,
-    /// Compare-and-pexpire.
-    Extend,
-    /// Compare-and-delete.
-    Release,
-    /// Raise the fence counter to this value while the lock is ours.
-    RaiseFence(u64),
-}
-
-impl Action {
-    /// Whether the op involves the fence counter.
-    pub(crate) fn is_fenced(self) -> bool {
-        matches!(self, Self::AcquireFenced | Self::RaiseFence(_))
-    }
 }
 
 /// One operation for every node.

@@ -18,24 +18,20 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use super::Action;
+use super::action::Action;
 use super::health::{RetryRelease, Vitals};
 use super::identity::{Identity, Registry, Standing};
 use crate::backend::{Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 use crate::clock::Clock;
-use crate::error::NodeOutcome;
+use crate::report::NodeOutcome;
 use crate::token::Token;
 
 /// Most operations handed to the backend in one batch (one round trip).
 const MAX_BATCH: usize = 512;
-/// Consecutive failed round trips (all connectivity errors) before a node is
-/// marked down.
-const DOWN_AFTER: u32 = 2;
-/// First and longest wait before probing a down node again.
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// First wait before probing a down node again (it doubles up to a bound).
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// How often releases that could not reach the node are sent again.
-const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(100);
+pub(super) const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(100);
 
 /// Most operations queued for one node and not yet run.
 pub(crate) const MAX_QUEUED: usize = 100_000;
@@ -229,22 +225,22 @@ pub(crate) struct Shared {
     pub(crate) release_retry_window: Duration,
 }
 
-struct Worker {
+pub(super) struct Worker {
     /// The node's place in the configuration (its name is
     /// `shared.names[index]`).
-    index: usize,
-    backend: Arc<dyn Backend>,
-    health: Arc<Vitals>,
-    shared: Arc<Shared>,
-    identity: Identity,
+    pub(super) index: usize,
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) health: Arc<Vitals>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) identity: Identity,
     /// Releases to send again (see [`RetryRelease`]).
-    retries: VecDeque<RetryRelease>,
+    pub(super) retries: VecDeque<RetryRelease>,
     /// When to send the pending releases again.
-    retry_at: Instant,
-    failures: u32,
-    backoff: Duration,
+    pub(super) retry_at: Instant,
+    pub(super) failures: u32,
+    pub(super) backoff: Duration,
     /// Set while the node is down: when to probe it next.
-    probe_at: Option<Instant>,
+    pub(super) probe_at: Option<Instant>,
 }
 
 impl Worker {
@@ -397,71 +393,6 @@ impl Worker {
             .collect()
     }
 
-    /// Keeps a release that did not reach the server for another try.
-    fn keep_for_retry(
-        &mut self,
-        key: &Arc<[u8]>,
-        token: Token,
-        result: &Result<Reply, BackendError>,
-    ) {
-        let unreached = result.as_ref().is_err_and(|e| e.kind().is_connectivity());
-        if unreached {
-            self.keep(key, token);
-        }
-    }
-
-    /// Adds a release to the retry list (bounded: the oldest go first).
-    fn keep(&mut self, key: &Arc<[u8]>, token: Token) {
-        if RetryRelease::push(&mut self.retries, key, token) {
-            self.health.note_abandoned(1);
-        }
-        self.health.note_retrying(self.retries.len());
-    }
-
-    /// Sends the pending releases again, as one batch; keeps those that
-    /// still cannot reach the node and have not expired.
-    fn retry_releases(&mut self) {
-        let now = Instant::now();
-        let window = self.shared.release_retry_window;
-        let before = self.retries.len();
-        self.retries.retain(|r| r.since + window > now);
-        let expired = before - self.retries.len();
-        if expired > 0 {
-            self.health.note_abandoned(expired as u64);
-            log::warn!(
-                "quorum-lock: node {}: gave up on {expired} releases it could not take within \
-                 max_ttl; their keys have expired by now",
-                self.name()
-            );
-        }
-        self.health.note_retrying(self.retries.len());
-        if self.retries.is_empty() {
-            return;
-        }
-        log::debug!(
-            "quorum-lock: node {}: retrying {} releases",
-            self.name(),
-            self.retries.len()
-        );
-        let ops: Vec<Op<'_>> = self
-            .retries
-            .iter()
-            .map(|r| Op::Release {
-                key: &r.key,
-                token: r.token.as_bytes(),
-            })
-            .collect();
-        let (results, _) = self.call_backend(&ops);
-        self.note_health(&results);
-        let mut results = results.into_iter();
-        self.retries.retain(|_| {
-            results
-                .next()
-                .is_some_and(|r| r.is_err_and(|e| e.kind().is_connectivity()))
-        });
-        self.health.note_retrying(self.retries.len());
-    }
-
     /// What the grants of a batch count for, judged by the identity of the
     /// server that answered it (reported with the answers, never a cache
     /// another connection may have refreshed).
@@ -506,7 +437,7 @@ impl Worker {
     /// One batch on the backend, with panics contained and the result count
     /// checked: every op gets exactly one answer. Also returns the identity
     /// of the server that answered, when the backend knows it.
-    fn call_backend(
+    pub(super) fn call_backend(
         &self,
         ops: &[Op<'_>],
     ) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
@@ -532,139 +463,6 @@ impl Worker {
             results.resize(ops.len(), Err(e));
         }
         (results, server)
-    }
-
-    /// A round trip in which every op failed to reach the server counts
-    /// towards marking the node down; any answer from the server resets it.
-    fn note_health(&mut self, results: &[Result<Reply, BackendError>]) {
-        self.health.note_results(results);
-        let unreachable = results
-            .iter()
-            .all(|r| r.as_ref().is_err_and(|e| e.kind().is_connectivity()));
-        if !unreachable {
-            self.mark_up();
-            return;
-        }
-        self.failures = self.failures.saturating_add(1);
-        if self.failures >= DOWN_AFTER && self.probe_at.is_none() {
-            let now = Instant::now();
-            let probe_at = now + self.backoff;
-            self.health.down.store(true, Ordering::Release);
-            self.probe_at = Some(probe_at);
-            self.health.update(|s| {
-                s.down_since = Some(now);
-                s.next_probe = Some(probe_at);
-            });
-            let cause = results.iter().find_map(|r| r.as_ref().err());
-            log::warn!(
-                "quorum-lock: node {} marked down after {} failed round trips: {}; \
-                 probing it in the background",
-                self.name(),
-                self.failures,
-                cause.map_or_else(String::new, ToString::to_string)
-            );
-        }
-    }
-
-    fn probe(&mut self) {
-        let backend = &self.backend;
-        let healthy = matches!(
-            catch_unwind(AssertUnwindSafe(|| backend.server_info())),
-            Ok(Ok(_))
-        );
-        if healthy {
-            self.mark_up();
-        } else {
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-            let probe_at = Instant::now() + self.backoff;
-            self.probe_at = Some(probe_at);
-            self.health.update(|s| s.next_probe = Some(probe_at));
-            log::debug!(
-                "quorum-lock: node {} still down; next probe in {:?}",
-                self.name(),
-                self.backoff
-            );
-        }
-    }
-
-    fn mark_up(&mut self) {
-        self.failures = 0;
-        self.backoff = FIRST_BACKOFF;
-        if self.probe_at.take().is_some() {
-            self.health.down.store(false, Ordering::Release);
-            let mut since = None;
-            self.health.update(|s| {
-                since = s.down_since.take();
-                s.next_probe = None;
-            });
-            // The releases parked while down go out with the next retry,
-            // after whatever is already queued (an acquire queued before
-            // the node went down runs first, then its release).
-            let parked = std::mem::take(&mut *self.health.parked.lock());
-            log::info!(
-                "quorum-lock: node {} is back up after {:?} down; sending {} parked releases",
-                self.name(),
-                since.map(|at| at.elapsed()).unwrap_or_default(),
-                parked.len()
-            );
-            self.retries.extend(parked);
-            self.health.note_retrying(self.retries.len());
-            self.retry_at = Instant::now() + RELEASE_RETRY_EVERY;
-        }
-    }
-
-    fn name(&self) -> &str {
-        self.shared
-            .names
-            .get(self.index)
-            .map_or("?", String::as_str)
-    }
-
-    /// Publishes the identity's verdict for `health()` snapshots and logs
-    /// its changes (quarantine entered or over, duplicate found).
-    fn publish_identity(&mut self, standing: Standing) {
-        let until = self.identity.quarantined_until();
-        let duplicate = self.identity.duplicate_of();
-        let unidentified = standing == Standing::Unverified;
-        let mut before = None;
-        self.health.update(|s| {
-            before = Some((s.quarantined_until, s.duplicate_of, s.unidentified));
-            s.quarantined_until = until;
-            s.duplicate_of = duplicate;
-            s.unidentified = unidentified;
-        });
-        let Some((was_until, was_duplicate, was_unidentified)) = before else {
-            return;
-        };
-        let name = self.name().to_owned();
-        if until != was_until
-            && let Standing::Quarantined(left) = standing
-        {
-            log::info!(
-                "quorum-lock: node {name} quarantined for {left:?}: its server started or \
-                 restarted less than max_ttl + drift ago and may have forgotten locks"
-            );
-        }
-        if was_until.is_some() && standing == Standing::Voting && until == was_until {
-            self.health.update(|s| s.quarantined_until = None);
-            self.identity.clear_quarantine();
-            log::info!("quorum-lock: node {name}'s quarantine is over: its grants count again");
-        }
-        if duplicate != was_duplicate
-            && let Some(owner) = duplicate
-        {
-            let other = self.shared.names.get(owner).map_or("?", String::as_str);
-            log::warn!(
-                "quorum-lock: node {name} is the same server as {other} (same run id): \
-                 only {other} votes"
-            );
-        }
-        if unidentified && !was_unidentified {
-            log::warn!(
-                "quorum-lock: node {name} answered without a server identity (run_id): with \
-                 restart quarantine on, its grants do not count"
-            );
-        }
     }
 }
 

@@ -14,7 +14,8 @@ use super::turns::{Handoff, LocalQueue, Streak};
 use super::validity::{check_ttl, drift, validity};
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Pending, Request};
-use crate::error::{Error, NodeOutcome, NodeReport, Report, Result, Round, Shortened};
+use crate::error::{Error, Result};
+use crate::report::{NodeOutcome, NodeReport, Report, Round, Shortened};
 use crate::token::Token;
 
 /// The settings every round reads, validated by the builder.

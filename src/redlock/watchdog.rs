@@ -182,14 +182,14 @@ impl Timer {
                     reason: format!(
                         "auto-extension stopped ({why}); the lock ends at its deadline, \
                          in {}",
-                        crate::error::human(left)
+                        crate::report::human(left)
                     ),
                     report: None,
                 });
                 log::info!(
                     "quorum-lock: auto-extension of {} stopped ({why}); it ends at its \
                      deadline in {left:?}",
-                    crate::error::Shortened(&String::from_utf8_lossy(&lease.resource))
+                    crate::report::Shortened(&String::from_utf8_lossy(&lease.resource))
                 );
                 state.renewal_stopped = Some(why);
                 drop(state);

@@ -8,9 +8,10 @@ use redis::Value;
 
 use crate::backend::{BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 
+use super::Inner;
 use super::pool::{Checkout, Failure};
 use super::redact::show_key;
-use super::{ACQUIRE_FENCED_SCRIPT, EXTEND_SCRIPT, Inner, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT};
+use super::scripts::Script;
 
 /// Largest TTL sent to the server (about 285 000 years). Redis refuses
 /// expiries whose absolute time would overflow a signed 64-bit millisecond
@@ -170,20 +171,15 @@ impl Inner {
     /// script behind `op`. A plain acquire is never run by script: its
     /// follow-up `GET` keeps the pipeline aligned.
     fn pack_script(&self, op: &Op<'_>, ttl_ms: u64, by_text: bool, buf: &mut Vec<u8>) {
-        let (text, sha, keys, args): (&str, &str, [&[u8]; 2], Vec<Vec<u8>>) = match *op {
+        let scripts = &self.scripts;
+        let (script, keys, args): (&Script, [&[u8]; 2], Vec<Vec<u8>>) = match *op {
             Op::Acquire { key, .. } => {
                 redis::cmd("GET").arg(key).write_packed_command(buf);
                 return;
             }
-            Op::Release { key, token } => (
-                RELEASE_SCRIPT,
-                &self.release_sha,
-                [key, &[]],
-                vec![token.to_vec()],
-            ),
+            Op::Release { key, token } => (&scripts.release, [key, &[]], vec![token.to_vec()]),
             Op::Extend { key, token, .. } => (
-                EXTEND_SCRIPT,
-                &self.extend_sha,
+                &scripts.extend,
                 [key, &[]],
                 vec![token.to_vec(), ttl_ms.to_string().into_bytes()],
             ),
@@ -193,8 +189,7 @@ impl Inner {
                 counter,
                 ..
             } => (
-                ACQUIRE_FENCED_SCRIPT,
-                &self.acquire_fenced_sha,
+                &scripts.acquire_fenced,
                 [key, counter],
                 vec![token.to_vec(), ttl_ms.to_string().into_bytes()],
             ),
@@ -204,8 +199,7 @@ impl Inner {
                 counter,
                 fence,
             } => (
-                RAISE_FENCE_SCRIPT,
-                &self.raise_fence_sha,
+                &scripts.raise_fence,
                 [key, counter],
                 vec![token.to_vec(), fence.to_string().into_bytes()],
             ),
@@ -213,11 +207,11 @@ impl Inner {
         let two_keys = matches!(op, Op::AcquireFenced { .. } | Op::RaiseFence { .. });
         let mut cmd = if by_text {
             let mut cmd = redis::cmd("EVAL");
-            cmd.arg(text);
+            cmd.arg(script.text);
             cmd
         } else {
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(sha);
+            cmd.arg(&script.sha);
             cmd
         };
         cmd.arg(if two_keys { 2 } else { 1 }).arg(keys[0]);

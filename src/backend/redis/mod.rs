@@ -45,6 +45,7 @@ mod errors;
 mod frame;
 mod pool;
 mod redact;
+mod scripts;
 #[cfg(feature = "tls")]
 mod tls;
 mod transport;
@@ -62,38 +63,8 @@ use self::batch::ttl_millis;
 use self::conn::{Setup, value_text};
 use self::pool::{Failure, IdleConn};
 use self::redact::{describe_info, redact_raw_url, scrub, url_secrets};
+use self::scripts::Scripts;
 use self::transport::Target;
-
-/// Deletes `KEYS[1]` only if it holds `ARGV[1]`. Returns 1 or 0.
-const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-     return redis.call('del', KEYS[1]) else return 0 end";
-
-/// Sets the expiry of `KEYS[1]` to `ARGV[2]` ms only if it holds `ARGV[1]`.
-/// `PEXPIRE` on a missing key does nothing, so this never creates a key.
-const EXTEND_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-     return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
-
-/// Fenced acquire: `SET KEYS[1] ARGV[1] NX PX ARGV[2]` (a key already
-/// holding our token counts as set), then the fence counter `KEYS[2]` (0
-/// when absent). Returns the counter, or -1 when the lock is held by
-/// another token. A key of another type fails with `WRONGTYPE` at the
-/// `GET`.
-const ACQUIRE_FENCED_SCRIPT: &str = "\
-     if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) \
-        or redis.call('get', KEYS[1]) == ARGV[1] then \
-       return tonumber(redis.call('get', KEYS[2]) or '0') \
-     end \
-     return -1";
-
-/// Raises the fence counter `KEYS[2]` to at least `ARGV[2]`, only while
-/// `KEYS[1]` holds `ARGV[1]`. Returns 1, or 0 when the lock is not ours.
-/// The counter never goes down and never expires.
-const RAISE_FENCE_SCRIPT: &str = "\
-     if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
-     if tonumber(redis.call('get', KEYS[2]) or '0') < tonumber(ARGV[2]) then \
-       redis.call('set', KEYS[2], ARGV[2]) \
-     end \
-     return 1";
 
 /// One Redis server, used as a lock node.
 ///
@@ -117,10 +88,8 @@ struct Inner {
     secrets: Vec<String>,
     timeout: Duration,
     idle: Mutex<Vec<IdleConn>>,
-    release_sha: String,
-    extend_sha: String,
-    acquire_fenced_sha: String,
-    raise_fence_sha: String,
+    /// The Lua scripts, with their SHA-1 for `EVALSHA`.
+    scripts: Scripts,
 }
 
 impl RedisBackend {
@@ -232,12 +201,7 @@ impl RedisBackend {
                 secrets,
                 timeout,
                 idle: Mutex::new(Vec::new()),
-                release_sha: redis::Script::new(RELEASE_SCRIPT).get_hash().to_owned(),
-                extend_sha: redis::Script::new(EXTEND_SCRIPT).get_hash().to_owned(),
-                acquire_fenced_sha: redis::Script::new(ACQUIRE_FENCED_SCRIPT)
-                    .get_hash()
-                    .to_owned(),
-                raise_fence_sha: redis::Script::new(RAISE_FENCE_SCRIPT).get_hash().to_owned(),
+                scripts: Scripts::new(),
             }),
         })
     }
@@ -495,78 +459,4 @@ impl Inner {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-    use super::*;
-
-    #[test]
-    fn describe_never_shows_the_password() {
-        let cases = [
-            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379/0"),
-            ("redis://127.0.0.1", "redis://127.0.0.1:6379/0"),
-            (
-                "redis://:s3cret@127.0.0.1:7000/2",
-                "redis://:***@127.0.0.1:7000/2",
-            ),
-            (
-                "redis://bob:s3cret@localhost:7000",
-                "redis://bob:***@localhost:7000/0",
-            ),
-            ("redis://bob@localhost:7000", "redis://bob@localhost:7000/0"),
-            ("redis://[::1]:7000", "redis://[::1]:7000/0"),
-        ];
-        for (url, want) in cases {
-            let b = RedisBackend::open(url, Duration::from_millis(50)).unwrap();
-            assert_eq!(b.describe(), want);
-            assert_eq!(b.url_redacted(), want);
-            assert!(!format!("{b:?}").contains("s3cret"));
-        }
-    }
-
-    #[test]
-    fn malformed_urls_are_config_errors_without_the_password() {
-        for url in [
-            "redis://user:s3cret@host:notaport",
-            "http://user:s3cret@host:6379",
-            "redis://:s3cret@0.0.0.0:6379",
-            "redis://:s3cret@host:6379/notadb",
-            "",
-        ] {
-            let err = RedisBackend::open(url, Duration::from_millis(50)).unwrap_err();
-            assert_eq!(err.kind(), BackendErrorKind::Config, "{url}: {err}");
-            assert!(!err.to_string().contains("s3cret"), "{err}");
-            assert!(!format!("{err:?}").contains("s3cret"), "{err:?}");
-        }
-    }
-
-    #[test]
-    fn zero_timeout_is_a_config_error() {
-        let err = RedisBackend::open("redis://127.0.0.1", Duration::ZERO).unwrap_err();
-        assert_eq!(err.kind(), BackendErrorKind::Config);
-    }
-
-    #[cfg(not(feature = "tls"))]
-    #[test]
-    fn tls_url_without_the_feature_says_so() {
-        let err = RedisBackend::open("rediss://:s3cret@127.0.0.1", Duration::from_millis(50))
-            .unwrap_err();
-        assert_eq!(err.kind(), BackendErrorKind::Config);
-        assert!(err.to_string().contains("`tls` feature"), "{err}");
-        assert!(!err.to_string().contains("s3cret"));
-    }
-
-    #[cfg(feature = "tls")]
-    #[test]
-    fn tls_url_with_the_feature_opens() {
-        let b = RedisBackend::open("rediss://:s3cret@127.0.0.1:6380", Duration::from_millis(50))
-            .unwrap();
-        assert_eq!(b.describe(), "rediss://:***@127.0.0.1:6380/0");
-    }
-
-    #[test]
-    fn backend_is_send_sync_clone() {
-        fn check<T: Send + Sync + Clone + 'static>() {}
-        check::<RedisBackend>();
-    }
-}
+mod tests;

@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use self::state::State;
 use super::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 use crate::clock::{Clock, MonotonicClock};
+
+mod state;
 
 /// The longest a paused node holds a call before answering anyway, so a
 /// test that forgets [`MemoryBackend::resume`] cannot hang forever.
@@ -78,56 +81,6 @@ struct Inner {
     unpaused: Condvar,
     round_trips: AtomicU64,
     operations: AtomicU64,
-}
-
-struct Entry {
-    token: Vec<u8>,
-    expires_at: Instant,
-}
-
-struct State {
-    keys: HashMap<Vec<u8>, Entry>,
-    /// Fence counters (no expiry; forgotten by a restart, like the keys of
-    /// a server without persistence).
-    fences: HashMap<Vec<u8>, u64>,
-    down: bool,
-    paused: bool,
-    latency: Duration,
-    fail_next: u32,
-    lose_replies_next: u32,
-    generation: u64,
-    started_at: Instant,
-    hook: Option<CallHook>,
-    uptime_report: UptimeReport,
-    /// Forward steps of the node's wall clock so far.
-    wall_steps: Duration,
-    /// The node's wall clock at its last start, in whole seconds (Redis'
-    /// `stat_starttime`), for [`UptimeReport::WholeSeconds`].
-    wall_start_secs: u64,
-    /// Report no identity at all (like a proxy whose `INFO` lacks `run_id`).
-    identity_hidden: bool,
-}
-
-impl State {
-    /// The node's wall clock at `now` (an arbitrary epoch: the node's
-    /// creation, plus the phase), with every step so far.
-    fn wall(&self, created: Instant, now: Instant) -> Duration {
-        let phase = match self.uptime_report {
-            UptimeReport::Exact => Duration::ZERO,
-            UptimeReport::WholeSeconds { phase } => phase,
-        };
-        now.saturating_duration_since(created)
-            .saturating_add(phase)
-            .saturating_add(self.wall_steps)
-    }
-
-    /// The entry for `key` if it exists and has not expired at `now`.
-    fn live(&mut self, key: &[u8], now: Instant) -> Option<&mut Entry> {
-        if self.keys.get(key).is_some_and(|e| e.expires_at <= now) {
-            self.keys.remove(key);
-        }
-        self.keys.get_mut(key)
-    }
 }
 
 impl MemoryBackend {
@@ -331,50 +284,7 @@ impl MemoryBackend {
                 "injected failure",
             ));
         }
-        let answer = match *op {
-            Op::Acquire { key, token, ttl } => Reply::from(state.acquire(key, token, ttl, now)?),
-            Op::AcquireFenced {
-                key,
-                token,
-                ttl,
-                counter,
-            } => {
-                if state.acquire(key, token, ttl, now)? {
-                    Reply::Fenced(state.fences.get(counter).copied().unwrap_or(0))
-                } else {
-                    Reply::No
-                }
-            }
-            Op::RaiseFence {
-                key,
-                token,
-                counter,
-                fence,
-            } => {
-                let ours = state.live(key, now).is_some_and(|e| e.token == token);
-                if ours {
-                    let value = state.fences.entry(counter.to_vec()).or_insert(0);
-                    *value = (*value).max(fence);
-                }
-                Reply::from(ours)
-            }
-            Op::Release { key, token } => {
-                let ours = state.live(key, now).is_some_and(|e| e.token == token);
-                if ours {
-                    state.keys.remove(key);
-                }
-                Reply::from(ours)
-            }
-            Op::Extend { key, token, ttl } => match state.live(key, now) {
-                Some(entry) if entry.token == token => {
-                    entry.expires_at = now.checked_add(ttl).ok_or_else(|| {
-                        BackendError::new(BackendErrorKind::Other, "invalid expire time")
-                    })?;
-                    Reply::Yes
-                }
-                _ => Reply::No,
-            },
-        };
+        let answer = state.apply(op, now)?;
         if state.lose_replies_next > 0 {
             state.lose_replies_next -= 1;
             return Err(BackendError::new(
@@ -388,33 +298,6 @@ impl MemoryBackend {
     /// Applies one op and returns its yes/no answer.
     fn apply_bool(&self, op: &Op<'_>) -> Result<bool, BackendError> {
         self.apply(op).map(Reply::is_yes)
-    }
-}
-
-impl State {
-    /// `SET key token NX PX ttl`, where a key already holding `token`
-    /// counts as set (the same acquisition through another name).
-    fn acquire(
-        &mut self,
-        key: &[u8],
-        token: &[u8],
-        ttl: Duration,
-        now: Instant,
-    ) -> Result<bool, BackendError> {
-        if let Some(entry) = self.live(key, now) {
-            return Ok(entry.token == token);
-        }
-        let expires_at = now
-            .checked_add(ttl)
-            .ok_or_else(|| BackendError::new(BackendErrorKind::Other, "invalid expire time"))?;
-        self.keys.insert(
-            key.to_vec(),
-            Entry {
-                token: token.to_vec(),
-                expires_at,
-            },
-        );
-        Ok(true)
     }
 }
 
@@ -554,80 +437,4 @@ impl fmt::Debug for MemoryBackend {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::ManualClock;
-
-    const TTL: Duration = Duration::from_secs(10);
-
-    #[test]
-    fn expiry_follows_the_injected_clock() {
-        let clock = ManualClock::new();
-        let node = MemoryBackend::with_clock("m", Arc::new(clock.clone()));
-        assert!(node.acquire(b"k", b"a", TTL).unwrap());
-        clock.advance(TTL - Duration::from_millis(1));
-        assert_eq!(node.holder(b"k").as_deref(), Some(&b"a"[..]));
-        clock.advance(Duration::from_millis(1));
-        assert_eq!(node.holder(b"k"), None);
-        assert!(node.acquire(b"k", b"b", TTL).unwrap());
-    }
-
-    #[test]
-    fn extend_never_recreates_and_checks_the_token() {
-        let clock = ManualClock::new();
-        let node = MemoryBackend::with_clock("m", Arc::new(clock.clone()));
-        assert!(!node.extend(b"k", b"a", TTL).unwrap());
-        assert_eq!(node.key_count(), 0);
-        assert!(node.acquire(b"k", b"a", TTL).unwrap());
-        assert!(!node.extend(b"k", b"b", TTL * 2).unwrap());
-        assert_eq!(node.remaining_ttl(b"k"), Some(TTL));
-        assert!(node.extend(b"k", b"a", TTL * 2).unwrap());
-        assert_eq!(node.remaining_ttl(b"k"), Some(TTL * 2));
-        clock.advance(TTL * 2);
-        assert!(!node.extend(b"k", b"a", TTL).unwrap());
-    }
-
-    #[test]
-    fn faults() {
-        let node = MemoryBackend::new("m");
-        node.fail_next(1);
-        assert!(node.acquire(b"k", b"a", TTL).is_err());
-        assert_eq!(node.key_count(), 0, "a failed op is not applied");
-        node.lose_replies_next(1);
-        let err = node.acquire(b"k", b"a", TTL).unwrap_err();
-        assert_eq!(err.kind(), BackendErrorKind::Timeout);
-        assert_eq!(node.holder(b"k").as_deref(), Some(&b"a"[..]), "applied");
-        let before = node.server_info().unwrap();
-        node.restart();
-        assert_eq!(node.key_count(), 0);
-        assert_ne!(node.server_info().unwrap().run_id, before.run_id);
-    }
-
-    #[test]
-    fn batch_is_one_round_trip() {
-        let node = MemoryBackend::new("m");
-        let ops = [
-            Op::Acquire {
-                key: b"a",
-                token: b"t",
-                ttl: TTL,
-            },
-            Op::Acquire {
-                key: b"a",
-                token: b"u",
-                ttl: TTL,
-            },
-            Op::Release {
-                key: b"a",
-                token: b"t",
-            },
-        ];
-        let results: Vec<bool> = node
-            .batch(&ops)
-            .into_iter()
-            .map(|r| r.unwrap().is_yes())
-            .collect();
-        assert_eq!(results, [true, false, true]);
-        assert_eq!((node.round_trips(), node.operations()), (1, 3));
-    }
-}
+mod tests;

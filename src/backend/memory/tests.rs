@@ -1,0 +1,78 @@
+//! Unit tests of the in-memory node.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::backend::memory::*;
+use crate::clock::ManualClock;
+
+const TTL: Duration = Duration::from_secs(10);
+
+#[test]
+fn expiry_follows_the_injected_clock() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::with_clock("m", Arc::new(clock.clone()));
+    assert!(node.acquire(b"k", b"a", TTL).unwrap());
+    clock.advance(TTL - Duration::from_millis(1));
+    assert_eq!(node.holder(b"k").as_deref(), Some(&b"a"[..]));
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(node.holder(b"k"), None);
+    assert!(node.acquire(b"k", b"b", TTL).unwrap());
+}
+
+#[test]
+fn extend_never_recreates_and_checks_the_token() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::with_clock("m", Arc::new(clock.clone()));
+    assert!(!node.extend(b"k", b"a", TTL).unwrap());
+    assert_eq!(node.key_count(), 0);
+    assert!(node.acquire(b"k", b"a", TTL).unwrap());
+    assert!(!node.extend(b"k", b"b", TTL * 2).unwrap());
+    assert_eq!(node.remaining_ttl(b"k"), Some(TTL));
+    assert!(node.extend(b"k", b"a", TTL * 2).unwrap());
+    assert_eq!(node.remaining_ttl(b"k"), Some(TTL * 2));
+    clock.advance(TTL * 2);
+    assert!(!node.extend(b"k", b"a", TTL).unwrap());
+}
+
+#[test]
+fn faults() {
+    let node = MemoryBackend::new("m");
+    node.fail_next(1);
+    assert!(node.acquire(b"k", b"a", TTL).is_err());
+    assert_eq!(node.key_count(), 0, "a failed op is not applied");
+    node.lose_replies_next(1);
+    let err = node.acquire(b"k", b"a", TTL).unwrap_err();
+    assert_eq!(err.kind(), BackendErrorKind::Timeout);
+    assert_eq!(node.holder(b"k").as_deref(), Some(&b"a"[..]), "applied");
+    let before = node.server_info().unwrap();
+    node.restart();
+    assert_eq!(node.key_count(), 0);
+    assert_ne!(node.server_info().unwrap().run_id, before.run_id);
+}
+
+#[test]
+fn batch_is_one_round_trip() {
+    let node = MemoryBackend::new("m");
+    let ops = [
+        Op::Acquire {
+            key: b"a",
+            token: b"t",
+            ttl: TTL,
+        },
+        Op::Acquire {
+            key: b"a",
+            token: b"u",
+            ttl: TTL,
+        },
+        Op::Release {
+            key: b"a",
+            token: b"t",
+        },
+    ];
+    let results: Vec<bool> = node
+        .batch(&ops)
+        .into_iter()
+        .map(|r| r.unwrap().is_yes())
+        .collect();
+    assert_eq!(results, [true, false, true]);
+    assert_eq!((node.round_trips(), node.operations()), (1, 3));
+}

@@ -1,0 +1,284 @@
+//! The per-node [`Report`] every quorum round produces: which node granted,
+//! refused, failed, timed out or was skipped, in one line for people.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::backend::BackendError;
+
+/// Which quorum round a [`Report`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Round {
+    /// Acquiring a lock.
+    Acquire,
+    /// Extending a held lock.
+    Extend,
+    /// Releasing a held lock.
+    Release,
+}
+
+impl fmt::Display for Round {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Acquire => "acquire",
+            Self::Extend => "extend",
+            Self::Release => "release",
+        })
+    }
+}
+
+/// What one node did in one round.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum NodeOutcome {
+    /// The node did it: acquired, extended or released with our token.
+    Granted,
+    /// The node answered no: on acquire, the key is held by another token;
+    /// on extend or release, the key is no longer ours (expired or taken).
+    Refused,
+    /// The node could not give a definite answer (maybe applied).
+    Failed(BackendError),
+    /// No answer within the per-node timeout (maybe applied; a late answer
+    /// is cleaned up by the release queued behind it).
+    TimedOut,
+    /// The outcome was decided before this node answered, so it was not
+    /// waited for. Its operation still runs in order on its worker.
+    NotAwaited,
+    /// Skipped: the node is marked down after repeated failures and is
+    /// being probed in the background.
+    Down,
+    /// The node restarted recently and may have forgotten locks it held, so
+    /// its vote does not count for `remaining` more.
+    Quarantined {
+        /// Time left before its votes count again.
+        remaining: Duration,
+    },
+}
+
+impl NodeOutcome {
+    /// Whether the node did the operation.
+    pub fn is_granted(&self) -> bool {
+        matches!(self, Self::Granted)
+    }
+
+    /// The outcome in words, for the line of `node` in a report.
+    fn describe(&self, op: Round, node: &str) -> String {
+        match (self, op) {
+            (Self::Granted, Round::Acquire) => "acquired".into(),
+            (Self::Granted, Round::Extend) => "extended".into(),
+            (Self::Granted, Round::Release) => "released".into(),
+            (Self::Refused, Round::Acquire) => "held elsewhere".into(),
+            (Self::Refused, _) => "not held by us".into(),
+            (Self::Failed(e), _) => {
+                // Backend messages name their node; the report line already
+                // does, so it is not said twice.
+                let message = e.message();
+                let message = message
+                    .strip_prefix(node)
+                    .and_then(|rest| rest.strip_prefix(": "))
+                    .unwrap_or(message);
+                if message.is_empty() {
+                    format!("failed ({})", e.kind())
+                } else {
+                    format!("failed ({}: {message})", e.kind())
+                }
+            }
+            (Self::TimedOut, _) => "timed out".into(),
+            (Self::NotAwaited, _) => "not awaited".into(),
+            (Self::Down, _) => "skipped: marked down".into(),
+            (Self::Quarantined { remaining }, _) => format!(
+                "quarantined: started or restarted less than max_ttl + drift ago, it may have \
+                 forgotten locks; votes again in {} (settings: max_ttl, restart_quarantine)",
+                human(*remaining)
+            ),
+        }
+    }
+}
+
+/// A duration for people: `812 µs`, `15.3 ms`, `1.53 s`, `2 min 5 s`.
+pub(crate) fn human(d: Duration) -> String {
+    let micros = d.as_micros();
+    if micros < 1_000 {
+        format!("{micros} µs")
+    } else if micros < 10_000 {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    } else if micros < 1_000_000 {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else if d.as_secs() < 60 {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{} min {} s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
+
+/// One node's line in a [`Report`].
+#[derive(Debug, Clone)]
+pub struct NodeReport {
+    pub(crate) node: String,
+    pub(crate) outcome: NodeOutcome,
+}
+
+impl NodeReport {
+    /// The node's name (its [`Backend::describe`](crate::Backend::describe),
+    /// without credentials).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// What it did.
+    pub fn outcome(&self) -> &NodeOutcome {
+        &self.outcome
+    }
+}
+
+/// The per-node account of one quorum round: who said yes, no, failed,
+/// timed out or was skipped.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub(crate) round: Round,
+    pub(crate) resource: String,
+    pub(crate) quorum: usize,
+    pub(crate) nodes: Vec<NodeReport>,
+    pub(crate) elapsed: Duration,
+    pub(crate) attempts: u32,
+    pub(crate) waited: Duration,
+}
+
+impl Report {
+    /// The round: acquire, extend or release.
+    pub fn round(&self) -> Round {
+        self.round
+    }
+
+    /// The resource, lossily as UTF-8 (messages cut it after 64 characters;
+    /// this is the whole name).
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Votes needed.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// One entry per configured node, in configuration order.
+    pub fn nodes(&self) -> &[NodeReport] {
+        &self.nodes
+    }
+
+    /// Time the (last) round took, on the manager's clock.
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+
+    /// Attempts made (acquire with retries); 1 for a single round.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Time from the start of the first attempt to the end of the last
+    /// one; equal to [`elapsed`](Self::elapsed) for a single round.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Nodes that granted the operation.
+    pub fn granted(&self) -> usize {
+        self.count(NodeOutcome::is_granted)
+    }
+
+    /// Nodes that answered no.
+    pub fn refused(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::Refused))
+    }
+
+    /// Nodes that failed, timed out, were down or quarantined.
+    pub fn unavailable(&self) -> usize {
+        self.count(|o| {
+            !matches!(
+                o,
+                NodeOutcome::Granted | NodeOutcome::Refused | NodeOutcome::NotAwaited
+            )
+        })
+    }
+
+    /// The names of nodes whose outcome matches `pred`.
+    pub fn nodes_where(&self, pred: impl Fn(&NodeOutcome) -> bool) -> Vec<&str> {
+        self.nodes
+            .iter()
+            .filter(|n| pred(&n.outcome))
+            .map(|n| n.node.as_str())
+            .collect()
+    }
+
+    /// Whether failures that retrying cannot fix (authentication, ACL,
+    /// wrong key type, read-only replica, misconfiguration, protocol
+    /// mismatch) leave too few nodes for a quorum: then another attempt
+    /// cannot succeed either.
+    pub fn quorum_out_of_reach(&self) -> bool {
+        let permanent =
+            self.count(|o| matches!(o, NodeOutcome::Failed(e) if e.kind().is_permanent()));
+        self.nodes.len() - permanent < self.quorum
+    }
+
+    fn count(&self, pred: impl Fn(&NodeOutcome) -> bool) -> usize {
+        self.nodes.iter().filter(|n| pred(&n.outcome)).count()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {}/{} nodes granted, {} needed",
+            self.round,
+            Shortened(&self.resource),
+            self.granted(),
+            self.nodes.len(),
+            self.quorum,
+        )?;
+        let not_awaited = self.count(|o| matches!(o, NodeOutcome::NotAwaited));
+        if not_awaited > 0 {
+            write!(f, " ({not_awaited} not awaited: decided without them)")?;
+        }
+        if self.attempts > 1 {
+            write!(
+                f,
+                ", {} attempts over {} (the last took {})",
+                self.attempts,
+                human(self.waited),
+                human(self.elapsed)
+            )?;
+        } else {
+            write!(f, ", in {}", human(self.elapsed))?;
+        }
+        f.write_str(" [")?;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", n.node, n.outcome.describe(self.round, &n.node))?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// Longest resource name shown in full in messages; longer ones are cut
+/// (the report keeps the whole name).
+const SHOWN_RESOURCE_CHARS: usize = 64;
+
+/// A resource name for a one-line message: quoted, cut after
+/// [`SHOWN_RESOURCE_CHARS`] characters with the full length said.
+pub(crate) struct Shortened<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Shortened<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let chars = self.0.chars().count();
+        if chars <= SHOWN_RESOURCE_CHARS {
+            return write!(f, "{:?}", self.0);
+        }
+        let head: String = self.0.chars().take(SHOWN_RESOURCE_CHARS).collect();
+        write!(f, "{head:?}... ({} bytes)", self.0.len())
+    }
+}
