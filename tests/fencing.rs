@@ -44,7 +44,10 @@ fn fences_increase_across_managers_and_live_beside_the_lock() {
             .iter()
             .filter(|s| s.get(b"ledger:fence") == Some(fence.to_string().into_bytes()))
             .count();
-        assert!(holding >= 2, "round {round}: fence {fence} on {holding} nodes");
+        assert!(
+            holding >= 2,
+            "round {round}: fence {fence} on {holding} nodes"
+        );
         assert!(servers.iter().all(|s| s.pttl(b"ledger:fence") == -1));
         guard.release().unwrap();
     }
