@@ -19,15 +19,31 @@
 //!   manager right after each restart (first contact with a just-restarted
 //!   server). Every manager is built with `.ttl(TTL).max_ttl(TTL)`. A few
 //!   plain holders stall on purpose between a check and a write until past
-//!   their deadline (a process pause).
-//!   A checker records every holder's window on the process' monotonic
+//!   their deadline (a process pause), and wait there (bounded) until
+//!   another client has written the counter: their late write then loses
+//!   that update, the hazard plain Redlock cannot exclude.
+//! * Fencing, in the same randomized runs: fenced clients (each its own
+//!   manager, fencing on) lock a resource of their own on the same nodes
+//!   and do read-modify-write steps on a fenced register, a counter on a
+//!   separate, never faulted `redis-server`, read and written only through
+//!   Lua scripts that refuse an operation whose fence is lower than the
+//!   highest the register has seen ([`REGISTER_READ`], [`REGISTER_WRITE`]).
+//!   Some of their holds pause past their validity (a GC pause) between
+//!   the read and the write, until a newer holder has used the register
+//!   (bounded): the register must refuse that stale write, and the fenced
+//!   counter must lose no update, pauses or not.
+//! * A checker records every holder's window on the process' monotonic
 //!   clock, up to the deadline the holder last observed (so an extended
-//!   lock's window covers its claimed validity), and counts overlaps
-//!   between different holders; lost updates on the counter are counted
-//!   apart when a writer was late (its write completed after its claimed
-//!   deadline: a descheduled process, not a lock failure). Without
-//!   quarantine the schedule must produce overlaps (the checker can fail);
-//!   with it there must be none, and no update lost within validity.
+//!   lock's window covers its claimed validity), counts overlaps between
+//!   different holders of one resource, and checks that a fenced hold that
+//!   began after another one ended has a higher fence. Lost updates on the
+//!   unfenced counter are counted apart when a writer was late (its write
+//!   completed after its claimed deadline: a descheduled process, not a
+//!   lock failure). Without quarantine the schedule must produce overlaps
+//!   (the checker can fail); with it there must be none, no update lost
+//!   within validity, and on the fenced counter no update lost at all,
+//!   pauses included (while the unfenced counter loses the updates its
+//!   paused writers overwrite).
 //! * Quarantine costs nothing per request: `INFO` runs once per connection.
 //!
 //! Each randomized run lasts [`DEFAULT_SECS`] seconds; set
@@ -70,6 +86,21 @@ const SHARED_GROUPS: [usize; 2] = [3, 2];
 const PATIENT_WAIT: Duration = Duration::from_millis(3000);
 /// Late-manager clients (each builds its own managers).
 const LATE_CLIENTS: usize = 2;
+/// Fenced clients (each its own manager): the first one's manager has
+/// fencing on by default (`LockManagerBuilder::fencing`), the others ask
+/// for it per lock (`LockOptions::fencing`).
+const FENCED_CLIENTS: usize = 3;
+/// Fenced holds that pause between their read and their write of the
+/// register until past their validity (the first hold of the first fenced
+/// client always does).
+const FENCED_PAUSE_PERCENT: u64 = 15;
+/// How far past the validity a pause sleeps at least, in milliseconds
+/// (lower and upper bound) before it waits for a newer holder.
+const PAUSE_PAST: (u64, u64) = (50, 300);
+/// After sleeping past its deadline, a paused holder (fenced or plain)
+/// waits at most this long for another holder to use the resource, so
+/// that its late write meets a newer one (the case a pause makes harmful).
+const TAKEOVER_WAIT: Duration = Duration::from_millis(2000);
 /// Acquisitions made with each manager a late-manager client builds.
 const LATE_ACQUISITIONS: usize = 2;
 /// A late-manager client makes its first contact at once after a
@@ -79,6 +110,38 @@ const LATE_CONTACT_MAX: Duration = Duration::from_millis(1200);
 const DEFAULT_SECS: u64 = 15;
 /// The one resource everybody fights over.
 const RESOURCE: &str = "torture:resource";
+/// The lock of the fenced clients: their own resource (the fenced register
+/// is what it protects), so that they get the lock often enough, on the
+/// same nodes and under the same faults as the others.
+const FENCED_RESOURCE: &str = "torture:fenced";
+/// The fenced register's keys on its own server: the highest fence seen,
+/// and the counter.
+const REGISTER_FENCE: &str = "register:fence";
+const REGISTER_VALUE: &str = "register:value";
+/// The register's read: refused (-1) when the register has seen a higher
+/// fence than `ARGV[1]`; else it raises the fence seen to `ARGV[1]` and
+/// returns the counter. A read must be fenced too, not only the write: with
+/// fenced writes alone, a paused holder's stale write can land between a
+/// newer holder's read and its write (the register has not seen the newer
+/// fence yet, so it accepts), and the newer write then overwrites it: a
+/// lost update with both writes accepted.
+const REGISTER_READ: &str = "\
+     local highest = tonumber(redis.call('get', KEYS[1]) or '0') \
+     if highest > tonumber(ARGV[1]) then return -1 end \
+     if highest < tonumber(ARGV[1]) then redis.call('set', KEYS[1], ARGV[1]) end \
+     return tonumber(redis.call('get', KEYS[2]) or '0')";
+/// The register's write of `ARGV[2]` with fence `ARGV[1]`: refused (-1)
+/// when the register has seen a higher fence (the same holder may write
+/// again with its fence); else it records the fence, writes the value and
+/// returns the value it replaced (so the checker sees interfering writes).
+const REGISTER_WRITE: &str = "\
+     if tonumber(redis.call('get', KEYS[1]) or '0') > tonumber(ARGV[1]) then return -1 end \
+     redis.call('set', KEYS[1], ARGV[1]) \
+     local replaced = tonumber(redis.call('get', KEYS[2]) or '0') \
+     redis.call('set', KEYS[2], ARGV[2]) \
+     return replaced";
+/// Fences stay below this (`LockGuard::fence`).
+const FENCE_LIMIT: u64 = 1 << 53;
 
 /// Lock TTL (and `max_ttl`, so the quarantine is this plus drift) in the
 /// randomized runs, in milliseconds.
@@ -92,7 +155,8 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(60);
 const LOCK_WAIT: Duration = Duration::from_millis(1500);
 /// Plain holds in which the holder stalls once between its validity check
 /// and its write until past its deadline (a simulated process pause), so
-/// that late writers occur and the checker must tell them from overlaps.
+/// that late writers occur and the checker must tell them from overlaps
+/// (the first hold of the first plain client always does).
 const STALL_PERCENT: u64 = 8;
 /// Holds that are long without being asked for by the fault schedule.
 const LONG_HOLD_PERCENT: u64 = 3;
@@ -478,15 +542,19 @@ enum Family {
     /// Builds a new manager (first contact) right after a restart of the
     /// fault schedule and uses it for a few acquisitions.
     LateManager,
+    /// Own manager, fenced locks; read-modify-write steps on the fenced
+    /// register, sometimes pausing past the validity before the write.
+    Fenced,
 }
 
 impl Family {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Plain,
         Self::AutoExtend,
         Self::ManualExtend,
         Self::SharedManager,
         Self::LateManager,
+        Self::Fenced,
     ];
 
     fn index(self) -> usize {
@@ -500,6 +568,7 @@ impl Family {
             Self::ManualExtend => "manual-extend",
             Self::SharedManager => "shared-manager",
             Self::LateManager => "late-manager",
+            Self::Fenced => "fenced",
         }
     }
 }
@@ -511,16 +580,19 @@ struct ClientSpec {
     family: Family,
     /// Index into the run's managers; `None` for a late-manager client.
     manager: Option<usize>,
-    /// For shared-manager threads: which group (manager) they belong to.
+    /// For shared-manager threads: which group (manager) they belong to;
+    /// for fenced clients, which of them it is.
     group: Option<usize>,
 }
 
 /// The clients of a randomized run and how many long-lived managers they
 /// use: [`PLAIN_CLIENTS`] plain clients, one auto-extended, one
 /// manual-extend (each its own manager), [`SHARED_GROUPS`] managers with
-/// several threads each, [`LATE_CLIENTS`] late-manager clients. Every
-/// manager is built by [`client_manager`], with `.ttl(TTL).max_ttl(TTL)`.
-fn roster() -> (Vec<ClientSpec>, usize) {
+/// several threads each, [`LATE_CLIENTS`] late-manager clients,
+/// [`FENCED_CLIENTS`] fenced clients (each its own manager). Every manager
+/// is built by [`client_manager`], with `.ttl(TTL).max_ttl(TTL)`; the
+/// returned flags say, per manager, whether it is built with fencing on.
+fn roster() -> (Vec<ClientSpec>, Vec<bool>) {
     let mut clients = Vec::new();
     let mut managers = 0;
     let mut own = |family, clients: &mut Vec<ClientSpec>| {
@@ -553,7 +625,17 @@ fn roster() -> (Vec<ClientSpec>, usize) {
             group: None,
         });
     }
-    (clients, managers)
+    let mut fenced_by_default = vec![false; managers];
+    for nth in 0..FENCED_CLIENTS {
+        clients.push(ClientSpec {
+            family: Family::Fenced,
+            manager: Some(managers),
+            group: Some(nth),
+        });
+        managers += 1;
+        fenced_by_default.push(nth == 0);
+    }
+    (clients, fenced_by_default)
 }
 
 /// Where a window's end came from: the last observation of the guard's
@@ -593,6 +675,8 @@ struct Window {
     extensions: u32,
     /// Manual extends that succeeded on this guard.
     manual_extends: u32,
+    /// The guard's fence (fenced clients).
+    fence: Option<u64>,
 }
 
 /// One write of the shared counter.
@@ -629,6 +713,80 @@ struct Resource {
     writes: Vec<Write>,
 }
 
+/// One write attempted on the fenced register.
+#[derive(Debug, Clone, Copy)]
+struct FencedWrite {
+    client: usize,
+    fence: u64,
+    /// The value read (through the register, with the same fence).
+    seen: u64,
+    /// The value the write replaced, or `None` when the register refused
+    /// it (it had seen a higher fence).
+    replaced: Option<u64>,
+    /// The clock read right after the register answered.
+    at: Instant,
+    /// The deadline the writer observed at its last check before the write.
+    deadline: Instant,
+}
+
+impl FencedWrite {
+    /// Completed after the writer's claimed deadline (a paused holder).
+    fn late(&self) -> bool {
+        self.at >= self.deadline
+    }
+}
+
+/// The fenced register, as one client sees it: a connection to its server
+/// and the two scripts.
+struct Register {
+    conn: redis::Connection,
+}
+
+impl Register {
+    fn connect(url: &str) -> Self {
+        Self {
+            conn: support::connect(url),
+        }
+    }
+
+    fn eval(&mut self, script: &str, fence: u64, value: Option<u64>) -> Option<u64> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script)
+            .arg(2)
+            .arg(REGISTER_FENCE)
+            .arg(REGISTER_VALUE)
+            .arg(fence);
+        if let Some(value) = value {
+            cmd.arg(value);
+        }
+        let answer: i64 = cmd
+            .query(&mut self.conn)
+            .unwrap_or_else(|e| panic!("the fenced register failed: {e}"));
+        u64::try_from(answer).ok()
+    }
+
+    /// The counter, or `None` when the register has seen a higher fence.
+    fn read(&mut self, fence: u64) -> Option<u64> {
+        self.eval(REGISTER_READ, fence, None)
+    }
+
+    /// Writes `value`; the value replaced, or `None` when refused.
+    fn write(&mut self, fence: u64, value: u64) -> Option<u64> {
+        self.eval(REGISTER_WRITE, fence, Some(value))
+    }
+
+    /// Whether a holder newer than `fence` has used the register, or the
+    /// counter no longer holds `seen`.
+    fn overtaken(&mut self, fence: u64, seen: u64) -> bool {
+        let (highest, value): (Option<u64>, Option<u64>) = redis::cmd("MGET")
+            .arg(REGISTER_FENCE)
+            .arg(REGISTER_VALUE)
+            .query(&mut self.conn)
+            .unwrap_or_else(|e| panic!("the fenced register failed: {e}"));
+        highest.unwrap_or(0) > fence || value.unwrap_or(0) != seen
+    }
+}
+
 /// Counters of the randomized runs, by family where it matters.
 #[derive(Debug, Default)]
 struct Counts {
@@ -648,6 +806,15 @@ struct Counts {
     late_managers: AtomicU64,
     /// Holders stalled between a check and a write past their deadline.
     stalls: AtomicU64,
+    /// ...of which another client wrote the counter during the stall.
+    stalls_overtaken: AtomicU64,
+    /// Fenced holds paused between the read and the write past their
+    /// deadline...
+    fenced_pauses: AtomicU64,
+    /// ...of which a newer holder used the register during the pause.
+    fenced_pauses_overtaken: AtomicU64,
+    /// Fenced reads the register refused (a newer fence was seen).
+    refused_reads: AtomicU64,
 }
 
 /// What the clients and the checker share.
@@ -665,6 +832,8 @@ struct Shared {
     /// late-manager clients build a new manager when it changes.
     restarts: AtomicU64,
     resource: Mutex<Resource>,
+    /// Every write attempted on the fenced register.
+    fenced_writes: Mutex<Vec<FencedWrite>>,
     /// Per shared-manager group: the token of the guard a thread dropped
     /// last (a later acquisition with the same token was handed over).
     dropped_tokens: Vec<Mutex<Option<Vec<u8>>>>,
@@ -680,6 +849,7 @@ impl Shared {
             want_long_hold: AtomicBool::new(false),
             restarts: AtomicU64::new(0),
             resource: Mutex::new(Resource::default()),
+            fenced_writes: Mutex::new(Vec::new()),
             dropped_tokens: SHARED_GROUPS.iter().map(|_| Mutex::new(None)).collect(),
             counts: Counts::default(),
         }
@@ -726,7 +896,7 @@ impl Shared {
     }
 }
 
-fn client_manager(urls: &[String], quarantine: bool) -> LockManager {
+fn client_manager(urls: &[String], quarantine: bool, fencing: bool) -> LockManager {
     LockManager::builder()
         .redis_nodes(urls)
         .unwrap()
@@ -741,6 +911,7 @@ fn client_manager(urls: &[String], quarantine: bool) -> LockManager {
                 .jitter(Duration::from_millis(25)),
         )
         .restart_quarantine(quarantine)
+        .fencing(fencing)
         .build()
         .unwrap()
 }
@@ -824,14 +995,30 @@ fn nap(shared: &Shared, d: Duration) {
     }
 }
 
+/// Polls `done` every 2 ms until it holds (returns true), `limit` has
+/// passed or the run stops (returns what `done` says then).
+fn wait_until(shared: &Shared, limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= end || shared.stopping() {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Locks with the family's options; counts failures.
 fn acquire(
     id: usize,
     locks: &LockManager,
+    resource: &str,
     options: &LockOptions,
     shared: &Shared,
 ) -> Option<LockGuard> {
-    match locks.lock_with(RESOURCE, options) {
+    match locks.lock_with(resource, options) {
         Ok(guard) => Some(guard),
         Err(e) if e.is_retryable() => {
             shared.counts.failed_locks.fetch_add(1, Ordering::Relaxed);
@@ -844,12 +1031,15 @@ fn acquire(
 /// One client with a long-lived manager, until told to stop.
 fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, seed: u64) {
     let mut rng = Rng::new(seed);
+    // The first hold of the first plain client always stalls, so that every
+    // run has a late writer.
+    let mut stall_first = id == 0 && spec.family == Family::Plain;
     while !shared.stopping() {
         let (options, plan) = match spec.family {
             Family::Plain => (
                 LockOptions::new(),
                 HoldPlan {
-                    stall: rng.percent(STALL_PERCENT),
+                    stall: stall_first || rng.percent(STALL_PERCENT),
                     ..HoldPlan::short(spec.family, rng.millis(1, 5))
                 },
             ),
@@ -892,10 +1082,12 @@ fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, see
                 )
             }
             Family::LateManager => unreachable!("the late-manager client builds its own managers"),
+            Family::Fenced => unreachable!("fenced clients run `fenced_client`"),
         };
-        let Some(guard) = acquire(id, locks, &options, shared) else {
+        let Some(guard) = acquire(id, locks, RESOURCE, &options, shared) else {
             continue;
         };
+        stall_first = false;
         let mut plan = plan;
         if let Some(group) = spec.group {
             let dropped = shared.dropped_tokens[group].lock().unwrap();
@@ -929,14 +1121,14 @@ fn late_client(id: usize, urls: &[String], quarantine: bool, shared: &Shared, se
         if rng.percent(50) {
             nap(shared, rng.millis(0, LATE_CONTACT_MAX.as_millis() as u64));
         }
-        let locks = client_manager(urls, quarantine);
+        let locks = client_manager(urls, quarantine, false);
         shared.counts.late_managers.fetch_add(1, Ordering::Relaxed);
         for _ in 0..LATE_ACQUISITIONS {
             if shared.stopping() {
                 break;
             }
             let options = LockOptions::new().wait(PATIENT_WAIT);
-            let Some(guard) = acquire(id, &locks, &options, shared) else {
+            let Some(guard) = acquire(id, &locks, RESOURCE, &options, shared) else {
                 continue;
             };
             let plan = HoldPlan {
@@ -946,6 +1138,139 @@ fn late_client(id: usize, urls: &[String], quarantine: bool, shared: &Shared, se
             hold(id, guard, shared, &mut rng, plan, None);
         }
         let _ = locks.flush(Duration::from_secs(2));
+    }
+}
+
+/// A fenced client: its own manager (`nth` 0 has fencing on in the
+/// builder and locks with default options; the others ask for it per
+/// lock), short holds of read-modify-write steps on the fenced register,
+/// until told to stop. The first hold of client 0 always pauses past its
+/// validity, [`FENCED_PAUSE_PERCENT`] of the others do.
+fn fenced_client(
+    id: usize,
+    nth: usize,
+    locks: &LockManager,
+    register_url: &str,
+    shared: &Shared,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let mut register = Register::connect(register_url);
+    let options = if nth == 0 {
+        LockOptions::new()
+    } else {
+        LockOptions::new().fencing(true)
+    };
+    let mut first = nth == 0;
+    while !shared.stopping() {
+        let Some(guard) = acquire(id, locks, FENCED_RESOURCE, &options, shared) else {
+            continue;
+        };
+        let pause = std::mem::take(&mut first) || rng.percent(FENCED_PAUSE_PERCENT);
+        fenced_hold(id, guard, shared, &mut register, &mut rng, pause);
+    }
+    let _ = locks.flush(Duration::from_secs(2));
+}
+
+/// A fenced hold: read-modify-write steps on the fenced register, each
+/// read and write with the guard's fence, each made only if the guard is
+/// valid right before it; with `pause`, the holder sleeps once between
+/// its read and its write until [`PAUSE_PAST`] beyond its deadline, then
+/// (bounded by [`TAKEOVER_WAIT`]) until a newer holder has used the
+/// register, and writes anyway, without checking (a GC pause after the
+/// check): the register must refuse that write. A refused operation ends
+/// the hold (the holder learns that it lost the lock).
+fn fenced_hold(
+    id: usize,
+    guard: LockGuard,
+    shared: &Shared,
+    register: &mut Register,
+    rng: &mut Rng,
+    pause: bool,
+) {
+    let start = Instant::now();
+    let counts = &shared.counts;
+    counts.acquisitions[Family::Fenced.index()].fetch_add(1, Ordering::Relaxed);
+    let fence = guard
+        .fence()
+        .unwrap_or_else(|| panic!("client {id}: a fenced lock without a fence"));
+    assert!(
+        fence > 0 && fence < FENCE_LIMIT,
+        "client {id}: fence {fence} out of range"
+    );
+    let mut claim = observe(&guard, false).unwrap_or(start);
+    let long =
+        shared.want_long_hold.swap(false, Ordering::Relaxed) || rng.percent(LONG_HOLD_PERCENT);
+    let planned_end = if long {
+        claim
+            .checked_sub(LONG_HOLD_MARGIN)
+            .unwrap_or(start)
+            .max(start)
+    } else {
+        start + rng.millis(1, 5)
+    };
+    shared.holding.lock().unwrap()[id] = Some(planned_end);
+    let mut seen = Seen::Acquired;
+    let mut paused = false;
+    while let Some(deadline) = observe(&guard, false) {
+        (claim, seen) = (deadline, Seen::Step);
+        let Some(value) = register.read(fence) else {
+            counts.refused_reads.fetch_add(1, Ordering::Relaxed);
+            break;
+        };
+        thread::sleep(rng.millis(1, 3));
+        match observe(&guard, false) {
+            Some(deadline) => (claim, seen) = (deadline, Seen::Step),
+            None => break,
+        }
+        if pause && !paused {
+            paused = true;
+            counts.fenced_pauses.fetch_add(1, Ordering::Relaxed);
+            let past = rng.millis(PAUSE_PAST.0, PAUSE_PAST.1);
+            thread::sleep((claim + past).saturating_duration_since(Instant::now()));
+            if wait_until(shared, TAKEOVER_WAIT, || register.overtaken(fence, value)) {
+                counts
+                    .fenced_pauses_overtaken
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let replaced = register.write(fence, value + 1);
+        let at = Instant::now();
+        shared.fenced_writes.lock().unwrap().push(FencedWrite {
+            client: id,
+            fence,
+            seen: value,
+            replaced,
+            at,
+            deadline: claim,
+        });
+        if replaced.is_none() || at >= planned_end || shared.stopping() {
+            break;
+        }
+        thread::sleep(
+            rng.millis(2, 15)
+                .min(planned_end.saturating_duration_since(at)),
+        );
+    }
+    let let_go = Instant::now();
+    if !guard.is_valid() {
+        counts.cut_short.fetch_add(1, Ordering::Relaxed);
+    }
+    shared.holding.lock().unwrap()[id] = None;
+    shared.windows.lock().unwrap().push(Window {
+        client: id,
+        family: Family::Fenced,
+        start,
+        end: let_go.min(claim),
+        seen,
+        handed_over: false,
+        extensions: guard.extensions(),
+        manual_extends: 0,
+        fence: Some(fence),
+    });
+    counts.ended_by_release.fetch_add(1, Ordering::Relaxed);
+    if guard.release().is_err() {
+        counts.failed_releases.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -1031,6 +1356,11 @@ fn hold(
             stalled = true;
             counts.stalls.fetch_add(1, Ordering::Relaxed);
             thread::sleep((claim + rng.millis(20, 150)).saturating_duration_since(Instant::now()));
+            // Still paused until someone else has written the counter (or a
+            // bound): the late write below then loses that update.
+            if wait_until(shared, TAKEOVER_WAIT, || shared.read().1 > read_seq) {
+                counts.stalls_overtaken.fetch_add(1, Ordering::Relaxed);
+            }
         }
         shared.write(id, value, read_seq, claim);
         let now = Instant::now();
@@ -1063,6 +1393,7 @@ fn hold(
         handed_over: plan.handed_over,
         extensions,
         manual_extends: manual_ok,
+        fence: None,
     });
     if plan.drop_it {
         if let Some(group) = group {
@@ -1124,7 +1455,7 @@ fn record_pids(servers: &RedisServers, pids: &Mutex<Vec<u32>>) {
 /// reported back within `limit`: a hung run must not hang CI or leave
 /// servers behind. Dropping the returned sender (also on a panic) disarms
 /// it.
-fn hang_detector(pids: Arc<Mutex<Vec<u32>>>, limit: Duration) -> mpsc::Sender<()> {
+fn hang_detector(pids: Arc<Mutex<Vec<u32>>>, register: u32, limit: Duration) -> mpsc::Sender<()> {
     let (tx, rx) = mpsc::channel::<()>();
     thread::Builder::new()
         .name("torture-hang-detector".into())
@@ -1134,7 +1465,7 @@ fn hang_detector(pids: Arc<Mutex<Vec<u32>>>, limit: Duration) -> mpsc::Sender<()
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 eprintln!("torture run hung for {limit:?}: killing servers {pids:?} and exiting");
-                for pid in pids.iter() {
+                for pid in pids.iter().chain([&register]) {
                     let _ = std::process::Command::new("kill")
                         .arg("-KILL")
                         .arg(pid.to_string())
@@ -1235,8 +1566,18 @@ fn restart_majority(
     for i in (1..NODES).rev() {
         order.swap(i, rng.below(i as u64 + 1) as usize);
     }
-    // Holders of the key first, so that the restart empties a majority.
-    order.sort_by_key(|&i| servers[i].get(RESOURCE.as_bytes()).is_none());
+    // Holders of the key first (the unfenced clients' key, then the fenced
+    // clients'), so that the restart empties a majority.
+    order.sort_by_key(|&i| {
+        let holds = |key: &str| servers[i].get(key.as_bytes()).is_some();
+        if holds(RESOURCE) {
+            0
+        } else if holds(FENCED_RESOURCE) {
+            1
+        } else {
+            2
+        }
+    });
     let chosen = &order[..3];
     let started = Instant::now();
     thread::scope(|scope| {
@@ -1314,6 +1655,100 @@ fn lost_updates(resource: &Resource) -> LostUpdates {
     lost
 }
 
+/// What the fenced register saw, and lost.
+///
+/// A lost update on the fenced counter is an accepted increment that the
+/// final value does not contain: `accepted - counter`. Every accepted
+/// write stores (value read) + 1, so this equals the sum over accepted
+/// writes of `replaced - seen`, the increments a write overwrote because
+/// an accepted write landed between its read and its own write (the
+/// checker computes both and they must agree). Fencing must keep it at 0:
+/// a holder's read raises the register's fence to its own, so once a
+/// newer holder has read, every read or write of an older one is refused;
+/// an accepted write with fence `f`, read at `r`, can therefore only
+/// follow writes with fences `<= f` after `r`, and a fence equal to `f`
+/// is its own holder's (fences differ from one holder to the next), whose
+/// steps are sequential. So no accepted write lands between a holder's
+/// read and its accepted write: none is overwritten. A stale write
+/// (refused) changes nothing, and counts apart.
+#[derive(Debug, Default)]
+struct FencedFigures {
+    /// Writes attempted, accepted, and refused because the register had
+    /// seen a higher fence: after the writer's claimed deadline (a stale
+    /// write of a paused holder), or within it (which would mean a newer
+    /// holder while this one was valid).
+    attempted: u64,
+    accepted: u64,
+    refused_stale: u64,
+    refused_within_validity: u64,
+    /// Accepted writes that completed after their writer's deadline
+    /// (a pause the register could not tell: nobody newer came).
+    accepted_late: u64,
+    counter: u64,
+    /// `accepted - counter`.
+    lost: i64,
+    /// Sum of `replaced - seen` over accepted writes, and how many
+    /// accepted writes overwrote an accepted write made after their read.
+    lost_by_interference: i64,
+    interferences: u64,
+    /// Pairs of fenced holds where the later one (it began after the
+    /// earlier one ended) has a fence not above the earlier one's, and
+    /// pairs of holds with the same fence.
+    fence_order_violations: u64,
+    duplicate_fences: u64,
+    /// A violating pair: (earlier fence, later fence).
+    first_violation: Option<(u64, u64)>,
+    /// The first stale write refused, and the first accepted write that
+    /// overwrote another (for the report).
+    first_refused: Option<FencedWrite>,
+    first_interference: Option<FencedWrite>,
+}
+
+fn fenced_figures(writes: &[FencedWrite], counter: u64, windows: &[Window]) -> FencedFigures {
+    let mut f = FencedFigures {
+        attempted: writes.len() as u64,
+        counter,
+        ..FencedFigures::default()
+    };
+    for w in writes {
+        match w.replaced {
+            Some(replaced) => {
+                f.accepted += 1;
+                if w.late() {
+                    f.accepted_late += 1;
+                }
+                let lost_here = replaced as i64 - w.seen as i64;
+                if lost_here != 0 {
+                    f.lost_by_interference += lost_here;
+                    f.interferences += 1;
+                    f.first_interference.get_or_insert(*w);
+                }
+            }
+            None if w.late() => {
+                f.refused_stale += 1;
+                f.first_refused.get_or_insert(*w);
+            }
+            None => f.refused_within_validity += 1,
+        }
+    }
+    f.lost = f.accepted as i64 - counter as i64;
+    let mut fenced: Vec<&Window> = windows.iter().filter(|w| w.fence.is_some()).collect();
+    fenced.sort_by_key(|w| w.start);
+    for (i, b) in fenced.iter().enumerate() {
+        for a in &fenced[..i] {
+            let (fa, fb) = (a.fence.unwrap_or(0), b.fence.unwrap_or(0));
+            if fa == fb {
+                f.duplicate_fences += 1;
+            }
+            if a.end <= b.start && fa >= fb {
+                f.fence_order_violations += 1;
+                f.first_violation.get_or_insert((fa, fb));
+            }
+        }
+    }
+    f
+}
+
 /// What a randomized run measured.
 #[derive(Debug)]
 struct Figures {
@@ -1330,8 +1765,15 @@ struct Figures {
     ended_by_release: u64,
     late_managers: u64,
     stalls: u64,
+    stalls_overtaken: u64,
+    fenced_pauses: u64,
+    fenced_pauses_overtaken: u64,
+    refused_reads: u64,
+    fenced: FencedFigures,
     faults: Faults,
+    /// Overlapping holders, of either resource (and of the fenced one).
     overlaps: u64,
+    fenced_overlaps: u64,
     longest_overlap: Duration,
     first_overlap: Option<(Window, Window)>,
     lost: LostUpdates,
@@ -1396,6 +1838,22 @@ fn describe_write(w: &Write, started: Instant) -> String {
     )
 }
 
+/// A fenced write for the report, times from the run's start.
+fn describe_fenced_write(w: &FencedWrite, started: Instant) -> String {
+    let outcome = match w.replaced {
+        Some(replaced) => format!("accepted over {replaced}"),
+        None => "refused".to_owned(),
+    };
+    format!(
+        "client {} with fence {} wrote {} at {:.3?} (its deadline {:.3?}): {outcome}",
+        w.client,
+        w.fence,
+        w.seen + 1,
+        w.at.saturating_duration_since(started),
+        w.deadline.saturating_duration_since(started),
+    )
+}
+
 /// One randomized run: five servers behind five proxies, the clients of
 /// [`roster`], the fault schedule, then the checker.
 fn torture(quarantine: bool) -> Figures {
@@ -1406,7 +1864,7 @@ fn torture(quarantine: bool) -> Figures {
     } else {
         "quarantine OFF"
     };
-    let (clients, manager_count) = roster();
+    let (clients, fenced_by_default) = roster();
     let roster_text: Vec<String> = Family::ALL
         .iter()
         .map(|f| {
@@ -1422,15 +1880,23 @@ fn torture(quarantine: bool) -> Figures {
         roster_text.join(", "),
     );
     let mut servers = RedisServers::start(NODES);
+    // The fenced register: its own server, never faulted.
+    let register = support::RedisServer::start();
+    let register_url = register.url();
     let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let pids = Arc::new(Mutex::new(Vec::new()));
     record_pids(&servers, &pids);
-    let hang = hang_detector(Arc::clone(&pids), Duration::from_secs(secs) + HANG_GRACE);
+    let hang = hang_detector(
+        Arc::clone(&pids),
+        register.pid(),
+        Duration::from_secs(secs) + HANG_GRACE,
+    );
 
     let shared = Shared::new(clients.len());
-    let managers: Vec<LockManager> = (0..manager_count)
-        .map(|_| client_manager(&urls, quarantine))
+    let managers: Vec<LockManager> = fenced_by_default
+        .iter()
+        .map(|&fenced| client_manager(&urls, quarantine, fenced))
         .collect();
     let mut rng = Rng::new(seed);
     let client_seeds: Vec<u64> = clients.iter().map(|_| rng.next_u64()).collect();
@@ -1440,12 +1906,17 @@ fn torture(quarantine: bool) -> Figures {
         let _stop = StopOnDrop(&shared.stop);
         for (id, spec) in clients.iter().enumerate() {
             let (shared, seed, spec, urls) = (&shared, client_seeds[id], *spec, &urls);
+            let register_url = register_url.as_str();
             let locks = spec.manager.map(|m| &managers[m]);
             thread::Builder::new()
                 .name(format!("torture-client-{id}"))
-                .spawn_scoped(scope, move || match locks {
-                    Some(locks) => client(id, spec, locks, shared, seed),
-                    None => late_client(id, urls, quarantine, shared, seed),
+                .spawn_scoped(scope, move || match (locks, spec.family) {
+                    (Some(locks), Family::Fenced) => {
+                        let nth = spec.group.unwrap_or(0);
+                        fenced_client(id, nth, locks, register_url, shared, seed);
+                    }
+                    (Some(locks), _) => client(id, spec, locks, shared, seed),
+                    (None, _) => late_client(id, urls, quarantine, shared, seed),
                 })
                 .unwrap();
         }
@@ -1455,9 +1926,30 @@ fn torture(quarantine: bool) -> Figures {
     drop(managers);
     let _ = hang.send(());
 
-    let mut windows = std::mem::take(&mut *shared.windows.lock().unwrap());
+    let windows = std::mem::take(&mut *shared.windows.lock().unwrap());
+    // One lock per resource: the fenced clients' windows are checked among
+    // themselves, the others' among themselves.
+    let (mut fenced_windows, mut windows): (Vec<Window>, Vec<Window>) =
+        windows.into_iter().partition(|w| w.fence.is_some());
     let (overlaps, longest_overlap, first_overlap) = count_overlaps(&mut windows);
+    let (fenced_overlaps, fenced_longest, fenced_first) = count_overlaps(&mut fenced_windows);
+    let (overlaps, longest_overlap, first_overlap) = (
+        overlaps + fenced_overlaps,
+        longest_overlap.max(fenced_longest),
+        first_overlap.or(fenced_first),
+    );
     let lost = lost_updates(&shared.resource.lock().unwrap());
+    let register_value = register.get(REGISTER_VALUE.as_bytes()).map_or(0, |v| {
+        String::from_utf8_lossy(&v)
+            .parse::<u64>()
+            .unwrap_or_else(|e| panic!("register value {v:?}: {e}"))
+    });
+    drop(register);
+    let fenced = fenced_figures(
+        &shared.fenced_writes.lock().unwrap(),
+        register_value,
+        &fenced_windows,
+    );
     let c = &shared.counts;
     let load = |a: &AtomicU64| a.load(Ordering::SeqCst);
     let figures = Figures {
@@ -1473,14 +1965,21 @@ fn torture(quarantine: bool) -> Figures {
         ended_by_release: load(&c.ended_by_release),
         late_managers: load(&c.late_managers),
         stalls: load(&c.stalls),
+        stalls_overtaken: load(&c.stalls_overtaken),
+        fenced_pauses: load(&c.fenced_pauses),
+        fenced_pauses_overtaken: load(&c.fenced_pauses_overtaken),
+        refused_reads: load(&c.refused_reads),
+        fenced,
         faults,
         overlaps,
+        fenced_overlaps,
         longest_overlap,
         first_overlap,
         lost,
     };
     let f = &figures.faults;
     let l = &figures.lost;
+    let fe = &figures.fenced;
     eprintln!(
         "torture [{label}] figures after {run_time:.1?} (seed {seed}):\n\
          \x20 acquisitions {} (lock calls that gave up: {}, releases without quorum: {}): \
@@ -1490,10 +1989,15 @@ fn torture(quarantine: bool) -> Figures {
          by an invalid guard {}; holds ended by drop {}, by release {}\n\
          \x20 faults {}: kill -9 + restart of one node {}, of three nodes {} ({} while a holder \
          had >= {HOLDER_LEFT:?} left; slowest {:.0?}), SIGSTOP {}, proxy delay {}, proxy blackhole {}\n\
-         \x20 overlaps {} (longest {:.1?})\n\
-         \x20 counter {} of {} writes: lost updates {} = by late writers {} ({} interfering \
-         writes; {} writes completed after their deadline, {} holders stalled on purpose) + \
-         within validity {} ({} interfering writes)",
+         \x20 overlaps {} ({} of them between fenced holders; longest {:.1?})\n\
+         \x20 unfenced counter {} of {} writes: lost updates {} = by late writers {} ({} \
+         interfering writes; {} writes completed after their deadline, {} holders stalled on \
+         purpose, {} of them overtaken during the stall) + within validity {} ({} interfering \
+         writes)\n\
+         \x20 fenced: acquisitions {}, increments attempted {}, accepted {} ({} of them late), \
+         stale writes refused {} (+ {} refused within validity), reads refused {}; pauses past \
+         validity {} ({} overtaken by a newer holder); register {}: lost updates {} (by \
+         interference {} in {} writes); fence order violations {}, duplicate fences {}",
         figures.acquisitions(),
         figures.failed_locks,
         figures.failed_releases,
@@ -1519,6 +2023,7 @@ fn torture(quarantine: bool) -> Figures {
         f.delay,
         f.blackhole,
         figures.overlaps,
+        figures.fenced_overlaps,
         figures.longest_overlap,
         l.counter,
         l.writes,
@@ -1527,9 +2032,41 @@ fn torture(quarantine: bool) -> Figures {
         l.late_interferences,
         l.late_writes,
         figures.stalls,
+        figures.stalls_overtaken,
         l.within_validity,
         l.valid_interferences,
+        figures.of(Family::Fenced),
+        fe.attempted,
+        fe.accepted,
+        fe.accepted_late,
+        fe.refused_stale,
+        fe.refused_within_validity,
+        figures.refused_reads,
+        figures.fenced_pauses,
+        figures.fenced_pauses_overtaken,
+        fe.counter,
+        fe.lost,
+        fe.lost_by_interference,
+        fe.interferences,
+        fe.fence_order_violations,
+        fe.duplicate_fences,
     );
+    eprintln!(
+        "torture [{label}] summary: unfenced lost updates {} ({} by late writers), fenced lost \
+         updates {}, overlaps {}",
+        l.total, l.by_late_writers, fe.lost, figures.overlaps,
+    );
+    if let Some((a, b)) = fe.first_violation {
+        eprintln!("  first fence order violation: fence {a}, then fence {b}");
+    }
+    for (what, w) in [
+        ("first stale write refused", fe.first_refused),
+        ("first fenced write over another", fe.first_interference),
+    ] {
+        if let Some(w) = w {
+            eprintln!("  {what}: {}", describe_fenced_write(&w, started));
+        }
+    }
     if let Some((a, b)) = &figures.first_overlap {
         eprintln!(
             "  first overlap (times from the run's start):\n    {}\n    {}",
@@ -1612,5 +2149,57 @@ fn randomized_faults_with_quarantine_never_overlap() {
     assert!(
         figures.manual_extends_ok + figures.manual_extends_failed > 0 && figures.auto_extends > 0,
         "extends from both sources must have happened: {figures:?}"
+    );
+    // Plain Redlock and pauses: a plain holder paused past its deadline
+    // (and overtaken meanwhile) loses the update written in between.
+    assert!(
+        figures.stalls > 0,
+        "the first plain hold stalls: {figures:?}"
+    );
+    if figures.stalls_overtaken > 0 {
+        assert!(
+            figures.lost.by_late_writers > 0,
+            "a stalled plain writer that was overtaken must lose an update: {figures:?}"
+        );
+    }
+    assert_fencing_holds(&figures);
+}
+
+/// Fencing under the same run (quarantine on): the fenced counter loses no
+/// update although fenced holders pause past their validity, every pause
+/// overtaken by a newer holder ends in a refused stale write, no write is
+/// refused within its writer's validity, and a hold that began after
+/// another one ended has a higher fence.
+fn assert_fencing_holds(figures: &Figures) {
+    let fe = &figures.fenced;
+    assert_eq!(
+        (fe.lost, fe.lost_by_interference, fe.interferences),
+        (0, 0, 0),
+        "fenced lost updates with quarantine on: {figures:?}"
+    );
+    assert!(
+        figures.of(Family::Fenced) >= 3 && fe.accepted >= 3,
+        "too few fenced acquisitions or increments to mean anything: {figures:?}"
+    );
+    assert!(
+        figures.fenced_pauses > 0,
+        "the first fenced hold pauses: {figures:?}"
+    );
+    assert!(
+        fe.refused_stale >= figures.fenced_pauses_overtaken,
+        "every pause overtaken by a newer holder must end in a refused write: {figures:?}"
+    );
+    assert!(
+        figures.fenced_pauses_overtaken == 0 || fe.refused_stale > 0,
+        "no stale write refused: {figures:?}"
+    );
+    assert_eq!(
+        (
+            fe.refused_within_validity,
+            fe.fence_order_violations,
+            fe.duplicate_fences
+        ),
+        (0, 0, 0),
+        "fences out of order with quarantine on: {figures:?}"
     );
 }
