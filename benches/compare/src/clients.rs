@@ -67,6 +67,19 @@ impl Client {
         }
     }
 
+    /// A short name, for chart legends.
+    pub fn short(self) -> &'static str {
+        match self {
+            Client::Floor => "floor",
+            Client::Ours => "quorum-lock release()",
+            Client::OursDrop => "quorum-lock drop",
+            Client::Backend => "RedisBackend direct",
+            Client::Redlock => "redlock 2.0.0",
+            Client::Redsync => "redsync 1.0.1",
+            Client::Rslock => "rslock 0.10",
+        }
+    }
+
     /// Whether each operation opens new TCP connections (and so is slow and
     /// gets fewer samples).
     pub fn connects_per_call(self) -> bool {
@@ -122,6 +135,10 @@ pub trait Locker {
 /// What the threads of a scenario share; hands each thread its [`Locker`].
 pub trait Service: Sync {
     fn locker(&self) -> Result<Box<dyn Locker + '_>, String>;
+
+    /// Called once the threads are done, before the clock stops: work the
+    /// client still has queued (quorum-lock's background releases) counts.
+    fn finish(&self) {}
 }
 
 /// Unique 20-byte lock tokens, cheaply (the floor must not pay for a

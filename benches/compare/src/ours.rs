@@ -41,6 +41,10 @@ impl Service for OursService {
             drop_guard: self.drop_guard,
         }))
     }
+
+    fn finish(&self) {
+        self.locks.flush(Duration::from_secs(10));
+    }
 }
 
 /// One thread's view of the shared manager.

@@ -20,7 +20,7 @@ use redsync::{RedisInstance, Redsync, RedsyncBuilder, RedsyncError};
 
 use crate::clients::{Locker, Service, Settings, millis};
 use crate::scenarios::{PerThread, collect, count};
-use crate::stats::{Latency, Recorder, Throughput};
+use crate::stats::Throughput;
 
 /// Attempts per call to a peer's own retrying lock function; the benchmark
 /// calls again until its deadline.
@@ -203,28 +203,29 @@ async fn rslock_once(lm: &rslock::LockManager, key: &[u8], ttl: Duration) -> Res
     Ok(())
 }
 
-/// Scenario 1 on a current-thread runtime (one OS thread, as a
-/// single-threaded async program would run it).
-pub fn rslock_latency(
-    urls: &[String],
-    settings: &Settings,
-    key: &[u8],
-    warmup: usize,
-    mut rec: Recorder,
-) -> Result<Latency, String> {
-    let rt = runtime(None)?;
-    let lm = rslock_manager(urls, 1, Duration::from_millis(1));
-    rt.block_on(async {
-        for _ in 0..warmup {
-            rslock_once(&lm, key, settings.ttl).await?;
-        }
-        while !rec.done() {
-            let start = Instant::now();
-            let outcome = rslock_once(&lm, key, settings.ttl).await;
-            rec.record(start.elapsed(), outcome);
-        }
-        Ok(rec.finish())
-    })
+/// rslock from one OS thread: a current-thread runtime (as a
+/// single-threaded async program would run it), one `block_on` per lock +
+/// release, so that it can take turns with the blocking clients.
+pub struct RslockSingle {
+    rt: tokio::runtime::Runtime,
+    lm: rslock::LockManager,
+    ttl: Duration,
+}
+
+impl RslockSingle {
+    pub fn new(urls: &[String], settings: &Settings) -> Result<Self, String> {
+        Ok(Self {
+            rt: runtime(None)?,
+            lm: rslock_manager(urls, 1, Duration::from_millis(1)),
+            ttl: settings.ttl,
+        })
+    }
+}
+
+impl Locker for RslockSingle {
+    fn lock_release(&mut self, key: &[u8]) -> Result<(), String> {
+        self.rt.block_on(rslock_once(&self.lm, key, self.ttl))
+    }
 }
 
 /// Scenario 2: `tasks` tasks on a multi-thread runtime with one worker per

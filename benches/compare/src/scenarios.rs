@@ -1,35 +1,23 @@
 //! The measuring loops for the blocking clients; every loop is bounded in
 //! count and in time.
 
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::clients::Service;
-use crate::stats::{Latency, Recorder, Throughput};
+use crate::stats::Throughput;
 
-/// Scenario 1 (and 4): one thread, `warmup` unrecorded operations, then
-/// samples of `op` until the recorder is done.
-pub fn latency(
-    mut op: impl FnMut() -> Result<(), String>,
-    warmup: usize,
-    mut rec: Recorder,
-) -> Result<Latency, String> {
-    for _ in 0..warmup {
-        op()?;
-    }
-    while !rec.done() {
-        let start = Instant::now();
-        let outcome = op();
-        rec.record(start.elapsed(), outcome);
-    }
-    Ok(rec.finish())
-}
+/// The name of the threads that call the lock clients (so that a census
+/// of the process's threads can tell them from the library's).
+pub const CALLER: &str = "qb-caller";
 
-/// Scenario 2: `threads` threads, each on its own key, `ops` lock +
-/// release each; the clock runs from a common start (after each thread's
-/// set-up and warm-up) until the last thread is done.
+/// Scaling: `threads` threads, each on its own key, `ops` lock + release
+/// each; the clock runs from a common start (after each thread's set-up
+/// and warm-up) until the last thread is done and the service has
+/// finished its queued work. `census` runs on the calling thread right
+/// after the common start, while every thread is alive.
 pub fn threads(
     service: &dyn Service,
     threads: usize,
@@ -37,48 +25,94 @@ pub fn threads(
     warmup: usize,
     budget: Duration,
     key_prefix: &str,
+    census: &mut dyn FnMut(),
 ) -> Throughput {
-    let barrier = Barrier::new(threads + 1);
+    let gate = Gate::default();
     thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let barrier = &barrier;
+                let gate = &gate;
                 let key = format!("{key_prefix}:{t}").into_bytes();
-                s.spawn(move || {
-                    let mut locker = match service.locker() {
-                        Ok(l) => Some(l),
-                        Err(e) => {
-                            barrier.wait();
-                            return (0, ops, Some(e));
-                        }
-                    };
-                    if let Some(l) = locker.as_mut() {
+                thread::Builder::new()
+                    .name(CALLER.into())
+                    .spawn_scoped(s, move || {
+                        let mut locker = match service.locker() {
+                            Ok(l) => l,
+                            Err(e) => {
+                                gate.arrive();
+                                return (0, ops, Some(e));
+                            }
+                        };
                         for _ in 0..warmup {
-                            let _ = l.lock_release(&key);
+                            let _ = locker.lock_release(&key);
                         }
-                    }
-                    barrier.wait();
-                    let deadline = Instant::now() + budget;
-                    let mut tally: PerThread = (0, 0, None);
-                    if let Some(l) = locker.as_mut() {
+                        gate.arrive();
+                        let deadline = Instant::now() + budget;
+                        let mut tally: PerThread = (0, 0, None);
                         for _ in 0..ops {
                             if Instant::now() >= deadline {
                                 tally.1 += 1;
                                 continue;
                             }
-                            count(&mut tally, l.lock_release(&key));
+                            count(&mut tally, locker.lock_release(&key));
                         }
-                    }
-                    tally
-                })
+                        tally
+                    })
             })
             .collect();
-        barrier.wait();
+        let started = handles.iter().filter(|h| h.is_ok()).count();
+        gate.open_when(started, budget);
         let start = Instant::now();
-        let results: Vec<_> = handles.into_iter().map(join).collect();
+        census();
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| {
+                h.map_err(|e| format!("cannot start a thread: {e}"))
+                    .and_then(join)
+            })
+            .collect();
+        service.finish();
         let wall = start.elapsed();
         collect(results, wall, None)
     })
+}
+
+/// A common start: threads arrive and wait until the gate opens.
+#[derive(Default)]
+struct Gate {
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+impl Gate {
+    /// Counts this thread in and waits for the opening.
+    fn arrive(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 += 1;
+        self.changed.notify_all();
+        while !state.1 {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Opens once `count` threads arrived, or after `patience`.
+    fn open_when(&self, count: usize, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while state.0 < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        state.1 = true;
+        self.changed.notify_all();
+    }
 }
 
 /// Scenario 3: `threads` threads contend for `key`; each runs `sections`
@@ -125,6 +159,7 @@ pub fn contention(
         barrier.wait();
         let start = Instant::now();
         let results: Vec<_> = handles.into_iter().map(join).collect();
+        service.finish();
         let wall = start.elapsed();
         collect(results, wall, None)
     });

@@ -1,73 +1,6 @@
-//! Samples, percentiles, medians of repeated runs.
+//! Percentiles, medians and spreads of repeated runs.
 
-use std::time::{Duration, Instant};
-
-/// Latency samples of one measurement, bounded in count and in time.
-#[derive(Debug)]
-pub struct Recorder {
-    samples: Vec<Duration>,
-    target: usize,
-    deadline: Instant,
-    errors: usize,
-    first_error: Option<String>,
-}
-
-impl Recorder {
-    /// Collects up to `target` samples, and stops at `budget` from now.
-    pub fn new(target: usize, budget: Duration) -> Self {
-        let started = Instant::now();
-        Self {
-            samples: Vec::with_capacity(target),
-            target,
-            deadline: started + budget,
-            errors: 0,
-            first_error: None,
-        }
-    }
-
-    /// Whether to stop: enough samples, or out of time.
-    pub fn done(&self) -> bool {
-        self.samples.len() + self.errors >= self.target || Instant::now() >= self.deadline
-    }
-
-    /// One operation's outcome and its latency (errors are counted, not
-    /// sampled).
-    pub fn record(&mut self, elapsed: Duration, outcome: Result<(), String>) {
-        match outcome {
-            Ok(()) => self.samples.push(elapsed),
-            Err(e) => {
-                self.errors += 1;
-                self.first_error.get_or_insert(e);
-            }
-        }
-    }
-
-    /// The summary of what was recorded.
-    pub fn finish(mut self) -> Latency {
-        self.samples.sort_unstable();
-        let total: Duration = self.samples.iter().sum();
-        Latency {
-            p50: percentile(&self.samples, 0.50),
-            p99: percentile(&self.samples, 0.99),
-            ops_per_sec: per_sec(self.samples.len(), total),
-            samples: self.samples.len(),
-            errors: self.errors,
-            first_error: self.first_error,
-        }
-    }
-}
-
-/// One latency measurement.
-#[derive(Debug, Clone)]
-pub struct Latency {
-    pub p50: Duration,
-    pub p99: Duration,
-    /// Sequential operations per second (samples / their summed time).
-    pub ops_per_sec: f64,
-    pub samples: usize,
-    pub errors: usize,
-    pub first_error: Option<String>,
-}
+use std::time::Duration;
 
 /// One throughput or wall-time measurement with several threads.
 #[derive(Debug, Clone)]
@@ -118,6 +51,43 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// A per-run figure over several runs: its median and its range.
+#[derive(Debug, Clone, Copy)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Runs that gave a figure.
+    pub runs: usize,
+}
+
+impl Spread {
+    /// `None` when no run gave a (finite) figure.
+    pub fn of(values: &[f64]) -> Option<Self> {
+        let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        let (min, max) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+        Some(Self {
+            median: median(&v),
+            min,
+            max,
+            runs: v.len(),
+        })
+    }
+
+    /// `1.02x (0.98-1.10x, 5 runs)`.
+    pub fn ratio_text(&self) -> String {
+        format!(
+            "{:.2}x ({:.2}-{:.2}x, {} runs)",
+            self.median, self.min, self.max, self.runs
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +99,13 @@ mod tests {
         assert_eq!(percentile(&s, 0.99), Duration::from_micros(99));
         assert_eq!(percentile(&s[..1], 0.99), Duration::from_micros(1));
         assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn spreads() {
+        let s = Spread::of(&[1.2, f64::NAN, 0.9, 1.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.runs), (1.0, 0.9, 1.2, 3));
+        assert!(Spread::of(&[]).is_none());
     }
 
     #[test]

@@ -1,0 +1,182 @@
+//! The targets of the performance issue, each with its measured ratio
+//! (median over runs of the per-run ratio, and the min-max), whether it is
+//! met, and for a miss the counter that shows what limits it.
+
+use std::fmt::Write as _;
+
+use crate::clients::Client;
+use crate::contention;
+use crate::latency::third_label;
+use crate::plan::Plan;
+use crate::report::{Results, switch_ratio};
+use crate::stats::Spread;
+
+/// `ok(median)` decides "met"; the spread is shown beside it.
+fn line(out: &mut String, target: &str, s: Option<Spread>, ok: impl Fn(f64) -> bool, note: &str) {
+    let (text, met) = match s {
+        Some(s) => (
+            s.ratio_text(),
+            if ok(s.median) {
+                if ok(s.min) && ok(s.max) {
+                    "yes"
+                } else {
+                    "yes (median; not every run)"
+                }
+            } else {
+                "**no**"
+            },
+        ),
+        None => ("not measured".into(), "-"),
+    };
+    let _ = writeln!(out, "| {target} | {text} | {met} | {note} |");
+}
+
+/// Context switches per lock + release at N=3, 1 thread, as a note.
+fn switches(results: &Results, client: Client) -> Option<f64> {
+    let Some(Ok(Some(rows))) = &results.counters else {
+        return None;
+    };
+    rows.iter()
+        .find(|r| r.client == client)
+        .and_then(|r| r.spread(|p| p.switches()))
+        .map(|s| s.median)
+}
+
+fn switch_note(results: &Results) -> String {
+    match (
+        switches(results, Client::Ours),
+        switches(results, Client::Floor),
+        switches(results, Client::Rslock),
+    ) {
+        (Some(o), Some(f), r) => format!(
+            "context switches per op (N=3): quorum-lock {o:.1}, floor {f:.1}{}",
+            r.map_or_else(String::new, |r| format!(", rslock {r:.1}"))
+        ),
+        _ => String::new(),
+    }
+}
+
+pub fn render(results: &Results, plan: &Plan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| target | measured: median of the per-run ratios (min-max, runs) | met | what limits it / notes |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|");
+    let (ours, drop, floor, rslock) = (
+        Client::Ours.key(),
+        Client::OursDrop.key(),
+        Client::Floor.key(),
+        Client::Rslock.key(),
+    );
+    let note = switch_note(results);
+    for (n, paired, _) in &results.latency {
+        line(
+            &mut out,
+            &format!("lock + release() p50, 1 thread, N={n}: <= 1.10x floor"),
+            paired.ratio(ours, floor),
+            |r| r <= 1.10,
+            &note,
+        );
+        line(
+            &mut out,
+            &format!("lock + release() p50, 1 thread, N={n}: below rslock"),
+            paired.ratio(ours, rslock),
+            |r| r < 1.0,
+            "",
+        );
+        line(
+            &mut out,
+            &format!("lock + drop p50, 1 thread, N={n}: <= 0.7x floor"),
+            paired.ratio(drop, floor),
+            |r| r <= 0.7,
+            "the release is queued, not awaited (flushed untimed before the next turn)",
+        );
+    }
+    if let Some(sc) = &results.scaling {
+        line(
+            &mut out,
+            "8 threads, distinct keys, N=3, release(): throughput >= 1.5x rslock",
+            sc.ratio(3, 8, Client::Ours, Client::Rslock),
+            |r| r >= 1.5,
+            "",
+        );
+        line(
+            &mut out,
+            "128 threads, distinct keys, N=5, release(): throughput >= rslock",
+            sc.ratio(5, 128, Client::Ours, Client::Rslock),
+            |r| r >= 1.0,
+            "",
+        );
+    }
+    if !results.contention.is_empty() {
+        let c = &plan.contention;
+        let expected = (c.threads * c.sections_per_thread) as u64;
+        let exact = |client: Client| {
+            results
+                .contention
+                .iter()
+                .find(|r| r.client == client)
+                .map(|r| r.exact(expected))
+        };
+        for client in [Client::Ours, Client::OursDrop] {
+            let counter = exact(client)
+                .map(|(g, t)| format!("counter exact in {g}/{t} runs"))
+                .unwrap_or_default();
+            line(
+                &mut out,
+                &format!(
+                    "{} threads, one key, N=3, {expected} critical sections, {}: time <= 0.5x rslock, counter exact",
+                    c.threads,
+                    if client == Client::Ours {
+                        "release()"
+                    } else {
+                        "drop"
+                    }
+                ),
+                contention::ratio(&results.contention, client, Client::Rslock, expected),
+                |r| r <= 0.5,
+                &counter,
+            );
+        }
+    }
+    if let Some(Ok(Some(rows))) = &results.counters {
+        let get = |c: Client| rows.iter().find(|r| r.client == c);
+        if let (Some(o), Some(f)) = (get(Client::Ours), get(Client::Floor)) {
+            line(
+                &mut out,
+                "context switches per lock + release(), 1 thread, N=3: <= 1.5x the floor's",
+                switch_ratio(o, f, |p| p.switches()),
+                |r| r <= 1.5,
+                &note,
+            );
+            line(
+                &mut out,
+                "the same, voluntary switches only (the involuntary ones follow the machine's load)",
+                switch_ratio(o, f, |p| p.voluntary),
+                |r| r <= 1.5,
+                "",
+            );
+        }
+    }
+    if let Some(Ok(paired)) = &results.third {
+        for drop_guard in [false, true] {
+            for bad in ["refused", "blackholed"] {
+                line(
+                    &mut out,
+                    &format!(
+                        "N=3, third node {bad}: p50 of lock + {} <= 1.1x healthy",
+                        if drop_guard { "drop" } else { "release()" }
+                    ),
+                    paired.ratio(
+                        &third_label(bad, drop_guard),
+                        &third_label("healthy", drop_guard),
+                    ),
+                    |r| r <= 1.1,
+                    "",
+                );
+            }
+        }
+    }
+    out
+}
