@@ -39,6 +39,8 @@ impl Verdict {
 /// What was found on one node.
 struct Checkup {
     verdict: Verdict,
+    /// Its votes do not count yet (restart quarantine), but will.
+    quarantined: bool,
     /// `(what, value)` facts, in order.
     facts: Vec<(&'static str, String)>,
     /// Why the verdict is not ok.
@@ -49,6 +51,7 @@ impl Checkup {
     fn new() -> Self {
         Self {
             verdict: Verdict::Ok,
+            quarantined: false,
             facts: Vec::new(),
             findings: Vec::new(),
         }
@@ -121,14 +124,18 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
             };
             println!("  verdict: {}{why}", c.verdict.as_str());
         }
+        let in_quarantine = checkups.iter().filter(|c| c.quarantined).count();
+        let now = usable - in_quarantine;
+        let verdict = if now >= quorum {
+            "locks work"
+        } else if usable >= quorum {
+            "locks work once the quarantine ends"
+        } else {
+            "NO QUORUM"
+        };
         println!(
-            "{usable} of {} nodes can vote, {quorum} needed: {}",
-            nodes.len(),
-            if usable >= quorum {
-                "locks work"
-            } else {
-                "NO QUORUM"
-            }
+            "{now} of {} nodes can vote now ({in_quarantine} in quarantine), {quorum} needed: {verdict}",
+            nodes.len()
         );
     }
     code
@@ -186,11 +193,12 @@ fn check_identity(node: &Node, conn: &mut Connection, global: &Global, c: &mut C
         let credited = Duration::from_secs(secs.saturating_sub(1));
         if !global.no_restart_quarantine && credited < quarantine {
             let left = quarantine - credited;
+            c.quarantined = true;
             c.note(
                 Verdict::Warn,
                 format!(
-                    "started {secs} s ago: quarantined for about {} s more (max_ttl + drift)",
-                    left.as_secs_f64().ceil()
+                    "started {secs} s ago: quarantined for about {:.1} s more (max_ttl + drift)",
+                    left.as_secs_f64()
                 ),
             );
         }
