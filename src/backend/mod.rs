@@ -327,6 +327,14 @@ impl Reply {
     pub fn is_yes(self) -> bool {
         !matches!(self, Self::No)
     }
+
+    /// The counter a fenced acquire read, if it succeeded.
+    pub fn fence(self) -> Option<u64> {
+        match self {
+            Self::Fenced(n) => Some(n),
+            _ => None,
+        }
+    }
 }
 
 impl From<bool> for Reply {

@@ -177,16 +177,19 @@ impl Worker {
         let until = self.identity.quarantined_until();
         let duplicate = self.identity.duplicate_of();
         let unidentified = standing == Standing::Unverified;
-        let mut before = None;
+        let (was_until, was_duplicate, was_unidentified) = self.published;
+        let quarantine_over = was_until.is_some() && standing == Standing::Voting;
+        // Called after every batch: the shared status is written (under its
+        // lock) only when something changed.
+        if (until, duplicate, unidentified) == self.published && !quarantine_over {
+            return;
+        }
+        self.published = (until, duplicate, unidentified);
         self.health.update(|s| {
-            before = Some((s.quarantined_until, s.duplicate_of, s.unidentified));
             s.quarantined_until = until;
             s.duplicate_of = duplicate;
             s.unidentified = unidentified;
         });
-        let Some((was_until, was_duplicate, was_unidentified)) = before else {
-            return;
-        };
         let name = self.name().to_owned();
         if until != was_until
             && let Standing::Quarantined(left) = standing
@@ -196,9 +199,10 @@ impl Worker {
                  restarted less than max_ttl + drift ago and may have forgotten locks"
             );
         }
-        if was_until.is_some() && standing == Standing::Voting && until == was_until {
+        if quarantine_over && until == was_until {
             self.health.update(|s| s.quarantined_until = None);
             self.identity.clear_quarantine();
+            self.published.0 = None;
             log::info!("quorum-lock: node {name}'s quarantine is over: its grants count again");
         }
         if duplicate != was_duplicate

@@ -159,6 +159,7 @@ pub(crate) fn spawn(
             failures: 0,
             backoff: FIRST_BACKOFF,
             probe_at: None,
+            published: (None, None, false),
         }),
         queued: AtomicUsize::new(0),
     });
@@ -241,6 +242,9 @@ pub(super) struct Worker {
     pub(super) backoff: Duration,
     /// Set while the node is down: when to probe it next.
     pub(super) probe_at: Option<Instant>,
+    /// The identity verdict last written to the shared status (quarantined
+    /// until, duplicate of, unidentified).
+    pub(super) published: (Option<Instant>, Option<usize>, bool),
 }
 
 impl Worker {
@@ -314,12 +318,19 @@ impl Worker {
         let mut known: Vec<Option<Vote>> = Vec::with_capacity(items.len());
         // The fence counters' keys, beside the lock keys (kept alive for
         // the ops that borrow them).
-        let counters: Vec<Option<Vec<u8>>> = items
-            .iter()
-            .map(|item| item.op.is_fenced().then(|| fence_key(item.key)))
-            .collect();
+        // Built only when a fenced op is in the batch: no allocation on the
+        // plain path.
+        let counters: Vec<Option<Vec<u8>>> = if items.iter().any(|i| i.op.is_fenced()) {
+            items
+                .iter()
+                .map(|item| item.op.is_fenced().then(|| fence_key(item.key)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut ops: Vec<Op<'_>> = Vec::with_capacity(items.len());
-        for (item, counter) in items.iter().zip(&counters) {
+        for (i, item) in items.iter().enumerate() {
+            let counter = counters.get(i).and_then(Option::as_deref);
             // A down node skips acquires and extends at no cost. Its
             // releases are kept and sent once it is back: an earlier
             // acquire may have landed there.
@@ -332,7 +343,7 @@ impl Worker {
             }
             known.push(None);
             let (key, token, ttl) = (&item.key[..], item.token.as_bytes(), item.ttl);
-            let counter = counter.as_deref().unwrap_or_default();
+            let counter = counter.unwrap_or_default();
             ops.push(match item.op {
                 Action::Acquire => Op::Acquire { key, token, ttl },
                 Action::AcquireFenced => Op::AcquireFenced {

@@ -331,10 +331,7 @@ impl Backend for MemoryBackend {
             ttl,
             counter,
         };
-        self.apply(&op).map(|reply| match reply {
-            Reply::Fenced(n) => Some(n),
-            _ => None,
-        })
+        self.apply(&op).map(Reply::fence)
     }
 
     fn raise_fence(

@@ -308,10 +308,7 @@ impl Backend for RedisBackend {
             ttl,
             counter,
         };
-        self.single(op).map(|reply| match reply {
-            Reply::Fenced(n) => Some(n),
-            _ => None,
-        })
+        self.single(op).map(Reply::fence)
     }
 
     /// One script: compare the token, then raise the counter.
