@@ -9,11 +9,11 @@ use crate::backend::Backend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::clock::{Clock, MonotonicClock};
-use crate::engine::{Engine, majority};
+use crate::engine::{Engine, Settings, majority};
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::options::RetryPolicy;
-use crate::redlock::{Config, Core, Rounds, check_ttl, drift};
+use crate::redlock::{Config, Core, FENCE_COUNTERS, Rounds, check_ttl, drift};
 
 /// Default lock TTL.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -48,6 +48,7 @@ pub struct LockManagerBuilder {
     clock: Option<Arc<dyn Clock>>,
     restart_quarantine: Option<bool>,
     fencing: bool,
+    accept_eviction_risk: bool,
 }
 
 /// A configured node, opened at `build` (Redis URLs then get the final
@@ -209,6 +210,27 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Count the grants of servers that may evict lock keys (`maxmemory`
+    /// with a `maxmemory-policy` other than `noeviction`). Default: off:
+    /// such a server's grants do not count, and a lock that needs them
+    /// fails with an error naming the setting and the fix.
+    ///
+    /// **The risk**: lock keys carry an expiry and sit idle, so an
+    /// evicting server drops them first under memory pressure (under
+    /// `volatile-*` and `allkeys-*` policies alike). A lock evicted on
+    /// enough servers can be taken by a second client while its holder's
+    /// guard still reports validity: two holders, with no restart, pause
+    /// or clock step. Accept it only when the servers cannot reach
+    /// `maxmemory` in practice, or when the work the lock protects is safe
+    /// to run twice (or is guarded by [fencing](Self::fencing) at the
+    /// resource). [`LockManager::health`](crate::LockManager::health)
+    /// shows the setting either way, and a warning is logged once per node.
+    #[must_use]
+    pub fn accept_eviction_risk(mut self, accept: bool) -> Self {
+        self.accept_eviction_risk = accept;
+        self
+    }
+
     /// Give every lock a fencing token unless its
     /// [`LockOptions::fencing`](crate::LockOptions::fencing) says otherwise
     /// (see there). Default: off.
@@ -275,6 +297,7 @@ impl LockManagerBuilder {
                 "node timeout {node_timeout:?} must be above zero and below the TTL {ttl:?}"
             )));
         }
+        let fence_counters = [&self.prefix[..], FENCE_COUNTERS].concat();
         let config = Config {
             ttl,
             max_ttl,
@@ -297,13 +320,15 @@ impl LockManagerBuilder {
         // Dropping the last handle waits up to two node timeouts (a batch
         // in progress, then the queued releases) for the releases to leave.
         let drain_wait = node_timeout.saturating_mul(2);
-        let engine = Engine::start(
-            backends,
+        let settings = Settings {
             quarantine,
             max_ttl,
             drain_wait,
-            Arc::clone(&config.clock),
-        )?;
+            clock: Arc::clone(&config.clock),
+            fence_counters,
+            accept_eviction: self.accept_eviction_risk,
+        };
+        let engine = Engine::start(backends, settings)?;
         let core = Core::new(Rounds::new(engine, config));
         Ok(LockManager::new(core, self.retry.unwrap_or_default()))
     }

@@ -77,6 +77,11 @@ pub struct NodeHealth {
     /// Releases given up on (the retry window or the bound passed): their
     /// keys expire with their TTL.
     pub releases_abandoned: u64,
+    /// The settings that let its server evict lock keys (such as
+    /// `maxmemory 4194304, maxmemory-policy volatile-lru`), when it has
+    /// them: shown whether or not the manager accepts that risk (see
+    /// [`LockManagerBuilder::accept_eviction_risk`](crate::LockManagerBuilder::accept_eviction_risk)).
+    pub eviction: Option<String>,
 }
 
 /// Whether a node's votes count.
@@ -104,6 +109,13 @@ pub enum NodeState {
     /// With quarantine on, its last answer came without a server identity:
     /// its grants do not count.
     Unidentified,
+    /// Its server may evict lock keys under memory pressure (`maxmemory`
+    /// with an evicting `maxmemory-policy`), and the manager does not
+    /// accept that risk: its grants do not count.
+    MayEvict {
+        /// The settings, in words.
+        setting: String,
+    },
 }
 
 impl fmt::Display for NodeState {
@@ -124,6 +136,9 @@ impl fmt::Display for NodeState {
             }
             Self::DuplicateOf(other) => write!(f, "duplicate of {other}"),
             Self::Unidentified => f.write_str("no server identity (grants do not count)"),
+            Self::MayEvict { setting } => {
+                write!(f, "may evict lock keys ({setting}; grants do not count)")
+            }
         }
     }
 }
@@ -173,6 +188,11 @@ impl fmt::Display for Health {
                     ", releases waiting {} / abandoned {}",
                     n.releases_waiting, n.releases_abandoned
                 )?;
+            }
+            if let (Some(setting), false) =
+                (&n.eviction, matches!(n.state, NodeState::MayEvict { .. }))
+            {
+                write!(f, "; may evict lock keys ({setting}), risk accepted")?;
             }
             if let Some(e) = &n.last_error {
                 write!(f, "; last error: {e}")?;

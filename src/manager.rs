@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::health::Health;
 use crate::options::{DEFAULT_MAX_HOLD, LockOptions, RetryPolicy};
-use crate::redlock::{Core, Lease, RenewalPlan, Turn, check_ttl, drift, with_attempts};
+use crate::redlock::{
+    Core, FENCE_COUNTERS, Lease, RenewalPlan, Turn, check_ttl, drift, with_attempts,
+};
 
 /// Acquires, extends and releases locks over a quorum of nodes.
 ///
@@ -365,6 +367,14 @@ impl LockManager {
         if resource.is_empty() {
             return Err(Error::InvalidArgument {
                 reason: "the resource name is empty".into(),
+            });
+        }
+        if resource == FENCE_COUNTERS {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "the resource name {} is reserved: the nodes keep the fence counters there",
+                    String::from_utf8_lossy(FENCE_COUNTERS)
+                ),
             });
         }
         Ok(())

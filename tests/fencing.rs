@@ -1,7 +1,7 @@
 //! Fencing tokens on real redis-servers (issue 12): fences increase from
 //! one holder to the next across managers, survive a majority restart
-//! (wall-clock floor plus quarantine), live in a counter key beside the
-//! lock with no expiry, and cost plain locks nothing.
+//! (wall-clock floor plus quarantine), live in the nodes' counters hash
+//! with no expiry, and cost plain locks nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod support;
@@ -9,7 +9,16 @@ mod support;
 use std::time::Duration;
 
 use quorum_lock::{LockManager, LockOptions, RetryPolicy};
-use support::{RedisServers, wait_until};
+use support::{RedisServer, RedisServers, wait_until};
+
+/// Where every node keeps its fence counters: one hash, a field per lock.
+const COUNTERS: &[u8] = b"{quorum-lock}:fences";
+
+/// The fence counter of `key` on `server`, if it has one.
+fn counter(server: &RedisServer, key: &str) -> Option<u64> {
+    let value: Option<u64> = server.cmd(redis::cmd("HGET").arg(COUNTERS).arg(key));
+    value
+}
 
 fn manager(servers: &RedisServers, quarantine: bool) -> LockManager {
     LockManager::builder()
@@ -42,13 +51,13 @@ fn fences_increase_across_managers_and_live_beside_the_lock() {
         // The write-back reached a quorum; the counter has no expiry.
         let holding = servers
             .iter()
-            .filter(|s| s.get(b"ledger:fence") == Some(fence.to_string().into_bytes()))
+            .filter(|s| counter(s, "ledger") == Some(fence))
             .count();
         assert!(
             holding >= 2,
             "round {round}: fence {fence} on {holding} nodes"
         );
-        assert!(servers.iter().all(|s| s.pttl(b"ledger:fence") == -1));
+        assert!(servers.iter().all(|s| s.pttl(COUNTERS) == -1));
         guard.release().unwrap();
     }
     // Extends keep the fence.
@@ -68,7 +77,8 @@ fn plain_locks_have_no_fence_and_write_no_counter() {
         .unwrap();
     assert_eq!(guard.fence(), None);
     guard.release().unwrap();
-    assert!(servers.iter().all(|s| s.get(b"plain:fence").is_none()));
+    assert!(servers.iter().all(|s| counter(s, "plain").is_none()));
+    assert!(servers.iter().all(|s| s.keys().is_empty()), "no key at all");
 }
 
 /// A majority restarts without persistence and forgets its counters; once
@@ -90,7 +100,7 @@ fn a_majority_that_forgot_its_counters_does_not_lower_the_fence() {
     before.release().unwrap();
     servers[0].restart();
     servers[1].restart();
-    assert!(servers[0].get(b"job:fence").is_none(), "restarted empty");
+    assert!(counter(&servers[0], "job").is_none(), "restarted empty");
     let mut after = None;
     assert!(wait_until(Duration::from_secs(10), || {
         after = first().ok();

@@ -51,10 +51,16 @@ fn acquire_release_extend_semantics() {
     assert!(!b.extend(b"res", &theirs, Duration::from_secs(60)).unwrap());
     assert_eq!(server.get(b"res"), Some(mine.clone()));
     assert!(server.pttl(b"res") <= 10_000);
-    // Our own second acquire is granted: the key already holds our token
-    // (the contract for the same server under two names), and the TTL is
-    // left alone.
-    assert!(b.acquire(b"res", &mine, TTL).unwrap());
+    // Our own second acquire is not a second vote: the key already holds
+    // our token (the same server under another name set it). The batch
+    // says so apart from "held elsewhere"; the TTL is left alone.
+    assert!(!b.acquire(b"res", &mine, TTL).unwrap());
+    let again = b.batch(&[Op::Acquire {
+        key: b"res",
+        token: &mine,
+        ttl: TTL,
+    }]);
+    assert_eq!(again[0].as_ref().ok(), Some(&Reply::AlreadyOurs));
     assert_eq!(server.get(b"res"), Some(mine.clone()));
 
     assert!(b.extend(b"res", &mine, Duration::from_secs(60)).unwrap());

@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{LockManager, ManualClock, MemoryBackend, RetryPolicy, UptimeReport};
+use quorum_lock::{Backend, LockManager, ManualClock, MemoryBackend, RetryPolicy, UptimeReport};
 use support::faces::Face;
 
 const MS: Duration = Duration::from_millis(1);
@@ -121,4 +121,62 @@ fn a_duplicate_node_never_makes_a_free_lock_look_contended() {
         assert!(locks.flush(Duration::from_secs(5)));
         assert_eq!(server.key_count(), 0, "the failed attempt left a key");
     }
+}
+
+/// Issue 17, hole 8. One server under two names that cannot be identified
+/// (quarantine off, as docs/safety.md tells such deployments to run):
+/// "a key that already holds our token counts as a grant" let the second
+/// name's answer count too, so one server cast two votes. Schedule: nodes
+/// [A, A (alias), B], B held by someone else; before the fix the lock was
+/// granted 2 of 3 while only one of the two servers held it.
+#[test]
+fn one_server_under_two_names_never_casts_two_votes_without_an_identity() {
+    let clock = ManualClock::new();
+    let server = MemoryBackend::with_clock("mem-a", Arc::new(clock.clone()));
+    server.set_identity_hidden(true);
+    let other = MemoryBackend::with_clock("mem-b", Arc::new(clock.clone()));
+    assert!(
+        other
+            .acquire(b"r", b"someone-else", Duration::from_secs(10))
+            .unwrap()
+    );
+    let locks = LockManager::builder()
+        .node(Face::alias(&server, "alias-1"))
+        .node(Face::alias(&server, "alias-2"))
+        .node(other.clone())
+        .clock(Arc::new(clock.clone()))
+        .restart_quarantine(false)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    let got = locks.try_lock("r");
+    assert!(
+        got.is_err(),
+        "granted by one server under two names: {:?}",
+        got.map(|g| g.validity())
+    );
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert_eq!(server.holder(b"r"), None, "the failed attempt left a key");
+}
+
+/// Issue 17, hole 6. Only connectivity errors kept a release for retry: a
+/// release that failed otherwise (a connection reset mid-request, `LOADING`,
+/// `BUSY`, a script error) was dropped, though the acquire it undoes had
+/// landed, and the key stayed for its whole TTL. A release whose outcome is
+/// unknown is now retried until the key must have expired.
+#[test]
+fn a_release_that_failed_for_any_reason_is_retried() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    let locks = manager(&nodes, &clock, Duration::from_secs(30));
+    let guard = locks.try_lock("r").unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
+    nodes[0].fail_next(1); // an error that is not about connectivity
+    drop(guard);
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert!(
+        support::wait_until(Duration::from_secs(3), || nodes[0].holder(b"r").is_none()),
+        "the release that failed once was dropped: the key stays for its TTL ({:?} left)",
+        nodes[0].remaining_ttl(b"r")
+    );
 }

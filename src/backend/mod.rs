@@ -44,11 +44,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Sets `key` to `token` with an expiry of `ttl`, only if `key` does not
     /// exist (`SET key token NX PX ttl`).
     ///
-    /// `Ok(true)`: the key holds `token` now (set by this call, or already
-    /// ours: tokens are unique per acquisition, so a key holding ours was
-    /// set by this acquisition, for instance through another name of the
-    /// same server). `Ok(false)`: the key is held by another token. `Err`:
-    /// unknown: the key may have been set.
+    /// `Ok(true)`: this call set the key to `token`. `Ok(false)`: the key
+    /// exists: held by another token, or already by `token` (set through
+    /// another name of the same server: that server's vote was counted
+    /// under its other name, and one server casts one vote; a backend that
+    /// can tell this case apart reports [`Reply::AlreadyOurs`] from
+    /// [`batch`](Self::batch)). `Err`: unknown: the key may have been set.
     ///
     /// # Errors
     ///
@@ -76,12 +77,19 @@ pub trait Backend: Send + Sync + 'static {
     /// Any failure to get a definite answer from the server.
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError>;
 
-    /// [`acquire`](Self::acquire), and on success reads the fence counter
-    /// `counter` beside the lock (0 when it does not exist), in the same
-    /// atomic step. For fencing tokens (`LockOptions::fencing`).
+    /// [`acquire`](Self::acquire), and when this call set the key, reads
+    /// the lock's fence counter (0 when it has none), in the same atomic
+    /// step. For fencing tokens (`LockOptions::fencing`).
     ///
-    /// `Ok(Some(n))`: the key holds `token` now and the counter read `n`.
-    /// `Ok(None)`: the key is held by another token. `Err`: unknown.
+    /// `counter` names the hash that holds every fence counter of the node
+    /// (one field per lock key, no expiry): a name the crate refuses as a
+    /// resource, so no lock ever collides with a counter. A value of
+    /// another type there, or a field that is not a number, is an error
+    /// ([`BackendErrorKind::WrongType`]), never a fence.
+    ///
+    /// `Ok(Some(n))`: this call set the key and the counter read `n`.
+    /// `Ok(None)`: the key already existed (see [`acquire`](Self::acquire)).
+    /// `Err`: unknown.
     ///
     /// # Errors
     ///
@@ -98,9 +106,10 @@ pub trait Backend: Send + Sync + 'static {
         Err(no_fencing(self))
     }
 
-    /// Raises the fence counter `counter` to at least `fence`, only while
-    /// `key` still holds `token` (one atomic step). The counter never goes
-    /// down and is never given an expiry.
+    /// Raises the lock's fence counter (the field `key` of the hash
+    /// `counter`, see [`acquire_fenced`](Self::acquire_fenced)) to at least
+    /// `fence`, only while `key` still holds `token` (one atomic step). The
+    /// counter never goes down and is never given an expiry.
     ///
     /// `Ok(true)`: the key is ours and the counter is now `>= fence`.
     /// `Ok(false)`: the key is no longer ours; nothing was written.
@@ -318,14 +327,20 @@ pub enum Reply {
     Yes,
     /// Refused: the key is held by another token, or is no longer ours.
     No,
-    /// A fenced acquire succeeded and the counter beside the lock read this.
+    /// A fenced acquire succeeded and the lock's fence counter read this.
     Fenced(u64),
+    /// An acquire found the key already holding this op's token: the same
+    /// server was reached under another configured name, which already
+    /// counted its vote. Not a vote: one server casts one vote, also when
+    /// the engine cannot tell who the server is.
+    AlreadyOurs,
 }
 
 impl Reply {
-    /// Whether the op was done (a fenced acquire that succeeded included).
+    /// Whether the op was done by this call (a fenced acquire that
+    /// succeeded included; [`AlreadyOurs`](Self::AlreadyOurs) is not).
     pub fn is_yes(self) -> bool {
-        !matches!(self, Self::No)
+        !matches!(self, Self::No | Self::AlreadyOurs)
     }
 
     /// The counter a fenced acquire read, if it succeeded.
@@ -385,10 +400,12 @@ impl Answers {
     }
 }
 
-/// What a server says about itself: who it is and how long it has run.
+/// What a server says about itself: who it is, how long it has run, and
+/// whether it may evict keys.
 ///
 /// `None` fields mean "unknown". Redis reports `run_id` (new at every
-/// start) and `uptime_in_seconds` in `INFO server`.
+/// start) and `uptime_in_seconds` in `INFO server`, `maxmemory` and
+/// `maxmemory_policy` in `INFO memory`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerInfo {
@@ -397,6 +414,11 @@ pub struct ServerInfo {
     /// How long the server has been up. With whole-second reports (Redis'
     /// `uptime_in_seconds`), the engine credits one second less.
     pub uptime: Option<Duration>,
+    /// The memory limit in bytes (`maxmemory`; 0: none).
+    pub maxmemory: Option<u64>,
+    /// What the server drops when it reaches `maxmemory`
+    /// (`maxmemory-policy`, e.g. `noeviction` or `volatile-lru`).
+    pub maxmemory_policy: Option<String>,
 }
 
 impl ServerInfo {
@@ -406,7 +428,41 @@ impl ServerInfo {
         Self {
             run_id: Some(run_id.into()),
             uptime,
+            ..Self::default()
         }
+    }
+
+    /// The same, with the memory limit and the eviction policy.
+    #[must_use]
+    pub fn with_memory(mut self, maxmemory: u64, policy: impl Into<String>) -> Self {
+        self.maxmemory = Some(maxmemory);
+        self.maxmemory_policy = Some(policy.into());
+        self
+    }
+
+    /// The settings that let this server evict lock keys, in words (such as
+    /// `maxmemory 4194304, maxmemory-policy volatile-lru`), or `None` when
+    /// it cannot (no `maxmemory`, or `noeviction`) or does not say.
+    ///
+    /// Lock keys carry an expiry and sit idle once written, so every
+    /// evicting policy, `volatile-*` and `allkeys-*` alike, drops them
+    /// first: the lock is gone on that server while its holder's guard is
+    /// still valid. A policy this crate does not know counts as evicting.
+    ///
+    /// ```
+    /// use quorum_lock::ServerInfo;
+    ///
+    /// let cache = ServerInfo::new("r1", None).with_memory(4 << 20, "volatile-lru");
+    /// assert_eq!(cache.eviction().as_deref(), Some("maxmemory 4194304, maxmemory-policy volatile-lru"));
+    /// assert_eq!(ServerInfo::new("r2", None).with_memory(4 << 20, "noeviction").eviction(), None);
+    /// assert_eq!(ServerInfo::new("r3", None).with_memory(0, "allkeys-lru").eviction(), None);
+    /// ```
+    pub fn eviction(&self) -> Option<String> {
+        let (Some(limit), Some(policy)) = (self.maxmemory, self.maxmemory_policy.as_deref()) else {
+            return None;
+        };
+        (limit > 0 && policy != "noeviction")
+            .then(|| format!("maxmemory {limit}, maxmemory-policy {policy}"))
     }
 }
 

@@ -14,10 +14,3 @@ pub(crate) enum Action {
     /// Raise the fence counter to this value while the lock is ours.
     RaiseFence(u64),
 }
-
-impl Action {
-    /// Whether the op involves the fence counter.
-    pub(crate) fn is_fenced(self) -> bool {
-        matches!(self, Self::AcquireFenced | Self::RaiseFence(_))
-    }
-}

@@ -49,6 +49,8 @@ pub(super) struct Status {
     pub(super) quarantined_until: Option<Instant>,
     pub(super) duplicate_of: Option<usize>,
     pub(super) unidentified: bool,
+    /// The settings that let the server evict lock keys, if it has them.
+    pub(super) eviction: Option<String>,
 }
 
 impl Vitals {
@@ -124,6 +126,7 @@ impl Vitals {
         names: &[String],
         now: Instant,
         clock_now: Instant,
+        accept_eviction: bool,
     ) -> NodeHealth {
         let status = self.status.lock().clone();
         let state = if self.is_down() {
@@ -139,6 +142,8 @@ impl Vitals {
             NodeState::DuplicateOf(names.get(owner).cloned().unwrap_or_default())
         } else if status.unidentified {
             NodeState::Unidentified
+        } else if let Some(setting) = status.eviction.clone().filter(|_| !accept_eviction) {
+            NodeState::MayEvict { setting }
         } else {
             match status.quarantined_until {
                 Some(until) if until > clock_now => NodeState::Quarantined {
@@ -159,6 +164,7 @@ impl Vitals {
             timeouts: self.timeouts.load(Ordering::Relaxed),
             releases_waiting: usize::try_from(waiting).unwrap_or(usize::MAX),
             releases_abandoned: self.abandoned.load(Ordering::Relaxed),
+            eviction: status.eviction,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Which server answers for a node: restart quarantine and duplicate-node
-//! detection, from the identity the backend reports ([`ServerInfo`]).
+//! Which server answers for a node: restart quarantine, duplicate-node
+//! detection and servers that may evict lock keys, from the identity the
+//! backend reports ([`ServerInfo`]).
 //!
 //! A server that restarted without durable persistence has forgotten the
 //! locks it held. If it voted at once, a second client could win a quorum
@@ -34,6 +35,10 @@ pub(crate) enum Standing {
     /// With quarantine on, the server's identity could not be read after
     /// it answered: it may have restarted, so its grants do not count.
     Unverified,
+    /// The server may evict lock keys (`maxmemory` with an evicting
+    /// policy) and the manager does not accept that risk: its grants do
+    /// not count.
+    MayEvict,
 }
 
 /// One node's view of its server's identity.
@@ -45,6 +50,10 @@ pub(crate) struct Identity {
     run_id: Option<String>,
     quarantined_until: Option<Instant>,
     duplicate_of: Option<usize>,
+    /// The settings that let the server evict lock keys, when it said so.
+    eviction: Option<String>,
+    /// Count its grants all the same (`accept_eviction_risk`).
+    accept_eviction: bool,
 }
 
 /// The resolution of a reported uptime: Redis' `uptime_in_seconds` is
@@ -54,13 +63,15 @@ pub(crate) struct Identity {
 const UPTIME_RESOLUTION: Duration = Duration::from_secs(1);
 
 impl Identity {
-    pub(crate) fn new(node: usize, quarantine: Option<Duration>) -> Self {
+    pub(crate) fn new(node: usize, quarantine: Option<Duration>, accept_eviction: bool) -> Self {
         Self {
             node,
             quarantine,
             run_id: None,
             quarantined_until: None,
             duplicate_of: None,
+            eviction: None,
+            accept_eviction,
         }
     }
 
@@ -77,6 +88,11 @@ impl Identity {
         now: Instant,
         registry: &Registry,
     ) -> Standing {
+        if let Some(server) = server {
+            // Read with the answers, on the same connection: a server
+            // reconfigured since shows on its next connection.
+            self.eviction = server.eviction();
+        }
         match server.and_then(|s| s.run_id.as_deref().map(|id| (id, s.uptime))) {
             Some((run_id, uptime)) => self.observe(run_id, uptime, now, registry),
             None if self.quarantine.is_some() => return Standing::Unverified,
@@ -144,10 +160,18 @@ impl Identity {
         self.duplicate_of
     }
 
+    /// The settings that let the server evict lock keys, if it has them.
+    pub(crate) fn eviction(&self) -> Option<&str> {
+        self.eviction.as_deref()
+    }
+
     /// What this node's grants count for at `now`.
     fn standing(&self, now: Instant) -> Standing {
         if let Some(owner) = self.duplicate_of {
             return Standing::DuplicateOf(owner);
+        }
+        if self.eviction.is_some() && !self.accept_eviction {
+            return Standing::MayEvict;
         }
         match self.quarantined_until {
             Some(until) if until > now => Standing::Quarantined(until - now),
@@ -163,10 +187,10 @@ mod tests {
     const Q: Duration = Duration::from_secs(60);
 
     fn info(run_id: &str, uptime_secs: u64) -> Option<ServerInfo> {
-        Some(ServerInfo {
-            run_id: Some(run_id.into()),
-            uptime: Some(Duration::from_secs(uptime_secs)),
-        })
+        Some(ServerInfo::new(
+            run_id,
+            Some(Duration::from_secs(uptime_secs)),
+        ))
     }
 
     impl Identity {
@@ -180,7 +204,7 @@ mod tests {
     fn a_young_server_is_quarantined_until_max_ttl_after_its_start() {
         let registry = Registry::default();
         let now = Instant::now();
-        let mut id = Identity::new(0, Some(Q));
+        let mut id = Identity::new(0, Some(Q), false);
         id.see(&info("a", 20), now, &registry);
         // 20 s reported is more than 19 s real: credited one second less.
         assert_eq!(
@@ -194,7 +218,7 @@ mod tests {
     fn an_old_server_votes_and_a_changed_identity_is_quarantined_in_full() {
         let registry = Registry::default();
         let now = Instant::now();
-        let mut id = Identity::new(0, Some(Q));
+        let mut id = Identity::new(0, Some(Q), false);
         id.see(&info("a", 3600), now, &registry);
         assert_eq!(id.standing(now), Standing::Voting);
         let later = now + Duration::from_secs(5);
@@ -212,7 +236,7 @@ mod tests {
     fn a_long_running_server_swapped_in_is_still_quarantined() {
         let registry = Registry::default();
         let now = Instant::now();
-        let mut id = Identity::new(0, Some(Q));
+        let mut id = Identity::new(0, Some(Q), false);
         id.see(&info("a", 3600), now, &registry);
         id.see(&info("other", 7200), now, &registry);
         assert_eq!(id.standing(now), Standing::Quarantined(Q));
@@ -223,14 +247,14 @@ mod tests {
     fn quarantine_off_and_unknown_identity() {
         let registry = Registry::default();
         let now = Instant::now();
-        let mut off = Identity::new(0, None);
+        let mut off = Identity::new(0, None, false);
         off.see(&info("a", 0), now, &registry);
         assert_eq!(off.standing(now), Standing::Voting);
         assert_eq!(off.judge(None, now, &registry), Standing::Voting);
         // Regression (issue 9, hole 3): with quarantine on, an answer from
         // a server that cannot be identified never counts, on first contact
         // or later.
-        let mut unknown = Identity::new(1, Some(Q));
+        let mut unknown = Identity::new(1, Some(Q), false);
         let anonymous = ServerInfo::default();
         assert_eq!(
             unknown.judge(Some(&anonymous), now, &registry),
@@ -252,17 +276,48 @@ mod tests {
         let registry = Registry::default();
         let now = Instant::now();
         let q = Duration::from_millis(1012);
-        let mut id = Identity::new(0, Some(q));
+        let mut id = Identity::new(0, Some(q), false);
         id.see(&info("a", 1), now, &registry);
         assert_eq!(id.standing(now), Standing::Quarantined(q));
+    }
+
+    /// Issue 17, hole 1: a server that may evict lock keys does not vote,
+    /// unless the manager accepts the risk; the verdict follows the
+    /// settings each answer came with.
+    #[test]
+    fn a_server_that_may_evict_votes_only_when_the_risk_is_accepted() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let evicting = info("a", 3600).map(|s| s.with_memory(1 << 20, "allkeys-lfu"));
+        let mut strict = Identity::new(0, Some(Q), false);
+        strict.see(&evicting, now, &registry);
+        assert_eq!(strict.standing(now), Standing::MayEvict);
+        assert_eq!(
+            strict.eviction(),
+            Some("maxmemory 1048576, maxmemory-policy allkeys-lfu")
+        );
+        strict.see(
+            &info("a", 3600).map(|s| s.with_memory(1 << 20, "noeviction")),
+            now,
+            &registry,
+        );
+        assert_eq!(strict.standing(now), Standing::Voting);
+        let mut accepting = Identity::new(1, Some(Q), true);
+        accepting.see(
+            &info("b", 3600).map(|s| s.with_memory(1 << 20, "volatile-ttl")),
+            now,
+            &registry,
+        );
+        assert_eq!(accepting.standing(now), Standing::Voting);
+        assert!(accepting.eviction().is_some());
     }
 
     #[test]
     fn the_same_server_twice_votes_once() {
         let registry = Registry::default();
         let now = Instant::now();
-        let mut first = Identity::new(0, None);
-        let mut second = Identity::new(1, None);
+        let mut first = Identity::new(0, None, false);
+        let mut second = Identity::new(1, None, false);
         first.see(&info("same", 100), now, &registry);
         second.see(&info("same", 100), now, &registry);
         assert_eq!(first.standing(now), Standing::Voting);

@@ -46,6 +46,8 @@ pub(crate) struct Engine {
     /// queued: a program that drops its last guard and returns from `main`
     /// must not leave the lock held for the whole TTL.
     drain_wait: Duration,
+    /// Whether grants of servers that may evict lock keys count.
+    accept_eviction: bool,
 }
 
 struct Node {
@@ -115,25 +117,47 @@ pub(crate) enum Gather {
     All,
 }
 
+/// What the engine needs besides its backends.
+pub(crate) struct Settings {
+    /// Restart quarantine (max TTL plus drift), `None` when off.
+    pub(crate) quarantine: Option<Duration>,
+    /// The longest a key can live: a release that could not be confirmed
+    /// is retried that long.
+    pub(crate) max_ttl: Duration,
+    /// How long dropping the engine waits for the queued releases.
+    pub(crate) drain_wait: Duration,
+    /// The manager's clock.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// The key of every node's fence counters (the prefix followed by
+    /// the reserved name).
+    pub(crate) fence_counters: Vec<u8>,
+    /// Count grants of servers that may evict lock keys.
+    pub(crate) accept_eviction: bool,
+}
+
 impl Engine {
-    /// Starts one worker per backend. `quarantine` is the restart
-    /// quarantine (max TTL plus drift), `None` to switch it off; `max_ttl`
-    /// bounds how long an unreachable release is retried; `clock` is the
-    /// manager's clock.
+    /// Starts one worker per backend.
     pub(crate) fn start(
         backends: Vec<Arc<dyn Backend>>,
-        quarantine: Option<Duration>,
-        max_ttl: Duration,
-        drain_wait: Duration,
-        clock: Arc<dyn Clock>,
+        settings: Settings,
     ) -> Result<Self, Error> {
         let (exited_tx, exited) = crossbeam_channel::bounded(0);
+        let Settings {
+            quarantine,
+            max_ttl,
+            drain_wait,
+            clock,
+            fence_counters,
+            accept_eviction,
+        } = settings;
         let shared = Arc::new(Shared {
             clock,
             quarantine,
             release_retry_window: max_ttl,
             registry: Registry::default(),
             names: backends.iter().map(|b| b.describe()).collect(),
+            fence_counters,
+            accept_eviction,
         });
         let mut nodes = Vec::with_capacity(backends.len());
         for (index, backend) in backends.into_iter().enumerate() {
@@ -163,6 +187,7 @@ impl Engine {
             next_direct: AtomicUsize::new(0),
             exited,
             drain_wait,
+            accept_eviction,
         })
     }
 
@@ -178,7 +203,10 @@ impl Engine {
         let names: Vec<String> = self.nodes.iter().map(|n| n.name.clone()).collect();
         self.nodes
             .iter()
-            .map(|n| n.health.snapshot(&n.name, &names, now, clock_now))
+            .map(|n| {
+                n.health
+                    .snapshot(&n.name, &names, now, clock_now, self.accept_eviction)
+            })
             .collect()
     }
 
@@ -258,10 +286,15 @@ impl Engine {
                     .map(|refused| (not_queued(refused), None)),
             };
         }
+        let queued = outcomes
+            .iter()
+            .map(|o| !matches!(o, Some((NodeOutcome::Down | NodeOutcome::Failed(_), _))))
+            .collect();
         Pending {
             outcomes,
             answers,
             deadline,
+            queued,
         }
     }
 
@@ -282,16 +315,25 @@ impl Engine {
     /// Queues a release of `key` on every node (down or not) and returns at
     /// once. Each release runs after whatever was queued before it.
     pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
+        self.release_detached_where(key, token, &vec![true; self.nodes.len()]);
+    }
+
+    /// [`release_detached`](Self::release_detached) on the nodes where
+    /// `reached` is true: those that an attempt's acquire may have reached
+    /// ([`Pending::reached`]). A node that never got the acquire needs no
+    /// release.
+    pub(crate) fn release_detached_where(&self, key: &Arc<[u8]>, token: Token, reached: &[bool]) {
         let req = Request {
             op: Action::Release,
             key,
             token,
             ttl: Duration::ZERO,
         };
-        for node in &self.nodes {
-            // A failed send means the worker is gone; there is nothing left
-            // to release through it.
-            // A full queue drops it: the key expires with its TTL.
+        for (node, _) in self.nodes.iter().zip(reached).filter(|(_, r)| **r) {
+            // A release is never refused for a full queue (the bound is
+            // for what can take or prolong a key), so it always follows
+            // the acquire it undoes; a failed send means the worker is
+            // gone, and nothing is left to release through it.
             let _ = node.park_release(&req) || node.send(&req, None).is_ok();
         }
     }
@@ -329,9 +371,18 @@ pub(crate) struct Pending {
     answers: Receiver<(usize, Vote)>,
     /// When gathering stops (`None`: the wait was too long to express).
     deadline: Option<Instant>,
+    /// Per node: whether the operation was queued (or run) there.
+    queued: Vec<bool>,
 }
 
 impl Pending {
+    /// Per node, whether the operation may have reached it: it was queued
+    /// or run there (not skipped as down, not refused). Only those nodes
+    /// need the release that undoes an acquire.
+    pub(crate) fn reached(&self) -> Vec<bool> {
+        self.queued.clone()
+    }
+
     /// Gathers answers per `gather` until the deadline set at scatter time.
     /// Returns one outcome per node, in node order.
     pub(crate) fn gather(self, gather: Gather) -> Vec<NodeOutcome> {
@@ -348,6 +399,7 @@ impl Pending {
             mut outcomes,
             answers,
             deadline,
+            queued: _,
         } = self;
         let n = outcomes.len();
         let quorum = match gather {
@@ -432,6 +484,17 @@ mod tests {
     use crate::clock::MonotonicClock;
     use crate::engine::*;
 
+    fn settings(wait: Duration) -> Settings {
+        Settings {
+            quarantine: None,
+            max_ttl: wait,
+            drain_wait: wait,
+            clock: Arc::new(MonotonicClock),
+            fence_counters: b"{quorum-lock}:fences".to_vec(),
+            accept_eviction: false,
+        }
+    }
+
     /// Issue 10, item 8: a node that does not keep up does not grow its
     /// queue without bound; it refuses, and says why.
     #[test]
@@ -440,7 +503,7 @@ mod tests {
         node.pause();
         let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
         let wait = Duration::from_millis(50);
-        let engine = Engine::start(backends, None, wait, wait, Arc::new(MonotonicClock)).unwrap();
+        let engine = Engine::start(backends, settings(wait)).unwrap();
         let key: Arc<[u8]> = Arc::from(&b"k"[..]);
         let token = Token::random().unwrap();
         // One job is taken by the (paused) node thread, the rest wait.
@@ -460,5 +523,48 @@ mod tests {
         assert!(e.message().contains("already waiting"), "{e}");
         node.resume();
         assert!(engine.flush(Duration::from_secs(30)));
+    }
+
+    /// Issue 17, hole 7. A full queue refused the release of an acquire
+    /// queued before it: the stalled node later applied the acquire and
+    /// kept the key for its TTL. A release is never refused while the
+    /// acquire it undoes may still run.
+    #[test]
+    fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
+        let node = MemoryBackend::new("slow");
+        node.pause();
+        let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
+        let wait = Duration::from_millis(50);
+        let engine = Engine::start(backends, settings(wait)).unwrap();
+        let (key, filler): (Arc<[u8]>, Arc<[u8]>) = (Arc::from(&b"k"[..]), Arc::from(&b"f"[..]));
+        let token = Token::random().unwrap();
+        let acquire = |key| Request {
+            op: Action::Acquire,
+            key,
+            token,
+            ttl: Duration::from_secs(60),
+        };
+        drop(engine.scatter(&acquire(&key), wait, Direct::Never));
+        // Fill the queue behind it until the node refuses.
+        let mut full = false;
+        for _ in 0..=MAX_QUEUED + 1 {
+            let outcomes = engine
+                .scatter(&acquire(&filler), Duration::ZERO, Direct::Never)
+                .gather(Gather::All);
+            if matches!(&outcomes[0], NodeOutcome::Failed(e) if e.message().contains("already waiting"))
+            {
+                full = true;
+                break;
+            }
+        }
+        assert!(full, "the queue never filled");
+        engine.release_detached(&key, token);
+        node.resume();
+        assert!(engine.flush(Duration::from_secs(60)));
+        assert_eq!(
+            node.holder(b"k"),
+            None,
+            "the release was dropped: the queued acquire's key stays for its TTL"
+        );
     }
 }

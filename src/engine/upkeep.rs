@@ -10,8 +10,16 @@ use std::time::{Duration, Instant};
 use super::health::RetryRelease;
 use super::identity::Standing;
 use super::worker::{FIRST_BACKOFF, RELEASE_RETRY_EVERY, Worker};
-use crate::backend::{BackendError, Op, Reply};
+use crate::backend::{BackendError, BackendErrorKind, Op, Reply};
 use crate::token::Token;
+
+/// Whether a release that failed with `error` may still be needed: every
+/// error but `WRONGTYPE`, which says the key holds something that is not a
+/// lock (so not ours). Retrying is bounded by `max_ttl` after which the key
+/// has expired anyway.
+fn release_outcome_unknown(error: &BackendError) -> bool {
+    error.kind() != BackendErrorKind::WrongType
+}
 
 /// Consecutive failed round trips (all connectivity errors) before a node is
 /// marked down.
@@ -20,15 +28,17 @@ const DOWN_AFTER: u32 = 2;
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 impl Worker {
-    /// Keeps a release that did not reach the server for another try.
+    /// Keeps a release whose outcome is unknown for another try: any
+    /// error (a timeout, a connection reset mid-request, `LOADING`, `BUSY`,
+    /// a script error, an ACL refusal that an operator may fix) leaves the
+    /// acquire it undoes possibly in place.
     pub(super) fn keep_for_retry(
         &mut self,
         key: &Arc<[u8]>,
         token: Token,
         result: &Result<Reply, BackendError>,
     ) {
-        let unreached = result.as_ref().is_err_and(|e| e.kind().is_connectivity());
-        if unreached {
+        if result.as_ref().is_err_and(release_outcome_unknown) {
             self.keep(key, token);
         }
     }
@@ -80,7 +90,7 @@ impl Worker {
         self.retries.retain(|_| {
             results
                 .next()
-                .is_some_and(|r| r.is_err_and(|e| e.kind().is_connectivity()))
+                .is_some_and(|r| r.as_ref().is_err_and(release_outcome_unknown))
         });
         self.health.note_retrying(self.retries.len());
     }
@@ -174,6 +184,7 @@ impl Worker {
     /// Publishes the identity's verdict for `health()` snapshots and logs
     /// its changes (quarantine entered or over, duplicate found).
     pub(super) fn publish_identity(&mut self, standing: Standing) {
+        self.publish_eviction();
         let until = self.identity.quarantined_until();
         let duplicate = self.identity.duplicate_of();
         let unidentified = standing == Standing::Unverified;
@@ -220,5 +231,29 @@ impl Worker {
                  restart quarantine on, its grants do not count"
             );
         }
+    }
+
+    /// Publishes the server's eviction settings for `health()` and warns
+    /// once when they appear.
+    fn publish_eviction(&mut self) {
+        let eviction = self.identity.eviction();
+        if eviction == self.published_eviction.as_deref() {
+            return;
+        }
+        let eviction = eviction.map(str::to_owned);
+        if let Some(setting) = &eviction {
+            let verdict = if self.shared.accept_eviction {
+                "its grants count because the manager accepts the eviction risk"
+            } else {
+                "its grants do not count (set maxmemory-policy noeviction, or accept the \
+                 risk with LockManagerBuilder::accept_eviction_risk)"
+            };
+            log::warn!(
+                "quorum-lock: node {} may evict lock keys ({setting}): {verdict}",
+                self.name()
+            );
+        }
+        self.health.update(|s| s.eviction.clone_from(&eviction));
+        self.published_eviction = eviction;
     }
 }

@@ -84,9 +84,14 @@ impl NodeExec {
     /// is gone.
     pub(crate) fn enqueue(&self, jobs: &Sender<Job>, job: Job) -> Result<(), Refused> {
         // Bounded: a node too slow for the load refuses new operations
-        // (their keys, if any, expire with their TTL) instead of growing
-        // the queue without limit.
-        if self.queued.load(Ordering::Relaxed) >= MAX_QUEUED && matches!(job, Job::Op { .. }) {
+        // that could take or prolong a key (their keys, if any, expire with
+        // their TTL) instead of growing the queue without limit. Releases
+        // are never refused: each undoes an acquire that was queued (the
+        // rounds release only where the acquire went), so they are bounded
+        // by the operations the queue accepted, and dropping one would
+        // leave the key of an acquire that may still run.
+        let bounded = matches!(job, Job::Op { op, .. } if op != Action::Release);
+        if bounded && self.queued.load(Ordering::Relaxed) >= MAX_QUEUED {
             return Err(Refused::Full);
         }
         // Counted before it is visible in the queue, so a caller that sees
@@ -144,7 +149,7 @@ pub(crate) fn spawn(
     shared: Arc<Shared>,
 ) -> std::io::Result<Arc<NodeExec>> {
     let name = format!("quorum-lock-node{index}");
-    let identity = Identity::new(index, shared.quarantine);
+    let identity = Identity::new(index, shared.quarantine, shared.accept_eviction);
     let call_timeout = backend.call_timeout();
     let exec = Arc::new(NodeExec {
         call_timeout,
@@ -160,6 +165,7 @@ pub(crate) fn spawn(
             backoff: FIRST_BACKOFF,
             probe_at: None,
             published: (None, None, false),
+            published_eviction: None,
         }),
         queued: AtomicUsize::new(0),
     });
@@ -224,6 +230,10 @@ pub(crate) struct Shared {
     /// How long a release that could not reach its node is retried: the
     /// longest a key can live (max TTL), after which it is gone anyway.
     pub(crate) release_retry_window: Duration,
+    /// The key of the fence counters' hash on every node.
+    pub(crate) fence_counters: Vec<u8>,
+    /// Count grants of servers that may evict lock keys.
+    pub(crate) accept_eviction: bool,
 }
 
 pub(super) struct Worker {
@@ -245,6 +255,8 @@ pub(super) struct Worker {
     /// The identity verdict last written to the shared status (quarantined
     /// until, duplicate of, unidentified).
     pub(super) published: (Option<Instant>, Option<usize>, bool),
+    /// The eviction settings last written to the shared status.
+    pub(super) published_eviction: Option<String>,
 }
 
 impl Worker {
@@ -316,21 +328,10 @@ impl Worker {
     fn execute(&mut self, items: &[Item<'_>]) -> Vec<Vote> {
         let down = self.probe_at.is_some();
         let mut known: Vec<Option<Vote>> = Vec::with_capacity(items.len());
-        // The fence counters' keys, beside the lock keys (kept alive for
-        // the ops that borrow them).
-        // Built only when a fenced op is in the batch: no allocation on the
-        // plain path.
-        let counters: Vec<Option<Vec<u8>>> = if items.iter().any(|i| i.op.is_fenced()) {
-            items
-                .iter()
-                .map(|item| item.op.is_fenced().then(|| fence_key(item.key)))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let shared = Arc::clone(&self.shared);
+        let counter = &shared.fence_counters[..];
         let mut ops: Vec<Op<'_>> = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let counter = counters.get(i).and_then(Option::as_deref);
+        for item in items {
             // A down node skips acquires and extends at no cost. Its
             // releases are kept and sent once it is back: an earlier
             // acquire may have landed there.
@@ -343,7 +344,6 @@ impl Worker {
             }
             known.push(None);
             let (key, token, ttl) = (&item.key[..], item.token.as_bytes(), item.ttl);
-            let counter = counter.unwrap_or_default();
             ops.push(match item.op {
                 Action::Acquire => Op::Acquire { key, token, ttl },
                 Action::AcquireFenced => Op::AcquireFenced {
@@ -390,6 +390,7 @@ impl Worker {
                 }
                 match result {
                     Ok(Reply::No) => (NodeOutcome::Refused, None),
+                    Ok(Reply::AlreadyOurs) => (NodeOutcome::Failed(already_ours()), None),
                     // Releases count whoever answers: undoing needs no vote.
                     Ok(_) if item.op == Action::Release => (NodeOutcome::Granted, None),
                     Ok(Reply::Fenced(read)) => {
@@ -430,6 +431,18 @@ impl Worker {
                 BackendErrorKind::Protocol,
                 "the server's identity (run_id in INFO server) is unknown, so a restart \
                  cannot be ruled out: with restart quarantine on, its grant does not count",
+            )),
+            Standing::MayEvict => NodeOutcome::Failed(BackendError::new(
+                BackendErrorKind::Config,
+                format!(
+                    "{}: the server may evict lock keys under memory pressure, and a lock \
+                     whose keys were evicted can be taken by a second holder: set \
+                     `maxmemory-policy noeviction` (or no maxmemory), or accept the risk \
+                     with LockManagerBuilder::accept_eviction_risk",
+                    self.identity
+                        .eviction()
+                        .unwrap_or("maxmemory with an evicting policy")
+                ),
             )),
             Standing::DuplicateOf(owner) => {
                 let other = self
@@ -485,8 +498,12 @@ fn reply_to(reply: Option<&ReplyTo>, vote: Vote) {
     }
 }
 
-/// The fence counter's key beside a lock key: the key followed by
-/// `:fence`. It has no expiry.
-pub(crate) fn fence_key(key: &[u8]) -> Vec<u8> {
-    [key, b":fence"].concat()
+/// The outcome of an acquire that found our token already there: the same
+/// server reached under another name, whose vote counted under that name.
+fn already_ours() -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Config,
+        "the key already held this attempt's token: the same server as another configured \
+         node (one server casts one vote)",
+    )
 }

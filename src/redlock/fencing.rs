@@ -1,8 +1,10 @@
 //! Fencing tokens: a number that strictly increases from one holder of a
 //! resource to the next, agreed by a quorum (see `docs/safety.md`).
 //!
-//! Each node keeps a counter beside the lock key (`<key>:fence`, no
-//! expiry). Phase 1, in the acquire itself: every granting node returns its
+//! Each node keeps one counter per lock key, all of them in one hash
+//! ([`FENCE_COUNTERS`] after the manager's prefix; a field per lock key, no
+//! expiry): a name the crate refuses as a resource, so no lock ever
+//! collides with a counter. Phase 1, in the acquire itself: every granting node returns its
 //! counter. Phase 2, only after a quorum granted: the fence is
 //! `F = max(highest counter read + 1, wall-clock microseconds since the
 //! epoch)`, written back as "counter = max(counter, F)" to the nodes while
@@ -22,6 +24,11 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+
+/// The name of the hash that holds every fence counter of a node, after
+/// the manager's prefix. Refused as a resource name (see
+/// `LockManager::lock_with`).
+pub(crate) const FENCE_COUNTERS: &[u8] = b"{quorum-lock}:fences";
 
 /// Fences stay below 2^53, so SQL integer columns, JSON numbers and
 /// JavaScript carry them unchanged (and Redis' Lua compares them exactly).

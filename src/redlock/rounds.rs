@@ -135,10 +135,10 @@ impl Rounds {
         let gather = Gather::UntilDecided {
             quorum: config.quorum,
         };
-        let votes = self
-            .engine
-            .scatter(&request, config.node_timeout, direct)
-            .gather_votes(gather);
+        let pending = self.engine.scatter(&request, config.node_timeout, direct);
+        // Only nodes that got the acquire need its release.
+        let reached = pending.reached();
+        let votes = pending.gather_votes(gather);
         let reads: Vec<u64> = votes.iter().filter_map(|(_, read)| *read).collect();
         let outcomes = votes.into_iter().map(|(outcome, _)| outcome).collect();
         let elapsed = self.now().saturating_duration_since(start);
@@ -152,7 +152,7 @@ impl Rounds {
                 match self.fence(key, token, reads, deadline) {
                     Ok(fence) => Some(fence),
                     Err(error) => {
-                        self.engine.release_detached(key, token);
+                        self.engine.release_detached_where(key, token, &reached);
                         let error = error.into_error(report, self.engine.node_names());
                         self.counters.note_failed_attempt(&error);
                         return Err(error);
@@ -165,9 +165,10 @@ impl Rounds {
             self.counters.note(Event::Acquired);
             return Ok(Arc::new(lease));
         }
-        // Give up on this attempt everywhere, including the nodes that said
-        // no, failed or have not answered: any of them may hold our token.
-        self.engine.release_detached(key, token);
+        // Give up on this attempt everywhere it went, including the nodes
+        // that said no, failed or have not answered: any of them may hold
+        // our token.
+        self.engine.release_detached_where(key, token, &reached);
         let n = report.nodes.len();
         let error = if granted >= config.quorum {
             Error::ValidityExpired {

@@ -6,13 +6,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::fencing::FENCE_COUNTERS;
 use super::lease::Lease;
 use super::rounds::{Config, ExtendInFlight, Rounds};
 use super::turns::Streak;
 use crate::backend::Backend;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::ManualClock;
-use crate::engine::Engine;
+use crate::engine::{Engine, Settings};
 
 const MS: Duration = Duration::from_millis(1);
 const LONG: Duration = Duration::from_secs(3);
@@ -27,7 +28,15 @@ fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
         .collect();
     let timeout = Duration::from_millis(500);
     let clock = Arc::new(clock.clone());
-    let engine = Engine::start(backends, None, LONG, timeout, clock.clone()).unwrap();
+    let settings = Settings {
+        quarantine: None,
+        max_ttl: LONG,
+        drain_wait: timeout,
+        clock: clock.clone(),
+        fence_counters: FENCE_COUNTERS.to_vec(),
+        accept_eviction: false,
+    };
+    let engine = Engine::start(backends, settings).unwrap();
     let config = Config {
         ttl: LONG,
         max_ttl: LONG,

@@ -99,7 +99,6 @@ impl MemoryBackend {
                 created: started_at,
                 state: Mutex::new(State {
                     keys: HashMap::new(),
-                    fences: HashMap::new(),
                     down: false,
                     paused: false,
                     latency: Duration::ZERO,
@@ -112,6 +111,7 @@ impl MemoryBackend {
                     wall_steps: Duration::ZERO,
                     wall_start_secs: 0,
                     identity_hidden: false,
+                    memory: (0, "noeviction".to_owned()),
                 }),
                 unpaused: Condvar::new(),
                 round_trips: AtomicU64::new(0),
@@ -161,7 +161,6 @@ impl MemoryBackend {
         let now = self.inner.clock.now();
         let mut state = self.inner.state.lock();
         state.keys.clear();
-        state.fences.clear();
         state.generation += 1;
         state.started_at = now;
         state.wall_start_secs = state.wall(self.inner.created, now).as_secs();
@@ -199,6 +198,21 @@ impl MemoryBackend {
         self.inner.state.lock().keys.remove(key);
     }
 
+    /// Reports `maxmemory` and `maxmemory-policy` as given (Redis' `INFO
+    /// memory`) from now on; by default 0 and `noeviction`. The node does
+    /// not evict by itself: call [`evict_volatile`](Self::evict_volatile)
+    /// where a server under memory pressure would.
+    pub fn set_maxmemory(&self, limit: u64, policy: &str) {
+        self.inner.state.lock().memory = (limit, policy.to_owned());
+    }
+
+    /// Evicts every key with an expiry (every lock key; the fence counters
+    /// have none), as a Redis server at `maxmemory` under an evicting
+    /// policy drops idle volatile keys first. Returns how many were evicted.
+    pub fn evict_volatile(&self) -> usize {
+        self.inner.state.lock().evict_volatile()
+    }
+
     /// Runs `hook` before each operation (e.g. to advance a
     /// [`ManualClock`](crate::ManualClock) and model a slow node), or stops
     /// doing so with `None`.
@@ -206,14 +220,14 @@ impl MemoryBackend {
         self.inner.state.lock().hook = hook;
     }
 
-    /// The token holding `key`, if it is held and unexpired.
+    /// The token holding lock `key`, if it is held and unexpired.
     pub fn holder(&self, key: &[u8]) -> Option<Vec<u8>> {
         let now = self.inner.clock.now();
         self.inner
             .state
             .lock()
             .live(key, now)
-            .map(|e| e.token.clone())
+            .and_then(|e| e.token().map(<[u8]>::to_vec))
     }
 
     /// Time until `key` expires, if it is held.
@@ -223,14 +237,18 @@ impl MemoryBackend {
             .state
             .lock()
             .live(key, now)
-            .map(|e| e.expires_at.saturating_duration_since(now))
+            .and_then(|e| e.expires_at)
+            .map(|at| at.saturating_duration_since(now))
     }
 
-    /// Number of unexpired keys.
+    /// Number of unexpired keys (lock keys, and the fence counters' hash
+    /// once a fenced lock was taken, as Redis' `DBSIZE` counts them).
     pub fn key_count(&self) -> usize {
         let now = self.inner.clock.now();
         let mut state = self.inner.state.lock();
-        state.keys.retain(|_, e| e.expires_at > now);
+        state
+            .keys
+            .retain(|_, e| e.expires_at.is_none_or(|at| at > now));
         state.keys.len()
     }
 
@@ -414,10 +432,14 @@ impl MemoryBackend {
         } else {
             since_start
         };
-        Some(ServerInfo {
-            run_id: Some(format!("{}#{}", self.inner.name, state.generation)),
-            uptime: Some(uptime),
-        })
+        let (limit, policy) = &state.memory;
+        Some(
+            ServerInfo::new(
+                format!("{}#{}", self.inner.name, state.generation),
+                Some(uptime),
+            )
+            .with_memory(*limit, policy.clone()),
+        )
     }
 }
 

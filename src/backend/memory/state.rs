@@ -1,5 +1,6 @@
 //! One in-memory node's data (keys, fence counters, fault settings) and
-//! what each operation does to it: the semantics of a Redis master.
+//! what each operation does to it: the semantics of a Redis master, with
+//! one key space for locks and the fence counters' hash, as on Redis.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -7,16 +8,36 @@ use std::time::{Duration, Instant};
 use super::{CallHook, UptimeReport};
 use crate::backend::{BackendError, BackendErrorKind, Op, Reply};
 
+/// What a key holds.
+pub(super) enum Value {
+    /// A string: a lock's token (or anything else a client wrote).
+    Str(Vec<u8>),
+    /// A hash of fence counters: lock key -> counter.
+    Counters(HashMap<Vec<u8>, u64>),
+}
+
 pub(super) struct Entry {
-    pub(super) token: Vec<u8>,
-    pub(super) expires_at: Instant,
+    pub(super) value: Value,
+    /// `None`: no expiry (the fence counters).
+    pub(super) expires_at: Option<Instant>,
+}
+
+impl Entry {
+    fn expired(&self, now: Instant) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+
+    /// The token of a lock key; `None` for a hash.
+    pub(super) fn token(&self) -> Option<&[u8]> {
+        match &self.value {
+            Value::Str(token) => Some(token),
+            Value::Counters(_) => None,
+        }
+    }
 }
 
 pub(super) struct State {
     pub(super) keys: HashMap<Vec<u8>, Entry>,
-    /// Fence counters (no expiry; forgotten by a restart, like the keys of
-    /// a server without persistence).
-    pub(super) fences: HashMap<Vec<u8>, u64>,
     pub(super) down: bool,
     pub(super) paused: bool,
     pub(super) latency: Duration,
@@ -33,6 +54,20 @@ pub(super) struct State {
     pub(super) wall_start_secs: u64,
     /// Report no identity at all (like a proxy whose `INFO` lacks `run_id`).
     pub(super) identity_hidden: bool,
+    /// `maxmemory` and `maxmemory-policy` as reported (0 and `noeviction`
+    /// by default).
+    pub(super) memory: (u64, String),
+}
+
+/// The error of an op on a key that holds the other kind of value.
+fn wrong_type(key: &[u8], what: &str) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::WrongType,
+        format!(
+            "key {} holds {what} (WRONGTYPE)",
+            String::from_utf8_lossy(&key[..key.len().min(64)])
+        ),
+    )
 }
 
 impl State {
@@ -50,26 +85,49 @@ impl State {
 
     /// The entry for `key` if it exists and has not expired at `now`.
     pub(super) fn live(&mut self, key: &[u8], now: Instant) -> Option<&mut Entry> {
-        if self.keys.get(key).is_some_and(|e| e.expires_at <= now) {
+        if self.keys.get(key).is_some_and(|e| e.expired(now)) {
             self.keys.remove(key);
         }
         self.keys.get_mut(key)
     }
 
+    /// Whether `key` is a lock holding `token` (`WRONGTYPE` for a hash, as
+    /// the scripts' `GET` fails on one).
+    fn holds(&mut self, key: &[u8], token: &[u8], now: Instant) -> Result<bool, BackendError> {
+        match self.live(key, now) {
+            None => Ok(false),
+            Some(entry) => match entry.token() {
+                Some(held) => Ok(held == token),
+                None => Err(wrong_type(key, "a hash, not a lock")),
+            },
+        }
+    }
+
+    /// The counter of lock `key` in the counters' hash `counters` (0 when
+    /// absent); `WRONGTYPE` when `counters` holds something else.
+    fn counter(&mut self, counters: &[u8], key: &[u8], now: Instant) -> Result<u64, BackendError> {
+        match self.live(counters, now).map(|e| &e.value) {
+            None => Ok(0),
+            Some(Value::Counters(map)) => Ok(map.get(key).copied().unwrap_or(0)),
+            Some(Value::Str(_)) => Err(wrong_type(counters, "a string, not the fence counters")),
+        }
+    }
+
     /// Applies one operation at `now` (the faults were checked before).
     pub(super) fn apply(&mut self, op: &Op<'_>, now: Instant) -> Result<Reply, BackendError> {
         Ok(match *op {
-            Op::Acquire { key, token, ttl } => Reply::from(self.acquire(key, token, ttl, now)?),
+            Op::Acquire { key, token, ttl } => self.acquire(key, token, ttl, now)?,
             Op::AcquireFenced {
                 key,
                 token,
                 ttl,
                 counter,
             } => {
-                if self.acquire(key, token, ttl, now)? {
-                    Reply::Fenced(self.fences.get(counter).copied().unwrap_or(0))
-                } else {
-                    Reply::No
+                // Read first: a foreign value there fails before any write.
+                let read = self.counter(counter, key, now)?;
+                match self.acquire(key, token, ttl, now)? {
+                    Reply::Yes => Reply::Fenced(read),
+                    other => other,
                 }
             }
             Op::RaiseFence {
@@ -78,42 +136,58 @@ impl State {
                 counter,
                 fence,
             } => {
-                let ours = self.live(key, now).is_some_and(|e| e.token == token);
+                let ours = self.holds(key, token, now)?;
                 if ours {
-                    let value = self.fences.entry(counter.to_vec()).or_insert(0);
-                    *value = (*value).max(fence);
+                    self.counter(counter, key, now)?;
+                    let entry = self.keys.entry(counter.to_vec()).or_insert(Entry {
+                        value: Value::Counters(HashMap::new()),
+                        expires_at: None,
+                    });
+                    if let Value::Counters(map) = &mut entry.value {
+                        let value = map.entry(key.to_vec()).or_insert(0);
+                        *value = (*value).max(fence);
+                    }
                 }
                 Reply::from(ours)
             }
             Op::Release { key, token } => {
-                let ours = self.live(key, now).is_some_and(|e| e.token == token);
+                let ours = self.holds(key, token, now)?;
                 if ours {
                     self.keys.remove(key);
                 }
                 Reply::from(ours)
             }
-            Op::Extend { key, token, ttl } => match self.live(key, now) {
-                Some(entry) if entry.token == token => {
-                    entry.expires_at = now.checked_add(ttl).ok_or_else(|| {
-                        BackendError::new(BackendErrorKind::Other, "invalid expire time")
-                    })?;
-                    Reply::Yes
+            Op::Extend { key, token, ttl } => {
+                if !self.holds(key, token, now)? {
+                    return Ok(Reply::No);
                 }
-                _ => Reply::No,
-            },
+                let expires_at = now.checked_add(ttl).ok_or_else(|| {
+                    BackendError::new(BackendErrorKind::Other, "invalid expire time")
+                })?;
+                if let Some(entry) = self.keys.get_mut(key) {
+                    entry.expires_at = Some(expires_at);
+                }
+                Reply::Yes
+            }
         })
     }
-    /// `SET key token NX PX ttl`, where a key already holding `token`
-    /// counts as set (the same acquisition through another name).
+
+    /// `SET key token NX PX ttl`: `Yes` when set by this call, `AlreadyOurs`
+    /// when the key already held `token` (another name of this server set
+    /// it), `No` when another token holds it.
     pub(super) fn acquire(
         &mut self,
         key: &[u8],
         token: &[u8],
         ttl: Duration,
         now: Instant,
-    ) -> Result<bool, BackendError> {
-        if let Some(entry) = self.live(key, now) {
-            return Ok(entry.token == token);
+    ) -> Result<Reply, BackendError> {
+        if self.live(key, now).is_some() {
+            return Ok(if self.holds(key, token, now)? {
+                Reply::AlreadyOurs
+            } else {
+                Reply::No
+            });
         }
         let expires_at = now
             .checked_add(ttl)
@@ -121,10 +195,18 @@ impl State {
         self.keys.insert(
             key.to_vec(),
             Entry {
-                token: token.to_vec(),
-                expires_at,
+                value: Value::Str(token.to_vec()),
+                expires_at: Some(expires_at),
             },
         );
-        Ok(true)
+        Ok(Reply::Yes)
+    }
+
+    /// Drops every key with an expiry, as a server at `maxmemory` under an
+    /// evicting policy does first with idle volatile keys. The number gone.
+    pub(super) fn evict_volatile(&mut self) -> usize {
+        let before = self.keys.len();
+        self.keys.retain(|_, e| e.expires_at.is_none());
+        before - self.keys.len()
     }
 }

@@ -1,6 +1,18 @@
 //! The pipeline protocol: packing ops into one round trip, reading the
-//! replies, and the follow-up round trip (`NOSCRIPT` re-runs by `EVAL`,
-//! `GET` checks after refused acquires).
+//! replies, and the follow-up round trip (`GET` checks after refused
+//! acquires; the re-run after a `NOSCRIPT`).
+//!
+//! Per-node order must hold at the server too (a release never runs before
+//! the acquire it undoes). A `NOSCRIPT` reply (the server's script cache
+//! was flushed, or it restarted, or failed over) means that op did not run
+//! while the ops after it in the pipeline did. So the follow-up re-runs
+//! that op **and every op after it**, in order, with scripts sent by text
+//! (`EVAL` cannot answer `NOSCRIPT`): the server then ends in the state of
+//! the ops applied in order. Every op may run twice without harm: a
+//! release or an extend of our token, a fence raise and an acquire of a
+//! key that already holds our token do nothing new. An op's answer is its
+//! first run's when that one did it (the later run finds the work done),
+//! the re-run's otherwise.
 
 use std::time::{Duration, Instant};
 
@@ -9,9 +21,10 @@ use redis::Value;
 use crate::backend::{BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 
 use super::Inner;
+use super::conn::{pack_info, value_text};
 use super::pool::{Checkout, Failure};
 use super::redact::show_key;
-use super::scripts::Script;
+use super::scripts::{Digests, Script};
 
 /// Largest TTL sent to the server (about 285 000 years). Redis refuses
 /// expiries whose absolute time would overflow a signed 64-bit millisecond
@@ -19,14 +32,25 @@ use super::scripts::Script;
 /// call.
 const MAX_TTL_MS: u64 = 1 << 53;
 
-/// What an op needs in the second round trip.
+/// What the first round trip said about one op.
+enum First {
+    /// A final answer.
+    Done(Result<Reply, BackendError>),
+    /// A refused acquire: `GET` the key to tell "held elsewhere" from
+    /// "already ours" and from a key of another type.
+    NeedsGet,
+    /// `NOSCRIPT`: it did not run; it and every later op run again.
+    NoScript,
+}
+
+/// What one op needs in the second round trip.
+#[derive(Clone, Copy)]
 enum Followup {
-    /// A refused acquire: `GET` the key. Our token: already ours (granted);
-    /// another value or nil: held elsewhere (refused); `WRONGTYPE`: the key
-    /// is not a lock (`SET NX` on a hash answers nil, `GET` fails).
+    /// `GET` after a refused acquire (1 reply).
     Get,
-    /// The script was not cached: run it by `EVAL`.
-    Eval,
+    /// The op again, scripts by text; a plain acquire as `SET NX PX` and
+    /// `GET` (2 replies).
+    Rerun,
 }
 
 impl Inner {
@@ -45,19 +69,28 @@ impl Inner {
         deadline: Instant,
     ) -> Result<(), Failure> {
         let want_info = c.conn.needs_info();
+        let digests = self.digests.lock().clone();
+        let sent: Vec<usize> = (0..ops.len()).filter(|&i| results[i].is_none()).collect();
+        let load_scripts = digests.is_none() && sent.iter().any(|&i| script_of(&ops[i]).is_some());
         let mut buf = Vec::new();
         if want_info {
-            redis::cmd("INFO")
-                .arg("server")
-                .write_packed_command(&mut buf);
+            pack_info(&mut buf);
         }
-        let sent: Vec<usize> = (0..ops.len()).filter(|&i| results[i].is_none()).collect();
+        if load_scripts {
+            for script in Script::ALL {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(script.text())
+                    .write_packed_command(&mut buf);
+            }
+        }
         for &i in &sent {
-            self.pack_first(&ops[i], ttls[i], &mut buf);
+            self.pack_op(&ops[i], ttls[i], digests.as_ref(), &mut buf);
         }
+        let expected = sent.len() + usize::from(want_info) + 4 * usize::from(load_scripts);
         let replies = c
             .conn
-            .exchange(&buf, sent.len() + usize::from(want_info), deadline)
+            .exchange(&buf, expected, deadline)
             .map_err(|(fault, read)| self.failure(&fault, read))?;
         let mut replies = replies.into_iter();
         if want_info {
@@ -65,80 +98,158 @@ impl Inner {
             c.conn.learn_identity(info.as_ref());
         }
         *server = c.conn.server();
+        if load_scripts {
+            // A refused SCRIPT LOAD (an ACL without it) leaves the digests
+            // unknown: the scripts then go by text, which needs none.
+            let loaded = (0..4)
+                .map(|_| replies.next().as_ref().and_then(value_text))
+                .collect();
+            if let Some(learned) = Digests::from_replies(loaded) {
+                *self.digests.lock() = Some(learned);
+            }
+        }
+        let firsts: Vec<First> = sent
+            .iter()
+            .zip(replies)
+            .map(|(&i, reply)| self.first_answer(&ops[i], reply))
+            .collect();
+        let rerun_from = firsts
+            .iter()
+            .position(|f| matches!(f, First::NoScript))
+            .unwrap_or(sent.len());
         let mut followups = Vec::new();
-        for (&i, reply) in sent.iter().zip(replies) {
-            let op = &ops[i];
-            let token = op_token(op);
-            let outcome = match (op, reply) {
-                (Op::Acquire { .. }, Value::Okay) => Some(Ok(Reply::Yes)),
-                (Op::Acquire { .. }, Value::Nil) => {
-                    followups.push((i, Followup::Get));
-                    None
-                }
-                (_, Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
-                    followups.push((i, Followup::Eval));
-                    None
-                }
-                (_, Value::ServerError(e)) => Some(Err(self.server_error(&e, Some(token)))),
-                (op, value) => Some(self.script_reply(op, value)),
-            };
-            results[i] = outcome;
+        for (pos, first) in firsts.iter().enumerate() {
+            if pos >= rerun_from {
+                followups.push((pos, Followup::Rerun));
+            } else if matches!(first, First::NeedsGet) {
+                followups.push((pos, Followup::Get));
+            }
+        }
+        let mut firsts: Vec<Option<First>> = firsts.into_iter().map(Some).collect();
+        for (pos, first) in firsts.iter_mut().enumerate() {
+            if let Some(First::Done(result)) = first.take_if(|_| pos < rerun_from) {
+                results[sent[pos]] = Some(result);
+            }
         }
         if followups.is_empty() {
             return Ok(());
         }
 
         buf.clear();
-        for (i, followup) in &followups {
-            let op = &ops[*i];
+        let mut expected = 0;
+        for &(pos, followup) in &followups {
+            let op = &ops[sent[pos]];
             match followup {
-                Followup::Get => redis::cmd("GET")
-                    .arg(op_key(op))
-                    .write_packed_command(&mut buf),
-                Followup::Eval => self.pack_eval(op, ttls[*i], &mut buf),
+                Followup::Get => {
+                    redis::cmd("GET")
+                        .arg(op_key(op))
+                        .write_packed_command(&mut buf);
+                    expected += 1;
+                }
+                Followup::Rerun => {
+                    self.pack_op(op, ttls[sent[pos]], None, &mut buf);
+                    if let Op::Acquire { key, .. } = op {
+                        redis::cmd("GET").arg(*key).write_packed_command(&mut buf);
+                        expected += 1;
+                    }
+                    expected += 1;
+                }
             }
         }
         let replies = c
             .conn
-            .exchange(&buf, followups.len(), deadline)
+            .exchange(&buf, expected, deadline)
             .map_err(|(fault, _)| Failure {
                 error: self.fault_error(&fault),
                 stale: false,
             })?;
-        for ((i, followup), reply) in followups.iter().zip(replies) {
-            let op = &ops[*i];
-            let token = op_token(op);
-            results[*i] = Some(match (followup, reply) {
-                (Followup::Get, Value::ServerError(e)) if e.code() == "WRONGTYPE" => {
-                    Err(BackendError::new(
-                        BackendErrorKind::WrongType,
-                        format!(
-                            "{}: key {} holds a value that is not a string (WRONGTYPE), \
-                             not a lock",
-                            self.redacted,
-                            show_key(op_key(op))
-                        ),
-                    ))
+        let mut replies = replies.into_iter();
+        for (pos, followup) in followups {
+            let i = sent[pos];
+            let op = &ops[i];
+            let mut next = || replies.next().unwrap_or(Value::Nil);
+            let answer = match (followup, op) {
+                (Followup::Get, _) => self.refused_acquire(op, next()),
+                (Followup::Rerun, Op::Acquire { .. }) => {
+                    let (set, get) = (next(), next());
+                    match set {
+                        Value::Okay => Ok(Reply::Yes),
+                        Value::Nil => self.refused_acquire(op, get),
+                        Value::ServerError(e) => Err(self.server_error(&e, Some(op_token(op)))),
+                        other => Err(self.protocol_error("SET NX", &other)),
+                    }
                 }
-                (_, Value::ServerError(e)) => Err(self.server_error(&e, Some(token))),
-                // Already ours: this acquisition set it, e.g. through
-                // another name of the same server.
-                (Followup::Get, Value::BulkString(held)) => Ok(Reply::from(held == token)),
-                // Nil: the holder's key expired in between. Either way it
-                // was not set by this SET: refused.
-                (Followup::Get, Value::Nil) => Ok(Reply::No),
-                (Followup::Get, other) => Err(self.protocol_error("GET", &other)),
-                (Followup::Eval, value) => self.script_reply(op, value),
+                (Followup::Rerun, _) => match next() {
+                    Value::ServerError(e) => Err(self.op_server_error(op, &e)),
+                    value => self.script_reply(op, value),
+                },
+            };
+            // The first run's answer stands when that run did the work.
+            let first_did_it = matches!(
+                firsts[pos],
+                Some(First::Done(Ok(Reply::Yes | Reply::Fenced(_))))
+            );
+            results[i] = Some(match firsts[pos].take() {
+                Some(First::Done(first)) if first_did_it => first,
+                _ => answer,
             });
         }
         Ok(())
     }
 
+    /// The first round trip's reply to `op`.
+    fn first_answer(&self, op: &Op<'_>, reply: Value) -> First {
+        match (op, reply) {
+            (Op::Acquire { .. }, Value::Okay) => First::Done(Ok(Reply::Yes)),
+            (Op::Acquire { .. }, Value::Nil) => First::NeedsGet,
+            (_, Value::ServerError(e)) if e.code() == "NOSCRIPT" => First::NoScript,
+            (_, Value::ServerError(e)) => First::Done(Err(self.op_server_error(op, &e))),
+            (Op::Acquire { .. }, other) => First::Done(Err(self.protocol_error("SET NX", &other))),
+            (op, value) => First::Done(self.script_reply(op, value)),
+        }
+    }
+
+    /// What the `GET` after a refused acquire says: our token (another
+    /// name of this server set it: not a second vote), another value or
+    /// none (expired in between: not set by us either way), or a key of
+    /// another type (`SET NX` on a hash answers nil, `GET` fails).
+    fn refused_acquire(&self, op: &Op<'_>, get: Value) -> Result<Reply, BackendError> {
+        match get {
+            Value::BulkString(held) if held == op_token(op) => Ok(Reply::AlreadyOurs),
+            Value::BulkString(_) | Value::Nil => Ok(Reply::No),
+            Value::ServerError(e) => Err(self.op_server_error(op, &e)),
+            other => Err(self.protocol_error("GET", &other)),
+        }
+    }
+
+    /// A server error reply to `op`, with `WRONGTYPE` named for what it
+    /// means here: the lock key (or, for fenced ops, the fence counters)
+    /// holds a value that is not ours to use.
+    fn op_server_error(&self, op: &Op<'_>, e: &redis::ServerError) -> BackendError {
+        if e.code() != "WRONGTYPE" {
+            return self.server_error(e, Some(op_token(op)));
+        }
+        let what = match op {
+            Op::AcquireFenced { counter, .. } | Op::RaiseFence { counter, .. } => format!(
+                "key {} or the fence counters {} hold a value quorum-lock did not write                  (WRONGTYPE): something else uses these names",
+                show_key(op_key(op)),
+                show_key(counter)
+            ),
+            _ => format!(
+                "key {} holds a value that is not a string (WRONGTYPE), not a lock",
+                show_key(op_key(op))
+            ),
+        };
+        self.node_error(BackendErrorKind::WrongType, &what, None)
+    }
+
     /// A script's reply to `op`: 0 / 1 for release, extend and raise; the
-    /// counter (or -1, held elsewhere) for a fenced acquire.
+    /// counter, -1 (held elsewhere) or -2 (already ours) for a fenced
+    /// acquire.
     fn script_reply(&self, op: &Op<'_>, value: Value) -> Result<Reply, BackendError> {
         match (op, value) {
             (Op::AcquireFenced { .. }, Value::Int(-1)) => Ok(Reply::No),
+            (Op::AcquireFenced { .. }, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
             (Op::AcquireFenced { .. }, Value::Int(n)) if n >= 0 => {
                 Ok(Reply::Fenced(n.unsigned_abs()))
             }
@@ -150,38 +261,26 @@ impl Inner {
         }
     }
 
-    fn pack_first(&self, op: &Op<'_>, ttl_ms: u64, buf: &mut Vec<u8>) {
-        match *op {
-            Op::Acquire { key, token, .. } => redis::cmd("SET")
-                .arg(key)
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .write_packed_command(buf),
-            _ => self.pack_script(op, ttl_ms, false, buf),
-        }
-    }
-
-    fn pack_eval(&self, op: &Op<'_>, ttl_ms: u64, buf: &mut Vec<u8>) {
-        self.pack_script(op, ttl_ms, true, buf);
-    }
-
-    /// `EVALSHA` (or `EVAL` with the script's text when `by_text`) of the
-    /// script behind `op`. A plain acquire is never run by script: its
-    /// follow-up `GET` keeps the pipeline aligned.
-    fn pack_script(&self, op: &Op<'_>, ttl_ms: u64, by_text: bool, buf: &mut Vec<u8>) {
-        let scripts = &self.scripts;
-        let (script, keys, args): (&Script, [&[u8]; 2], Vec<Vec<u8>>) = match *op {
-            Op::Acquire { key, .. } => {
-                redis::cmd("GET").arg(key).write_packed_command(buf);
+    /// `op` as one command: `SET NX PX` for a plain acquire; a script by
+    /// `EVALSHA` when its digest is known (`digests`), else by `EVAL` with
+    /// its text.
+    fn pack_op(&self, op: &Op<'_>, ttl_ms: u64, digests: Option<&Digests>, buf: &mut Vec<u8>) {
+        let (script, keys, args): (Script, [&[u8]; 2], [Vec<u8>; 2]) = match *op {
+            Op::Acquire { key, token, .. } => {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .write_packed_command(buf);
                 return;
             }
-            Op::Release { key, token } => (&scripts.release, [key, &[]], vec![token.to_vec()]),
+            Op::Release { key, token } => (Script::Release, [key, &[]], [token.to_vec(), vec![]]),
             Op::Extend { key, token, .. } => (
-                &scripts.extend,
+                Script::Extend,
                 [key, &[]],
-                vec![token.to_vec(), ttl_ms.to_string().into_bytes()],
+                [token.to_vec(), ttl_ms.to_string().into_bytes()],
             ),
             Op::AcquireFenced {
                 key,
@@ -189,9 +288,9 @@ impl Inner {
                 counter,
                 ..
             } => (
-                &scripts.acquire_fenced,
+                Script::AcquireFenced,
                 [key, counter],
-                vec![token.to_vec(), ttl_ms.to_string().into_bytes()],
+                [token.to_vec(), ttl_ms.to_string().into_bytes()],
             ),
             Op::RaiseFence {
                 key,
@@ -199,29 +298,43 @@ impl Inner {
                 counter,
                 fence,
             } => (
-                &scripts.raise_fence,
+                Script::RaiseFence,
                 [key, counter],
-                vec![token.to_vec(), fence.to_string().into_bytes()],
+                [token.to_vec(), fence.to_string().into_bytes()],
             ),
         };
-        let two_keys = matches!(op, Op::AcquireFenced { .. } | Op::RaiseFence { .. });
-        let mut cmd = if by_text {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(script.text);
-            cmd
-        } else {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&script.sha);
-            cmd
+        let mut cmd = match digests {
+            Some(digests) => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(digests.of(script));
+                cmd
+            }
+            None => {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(script.text());
+                cmd
+            }
         };
+        let two_keys = matches!(script, Script::AcquireFenced | Script::RaiseFence);
         cmd.arg(if two_keys { 2 } else { 1 }).arg(keys[0]);
         if two_keys {
             cmd.arg(keys[1]);
         }
-        for arg in &args {
+        for arg in args.iter().filter(|a| !a.is_empty()) {
             cmd.arg(arg.as_slice());
         }
         cmd.write_packed_command(buf);
+    }
+}
+
+/// The script behind `op`, if it runs one.
+fn script_of(op: &Op<'_>) -> Option<Script> {
+    match op {
+        Op::Acquire { .. } => None,
+        Op::Release { .. } => Some(Script::Release),
+        Op::Extend { .. } => Some(Script::Extend),
+        Op::AcquireFenced { .. } => Some(Script::AcquireFenced),
+        Op::RaiseFence { .. } => Some(Script::RaiseFence),
     }
 }
 

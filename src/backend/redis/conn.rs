@@ -6,8 +6,9 @@
 //! size limits: a peer can neither hold a call past its deadline nor make
 //! the client allocate more than [`MAX_REPLY_BYTES`] per reply.
 //!
-//! The identity (`INFO server`: `run_id`, `uptime_in_seconds`) belongs to
-//! the connection: it is read once, in the connection's first pipeline, and
+//! The identity (`INFO`: `run_id`, `uptime_in_seconds`, and with them
+//! `maxmemory` and `maxmemory_policy`) belongs to the connection: it is
+//! read once, in the connection's first pipeline, and
 //! describes the server that answers everything sent on this connection (a
 //! restarted server closes its connections, so a connection never outlives
 //! the server incarnation it talks to).
@@ -37,11 +38,7 @@ enum Identity {
     /// `INFO server` not asked yet.
     Unread,
     /// The server's answer, and when it was read.
-    Known {
-        run_id: Option<String>,
-        uptime: Option<Duration>,
-        read_at: Instant,
-    },
+    Known { info: ServerInfo, read_at: Instant },
     /// The server refused `INFO` (e.g. `NOPERM`) or its reply was not
     /// readable: unknown for this connection's life; never asked again.
     Unavailable,
@@ -211,14 +208,10 @@ impl Conn {
     /// or one that is not text leaves the identity unknown for good.
     pub(super) fn learn_identity(&mut self, reply: Option<&Value>) {
         self.identity = match reply.and_then(value_text) {
-            Some(text) => {
-                let (run_id, uptime) = parse_info(&text);
-                Identity::Known {
-                    run_id,
-                    uptime,
-                    read_at: Instant::now(),
-                }
-            }
+            Some(text) => Identity::Known {
+                info: parse_info(&text),
+                read_at: Instant::now(),
+            },
             None => Identity::Unavailable,
         };
     }
@@ -227,17 +220,21 @@ impl Conn {
     /// since `INFO` was read; `None` when unknown.
     pub(super) fn server(&self) -> Option<ServerInfo> {
         match &self.identity {
-            Identity::Known {
-                run_id,
-                uptime,
-                read_at,
-            } => Some(ServerInfo {
-                run_id: run_id.clone(),
-                uptime: uptime.map(|u| u.saturating_add(read_at.elapsed())),
-            }),
+            Identity::Known { info, read_at } => {
+                let mut info = info.clone();
+                info.uptime = info.uptime.map(|u| u.saturating_add(read_at.elapsed()));
+                Some(info)
+            }
             Identity::Unread | Identity::Unavailable => None,
         }
     }
+}
+
+/// `INFO` with its default sections: `server` (the identity) and `memory`
+/// (whether the server may evict lock keys) among them, in one reply that
+/// every Redis and Valkey version answers.
+pub(super) fn pack_info(buf: &mut Vec<u8>) {
+    redis::cmd("INFO").write_packed_command(buf);
 }
 
 /// The text of a status or bulk reply.
@@ -265,25 +262,25 @@ pub(super) fn describe_value(value: &Value) -> String {
     }
 }
 
-/// The identity in an `INFO` reply, as read now.
-pub(super) fn parse_info_now(text: &str) -> ServerInfo {
-    let (run_id, uptime) = parse_info(text);
-    ServerInfo { run_id, uptime }
-}
-
-/// `run_id` and `uptime_in_seconds` from an `INFO` reply.
-fn parse_info(text: &str) -> (Option<String>, Option<Duration>) {
-    let mut run_id = None;
-    let mut uptime = None;
+/// `run_id`, `uptime_in_seconds`, `maxmemory` and `maxmemory_policy`
+/// from an `INFO` reply (Redis and Valkey spell them alike).
+pub(super) fn parse_info(text: &str) -> ServerInfo {
+    let mut info = ServerInfo::default();
     for line in text.lines() {
-        let line = line.trim_end();
-        if let Some(id) = line.strip_prefix("run_id:") {
-            run_id = Some(id.to_owned()).filter(|id| !id.is_empty());
-        } else if let Some(secs) = line.strip_prefix("uptime_in_seconds:") {
-            uptime = secs.parse::<u64>().ok().map(Duration::from_secs);
+        let Some((name, value)) = line.trim_end().split_once(':') else {
+            continue;
+        };
+        match name {
+            "run_id" => info.run_id = Some(value.to_owned()).filter(|id| !id.is_empty()),
+            "uptime_in_seconds" => {
+                info.uptime = value.parse::<u64>().ok().map(Duration::from_secs);
+            }
+            "maxmemory" => info.maxmemory = value.parse::<u64>().ok(),
+            "maxmemory_policy" => info.maxmemory_policy = Some(value.to_owned()),
+            _ => {}
         }
     }
-    (run_id, uptime)
+    info
 }
 
 #[cfg(test)]
@@ -294,10 +291,16 @@ mod tests {
 
     #[test]
     fn info_parsing() {
-        let text = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
-        let (run_id, uptime) = parse_info(text);
-        assert_eq!(run_id.as_deref(), Some("abc123"));
-        assert_eq!(uptime, Some(Duration::from_secs(42)));
-        assert_eq!(parse_info(""), (None, None));
+        let text = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n\
+                    # Memory\r\nmaxmemory:4194304\r\nmaxmemory_human:4.00M\r\n\
+                    maxmemory_policy:volatile-lru\r\n";
+        let info = parse_info(text);
+        assert_eq!(info.run_id.as_deref(), Some("abc123"));
+        assert_eq!(info.uptime, Some(Duration::from_secs(42)));
+        assert_eq!(
+            info.eviction().as_deref(),
+            Some("maxmemory 4194304, maxmemory-policy volatile-lru")
+        );
+        assert_eq!(parse_info(""), ServerInfo::default());
     }
 }

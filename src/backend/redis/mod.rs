@@ -7,11 +7,14 @@
 //! * release: compare-and-delete, one Lua script
 //! * extend: compare-and-pexpire, one Lua script (never creates a key)
 //!
-//! Scripts run by `EVALSHA`; a `NOSCRIPT` reply (after a restart or a
-//! `SCRIPT FLUSH`) re-runs the op by `EVAL`, which also caches the script
-//! again. A [`batch`](Backend::batch) is written as one pipeline: one round
-//! trip for any number of ops, with a second one only for ops that need a
-//! follow-up (`NOSCRIPT`, or a `GET` after a refused acquire).
+//! Scripts run by `EVALSHA` with the digests the server gave for them
+//! (`SCRIPT LOAD`, sent with the first batch that needs a script; no SHA-1
+//! is computed in the client). A [`batch`](Backend::batch) is written as
+//! one pipeline: one round trip for any number of ops, with a second one
+//! only for ops that need a follow-up: a `GET` after a refused acquire, or,
+//! after a `NOSCRIPT` (a restart, a `SCRIPT FLUSH`, a failover), the re-run
+//! of that op and of every op after it, in order and by `EVAL`, so that a
+//! node applies a batch in its order whatever its script cache holds.
 //!
 //! # Connections
 //!
@@ -31,8 +34,9 @@
 //!
 //! # Identity
 //!
-//! Each connection reads `INFO server` once, in its first pipeline, and
-//! keeps the server's `run_id` and uptime for its whole life:
+//! Each connection reads `INFO` (its default sections) once, in its first
+//! pipeline, and keeps the server's `run_id`, uptime, `maxmemory` and
+//! `maxmemory_policy` for its whole life:
 //! [`identified_batch`](Backend::identified_batch) reports the identity of
 //! the connection that carried the batch. When that `INFO` is refused (an
 //! ACL user without `+info` gets `NOPERM`) or its reply is unreadable, the
@@ -60,10 +64,10 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use crate::backend::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 
 use self::batch::ttl_millis;
-use self::conn::{Setup, value_text};
+use self::conn::{Setup, pack_info, value_text};
 use self::pool::{Failure, IdleConn};
 use self::redact::{describe_info, redact_raw_url, scrub, url_secrets};
-use self::scripts::Scripts;
+use self::scripts::Digests;
 use self::transport::Target;
 
 /// One Redis server, used as a lock node.
@@ -88,8 +92,8 @@ struct Inner {
     secrets: Vec<String>,
     timeout: Duration,
     idle: Mutex<Vec<IdleConn>>,
-    /// The Lua scripts, with their SHA-1 for `EVALSHA`.
-    scripts: Scripts,
+    /// The scripts' digests for `EVALSHA`, once a server has given them.
+    digests: Mutex<Option<Digests>>,
 }
 
 impl RedisBackend {
@@ -201,7 +205,7 @@ impl RedisBackend {
                 secrets,
                 timeout,
                 idle: Mutex::new(Vec::new()),
-                scripts: Scripts::new(),
+                digests: Mutex::new(None),
             }),
         })
     }
@@ -218,7 +222,7 @@ impl RedisBackend {
         self.inner.timeout
     }
 
-    /// Asks the server for its `INFO server` now, on a connection (an idle
+    /// Asks the server for its `INFO` now, on a connection (an idle
     /// one, or a new one), and returns the answer.
     ///
     /// A connection whose identity was not read yet keeps this answer as
@@ -232,9 +236,7 @@ impl RedisBackend {
         let inner = &*self.inner;
         let deadline = inner.deadline();
         let mut buf = Vec::new();
-        redis::cmd("INFO")
-            .arg("server")
-            .write_packed_command(&mut buf);
+        pack_info(&mut buf);
         let reply = inner.with_conn(deadline, |c| {
             let mut replies = c
                 .conn
@@ -249,7 +251,7 @@ impl RedisBackend {
         match reply {
             Some(Value::ServerError(e)) => Err(inner.server_error(&e, None)),
             Some(value) => match value_text(&value) {
-                Some(text) => Ok(conn::parse_info_now(&text)),
+                Some(text) => Ok(conn::parse_info(&text)),
                 None => Err(inner.protocol_error("INFO", &value)),
             },
             None => Err(inner.node_error(BackendErrorKind::Protocol, "no reply to INFO", None)),
@@ -348,7 +350,7 @@ impl Backend for RedisBackend {
     }
 
     /// Runs the batch and reports the identity of the connection that
-    /// carried it: the `INFO server` that connection read in its first
+    /// carried it: the `INFO` that connection read in its first
     /// pipeline (the uptime advanced by the time since), or `None` when
     /// that `INFO` was refused or unreadable, or no connection answered.
     fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
@@ -397,7 +399,7 @@ impl Backend for RedisBackend {
     }
 
     /// The identity of a connection, after checking that the server
-    /// answers on it: a connection that has not read `INFO server` yet
+    /// answers on it: a connection that has not read `INFO` yet
     /// asks it now, one that has sends `PING`.
     ///
     /// `Ok` with no `run_id` when the server answers but refuses `INFO`
@@ -409,9 +411,7 @@ impl Backend for RedisBackend {
             let asks_info = c.conn.needs_info();
             let mut buf = Vec::new();
             if asks_info {
-                redis::cmd("INFO")
-                    .arg("server")
-                    .write_packed_command(&mut buf);
+                pack_info(&mut buf);
             } else {
                 redis::cmd("PING").write_packed_command(&mut buf);
             }

@@ -1,67 +1,85 @@
-//! The Lua scripts the backend runs, each with its SHA-1 for `EVALSHA`
-//! (the text is sent by `EVAL` when the server answers `NOSCRIPT`).
+//! The Lua scripts the backend runs. Their digests for `EVALSHA` come from
+//! the server (`SCRIPT LOAD` replies), never from a SHA-1 computed here:
+//! deployments under FIPS rules may forbid SHA-1 in the client.
 
 /// Deletes `KEYS[1]` only if it holds `ARGV[1]`. Returns 1 or 0.
-const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
      return redis.call('del', KEYS[1]) else return 0 end";
 
 /// Sets the expiry of `KEYS[1]` to `ARGV[2]` ms only if it holds `ARGV[1]`.
 /// `PEXPIRE` on a missing key does nothing, so this never creates a key.
-const EXTEND_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+const EXTEND: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
      return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 
-/// Fenced acquire: `SET KEYS[1] ARGV[1] NX PX ARGV[2]` (a key already
-/// holding our token counts as set), then the fence counter `KEYS[2]` (0
-/// when absent). Returns the counter, or -1 when the lock is held by
-/// another token. A key of another type fails with `WRONGTYPE` at the
-/// `GET`.
-const ACQUIRE_FENCED_SCRIPT: &str = "\
-     if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) \
-        or redis.call('get', KEYS[1]) == ARGV[1] then \
-       return tonumber(redis.call('get', KEYS[2]) or '0') \
-     end \
+/// Fenced acquire. `KEYS[2]` is the hash of every fence counter of the
+/// node (field: the lock key). The counter is read first, so a foreign
+/// value there fails before anything is written. Then `SET KEYS[1]
+/// ARGV[1] NX PX ARGV[2]`. Returns the counter (0 when absent) when this
+/// call set the key, -2 when the key already held our token (another name
+/// of the same server set it), -1 when another token holds it.
+const ACQUIRE_FENCED: &str = "\
+     local n = tonumber(redis.call('hget', KEYS[2], KEYS[1]) or '0') \
+     if not n then return redis.error_reply('WRONGTYPE fence counter is not a number') end \
+     if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return n end \
+     if redis.call('get', KEYS[1]) == ARGV[1] then return -2 end \
      return -1";
 
-/// Raises the fence counter `KEYS[2]` to at least `ARGV[2]`, only while
-/// `KEYS[1]` holds `ARGV[1]`. Returns 1, or 0 when the lock is not ours.
-/// The counter never goes down and never expires.
-const RAISE_FENCE_SCRIPT: &str = "\
+/// Raises the lock's counter (field `KEYS[1]` of the hash `KEYS[2]`) to at
+/// least `ARGV[2]`, only while `KEYS[1]` holds `ARGV[1]`. Returns 1, or 0
+/// when the lock is not ours. The counter never goes down, never expires.
+const RAISE_FENCE: &str = "\
      if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
-     if tonumber(redis.call('get', KEYS[2]) or '0') < tonumber(ARGV[2]) then \
-       redis.call('set', KEYS[2], ARGV[2]) \
-     end \
+     local n = tonumber(redis.call('hget', KEYS[2], KEYS[1]) or '0') \
+     if not n then return redis.error_reply('WRONGTYPE fence counter is not a number') end \
+     if n < tonumber(ARGV[2]) then redis.call('hset', KEYS[2], KEYS[1], ARGV[2]) end \
      return 1";
 
-/// A script and its SHA-1.
-pub(super) struct Script {
-    pub(super) text: &'static str,
-    pub(super) sha: String,
+/// One of the scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Script {
+    Release,
+    Extend,
+    AcquireFenced,
+    RaiseFence,
 }
 
 impl Script {
-    fn new(text: &'static str) -> Self {
-        Self {
-            text,
-            sha: redis::Script::new(text).get_hash().to_owned(),
+    /// Every script, in the order of [`Digests`].
+    pub(super) const ALL: [Self; 4] = [
+        Self::Release,
+        Self::Extend,
+        Self::AcquireFenced,
+        Self::RaiseFence,
+    ];
+
+    pub(super) fn text(self) -> &'static str {
+        match self {
+            Self::Release => RELEASE,
+            Self::Extend => EXTEND,
+            Self::AcquireFenced => ACQUIRE_FENCED,
+            Self::RaiseFence => RAISE_FENCE,
         }
+    }
+
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
-/// Every script the backend runs.
-pub(super) struct Scripts {
-    pub(super) release: Script,
-    pub(super) extend: Script,
-    pub(super) acquire_fenced: Script,
-    pub(super) raise_fence: Script,
-}
+/// The digest of every script, as a server's `SCRIPT LOAD` returned it
+/// (the same on every server: it names the text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Digests([String; 4]);
 
-impl Scripts {
-    pub(super) fn new() -> Self {
-        Self {
-            release: Script::new(RELEASE_SCRIPT),
-            extend: Script::new(EXTEND_SCRIPT),
-            acquire_fenced: Script::new(ACQUIRE_FENCED_SCRIPT),
-            raise_fence: Script::new(RAISE_FENCE_SCRIPT),
-        }
+impl Digests {
+    /// The digests from `SCRIPT LOAD` replies in [`Script::ALL`] order;
+    /// `None` unless all four are there.
+    pub(super) fn from_replies(replies: Vec<Option<String>>) -> Option<Self> {
+        let digests: Vec<String> = replies.into_iter().collect::<Option<_>>()?;
+        Some(Self(digests.try_into().ok()?))
+    }
+
+    pub(super) fn of(&self, script: Script) -> &str {
+        &self.0[script.index()]
     }
 }

@@ -1,0 +1,225 @@
+//! What real servers can do to a lock besides failing: evict its keys
+//! under memory pressure, forget their script cache, and hold keys the
+//! crate itself writes (the fence counters). Each test is a schedule that
+//! broke safety (or locked a resource for ever) before its fix (issue 17).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod support;
+
+use std::time::Duration;
+
+use quorum_lock::{Backend, LockManager, NodeState, Op, RedisBackend, RetryPolicy};
+use support::{RedisServer, wait_until};
+
+const TTL: Duration = Duration::from_secs(5);
+
+fn manager(urls: &[String], fencing: bool) -> LockManager {
+    builder(urls).fencing(fencing).build().unwrap()
+}
+
+fn builder(urls: &[String]) -> quorum_lock::LockManagerBuilder {
+    LockManager::builder()
+        .redis_nodes(urls)
+        .unwrap()
+        .ttl(TTL)
+        .max_ttl(TTL)
+        .node_timeout(Duration::from_millis(300))
+        // Freshly started servers: this file is about other edges.
+        .restart_quarantine(false)
+        .retry(RetryPolicy::none())
+}
+
+fn evicting(policy: &str) -> Vec<RedisServer> {
+    (0..3)
+        .map(|_| RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", policy]))
+        .collect()
+}
+
+/// Writes 32 KiB cache entries with an expiry (as an application sharing
+/// the server does) until `key` is gone from at least two servers, or 2000
+/// writes per server. Returns how many servers still hold `key`.
+fn fill_until_evicted(servers: &[RedisServer], key: &[u8]) -> usize {
+    let value = vec![b'x'; 32 * 1024];
+    for i in 0..2000 {
+        for server in servers {
+            let _: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(format!("cache:{i}"))
+                .arg(&value)
+                .arg("EX")
+                .arg(3600)
+                .query(&mut server.conn());
+        }
+        let holding = servers.iter().filter(|s| s.get(key).is_some()).count();
+        if holding < 2 {
+            return holding;
+        }
+    }
+    servers.iter().filter(|s| s.get(key).is_some()).count()
+}
+
+/// Issue 17, hole 1. Servers with `maxmemory` and an evicting policy
+/// (`volatile-lru`, the default of large managed offerings, or any
+/// `allkeys-*`) drop idle lock keys first. Before the fix A locked, cache
+/// writes evicted its keys, and B's `try_lock` was granted while A's guard
+/// still reported seconds of validity. Now such a server's grants do not
+/// count, and the error names the setting and the fix.
+#[test]
+fn servers_that_evict_keys_never_give_two_valid_holders() {
+    for policy in ["volatile-lru", "allkeys-lru"] {
+        let servers = evicting(policy);
+        let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+        let (a, b) = (manager(&urls, false), manager(&urls, false));
+        match a.try_lock("r") {
+            Ok(guard) => {
+                let holding = fill_until_evicted(&servers, b"r");
+                let left = guard.validity();
+                if let Ok(second) = b.try_lock("r") {
+                    assert!(
+                        guard.validity().is_zero(),
+                        "{policy}: two valid holders: A ({left:?} left) and B ({:?}); \
+                         A's key left on {holding} of 3 servers",
+                        second.validity()
+                    );
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                assert!(!e.is_retryable(), "{policy}: {text}");
+                // Every node has answered (the round decided without one).
+                assert!(a.flush(Duration::from_secs(5)));
+                assert!(
+                    text.contains(policy) && text.contains("maxmemory-policy noeviction"),
+                    "{policy}: the error names the setting and the fix: {text}"
+                );
+                assert!(
+                    a.health()
+                        .nodes
+                        .iter()
+                        .all(|n| matches!(n.state, NodeState::MayEvict { .. })),
+                    "{policy}: {}",
+                    a.health()
+                );
+            }
+        }
+        assert!(a.flush(Duration::from_secs(5)));
+        assert!(
+            servers.iter().all(|s| s.get(b"r").is_none()),
+            "{policy}: a refused lock leaves no key behind"
+        );
+    }
+}
+
+/// The explicit opt-in: a deployment that accepts the risk (documented in
+/// docs/safety.md) locks on evicting servers, and `health()` still says so.
+#[test]
+fn accepting_the_eviction_risk_is_explicit_and_visible() {
+    let servers = evicting("volatile-lru");
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let locks = builder(&urls).accept_eviction_risk(true).build().unwrap();
+    let guard = locks.try_lock("r").unwrap();
+    for node in &locks.health().nodes {
+        assert_eq!(node.state, NodeState::Up, "{}", locks.health());
+        assert_eq!(
+            node.eviction.as_deref(),
+            Some("maxmemory 4194304, maxmemory-policy volatile-lru")
+        );
+    }
+    guard.release().unwrap();
+    // Servers that do not evict are not marked.
+    let safe: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"])
+        })
+        .collect();
+    let urls: Vec<String> = safe.iter().map(RedisServer::url).collect();
+    let locks = manager(&urls, false);
+    locks.try_lock("r").unwrap().release().unwrap();
+    assert!(locks.health().nodes.iter().all(|n| n.eviction.is_none()));
+}
+
+/// Issue 17, hole 5. After `SCRIPT FLUSH` (or a restart, or a failover)
+/// the first `EVALSHA` of a pipeline answers `NOSCRIPT`. Before the fix
+/// that op was re-run by `EVAL` in a second round trip, after the later
+/// ops of the same batch: `[fenced acquire(k), release(k)]` ran the
+/// release first, and the failed attempt's key stayed for its TTL.
+#[test]
+fn a_flushed_script_cache_does_not_reorder_a_nodes_pipeline() {
+    let server = RedisServer::start();
+    let node = RedisBackend::open(&server.url(), Duration::from_secs(2)).unwrap();
+    let token = b"0123456789abcdefghij";
+    // The cache is flushed, then a release caches its own script again:
+    // the fenced acquire's script is missing, the release's is not.
+    assert!(!node.release(b"warm", token).unwrap());
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!node.release(b"warm", token).unwrap());
+    let ops = [
+        Op::AcquireFenced {
+            key: b"k",
+            token,
+            ttl: TTL,
+            counter: b"{quorum-lock}:fences",
+        },
+        Op::Release { key: b"k", token },
+    ];
+    let results = node.batch(&ops);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(
+        server.get(b"k"),
+        None,
+        "the release ran before the acquire it undoes: {results:?}"
+    );
+}
+
+/// Issue 17, hole 3. Fence counters lived in `<key>:fence`, in the same
+/// key space as locks: after `job` was fenced once, the resource
+/// `job:fence` could never be locked (the counter has no expiry), and
+/// while `job:fence` was held a fenced lock of `job` failed. Now every
+/// counter of a node sits in one hash under a name the crate refuses as a
+/// resource.
+#[test]
+fn fence_counters_never_collide_with_a_resource() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let fenced = manager(&urls, true);
+    let plain = manager(&urls, false);
+    let first = fenced.try_lock("job").unwrap();
+    let fence = first.fence().unwrap();
+    first.release().unwrap();
+    let neighbour = plain
+        .try_lock("job:fence")
+        .expect("a resource named like an old counter key is free");
+    let second = fenced
+        .try_lock("job")
+        .expect("a fenced lock beside a held job:fence");
+    assert!(second.fence().unwrap() > fence);
+    second.release().unwrap();
+    neighbour.release().unwrap();
+    // The counters' own name is refused as a resource.
+    let reserved = fenced.try_lock("{quorum-lock}:fences").unwrap_err();
+    assert!(
+        matches!(reserved, quorum_lock::Error::InvalidArgument { .. }),
+        "{reserved}"
+    );
+    // A foreign value where the counters live is a clear, typed error.
+    for server in &servers {
+        server.flushall();
+        server.set(b"{quorum-lock}:fences", b"not a hash");
+    }
+    let err = fenced.try_lock("job").unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("WRONGTYPE") && text.contains("fence"),
+        "{text}"
+    );
+    assert!(!err.is_retryable(), "{text}");
+    assert!(fenced.flush(Duration::from_secs(5)));
+    assert!(
+        wait_until(Duration::from_secs(2), || servers
+            .iter()
+            .all(|s| s.get(b"job").is_none())),
+        "a failed fenced attempt leaves no lock key behind"
+    );
+}
