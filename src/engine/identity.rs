@@ -23,6 +23,14 @@ pub(crate) struct Registry {
     by_run_id: Mutex<HashMap<String, usize>>,
 }
 
+impl Clone for Registry {
+    fn clone(&self) -> Self {
+        Self {
+            by_run_id: Mutex::new(self.by_run_id.lock().clone()),
+        }
+    }
+}
+
 /// What a node's grants count for right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Standing {
@@ -42,7 +50,7 @@ pub(crate) enum Standing {
 }
 
 /// One node's view of its server's identity.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Identity {
     node: usize,
     /// `None`: quarantine is off.
@@ -153,6 +161,12 @@ impl Identity {
     /// Forgets a quarantine that has ended (so it is announced once).
     pub(crate) fn clear_quarantine(&mut self) {
         self.quarantined_until = None;
+    }
+
+    /// The run id last seen, if any.
+    #[cfg(test)]
+    pub(crate) fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
     }
 
     /// The earlier node that is the same server, if any.

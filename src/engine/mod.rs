@@ -22,9 +22,17 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 
 pub(crate) use self::action::Action;
 use self::health::Vitals;
+#[cfg(not(test))]
 use self::identity::Registry;
+#[cfg(not(test))]
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
+// The protocol check (src/redlock/protocol_check.rs) runs the engine's own
+// vote count and identity judgement.
+#[cfg(test)]
+pub(crate) use self::identity::{Identity, Registry, Standing};
+#[cfg(test)]
+pub(crate) use self::tally::Tally;
 use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared, Vote};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;

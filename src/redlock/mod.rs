@@ -16,6 +16,8 @@ mod validity;
 mod watchdog;
 
 #[cfg(test)]
+mod protocol_check;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
