@@ -231,7 +231,8 @@ impl Inner {
         }
         let what = match op {
             Op::AcquireFenced { counter, .. } | Op::RaiseFence { counter, .. } => format!(
-                "key {} or the fence counters {} hold a value quorum-lock did not write                  (WRONGTYPE): something else uses these names",
+                "key {} or the fence counters {} hold a value quorum-lock did not write \
+                 (WRONGTYPE): something else uses these names",
                 show_key(op_key(op)),
                 show_key(counter)
             ),
