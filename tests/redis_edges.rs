@@ -117,6 +117,8 @@ fn accepting_the_eviction_risk_is_explicit_and_visible() {
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let locks = builder(&urls).accept_eviction_risk(true).build().unwrap();
     let guard = locks.try_lock("r").unwrap();
+    // Every node has answered (the round may decide without the last one).
+    assert!(locks.flush(Duration::from_secs(5)));
     for node in &locks.health().nodes {
         assert_eq!(node.state, NodeState::Up, "{}", locks.health());
         assert_eq!(
@@ -134,6 +136,7 @@ fn accepting_the_eviction_risk_is_explicit_and_visible() {
     let urls: Vec<String> = safe.iter().map(RedisServer::url).collect();
     let locks = manager(&urls, false);
     locks.try_lock("r").unwrap().release().unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
     assert!(locks.health().nodes.iter().all(|n| n.eviction.is_none()));
 }
 
