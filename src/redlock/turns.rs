@@ -17,10 +17,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Select, Sender};
 use parking_lot::Mutex;
 
 use super::lease::Lease;
+use crate::cancel::Alarm;
 
 /// The lines, one per resource key that some thread of this manager is
 /// holding or contending for.
@@ -103,16 +104,20 @@ pub(crate) enum Turn {
     Handed(Handoff),
     /// The deadline passed first; this thread is out of the line.
     TimedOut,
+    /// The call's cancellation token was cancelled; out of the line.
+    Cancelled,
 }
 
 impl LocalQueue {
     /// Waits until it is this thread's turn for `key` (asking for `ttl`),
-    /// or `deadline` (`None`: as long as it takes).
+    /// or `deadline` (`None`: as long as it takes), or until `alarm`
+    /// reports a cancellation.
     pub(crate) fn wait_turn(
         &self,
         key: &Arc<[u8]>,
         ttl: Duration,
         deadline: Option<Instant>,
+        alarm: &Alarm,
     ) -> Turn {
         let (id, grant) = {
             let mut lines = self.lines.lock();
@@ -126,20 +131,36 @@ impl LocalQueue {
             line.waiting.push_back(Waiter { id, ttl, grant: tx });
             (id, rx)
         };
-        let granted = match deadline {
-            Some(deadline) => grant.recv_deadline(deadline).ok(),
-            None => grant.recv().ok(),
-        };
-        match granted {
-            Some(grant) => grant.into(),
-            None => self.leave_line(key, id, &grant),
+        let mut select = Select::new();
+        let on_grant = select.recv(&grant);
+        select.recv(alarm.receiver());
+        loop {
+            let ready = match deadline {
+                Some(deadline) => select.select_deadline(deadline).ok(),
+                None => Some(select.select()),
+            };
+            let Some(ready) = ready else {
+                return self.leave_line(key, id, &grant, Turn::TimedOut);
+            };
+            if ready.index() == on_grant {
+                return match ready.recv(&grant) {
+                    Ok(grant) => grant.into(),
+                    // The line dropped our sender without a grant: cannot
+                    // happen while we are in it; leave rather than hang.
+                    Err(_) => self.leave_line(key, id, &grant, Turn::TimedOut),
+                };
+            }
+            let _ = ready.recv(alarm.receiver());
+            if alarm.is_cancelled() {
+                return self.leave_line(key, id, &grant, Turn::Cancelled);
+            }
         }
     }
 
-    /// Leaves the line after a timeout, unless the turn arrived meanwhile
-    /// (checked under the same lock that hands turns out, so a turn, or a
-    /// lock, is never lost).
-    fn leave_line(&self, key: &[u8], id: u64, grant: &Receiver<Grant>) -> Turn {
+    /// Leaves the line (returning `outcome`), unless the turn arrived
+    /// meanwhile (checked under the same lock that hands turns out, so a
+    /// turn, or a lock, is never lost).
+    fn leave_line(&self, key: &[u8], id: u64, grant: &Receiver<Grant>, outcome: Turn) -> Turn {
         let mut lines = self.lines.lock();
         if let Ok(grant) = grant.try_recv() {
             return grant.into();
@@ -147,7 +168,7 @@ impl LocalQueue {
         if let Some(line) = lines.get_mut(key) {
             line.waiting.retain(|w| w.id != id);
         }
-        Turn::TimedOut
+        outcome
     }
 
     /// Threads waiting in line for `key` (not counting the turn-holder).
@@ -225,13 +246,17 @@ mod tests {
         let queue = Arc::new(LocalQueue::default());
         let k = key("r");
         let far = Instant::now() + Duration::from_secs(10);
-        assert!(matches!(queue.wait_turn(&k, TTL, Some(far)), Turn::Mine(_)));
+        assert!(matches!(
+            queue.wait_turn(&k, TTL, Some(far), &Alarm::new(None)),
+            Turn::Mine(_)
+        ));
         let (order_tx, order) = crossbeam_channel::unbounded();
         let waiters: Vec<_> = (0..3)
             .map(|i| {
                 let (q, key, order_tx) = (Arc::clone(&queue), Arc::clone(&k), order_tx.clone());
                 let handle = std::thread::spawn(move || {
-                    let Turn::Mine(streak) = q.wait_turn(&key, TTL, Some(far)) else {
+                    let Turn::Mine(streak) = q.wait_turn(&key, TTL, Some(far), &Alarm::new(None))
+                    else {
                         panic!("expected the turn");
                     };
                     assert_eq!(streak.count, i as u32 + 1);
@@ -259,9 +284,12 @@ mod tests {
         let queue = LocalQueue::default();
         let k = key("r");
         let now = Instant::now();
-        assert!(matches!(queue.wait_turn(&k, TTL, Some(now)), Turn::Mine(_)));
         assert!(matches!(
-            queue.wait_turn(&k, TTL, Some(now)),
+            queue.wait_turn(&k, TTL, Some(now), &Alarm::new(None)),
+            Turn::Mine(_)
+        ));
+        assert!(matches!(
+            queue.wait_turn(&k, TTL, Some(now), &Alarm::new(None)),
             Turn::TimedOut
         ));
         assert!(queue.lines.lock()[&k].waiting.is_empty());
@@ -269,11 +297,11 @@ mod tests {
         assert!(queue.lines.lock().is_empty());
         // Other keys are independent.
         assert!(matches!(
-            queue.wait_turn(&key("a"), TTL, Some(now)),
+            queue.wait_turn(&key("a"), TTL, Some(now), &Alarm::new(None)),
             Turn::Mine(_)
         ));
         assert!(matches!(
-            queue.wait_turn(&key("b"), TTL, Some(now)),
+            queue.wait_turn(&key("b"), TTL, Some(now), &Alarm::new(None)),
             Turn::Mine(_)
         ));
     }
