@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::health::Health;
 use crate::options::{DEFAULT_MAX_HOLD, LockOptions, RetryPolicy};
-use crate::redlock::{Core, Lease, RenewalPlan, Turn, check_ttl, drift, with_attempts};
+use crate::redlock::{Core, Lease, RenewalPlan, Turn, Want, check_ttl, drift, with_attempts};
 
 /// Acquires, extends and releases locks over a quorum of nodes.
 ///
@@ -142,19 +142,23 @@ impl LockManager {
         // the turn-holder contends with the servers. (`None`: no deadline
         // can be expressed, the caller waits as long as it takes.)
         let line_deadline = started.checked_add(retry.budget());
-        let streak = match rounds.local().wait_turn(&key, ttl, line_deadline, &alarm) {
-            Turn::Mine(streak) => streak,
-            Turn::Handed(handoff) => {
-                let guard = self.guard(handoff.lease).with_turn(handoff.streak);
-                return self.deliver(guard, ttl, options, &alarm, started);
-            }
-            Turn::TimedOut => {
-                // One honest attempt, so the error carries a real report.
-                let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
-                return self.deliver(guard, ttl, options, &alarm, started);
-            }
-            Turn::Cancelled => return Err(cancelled()),
-        };
+        let streak =
+            match rounds
+                .local()
+                .wait_turn(&key, Want { ttl, fenced }, line_deadline, &alarm)
+            {
+                Turn::Mine(streak) => streak,
+                Turn::Handed(handoff) => {
+                    let guard = self.guard(handoff.lease).with_turn(handoff.streak);
+                    return self.deliver(guard, ttl, options, &alarm, started);
+                }
+                Turn::TimedOut => {
+                    // One honest attempt, so the error carries a real report.
+                    let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
+                    return self.deliver(guard, ttl, options, &alarm, started);
+                }
+                Turn::Cancelled => return Err(cancelled()),
+            };
         if streak.yield_first {
             // This process has had the lock many times in a row: leave the
             // others a window before contending again.

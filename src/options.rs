@@ -208,7 +208,8 @@ impl LockOptions {
     /// refuse a write from a holder that lost the lock without knowing it
     /// (a pause past its validity). Costs one more round trip per
     /// acquisition; a fenced lock is never handed to a waiting thread of
-    /// the same manager. Needs a backend that supports it (Redis and the
+    /// the same manager, and a thread that asks for fencing is never
+    /// handed a lock (it acquires, and gets a fence of its own). Needs a backend that supports it (Redis and the
     /// memory backend do). Default: the manager's
     /// [`fencing`](crate::LockManagerBuilder::fencing) setting (off).
     #[must_use]

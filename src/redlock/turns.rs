@@ -40,9 +40,21 @@ struct Line {
 #[derive(Debug)]
 struct Waiter {
     id: u64,
-    /// The TTL the waiter asked for: a handed-over lock must match it.
-    ttl: Duration,
+    /// The lock the waiter asked for: a handed-over lock must match it.
+    want: Want,
     grant: Sender<Grant>,
+}
+
+/// What a waiting thread asked for: everything a handed-over lock must
+/// match (issue 17, hole 2: a fenced waiter was handed a plain lock when
+/// the line knew only the TTL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Want {
+    /// The TTL of the lock.
+    pub(crate) ttl: Duration,
+    /// A fencing token: such a waiter needs a fence of its own, larger
+    /// than the holder's, so it is never handed a lock.
+    pub(crate) fenced: bool,
 }
 
 /// What a waiter receives when its turn comes.
@@ -109,13 +121,13 @@ pub(crate) enum Turn {
 }
 
 impl LocalQueue {
-    /// Waits until it is this thread's turn for `key` (asking for `ttl`),
+    /// Waits until it is this thread's turn for `key` (asking for `want`),
     /// or `deadline` (`None`: as long as it takes), or until `alarm`
     /// reports a cancellation.
     pub(crate) fn wait_turn(
         &self,
         key: &Arc<[u8]>,
-        ttl: Duration,
+        want: Want,
         deadline: Option<Instant>,
         alarm: &Alarm,
     ) -> Turn {
@@ -128,7 +140,11 @@ impl LocalQueue {
             let (tx, rx) = crossbeam_channel::bounded(1);
             let id = line.next_id;
             line.next_id += 1;
-            line.waiting.push_back(Waiter { id, ttl, grant: tx });
+            line.waiting.push_back(Waiter {
+                id,
+                want,
+                grant: tx,
+            });
             (id, rx)
         };
         let mut select = Select::new();
@@ -187,7 +203,7 @@ impl LocalQueue {
     }
 
     /// Ends this thread's turn (at `streak`) for `key`. `offer` is called
-    /// (under the line's lock) with the next waiter's TTL, or `None` when
+    /// (under the line's lock) with what the next waiter wants, or `None` when
     /// nobody waits: it returns the lock to hand over, or `None` after
     /// sending the release itself, in which case the next waiter gets the
     /// turn. Returns whether the lock was handed over.
@@ -195,7 +211,7 @@ impl LocalQueue {
         &self,
         key: &[u8],
         streak: Streak,
-        offer: impl FnOnce(Option<Duration>) -> Option<Handoff>,
+        offer: impl FnOnce(Option<&Want>) -> Option<Handoff>,
     ) -> bool {
         let mut lines = self.lines.lock();
         let Some(line) = lines.get_mut(key) else {
@@ -207,7 +223,7 @@ impl LocalQueue {
             let _ = offer(None);
             return false;
         };
-        match offer(Some(next.ttl)) {
+        match offer(Some(&next.want)) {
             // The waiter is still in line (a waiter leaves only under this
             // lock), so its receiver is alive and the slot is free.
             Some(handoff) => {
@@ -235,7 +251,10 @@ impl From<Grant> for Turn {
 mod tests {
     use crate::redlock::turns::*;
 
-    const TTL: Duration = Duration::from_secs(1);
+    const TTL: Want = Want {
+        ttl: Duration::from_secs(1),
+        fenced: false,
+    };
 
     fn key(k: &str) -> Arc<[u8]> {
         k.as_bytes().into()
