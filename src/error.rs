@@ -2,6 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
 
 use crate::report::Report;
 
@@ -50,6 +51,15 @@ pub enum Error {
         /// What was wrong, naming the node(s) involved.
         reason: String,
     },
+    /// The wait was cancelled through the call's
+    /// [`CancellationToken`](crate::CancellationToken) before a lock was
+    /// taken. Nothing is held: an attempt in flight when the token was
+    /// cancelled was released on every node (also one that succeeded).
+    /// Not retryable: whoever cancelled wants the caller to stop.
+    Cancelled {
+        /// How long the call waited before it noticed.
+        waited: Duration,
+    },
     /// The process could not provide what a lock needs: a thread could not
     /// be started, or the operating system's random source failed. Not a
     /// mistake in the input; it may pass once the system recovers.
@@ -73,6 +83,11 @@ impl Error {
     /// The lock may have been lost ([`Error::Lost`]).
     pub fn is_lost(&self) -> bool {
         matches!(self, Self::Lost { .. })
+    }
+
+    /// The wait was cancelled ([`Error::Cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Self::Cancelled { .. })
     }
 
     /// Bad input or configuration ([`Error::InvalidArgument`],
@@ -101,7 +116,10 @@ impl Error {
             | Self::NoQuorum { report }
             | Self::ValidityExpired { report } => Some(report),
             Self::Lost { report, .. } => report.as_deref(),
-            Self::InvalidArgument { .. } | Self::Config { .. } | Self::Runtime { .. } => None,
+            Self::InvalidArgument { .. }
+            | Self::Config { .. }
+            | Self::Cancelled { .. }
+            | Self::Runtime { .. } => None,
         }
     }
 }
@@ -122,6 +140,13 @@ impl fmt::Display for Error {
             Self::Lost { reason, .. } => write!(f, "lock lost: {reason}"),
             Self::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
             Self::Config { reason } => write!(f, "invalid configuration: {reason}"),
+            Self::Cancelled { waited } => {
+                write!(
+                    f,
+                    "cancelled after waiting {}",
+                    crate::report::human(*waited)
+                )
+            }
             Self::Runtime { reason } => write!(f, "runtime failure: {reason}"),
         }
     }
@@ -139,8 +164,6 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use crate::backend::{BackendError, BackendErrorKind};
     use crate::error::*;
     use crate::report::{NodeOutcome, NodeReport, Round, human};

@@ -27,9 +27,10 @@ use crate::token::Token;
 /// queued, see [`LockManager`](crate::LockManager)). When another thread of
 /// the same manager is waiting in [`LockManager::lock`](crate::LockManager::lock)
 /// for the same resource, the lock may instead be **handed to it** (same
-/// token and deadline, no round trip, only while at least half the TTL is
-/// left, at most 64 times in a row, then the servers get it back so other
-/// processes have a chance).
+/// token and deadline, no round trip, only when it is the lock that thread
+/// asked for: the same TTL and no fencing on either side, only while at
+/// least half the TTL is left, at most 64 times in a row, then the servers
+/// get it back so other processes have a chance).
 ///
 /// [`release`](Self::release) always releases on the servers (no hand-over),
 /// waits, and reports each node's answer; [`forget`](Self::forget) lets the

@@ -124,6 +124,7 @@
 
 mod backend;
 mod builder;
+mod cancel;
 mod clock;
 mod engine;
 mod error;
@@ -142,6 +143,7 @@ pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 pub use backend::redis::RedisBackend;
 pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 pub use builder::LockManagerBuilder;
+pub use cancel::CancellationToken;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, Result};
 pub use guard::LockGuard;

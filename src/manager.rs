@@ -6,12 +6,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cancel::Alarm;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::health::Health;
 use crate::options::{DEFAULT_MAX_HOLD, LockOptions, RetryPolicy};
 use crate::redlock::{
-    Core, FENCE_COUNTERS, Lease, RenewalPlan, Turn, check_ttl, drift, with_attempts,
+    Core, FENCE_COUNTERS, Lease, RenewalPlan, Turn, Want, check_ttl, drift, with_attempts,
 };
 
 /// Acquires, extends and releases locks over a quorum of nodes.
@@ -128,59 +129,93 @@ impl LockManager {
         let key = rounds.key_for(resource);
         let fenced = options.fencing.unwrap_or(config.fencing);
         let started = Instant::now();
+        let alarm = Alarm::new(options.cancellation.as_ref());
+        let cancelled = || Error::Cancelled {
+            waited: started.elapsed(),
+        };
+        if alarm.is_cancelled() {
+            return Err(cancelled());
+        }
         if retry.single_attempt() {
             let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
-            return self.start_auto_extend(guard, ttl, options);
+            return self.deliver(guard, ttl, options, &alarm, started);
         }
         // Threads of this manager that want the same key take turns: only
         // the turn-holder contends with the servers. (`None`: no deadline
         // can be expressed, the caller waits as long as it takes.)
         let line_deadline = started.checked_add(retry.budget());
-        let streak = match self
-            .core
-            .rounds()
-            .local()
-            .wait_turn(&key, ttl, line_deadline)
-        {
-            Turn::Mine(streak) => streak,
-            Turn::Handed(handoff) => {
-                let guard = self.guard(handoff.lease).with_turn(handoff.streak);
-                return self.start_auto_extend(guard, ttl, options);
-            }
-            Turn::TimedOut => {
-                // One honest attempt, so the error carries a real report.
-                let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
-                return self.start_auto_extend(guard, ttl, options);
-            }
-        };
+        let streak =
+            match rounds
+                .local()
+                .wait_turn(&key, Want { ttl, fenced }, line_deadline, &alarm)
+            {
+                Turn::Mine(streak) => streak,
+                Turn::Handed(handoff) => {
+                    let guard = self.guard(handoff.lease).with_turn(handoff.streak);
+                    return self.deliver(guard, ttl, options, &alarm, started);
+                }
+                Turn::TimedOut => {
+                    // One honest attempt, so the error carries a real report.
+                    let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
+                    return self.deliver(guard, ttl, options, &alarm, started);
+                }
+                Turn::Cancelled => return Err(cancelled()),
+            };
         if streak.yield_first {
             // This process has had the lock many times in a row: leave the
             // others a window before contending again.
             if let Some(pause) = retry.next_delay(1, started.elapsed()) {
-                std::thread::sleep(pause);
+                alarm.sleep(pause);
             }
         }
         let mut attempts = 0u32;
         loop {
+            // Checked before every attempt: a sleep ends early when the
+            // token is cancelled.
+            if alarm.is_cancelled() {
+                rounds.local().pass(&key, streak);
+                return Err(cancelled());
+            }
             attempts = attempts.saturating_add(1);
             let error = match rounds.acquire_once(resource, &key, ttl, fenced) {
                 Ok(lease) => {
                     let guard = self.guard(lease).with_turn(streak);
-                    return self.start_auto_extend(guard, ttl, options);
+                    return self.deliver(guard, ttl, options, &alarm, started);
                 }
                 Err(e) if e.is_retryable() => e,
                 Err(e) => {
-                    self.core.rounds().local().pass(&key, streak);
+                    rounds.local().pass(&key, streak);
                     return Err(e);
                 }
             };
             let delay = retry.next_delay(attempts, started.elapsed());
             let Some(delay) = delay else {
-                self.core.rounds().local().pass(&key, streak);
+                rounds.local().pass(&key, streak);
                 return Err(with_attempts(error, attempts, started.elapsed()));
             };
-            std::thread::sleep(delay);
+            alarm.sleep(delay);
         }
+    }
+
+    /// Hands a fresh guard to the caller, unless the call was cancelled
+    /// meanwhile (a round in flight is not cut off): the guard is then
+    /// dropped, which releases the lock (or hands it to the next local
+    /// waiter), and the call fails as cancelled.
+    fn deliver(
+        &self,
+        guard: LockGuard,
+        ttl: Duration,
+        options: &LockOptions,
+        alarm: &Alarm,
+        started: Instant,
+    ) -> Result<LockGuard> {
+        if alarm.is_cancelled() {
+            drop(guard);
+            return Err(Error::Cancelled {
+                waited: started.elapsed(),
+            });
+        }
+        self.start_auto_extend(guard, ttl, options)
     }
 
     /// Runs `work` while holding `resource` under auto-extension, then

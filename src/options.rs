@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::cancel::CancellationToken;
 use crate::token::random_u64;
 
 /// Default longest hold of an auto-extended lock.
@@ -150,6 +151,7 @@ pub struct LockOptions {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) max_extensions: Option<u32>,
     pub(crate) fencing: Option<bool>,
+    pub(crate) cancellation: Option<CancellationToken>,
 }
 
 impl LockOptions {
@@ -206,12 +208,24 @@ impl LockOptions {
     /// refuse a write from a holder that lost the lock without knowing it
     /// (a pause past its validity). Costs one more round trip per
     /// acquisition; a fenced lock is never handed to a waiting thread of
-    /// the same manager. Needs a backend that supports it (Redis and the
+    /// the same manager, and a thread that asks for fencing is never
+    /// handed a lock (it acquires, and gets a fence of its own). Needs a backend that supports it (Redis and the
     /// memory backend do). Default: the manager's
     /// [`fencing`](crate::LockManagerBuilder::fencing) setting (off).
     #[must_use]
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = Some(on);
+        self
+    }
+
+    /// Stop waiting when `token` is cancelled: the call then returns
+    /// [`Error::Cancelled`](crate::Error::Cancelled) within a few
+    /// milliseconds (plus at most one node timeout for a round in flight),
+    /// holding nothing. A token already cancelled fails the call before
+    /// any node is contacted. See [`CancellationToken`]. Default: none.
+    #[must_use]
+    pub fn cancellation(mut self, token: &CancellationToken) -> Self {
+        self.cancellation = Some(token.clone());
         self
     }
 

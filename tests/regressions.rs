@@ -10,7 +10,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{Backend, LockManager, ManualClock, MemoryBackend, RetryPolicy, UptimeReport};
+use quorum_lock::{
+    Backend, LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy, UptimeReport,
+};
 use support::faces::Face;
 
 const MS: Duration = Duration::from_millis(1);
@@ -179,4 +181,49 @@ fn a_release_that_failed_for_any_reason_is_retried() {
         "the release that failed once was dropped: the key stays for its TTL ({:?} left)",
         nodes[0].remaining_ttl(b"r")
     );
+}
+
+/// Issue 17, hole 2. The local line knew only a waiter's TTL, so a thread
+/// that asked for `fencing(true)` and waited behind a plain holder was
+/// handed that holder's lease on drop: same token, `fence() == None`. A
+/// hand-over must give a waiter the lock it asked for, or none.
+#[test]
+fn a_fenced_waiter_is_never_handed_a_plain_lock() {
+    let nodes: Vec<MemoryBackend> = (0..3)
+        .map(|i| MemoryBackend::new(format!("mem-{i}")))
+        .collect();
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .build()
+        .unwrap();
+    for (holder_fenced, waiter_fenced) in [(false, true), (true, false), (true, true)] {
+        let holder_opts = LockOptions::new().fencing(holder_fenced);
+        let held = locks.lock_with("r", &holder_opts).unwrap();
+        let waiter = {
+            let locks = locks.clone();
+            std::thread::spawn(move || {
+                let opts = LockOptions::new()
+                    .fencing(waiter_fenced)
+                    .wait(Duration::from_secs(30));
+                let guard = locks.lock_with("r", &opts).unwrap();
+                (guard.fence(), guard.token().clone())
+            })
+        };
+        assert!(
+            support::wait_until(Duration::from_secs(30), || locks.local_waiters("r") == 1),
+            "the waiter never queued"
+        );
+        let held_token = held.token().clone();
+        drop(held); // the hand-over point
+        let (fence, token) = waiter.join().unwrap();
+        assert_eq!(
+            fence.is_some(),
+            waiter_fenced,
+            "holder fenced: {holder_fenced}, waiter fenced: {waiter_fenced}, got fence {fence:?}"
+        );
+        if holder_fenced || waiter_fenced {
+            assert_ne!(token, held_token, "the holder's lease was handed over");
+        }
+    }
+    assert!(locks.flush(Duration::from_secs(10)));
 }

@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 pub(crate) use self::fencing::FENCE_COUNTERS;
 pub(crate) use self::lease::Lease;
 pub(crate) use self::rounds::{Config, Rounds, with_attempts};
-pub(crate) use self::turns::{Streak, Turn};
+pub(crate) use self::turns::{Streak, Turn, Want};
 pub(crate) use self::validity::{check_ttl, drift};
 pub(crate) use self::watchdog::RenewalPlan;
 use self::watchdog::Watchdog;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::counters::{Counters, Event};
 use super::fencing::{next_fence, wall_micros};
 use super::lease::{Lease, LeaseState};
-use super::turns::{Handoff, LocalQueue, Streak};
+use super::turns::{Handoff, LocalQueue, Streak, Want};
 use super::validity::{check_ttl, drift, validity};
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Pending, Request};
@@ -385,8 +385,8 @@ impl Rounds {
     /// the next thread waiting for it when that is safe and fair (no round
     /// trip at all), otherwise releases on every node and passes the turn.
     pub(crate) fn hand_over(&self, lease: &Lease, streak: Streak) {
-        self.local.pass_with(&lease.key, streak, |waiter_ttl| {
-            let handoff = waiter_ttl.and_then(|ttl| self.handoff(lease, ttl, streak));
+        self.local.pass_with(&lease.key, streak, |want| {
+            let handoff = want.and_then(|want| self.handoff(lease, want, streak));
             if handoff.is_none() {
                 // Queued before the next waiter gets the turn, so its
                 // acquire runs after this release on every node.
@@ -396,28 +396,25 @@ impl Rounds {
         });
     }
 
-    /// The lock renamed for the next holder, if it may be handed over: the
-    /// waiter asks for the same TTL, at least half of it is still valid,
+    /// The lock renamed for the next holder, if it may be handed over: it
+    /// is the lock the waiter asked for (same TTL; neither fenced), at
+    /// least half of its TTL is still valid,
     /// nothing marked it lost, and the streak of local turns is not at its
     /// bound (then it is released and the next turn yields first, so other
     /// processes get their chance).
-    pub(crate) fn handoff(
-        &self,
-        lease: &Lease,
-        waiter_ttl: Duration,
-        streak: Streak,
-    ) -> Option<Handoff> {
+    pub(crate) fn handoff(&self, lease: &Lease, want: &Want, streak: Streak) -> Option<Handoff> {
         let next = streak.next();
-        // A fenced lock is never handed over: its next holder needs a
-        // larger fence, so it acquires (and fences) anew.
-        if next.yield_first || lease.fence.is_some() {
+        // Fencing on either side: the next holder needs a larger fence than
+        // this one (or, for a plain waiter, a lock without one), so it
+        // acquires (and fences) anew.
+        if next.yield_first || lease.fence.is_some() || want.fenced {
             return None;
         }
         let mut state = lease.state();
         let validity = state.deadline.saturating_duration_since(self.now());
         if state.lost.is_some()
             || state.finished
-            || state.ttl != waiter_ttl
+            || state.ttl != want.ttl
             || validity < state.ttl / 2
         {
             return None;

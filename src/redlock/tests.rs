@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::fencing::FENCE_COUNTERS;
 use super::lease::Lease;
 use super::rounds::{Config, ExtendInFlight, Rounds};
-use super::turns::Streak;
+use super::turns::{Streak, Want};
 use crate::backend::Backend;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::ManualClock;
@@ -109,7 +109,11 @@ fn a_hand_over_during_a_shortening_extend_carries_the_shorter_deadline() {
     let (_nodes, a, _b) = cluster(&clock);
     let lease = lock(&a).unwrap();
     let shortening = a.begin_extend(&lease, SHORT).unwrap();
-    let handoff = a.handoff(&lease, LONG, Streak::default());
+    let want = Want {
+        ttl: LONG,
+        fenced: false,
+    };
+    let handoff = a.handoff(&lease, &want, Streak::default());
     let deadline = handoff.map(|h| h.lease.state().deadline);
     assert!(
         deadline.is_none_or(|d| d <= a.now() + SHORT),

@@ -17,10 +17,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Select, Sender};
 use parking_lot::Mutex;
 
 use super::lease::Lease;
+use crate::cancel::Alarm;
 
 /// The lines, one per resource key that some thread of this manager is
 /// holding or contending for.
@@ -39,9 +40,21 @@ struct Line {
 #[derive(Debug)]
 struct Waiter {
     id: u64,
-    /// The TTL the waiter asked for: a handed-over lock must match it.
-    ttl: Duration,
+    /// The lock the waiter asked for: a handed-over lock must match it.
+    want: Want,
     grant: Sender<Grant>,
+}
+
+/// What a waiting thread asked for: everything a handed-over lock must
+/// match (issue 17, hole 2: a fenced waiter was handed a plain lock when
+/// the line knew only the TTL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Want {
+    /// The TTL of the lock.
+    pub(crate) ttl: Duration,
+    /// A fencing token: such a waiter needs a fence of its own, larger
+    /// than the holder's, so it is never handed a lock.
+    pub(crate) fenced: bool,
 }
 
 /// What a waiter receives when its turn comes.
@@ -103,16 +116,20 @@ pub(crate) enum Turn {
     Handed(Handoff),
     /// The deadline passed first; this thread is out of the line.
     TimedOut,
+    /// The call's cancellation token was cancelled; out of the line.
+    Cancelled,
 }
 
 impl LocalQueue {
-    /// Waits until it is this thread's turn for `key` (asking for `ttl`),
-    /// or `deadline` (`None`: as long as it takes).
+    /// Waits until it is this thread's turn for `key` (asking for `want`),
+    /// or `deadline` (`None`: as long as it takes), or until `alarm`
+    /// reports a cancellation.
     pub(crate) fn wait_turn(
         &self,
         key: &Arc<[u8]>,
-        ttl: Duration,
+        want: Want,
         deadline: Option<Instant>,
+        alarm: &Alarm,
     ) -> Turn {
         let (id, grant) = {
             let mut lines = self.lines.lock();
@@ -123,23 +140,43 @@ impl LocalQueue {
             let (tx, rx) = crossbeam_channel::bounded(1);
             let id = line.next_id;
             line.next_id += 1;
-            line.waiting.push_back(Waiter { id, ttl, grant: tx });
+            line.waiting.push_back(Waiter {
+                id,
+                want,
+                grant: tx,
+            });
             (id, rx)
         };
-        let granted = match deadline {
-            Some(deadline) => grant.recv_deadline(deadline).ok(),
-            None => grant.recv().ok(),
-        };
-        match granted {
-            Some(grant) => grant.into(),
-            None => self.leave_line(key, id, &grant),
+        let mut select = Select::new();
+        let on_grant = select.recv(&grant);
+        select.recv(alarm.receiver());
+        loop {
+            let ready = match deadline {
+                Some(deadline) => select.select_deadline(deadline).ok(),
+                None => Some(select.select()),
+            };
+            let Some(ready) = ready else {
+                return self.leave_line(key, id, &grant, Turn::TimedOut);
+            };
+            if ready.index() == on_grant {
+                return match ready.recv(&grant) {
+                    Ok(grant) => grant.into(),
+                    // The line dropped our sender without a grant: cannot
+                    // happen while we are in it; leave rather than hang.
+                    Err(_) => self.leave_line(key, id, &grant, Turn::TimedOut),
+                };
+            }
+            let _ = ready.recv(alarm.receiver());
+            if alarm.is_cancelled() {
+                return self.leave_line(key, id, &grant, Turn::Cancelled);
+            }
         }
     }
 
-    /// Leaves the line after a timeout, unless the turn arrived meanwhile
-    /// (checked under the same lock that hands turns out, so a turn, or a
-    /// lock, is never lost).
-    fn leave_line(&self, key: &[u8], id: u64, grant: &Receiver<Grant>) -> Turn {
+    /// Leaves the line (returning `outcome`), unless the turn arrived
+    /// meanwhile (checked under the same lock that hands turns out, so a
+    /// turn, or a lock, is never lost).
+    fn leave_line(&self, key: &[u8], id: u64, grant: &Receiver<Grant>, outcome: Turn) -> Turn {
         let mut lines = self.lines.lock();
         if let Ok(grant) = grant.try_recv() {
             return grant.into();
@@ -147,7 +184,7 @@ impl LocalQueue {
         if let Some(line) = lines.get_mut(key) {
             line.waiting.retain(|w| w.id != id);
         }
-        Turn::TimedOut
+        outcome
     }
 
     /// Threads waiting in line for `key` (not counting the turn-holder).
@@ -166,7 +203,7 @@ impl LocalQueue {
     }
 
     /// Ends this thread's turn (at `streak`) for `key`. `offer` is called
-    /// (under the line's lock) with the next waiter's TTL, or `None` when
+    /// (under the line's lock) with what the next waiter wants, or `None` when
     /// nobody waits: it returns the lock to hand over, or `None` after
     /// sending the release itself, in which case the next waiter gets the
     /// turn. Returns whether the lock was handed over.
@@ -174,7 +211,7 @@ impl LocalQueue {
         &self,
         key: &[u8],
         streak: Streak,
-        offer: impl FnOnce(Option<Duration>) -> Option<Handoff>,
+        offer: impl FnOnce(Option<&Want>) -> Option<Handoff>,
     ) -> bool {
         let mut lines = self.lines.lock();
         let Some(line) = lines.get_mut(key) else {
@@ -186,7 +223,7 @@ impl LocalQueue {
             let _ = offer(None);
             return false;
         };
-        match offer(Some(next.ttl)) {
+        match offer(Some(&next.want)) {
             // The waiter is still in line (a waiter leaves only under this
             // lock), so its receiver is alive and the slot is free.
             Some(handoff) => {
@@ -214,7 +251,10 @@ impl From<Grant> for Turn {
 mod tests {
     use crate::redlock::turns::*;
 
-    const TTL: Duration = Duration::from_secs(1);
+    const TTL: Want = Want {
+        ttl: Duration::from_secs(1),
+        fenced: false,
+    };
 
     fn key(k: &str) -> Arc<[u8]> {
         k.as_bytes().into()
@@ -225,13 +265,17 @@ mod tests {
         let queue = Arc::new(LocalQueue::default());
         let k = key("r");
         let far = Instant::now() + Duration::from_secs(10);
-        assert!(matches!(queue.wait_turn(&k, TTL, Some(far)), Turn::Mine(_)));
+        assert!(matches!(
+            queue.wait_turn(&k, TTL, Some(far), &Alarm::new(None)),
+            Turn::Mine(_)
+        ));
         let (order_tx, order) = crossbeam_channel::unbounded();
         let waiters: Vec<_> = (0..3)
             .map(|i| {
                 let (q, key, order_tx) = (Arc::clone(&queue), Arc::clone(&k), order_tx.clone());
                 let handle = std::thread::spawn(move || {
-                    let Turn::Mine(streak) = q.wait_turn(&key, TTL, Some(far)) else {
+                    let Turn::Mine(streak) = q.wait_turn(&key, TTL, Some(far), &Alarm::new(None))
+                    else {
                         panic!("expected the turn");
                     };
                     assert_eq!(streak.count, i as u32 + 1);
@@ -259,9 +303,12 @@ mod tests {
         let queue = LocalQueue::default();
         let k = key("r");
         let now = Instant::now();
-        assert!(matches!(queue.wait_turn(&k, TTL, Some(now)), Turn::Mine(_)));
         assert!(matches!(
-            queue.wait_turn(&k, TTL, Some(now)),
+            queue.wait_turn(&k, TTL, Some(now), &Alarm::new(None)),
+            Turn::Mine(_)
+        ));
+        assert!(matches!(
+            queue.wait_turn(&k, TTL, Some(now), &Alarm::new(None)),
             Turn::TimedOut
         ));
         assert!(queue.lines.lock()[&k].waiting.is_empty());
@@ -269,11 +316,11 @@ mod tests {
         assert!(queue.lines.lock().is_empty());
         // Other keys are independent.
         assert!(matches!(
-            queue.wait_turn(&key("a"), TTL, Some(now)),
+            queue.wait_turn(&key("a"), TTL, Some(now), &Alarm::new(None)),
             Turn::Mine(_)
         ));
         assert!(matches!(
-            queue.wait_turn(&key("b"), TTL, Some(now)),
+            queue.wait_turn(&key("b"), TTL, Some(now), &Alarm::new(None)),
             Turn::Mine(_)
         ));
     }

@@ -1,0 +1,166 @@
+//! Waiting for a lock as users expect (issue 18): cancellation, no
+//! self-deadlock, a local line bounded by the holder's validity, and a
+//! `lock()` that waits like `Mutex::lock`. In-memory nodes; where time
+//! matters, an injected clock.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use quorum_lock::{CancellationToken, LockManager, LockOptions, MemoryBackend, Op, RetryPolicy};
+
+const MS: Duration = Duration::from_millis(1);
+/// A generous bound for "a few milliseconds" on a loaded machine.
+const PROMPT: Duration = Duration::from_secs(2);
+/// Far beyond any bound a test checks: a wait that long means it failed.
+const LONG: Duration = Duration::from_secs(30);
+
+fn nodes(n: usize) -> Vec<MemoryBackend> {
+    (0..n)
+        .map(|i| MemoryBackend::new(format!("mem-{i}")))
+        .collect()
+}
+
+fn manager(nodes: &[MemoryBackend]) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .ttl(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn ops(nodes: &[MemoryBackend]) -> u64 {
+    nodes.iter().map(MemoryBackend::operations).sum()
+}
+
+/// Waits (bounded) until `f` holds.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + LONG;
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting until {what}");
+        std::thread::sleep(MS);
+    }
+}
+
+#[test]
+fn an_already_cancelled_token_contacts_no_node() {
+    let nodes = nodes(3);
+    let locks = manager(&nodes);
+    let token = CancellationToken::new();
+    token.cancel();
+    for retry in [RetryPolicy::none(), RetryPolicy::new()] {
+        let opts = LockOptions::new().retry(retry).cancellation(&token);
+        let err = locks.lock_with("r", &opts).unwrap_err();
+        assert!(err.is_cancelled(), "{err}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().starts_with("cancelled"), "{err}");
+    }
+    assert_eq!(ops(&nodes), 0, "a node was contacted");
+}
+
+#[test]
+fn cancel_interrupts_the_pause_between_attempts() {
+    let nodes = nodes(3);
+    let (holder, locks) = (manager(&nodes), manager(&nodes));
+    let held = holder.try_lock("r").unwrap();
+    let token = CancellationToken::new();
+    let (done_tx, done) = mpsc::channel();
+    let waiter = {
+        let (locks, token) = (locks.clone(), token.clone());
+        std::thread::spawn(move || {
+            // Attempts 20 s apart: only cancellation can end this soon.
+            let retry = RetryPolicy::new()
+                .delay(Duration::from_secs(20))
+                .attempts(3);
+            let opts = LockOptions::new().retry(retry).cancellation(&token);
+            let result = locks.lock_with("r", &opts).map(drop);
+            done_tx.send(Instant::now()).unwrap();
+            result
+        })
+    };
+    wait_until("the first attempt was refused", || {
+        locks.health().locks.contended >= 1
+    });
+    let cancelled_at = Instant::now();
+    token.cancel();
+    let returned = done.recv_timeout(LONG).expect("the waiter returned");
+    let err = waiter.join().unwrap().unwrap_err();
+    assert!(err.is_cancelled(), "{err}");
+    let took = returned.saturating_duration_since(cancelled_at);
+    assert!(took < PROMPT, "returned {took:?} after cancel()");
+    assert!(holder.flush(LONG) && locks.flush(LONG));
+    for node in &nodes {
+        assert_eq!(node.key_count(), 1, "only the holder's key: {node:?}");
+    }
+    drop(held);
+}
+
+#[test]
+fn cancel_interrupts_the_wait_in_the_local_line() {
+    let nodes = nodes(3);
+    let locks = manager(&nodes);
+    // `lock` (not `try_lock`) takes the local turn, so a second thread of
+    // the same manager waits in line rather than at the servers.
+    let held = locks.lock("r").unwrap();
+    let token = CancellationToken::new();
+    let waiter = {
+        let (locks, token) = (locks.clone(), token.clone());
+        std::thread::spawn(move || {
+            let opts = LockOptions::new().wait(LONG).cancellation(&token);
+            let result = locks.lock_with("r", &opts).map(drop);
+            (result, Instant::now())
+        })
+    };
+    wait_until("the waiter is in line", || locks.local_waiters("r") == 1);
+    let ops_in_line = ops(&nodes);
+    let cancelled_at = Instant::now();
+    token.cancel();
+    let (result, returned) = waiter.join().unwrap();
+    assert!(result.unwrap_err().is_cancelled());
+    let took = returned.saturating_duration_since(cancelled_at);
+    assert!(took < PROMPT, "returned {took:?} after cancel()");
+    assert_eq!(locks.local_waiters("r"), 0, "it left the line");
+    assert_eq!(ops(&nodes), ops_in_line, "no node contacted after cancel");
+    held.release().unwrap();
+    // The line is still usable.
+    locks.lock("r").unwrap().release().unwrap();
+}
+
+/// A round in flight is not cut off; the lock it won is released on every
+/// node and the call still reports the cancellation.
+#[test]
+fn a_lock_won_by_a_round_in_flight_when_cancelled_is_released() {
+    let nodes = nodes(3);
+    let locks = manager(&nodes);
+    let token = CancellationToken::new();
+    for node in &nodes {
+        let token = token.clone();
+        node.set_hook(Some(Arc::new(move |op: &Op<'_>| {
+            if matches!(op, Op::Acquire { .. }) {
+                token.cancel();
+            }
+        })));
+    }
+    for retry in [RetryPolicy::none(), RetryPolicy::new()] {
+        let opts = LockOptions::new()
+            .retry(retry)
+            .cancellation(&token)
+            .auto_extend(true);
+        let err = locks.lock_with("r", &opts).unwrap_err();
+        assert!(err.is_cancelled(), "{err}");
+    }
+    assert!(locks.flush(LONG));
+    for node in &nodes {
+        assert_eq!(node.key_count(), 0, "left behind on {node:?}");
+    }
+    // Waiting with a fresh token works again, on the same line.
+    for node in &nodes {
+        node.set_hook(None);
+    }
+    let fresh = CancellationToken::new();
+    let guard = locks
+        .lock_with("r", &LockOptions::new().cancellation(&fresh))
+        .unwrap();
+    guard.release().unwrap();
+}
