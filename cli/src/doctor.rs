@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use redis::Connection;
 
-use crate::EXIT_UNAVAILABLE;
 use crate::args::{DoctorArgs, Global};
+use crate::exit;
 use crate::inspect::{self, Node, info_field};
 use crate::json::Json;
 
@@ -68,7 +68,7 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
         Ok(nodes) => nodes,
         Err(e) => {
             eprintln!("quorum-lock: {e}");
-            return EXIT_UNAVAILABLE;
+            return exit::CONFIG;
         }
     };
     let checkups: Vec<Checkup> = nodes.iter().map(|n| check(n, global)).collect();

@@ -4,8 +4,8 @@
 //! Exit codes: 0 held (on a quorum), 1 free (on a quorum), 3 split or
 //! unknown (no quorum agrees either way), 69 for a malformed node URL.
 
-use crate::EXIT_UNAVAILABLE;
 use crate::args::{Global, StatusArgs};
+use crate::exit;
 use crate::inspect::{self, Node};
 use crate::json::Json;
 
@@ -23,7 +23,7 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
         Ok(nodes) => nodes,
         Err(e) => {
             eprintln!("quorum-lock: {e}");
-            return EXIT_UNAVAILABLE;
+            return exit::CONFIG;
         }
     };
     let key = [global.prefix.as_bytes(), args.name.as_bytes()].concat();
