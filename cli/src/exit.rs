@@ -29,17 +29,18 @@ pub(crate) const SIGNALED: u8 = 128;
 /// The table `--help` and the README show.
 pub(crate) const HELP: &str = "\
 Exit codes:
-  0..=255  run: the command's own exit status
-  128+N    run: the command died of signal N (or, while waiting for the lock, the tool got signal N)
-  1        run: the lock is held elsewhere (-E/--conflict-exit-code to change it);
-           status: the lock is free
-  3        status: split (the nodes that answered disagree); doctor: no quorum of usable nodes
+  run      the command's own exit status, except:
+  128+N    the command died of signal N (a signal to the tool while it waits for the lock
+           ends it the same way)
+  1        the lock is held elsewhere (-E/--conflict-exit-code to change it)
+  75       the lock was lost while the command ran; it was stopped (--lost-exit-code)
+  126/127  the command could not be started / was not found
+  status   0 held, 1 free, 3 split (the nodes that answered disagree), 69 unknown
+  doctor   0 every node ok, 1 warnings (a quorum still works), 3 no quorum
   64       usage error (unknown flag, missing argument, malformed duration)
   69       servers unavailable: no quorum of nodes answered (or too slowly for a safe lock)
-  71       the operating system failed the tool (thread, random source, waitpid)
-  75       run: the lock was lost while the command ran; the command was stopped (--lost-exit-code)
-  78       configuration error (--ttl above --max-ttl or not above --node-timeout, bad node URL)
-  126/127  run: the command could not be started / was not found";
+  71       the operating system failed the tool (a thread, the random source, waitpid)
+  78       configuration error (--ttl above --max-ttl or not above --node-timeout, a bad node URL)";
 
 /// The exit code for a library error that is not the lock's answer.
 pub(crate) fn for_error(e: &Error) -> u8 {
