@@ -8,7 +8,7 @@ use quorum_lock::{LockManager, RetryPolicy};
 
 /// flock(1) for a cluster: a lock held on a quorum of Redis masters.
 #[derive(Debug, Parser)]
-#[command(name = "quorum-lock", version, about, long_about = None)]
+#[command(name = "quorum-lock", version, about, long_about = None, after_help = crate::exit::HELP)]
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) global: Global,
@@ -42,11 +42,16 @@ pub(crate) struct Global {
     /// Prefix of every key (as the library's `prefix`).
     #[arg(long, default_value = "", global = true)]
     pub(crate) prefix: String,
+    /// No warnings on stderr (nodes missing from a run, the library's
+    /// warnings, "held elsewhere"); errors are still printed.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run a command while holding the lock NAME, then release it.
+    #[command(after_help = crate::exit::HELP)]
     Run(RunArgs),
     /// Show whether NAME is held on each node, and the quorum's verdict.
     Status(StatusArgs),
@@ -67,14 +72,21 @@ pub(crate) struct RunArgs {
     /// `QUORUM_LOCK_FENCE` (it increases from one holder to the next).
     #[arg(long)]
     pub(crate) fencing: bool,
+    /// Keep the lock at least this long from when it was taken, even if
+    /// the command ends sooner (then it is left to expire, not released):
+    /// a job on several machines then runs once per period, not once per
+    /// machine whose cron fired after the first run ended.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) min_hold: Option<Duration>,
     /// Exit code when the lock is held elsewhere.
-    #[arg(short = 'E', long, default_value_t = 1)]
+    #[arg(short = 'E', long, default_value_t = crate::exit::CONFLICT)]
     pub(crate) conflict_exit_code: u8,
     /// Exit code when the lock is lost while the command runs (after it was
     /// stopped).
-    #[arg(long, default_value_t = 75)]
+    #[arg(long, default_value_t = crate::exit::LOST)]
     pub(crate) lost_exit_code: u8,
-    /// After a loss: SIGTERM to the command, then SIGKILL after this long.
+    /// After a forwarded SIGTERM, or a loss: SIGKILL to the command after
+    /// this long. After a loss never later than the lock's validity allows.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub(crate) kill_after: Duration,
     /// The lock's name (the resource).

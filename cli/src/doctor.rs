@@ -2,16 +2,18 @@
 //! reachable, a master, the rights for every command the crate sends,
 //! memory policy, persistence and restart quarantine, round-trip time.
 //!
-//! One verdict line per node (`ok`, `warn`, `fail`). Exit codes: 0 every
-//! node ok; 1 some node warns or fails but a quorum of nodes can vote; 3
-//! fewer than a quorum can; 69 for a malformed node URL.
+//! One verdict line per node (`ok`, `warn`, `fail`). One server listed
+//! under two names (the same `run_id`) fails from its second name on: it
+//! would cast one vote, not two. Exit codes: 0 every node ok; 1 some node
+//! warns or fails but a quorum of nodes can vote; 3 fewer than a quorum
+//! can; 78 for a malformed node URL.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Connection;
 
-use crate::EXIT_UNAVAILABLE;
 use crate::args::{DoctorArgs, Global};
+use crate::exit;
 use crate::inspect::{self, Node, info_field};
 use crate::json::Json;
 
@@ -36,13 +38,30 @@ impl Verdict {
     }
 }
 
+/// A fact's value: text for people, and a typed value for `--json`.
+enum Value {
+    Text(String),
+    /// Printed as `{:?}`; whole milliseconds in JSON.
+    Millis(Duration),
+    /// Whole seconds.
+    Secs(u64),
+}
+
+/// One fact about a node: its label for people, its JSON key, its value.
+struct Fact {
+    label: &'static str,
+    key: &'static str,
+    value: Value,
+}
+
 /// What was found on one node.
 struct Checkup {
     verdict: Verdict,
     /// Its votes do not count yet (restart quarantine), but will.
     quarantined: bool,
-    /// `(what, value)` facts, in order.
-    facts: Vec<(&'static str, String)>,
+    /// The server's `run_id`, to find one server under two names.
+    run_id: Option<String>,
+    facts: Vec<Fact>,
     /// Why the verdict is not ok.
     findings: Vec<String>,
 }
@@ -52,6 +71,7 @@ impl Checkup {
         Self {
             verdict: Verdict::Ok,
             quarantined: false,
+            run_id: None,
             facts: Vec::new(),
             findings: Vec::new(),
         }
@@ -61,6 +81,33 @@ impl Checkup {
         self.verdict = self.verdict.max(verdict);
         self.findings.push(finding);
     }
+
+    fn fact(&mut self, label: &'static str, key: &'static str, value: Value) {
+        self.facts.push(Fact { label, key, value });
+    }
+
+    fn text(&mut self, label: &'static str, key: &'static str, value: String) {
+        self.fact(label, key, Value::Text(value));
+    }
+}
+
+/// Marks every node whose server already appeared under an earlier name.
+fn find_duplicates(nodes: &[Node], checkups: &mut [Checkup]) {
+    for i in 0..checkups.len() {
+        let Some(id) = checkups[i].run_id.clone() else {
+            continue;
+        };
+        if let Some(first) = checkups[..i]
+            .iter()
+            .position(|c| c.run_id.as_deref() == Some(id.as_str()))
+        {
+            let finding = format!(
+                "the same server as {} (same run_id): only one of them votes; list each server once",
+                nodes[first].name
+            );
+            checkups[i].note(Verdict::Fail, finding);
+        }
+    }
 }
 
 pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
@@ -68,10 +115,11 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
         Ok(nodes) => nodes,
         Err(e) => {
             eprintln!("quorum-lock: {e}");
-            return EXIT_UNAVAILABLE;
+            return exit::CONFIG;
         }
     };
-    let checkups: Vec<Checkup> = nodes.iter().map(|n| check(n, global)).collect();
+    let mut checkups: Vec<Checkup> = nodes.iter().map(|n| check(n, global)).collect();
+    find_duplicates(&nodes, &mut checkups);
     let quorum = nodes.len() / 2 + 1;
     // A node that only warns can still vote (a quarantine ends by itself).
     let usable = checkups
@@ -94,28 +142,39 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
                 let facts = c
                     .facts
                     .iter()
-                    .map(|(k, v)| Json::Arr(vec![(*k).into(), v.clone().into()]))
+                    .map(|fact| {
+                        let value = match &fact.value {
+                            Value::Text(text) => text.clone().into(),
+                            Value::Millis(d) => Json::millis(*d),
+                            Value::Secs(secs) => (*secs).into(),
+                        };
+                        (fact.key, value)
+                    })
                     .collect();
                 let findings = c.findings.iter().map(|f| f.clone().into()).collect();
                 Json::Obj(vec![
                     ("node", node.name.clone().into()),
                     ("verdict", c.verdict.as_str().into()),
-                    ("facts", Json::Arr(facts)),
+                    ("facts", Json::Obj(facts)),
                     ("findings", Json::Arr(findings)),
                 ])
             })
             .collect();
         let out = Json::Obj(vec![
-            ("quorum", (quorum as u64).into()),
-            ("usable", (usable as u64).into()),
+            ("quorum", quorum.into()),
+            ("usable", usable.into()),
             ("nodes", Json::Arr(per_node)),
         ]);
         println!("{out}");
     } else {
         for (node, c) in nodes.iter().zip(&checkups) {
             println!("{}", node.name);
-            for (what, value) in &c.facts {
-                println!("  {what}: {value}");
+            for fact in &c.facts {
+                match &fact.value {
+                    Value::Text(text) => println!("  {}: {text}", fact.label),
+                    Value::Millis(d) => println!("  {}: {d:?}", fact.label),
+                    Value::Secs(secs) => println!("  {}: {secs} s", fact.label),
+                }
             }
             let why = if c.findings.is_empty() {
                 String::new()
@@ -143,6 +202,15 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
 
 fn check(node: &Node, global: &Global) -> Checkup {
     let mut c = Checkup::new();
+    // First contact through the library, so that a failure reads as it
+    // does in `run` ("authentication failed: WRONGPASS ...").
+    match node.probe() {
+        Ok(info) => c.run_id = info.run_id,
+        Err(e) => {
+            c.note(Verdict::Fail, e);
+            return c;
+        }
+    }
     let (mut conn, connect_time) = match node.connect() {
         Ok(connected) => connected,
         Err(e) => {
@@ -150,12 +218,14 @@ fn check(node: &Node, global: &Global) -> Checkup {
             return c;
         }
     };
-    c.facts.push(("connect", format!("{connect_time:?}")));
-    let started = std::time::Instant::now();
+    c.fact("connect", "connect_ms", Value::Millis(connect_time));
+    let started = Instant::now();
     match node.query::<String>(&mut conn, &redis::cmd("PING")) {
-        Ok(_) => c
-            .facts
-            .push(("round trip", format!("{:?}", started.elapsed()))),
+        Ok(_) => c.fact(
+            "round trip",
+            "round_trip_ms",
+            Value::Millis(started.elapsed()),
+        ),
         Err(e) => c.note(Verdict::Fail, format!("PING: {e}")),
     }
     check_identity(node, &mut conn, global, &mut c);
@@ -182,11 +252,11 @@ fn check_identity(node: &Node, conn: &mut Connection, global: &Global, c: &mut C
         }
     };
     if let Some(version) = info_field(&server, "redis_version") {
-        c.facts.push(("version", version.to_owned()));
+        c.text("version", "version", version.to_owned());
     }
     let uptime = info_field(&server, "uptime_in_seconds").and_then(|u| u.parse::<u64>().ok());
     if let Some(secs) = uptime {
-        c.facts.push(("uptime", format!("{secs} s")));
+        c.fact("uptime", "uptime_s", Value::Secs(secs));
         // The quarantine a manager meeting it now would apply: max_ttl
         // plus drift (1 % + 2 ms), less the uptime it can vouch for.
         let quarantine = global.max_ttl + global.max_ttl / 100 + Duration::from_millis(2);
@@ -194,6 +264,7 @@ fn check_identity(node: &Node, conn: &mut Connection, global: &Global, c: &mut C
         if !global.no_restart_quarantine && credited < quarantine {
             let left = quarantine - credited;
             c.quarantined = true;
+            c.fact("quarantine left", "quarantine_left_ms", Value::Millis(left));
             c.note(
                 Verdict::Warn,
                 format!(
@@ -213,7 +284,7 @@ fn check_identity(node: &Node, conn: &mut Connection, global: &Global, c: &mut C
                 format!("role {role}: a replica refuses writes (READONLY); configure masters"),
             );
         }
-        c.facts.push(("role", role));
+        c.text("role", "role", role);
     }
 }
 
@@ -231,9 +302,13 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
                     format!("maxmemory-policy {policy} can evict lock keys under memory pressure; use noeviction"),
                 );
             }
-            c.facts.push(("maxmemory-policy", policy));
+            c.text("maxmemory-policy", "maxmemory_policy", policy);
         }
-        Err(e) => c.facts.push(("maxmemory-policy", format!("unknown ({e})"))),
+        Err(e) => c.text(
+            "maxmemory-policy",
+            "maxmemory_policy",
+            format!("unknown ({e})"),
+        ),
     }
     match (get(conn, "appendonly"), get(conn, "appendfsync")) {
         (Ok(aof), Ok(fsync)) => {
@@ -248,12 +323,13 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
             if !durable && global.no_restart_quarantine {
                 c.note(Verdict::Warn, meaning.to_owned());
             }
-            c.facts.push((
+            c.text(
+                "persistence",
                 "persistence",
                 format!("appendonly {aof}, appendfsync {fsync}: {meaning}"),
-            ));
+            );
         }
-        (Err(e), _) | (_, Err(e)) => c.facts.push(("persistence", format!("unknown ({e})"))),
+        (Err(e), _) | (_, Err(e)) => c.text("persistence", "persistence", format!("unknown ({e})")),
     }
 }
 
@@ -291,10 +367,11 @@ fn check_rights(node: &Node, conn: &mut Connection, c: &mut Checkup) {
         redis::cmd("EVAL").arg(RELEASE).arg(1).arg(&key).arg(token),
     );
     if missing.is_empty() {
-        c.facts.push((
+        c.text(
+            "rights",
             "rights",
             "SET, GET, TYPE, EVAL, EVALSHA, INFO: ok".to_owned(),
-        ));
+        );
     } else {
         c.note(
             Verdict::Fail,

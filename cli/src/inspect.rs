@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::{Backend, RedisBackend};
+use quorum_lock::{Backend, RedisBackend, ServerInfo};
 use redis::{Connection, FromRedisValue, IntoConnectionInfo};
 
 /// One configured node.
@@ -13,6 +13,7 @@ pub(crate) struct Node {
     url: String,
     secret: Option<String>,
     timeout: Duration,
+    backend: RedisBackend,
 }
 
 impl Node {
@@ -29,7 +30,17 @@ impl Node {
             url: url.to_owned(),
             secret,
             timeout,
+            backend,
         })
+    }
+
+    /// The server's identity, asked through the library: a failure is
+    /// worded as in `run`'s reports (`authentication failed: WRONGPASS
+    /// ...`, `unreachable: ...`), without the node's name.
+    pub(crate) fn probe(&self) -> Result<ServerInfo, String> {
+        self.backend
+            .server_info()
+            .map_err(|e| crate::notice::failure(&e, &self.name))
     }
 
     /// A connection, and how long connecting took.

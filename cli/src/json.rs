@@ -1,15 +1,18 @@
 //! The little JSON the tool prints for scripts (`--json`): objects,
-//! arrays, strings, numbers, booleans, null. Writing it takes a few lines;
-//! a serializer dependency would not pay for itself.
+//! arrays, strings, integers, booleans, null. Writing it takes a few lines;
+//! a serializer dependency would not pay for itself. Numbers are integers
+//! only, printed exactly (no `f64` on the way: fences and counts above 2^53
+//! would be rounded), and durations are integer milliseconds.
 
 use std::fmt;
+use std::time::Duration;
 
 /// A JSON value.
 #[derive(Debug, Clone)]
 pub(crate) enum Json {
     Null,
     Bool(bool),
-    Num(f64),
+    Int(i128),
     Str(String),
     Arr(Vec<Json>),
     Obj(Vec<(&'static str, Json)>),
@@ -35,13 +38,27 @@ impl From<bool> for Json {
 
 impl From<u64> for Json {
     fn from(n: u64) -> Self {
-        Self::Num(n as f64)
+        Self::Int(n.into())
     }
 }
 
 impl From<i64> for Json {
     fn from(n: i64) -> Self {
-        Self::Num(n as f64)
+        Self::Int(n.into())
+    }
+}
+
+impl From<usize> for Json {
+    fn from(n: usize) -> Self {
+        // usize is at most 64 bits on every target Rust supports.
+        Self::Int(i128::try_from(n).unwrap_or(i128::MAX))
+    }
+}
+
+impl Json {
+    /// A duration as whole milliseconds (rounded down).
+    pub(crate) fn millis(d: Duration) -> Self {
+        Self::Int(i128::try_from(d.as_millis()).unwrap_or(i128::MAX))
     }
 }
 
@@ -56,8 +73,7 @@ impl fmt::Display for Json {
         match self {
             Self::Null => f.write_str("null"),
             Self::Bool(b) => write!(f, "{b}"),
-            Self::Num(n) if n.is_finite() => write!(f, "{n}"),
-            Self::Num(_) => f.write_str("null"),
+            Self::Int(n) => write!(f, "{n}"),
             Self::Str(s) => write_str(f, s),
             Self::Arr(items) => {
                 f.write_str("[")?;
@@ -112,10 +128,12 @@ mod tests {
             ("ok", true.into()),
             ("none", Option::<u64>::None.into()),
             ("list", Json::Arr(vec![1i64.into(), "\u{1}".into()])),
+            ("big", u64::MAX.into()),
+            ("ms", Json::millis(Duration::from_micros(1999))),
         ]);
         assert_eq!(
             value.to_string(),
-            r#"{"name":"a\"b\\c\n","n":3,"ok":true,"none":null,"list":[1,"\u0001"]}"#
+            r#"{"name":"a\"b\\c\n","n":3,"ok":true,"none":null,"list":[1,"\u0001"],"big":18446744073709551615,"ms":1}"#
         );
     }
 }

@@ -1,18 +1,27 @@
 //! `quorum-lock`: flock(1) for a cluster of Redis masters.
 //!
 //! * `quorum-lock run NAME -- COMMAND...` runs a command while holding the
-//!   lock (auto-extended), like `flock -n`;
+//!   lock (extended while it runs), like `flock -n`;
 //! * `quorum-lock status NAME` shows who holds a lock on each node;
 //! * `quorum-lock doctor` checks each node for what the lock relies on.
 //!
-//! Nodes come from `--nodes URL,URL,...` or `QUORUM_LOCK_NODES`.
+//! Nodes come from `--nodes URL,URL,...` or `QUORUM_LOCK_NODES`. Exit codes
+//! are in `exit.rs` (and `--help`).
 
 mod args;
+mod child;
 mod doctor;
+mod exit;
+mod hold;
 mod inspect;
 mod json;
+mod logger;
+mod notice;
 mod run;
+mod signals;
 mod status;
+mod supervise;
+mod terminal;
 
 use std::process::ExitCode;
 
@@ -21,26 +30,35 @@ use clap::{CommandFactory, Parser};
 
 use crate::args::{Cli, Command};
 
-/// Exit code for errors that are not the lock's answer: no quorum,
-/// unreachable nodes, bad configuration (`EX_UNAVAILABLE` of sysexits.h).
-pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage(&e),
+    };
     if cli.global.nodes.is_empty() {
         // A global argument cannot be `required` in clap: checked here,
-        // with clap's usage message and exit code (2).
-        Cli::command()
-            .error(
-                ErrorKind::MissingRequiredArgument,
-                "the nodes are required: --nodes URL,URL,... or QUORUM_LOCK_NODES",
-            )
-            .exit();
+        // with clap's usage message.
+        let e = Cli::command().error(
+            ErrorKind::MissingRequiredArgument,
+            "the nodes are required: --nodes URL,URL,... or QUORUM_LOCK_NODES",
+        );
+        return usage(&e);
     }
+    logger::install(cli.global.quiet);
     let code = match &cli.command {
         Command::Run(run) => run::run(&cli.global, run),
         Command::Status(status) => status::status(&cli.global, status),
         Command::Doctor(doctor) => doctor::doctor(&cli.global, doctor),
     };
     ExitCode::from(code)
+}
+
+/// Prints clap's message; `--help` and `--version` are not errors, the
+/// rest is a usage error (64, where clap would exit 2).
+fn usage(e: &clap::Error) -> ExitCode {
+    let _ = e.print();
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        _ => ExitCode::from(exit::USAGE),
+    }
 }

@@ -1,36 +1,41 @@
 //! `quorum-lock run`: hold a lock while a command runs.
 //!
-//! Exit codes: the command's own status (128 + N when a signal N ended
-//! it); the conflict code (default 1, as `flock -n`) when the lock is held
-//! elsewhere; the lost code (default 75) when the lock was lost while the
-//! command ran and the command was stopped; 69 when no quorum of nodes can
-//! be reached; 126 or 127 when the command cannot be started; 2 for usage
-//! errors (clap).
+//! The lock is taken (one attempt, or retried for `--wait`), the command
+//! started (`child.rs`), the lock extended and the command watched
+//! (`supervise.rs`), and at the end the lock released, or with
+//! `--min-hold` kept and left to expire (`hold.rs`). Exit codes: `exit.rs`.
 
-use std::process::{Child, Command, ExitStatus};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use quorum_lock::{LockGuard, LockOptions, LostSignal, RetryPolicy};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use nix::sys::signal::Signal;
+use quorum_lock::{LockManager, LockOptions, RetryPolicy};
 
-use crate::EXIT_UNAVAILABLE;
 use crate::args::{Global, RunArgs};
-
-/// How often the tool looks at the command, the signals and the lock.
-const POLL: Duration = Duration::from_millis(50);
+use crate::child::{Child, Ended};
+use crate::exit;
+use crate::hold::{self, Cut};
+use crate::logger::warn;
+use crate::signals::Signals;
+use crate::supervise::{Held, KILL_MARGIN, Outcome, Watch};
 
 pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
     let locks = match global.manager(args.ttl) {
         Ok(locks) => locks,
         Err(e) => {
             eprintln!("quorum-lock: {e}");
-            return EXIT_UNAVAILABLE;
+            return exit::for_error(&e);
         }
     };
+    if args.kill_after + KILL_MARGIN >= args.ttl {
+        warn(&format!(
+            "--kill-after {} ms can never fit in the lock's validity (under --ttl {} ms): \
+             after a loss the command gets SIGKILL {} ms before the validity ends instead",
+            args.kill_after.as_millis(),
+            args.ttl.as_millis(),
+            KILL_MARGIN.as_millis()
+        ));
+    }
     let retry = match args.wait {
         Some(wait) => RetryPolicy::new()
             .max_wait(wait)
@@ -38,33 +43,24 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             .jitter(Duration::from_millis(100)),
         None => RetryPolicy::none(),
     };
-    // Renewed for as long as the command runs: no hold bound.
+    // No auto-extension: the tool extends itself (see supervise.rs).
     let options = LockOptions::new()
         .ttl(args.ttl)
         .retry(retry)
-        .fencing(args.fencing)
-        .auto_extend(true)
-        .max_hold(Duration::MAX);
+        .fencing(args.fencing);
     let guard = match locks.lock_with(&args.name, &options) {
         Ok(guard) => guard,
         Err(e) if e.is_contended() => {
-            eprintln!("quorum-lock: {} is held elsewhere", args.name);
+            warn(&format!("{} is held elsewhere", args.name));
             return args.conflict_exit_code;
         }
         Err(e) => {
             eprintln!("quorum-lock: {e}");
-            return EXIT_UNAVAILABLE;
+            return exit::for_error(&e);
         }
     };
-    let signals = Arc::new(AtomicUsize::new(0));
-    for signal in [SIGINT, SIGTERM] {
-        // Caught for forwarding; the tool itself ends when the command does.
-        if let Err(e) =
-            signal_hook::flag::register_usize(signal, Arc::clone(&signals), signal as usize)
-        {
-            eprintln!("quorum-lock: cannot catch signal {signal}: {e}");
-        }
-    }
+    let taken = Instant::now();
+    let signals = Signals::catch();
     let mut command = Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -72,12 +68,13 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
     if let Some(fence) = guard.fence() {
         command.env("QUORUM_LOCK_FENCE", fence.to_string());
     }
-    let child = command.spawn();
-    let mut child = match child {
+    let mut held = Held::new(guard, args.ttl);
+    let mut child = match Child::spawn(command) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("quorum-lock: cannot run {:?}: {e}", args.command[0]);
-            let _ = guard.release();
+            // Nothing ran: no reason to hold it for --min-hold.
+            let _ = held.guard.release();
             return if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -85,94 +82,104 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             };
         }
     };
-    let lost = guard.lost_signal();
-    let outcome = watch(&mut child, &lost, &signals, args.kill_after);
-    finish(guard, outcome, args)
+    crate::notice::degraded_run(&locks, &args.name, global.node_timeout * 2);
+    let watch = Watch {
+        locks: &locks,
+        signals: &signals,
+        kill_after: args.kill_after,
+    };
+    let outcome = watch.run(&mut held, &mut child);
+    let cx = Context {
+        taken,
+        node_timeout: global.node_timeout,
+        locks: &locks,
+        signals: &signals,
+        args,
+    };
+    finish(held, outcome, &cx)
 }
 
-/// How the command's run ended.
-enum Outcome {
-    /// It exited on its own (or after a forwarded signal).
-    Exited(ExitStatus),
-    /// The lock was lost; the command was stopped.
-    Lost(String),
-    /// Waiting for it failed.
-    Failed(std::io::Error),
+/// What `finish` needs besides the lock and the outcome.
+struct Context<'a> {
+    taken: Instant,
+    node_timeout: Duration,
+    locks: &'a LockManager,
+    signals: &'a Signals,
+    args: &'a RunArgs,
 }
 
-/// Waits for the command, forwarding SIGINT/SIGTERM to it and stopping it
-/// when the lock is lost.
-fn watch(
-    child: &mut Child,
-    lost: &LostSignal,
-    signals: &AtomicUsize,
-    kill_after: Duration,
-) -> Outcome {
-    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Outcome::Exited(status),
-            Ok(None) => {}
-            Err(e) => return Outcome::Failed(e),
-        }
-        let caught = signals.swap(0, Ordering::SeqCst);
-        if caught != 0 {
-            let signal = if caught == SIGINT as usize {
-                Signal::SIGINT
-            } else {
-                Signal::SIGTERM
-            };
-            let _ = kill(pid, signal);
-        }
-        if let Some(notice) = lost.recv_timeout(POLL) {
-            stop(child, pid, kill_after);
-            return Outcome::Lost(notice.to_string());
-        }
-    }
-}
-
-/// SIGTERM, then SIGKILL after `kill_after` if it is still running.
-fn stop(child: &mut Child, pid: Pid, kill_after: Duration) {
-    let _ = kill(pid, Signal::SIGTERM);
-    let deadline = Instant::now() + kill_after;
-    while Instant::now() < deadline {
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        std::thread::sleep(POLL);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn finish(guard: LockGuard, outcome: Outcome, args: &RunArgs) -> u8 {
-    // Released before exiting, in every case (after a loss it only cleans
-    // up what may be left).
-    let released = guard.release();
+fn finish(held: Held, outcome: Outcome, cx: &Context<'_>) -> u8 {
+    let Context {
+        taken,
+        node_timeout,
+        locks,
+        signals,
+        args,
+    } = *cx;
     match outcome {
-        Outcome::Exited(status) => {
-            if let Err(e) = released {
-                eprintln!("quorum-lock: releasing {}: {e}", args.name);
+        Outcome::Ended(ended, interrupted) => match args.min_hold {
+            Some(min_hold) if Instant::now() < taken + min_hold => {
+                let hold = Hold {
+                    until: taken + min_hold,
+                    slack: node_timeout,
+                    locks,
+                    signals,
+                };
+                keep(held, &hold, ended, interrupted)
             }
-            exit_code(status)
-        }
+            _ => {
+                if let Err(e) = held.guard.release() {
+                    warn(&format!("releasing {}: {e}", args.name));
+                }
+                ended.code()
+            }
+        },
         Outcome::Lost(why) => {
+            // Only cleans up what may be left.
+            let _ = held.guard.release();
             eprintln!("quorum-lock: {why}; the command was stopped");
             args.lost_exit_code
         }
         Outcome::Failed(e) => {
+            let _ = held.guard.release();
             eprintln!("quorum-lock: waiting for the command: {e}");
-            EXIT_UNAVAILABLE
+            exit::OS_ERROR
         }
     }
 }
 
-/// The command's exit code, or 128 + the signal that ended it (as shells do).
-fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(255),
-        (None, None) => 1,
+/// What `--min-hold` needs after the command ended.
+struct Hold<'a> {
+    until: Instant,
+    slack: Duration,
+    locks: &'a LockManager,
+    signals: &'a Signals,
+}
+
+/// `--min-hold`: the command ended; the lock stays until `hold.until`. The
+/// exit code is still the command's (its work is done).
+fn keep(held: Held, hold: &Hold<'_>, ended: Ended, interrupted: Option<Signal>) -> u8 {
+    let cut = match interrupted {
+        // Asked to stop: no more extends, and no early release either.
+        Some(signal) => {
+            let left = held.deadline.saturating_duration_since(Instant::now());
+            held.guard.forget();
+            Err((format!("{signal} to the tool"), left))
+        }
+        None => hold::hold(held, hold.until, hold.slack, hold.locks, hold.signals).map_err(
+            |(cut, left)| match cut {
+                Cut::Lost(why) => (why, left),
+                Cut::Signal(signal) => (format!("{signal} to the tool"), left),
+            },
+        ),
+    };
+    if let Err((why, left)) = cut
+        && Instant::now() < hold.until
+    {
+        warn(&format!(
+            "--min-hold cut short ({why}): the lock is left to expire in {} ms",
+            left.as_millis()
+        ));
     }
+    ended.code()
 }

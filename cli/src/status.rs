@@ -1,11 +1,14 @@
 //! `quorum-lock status NAME`: whether the lock's key is held on each node
 //! (and for how long), and the quorum's verdict.
 //!
-//! Exit codes: 0 held (on a quorum), 1 free (on a quorum), 3 split or
-//! unknown (no quorum agrees either way), 69 for a malformed node URL.
+//! Verdicts: `held` or `free` when a quorum of nodes says so; `split` when
+//! a quorum of nodes answered but disagree; `unknown` when fewer than a
+//! quorum answered (the others could say anything). Exit codes: 0 held,
+//! 1 free, 3 split, 69 unknown (servers unavailable), 78 for a malformed
+//! node URL.
 
-use crate::EXIT_UNAVAILABLE;
 use crate::args::{Global, StatusArgs};
+use crate::exit;
 use crate::inspect::{self, Node};
 use crate::json::Json;
 
@@ -15,6 +18,7 @@ enum KeyState {
     /// which a lock key never has).
     Held(Option<i64>),
     Free,
+    /// No answer: why, in one phrase.
     Unreachable(String),
 }
 
@@ -23,7 +27,7 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
         Ok(nodes) => nodes,
         Err(e) => {
             eprintln!("quorum-lock: {e}");
-            return EXIT_UNAVAILABLE;
+            return exit::CONFIG;
         }
     };
     let key = [global.prefix.as_bytes(), args.name.as_bytes()].concat();
@@ -41,8 +45,10 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
         ("held", 0)
     } else if free >= quorum {
         ("free", 1)
-    } else {
+    } else if held + free >= quorum {
         ("split", 3)
+    } else {
+        ("unknown", exit::UNAVAILABLE)
     };
     if args.json {
         let per_node = nodes
@@ -65,7 +71,7 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
         let out = Json::Obj(vec![
             ("name", args.name.clone().into()),
             ("verdict", verdict.into()),
-            ("quorum", (quorum as u64).into()),
+            ("quorum", quorum.into()),
             ("nodes", Json::Arr(per_node)),
         ]);
         println!("{out}");
@@ -75,7 +81,7 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
                 KeyState::Held(Some(ms)) => format!("held, expires in {ms} ms"),
                 KeyState::Held(None) => "held, without expiry (not a lock key?)".to_owned(),
                 KeyState::Free => "free".to_owned(),
-                KeyState::Unreachable(e) => format!("unreachable: {e}"),
+                KeyState::Unreachable(e) => e.clone(),
             };
             println!("{}: {text}", node.name);
         }
@@ -89,14 +95,19 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
 }
 
 fn key_state(node: &Node, key: &[u8]) -> KeyState {
+    // First contact through the library, for its words ("unreachable: ...",
+    // "authentication failed: ..."), the same as in `run`'s reports.
+    if let Err(e) = node.probe() {
+        return KeyState::Unreachable(e);
+    }
     let mut conn = match node.connect() {
         Ok((conn, _)) => conn,
-        Err(e) => return KeyState::Unreachable(e),
+        Err(e) => return KeyState::Unreachable(format!("unreachable: {e}")),
     };
     match node.query::<i64>(&mut conn, redis::cmd("PTTL").arg(key)) {
         Ok(-2) => KeyState::Free,
         Ok(-1) => KeyState::Held(None),
         Ok(ms) => KeyState::Held(Some(ms)),
-        Err(e) => KeyState::Unreachable(e),
+        Err(e) => KeyState::Unreachable(format!("PTTL failed: {e}")),
     }
 }

@@ -258,13 +258,13 @@ fn doctor_sees_healthy_down_and_quarantined_nodes() {
 }
 
 #[test]
-fn bad_arguments_are_usage_errors() {
+fn bad_arguments_are_usage_errors_and_a_bad_url_a_configuration_error() {
     let no_nodes = output(
         Command::new(BIN)
             .args(["status", "job"])
             .env_remove("QUORUM_LOCK_NODES"),
     );
-    assert_eq!(code(&no_nodes), 2);
+    assert_eq!(code(&no_nodes), 64);
     assert!(String::from_utf8_lossy(&no_nodes.stderr).contains("--nodes"));
     let bad_duration = output(Command::new(BIN).args([
         "--nodes",
@@ -276,17 +276,17 @@ fn bad_arguments_are_usage_errors() {
         "--",
         "true",
     ]));
-    assert_eq!(code(&bad_duration), 2);
+    assert_eq!(code(&bad_duration), 64);
     assert!(String::from_utf8_lossy(&bad_duration.stderr).contains("unit"));
     let no_command =
         output(Command::new(BIN).args(["--nodes", "redis://127.0.0.1:1", "run", "job"]));
-    assert_eq!(code(&no_command), 2);
+    assert_eq!(code(&no_command), 64);
     let bad_url = output(Command::new(BIN).args([
         "--nodes",
         "redis://:hunter2@host:notaport",
         "status",
         "job",
     ]));
-    assert_eq!(code(&bad_url), 69);
+    assert_eq!(code(&bad_url), 78);
     assert!(!String::from_utf8_lossy(&bad_url.stderr).contains("hunter2"));
 }

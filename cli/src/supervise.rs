@@ -1,0 +1,173 @@
+//! Holding the lock while the command runs: the tool extends it itself (at
+//! a third of the TTL), forwards signals, and stops the command when the
+//! lock is lost, early enough that it is gone before the lock's validity
+//! ends and someone else can take it.
+//!
+//! The tool extends rather than the library's watchdog so that it knows
+//! the deadline of the last successful extend (the guard forgets it once
+//! the lock is lost, and the grace after SIGTERM is bounded by it), and so
+//! that `--min-hold` can end the lock near a chosen time (`hold.rs`).
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use quorum_lock::{LockGuard, LockManager};
+
+use crate::child::{Child, Ended};
+use crate::signals::Signals;
+
+/// Longest sleep between looks at the command, the signals and the lock.
+pub(crate) const POLL: Duration = Duration::from_millis(50);
+/// The command must be gone this long before the lock's validity ends:
+/// time for SIGKILL to take effect and the tool to see it, on a loaded
+/// machine.
+pub(crate) const KILL_MARGIN: Duration = Duration::from_millis(250);
+
+/// A held lock and what is known of it.
+pub(crate) struct Held {
+    pub(crate) guard: LockGuard,
+    /// The TTL of every regular extend.
+    pub(crate) ttl: Duration,
+    /// The end of the validity, conservative: never later than the
+    /// library's deadline, and kept when a failed extend makes the guard
+    /// report zero.
+    pub(crate) deadline: Instant,
+    /// When the next regular extend is due.
+    next_extend: Instant,
+}
+
+impl Held {
+    pub(crate) fn new(guard: LockGuard, ttl: Duration) -> Self {
+        let now = Instant::now();
+        let deadline = now + guard.validity();
+        Self {
+            guard,
+            ttl,
+            deadline,
+            next_extend: now + ttl / 3,
+        }
+    }
+
+    /// Extends by `ttl`; the reason on failure (the lock may be lost).
+    pub(crate) fn extend(&mut self, locks: &LockManager, ttl: Duration) -> Result<(), String> {
+        let begun = Instant::now();
+        // A failed extend may still have been applied on some nodes: with a
+        // shorter TTL their keys now expire sooner than the old deadline.
+        let bound = begun + ttl.saturating_sub(locks.drift_for(ttl));
+        let result = self.guard.extend(ttl);
+        self.deadline = self.deadline.min(bound);
+        match result {
+            Ok(validity) => {
+                self.deadline = begun + validity;
+                self.next_extend = begun + self.ttl / 3;
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Whether a regular extend is due (a third of the TTL after the last).
+    pub(crate) fn due(&self) -> bool {
+        Instant::now() >= self.next_extend
+    }
+
+    /// Extends if one is due; checks the validity otherwise.
+    fn keep(&mut self, locks: &LockManager) -> Result<(), String> {
+        if self.due() {
+            return self.extend(locks, self.ttl);
+        }
+        self.guard.check().map_err(|e| e.to_string())
+    }
+}
+
+/// How the command's run ended.
+pub(crate) enum Outcome {
+    /// It ended with the lock held throughout; the last signal forwarded
+    /// to it, if any.
+    Ended(Ended, Option<Signal>),
+    /// The lock was lost (why); the command was stopped.
+    Lost(String),
+    /// Waiting for it failed.
+    Failed(std::io::Error),
+}
+
+/// Settings of the watch.
+pub(crate) struct Watch<'a> {
+    pub(crate) locks: &'a LockManager,
+    pub(crate) signals: &'a Signals,
+    pub(crate) kill_after: Duration,
+}
+
+impl Watch<'_> {
+    /// Runs until the command ends.
+    pub(crate) fn run(&self, held: &mut Held, child: &mut Child) -> Outcome {
+        let mut kill_at: Option<Instant> = None;
+        let mut lost: Option<String> = None;
+        let mut forwarded = None;
+        loop {
+            match child.poll() {
+                Ok(Some(ended)) => {
+                    return match lost {
+                        Some(why) => Outcome::Lost(why),
+                        None => Outcome::Ended(ended, forwarded),
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => return Outcome::Failed(e),
+            }
+            for signal in self.signals.take() {
+                child.signal(signal);
+                forwarded = Some(signal);
+                if signal == Signal::SIGTERM {
+                    let at = Instant::now() + self.kill_after;
+                    kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                }
+            }
+            if lost.is_none()
+                && let Err(why) = held.keep(self.locks)
+            {
+                let at = self.stop_after_loss(held.deadline, &why, child);
+                kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                lost = Some(why);
+            }
+            let now = Instant::now();
+            if kill_at.is_some_and(|at| now >= at) {
+                child.signal(Signal::SIGKILL);
+                kill_at = None;
+            }
+            let mut wake = now + POLL;
+            if lost.is_none() {
+                wake = wake.min(held.next_extend);
+            }
+            if let Some(at) = kill_at {
+                wake = wake.min(at);
+            }
+            std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    /// SIGTERM to the command, and when to SIGKILL it: after
+    /// `--kill-after`, but never later than the validity left less a margin.
+    fn stop_after_loss(&self, deadline: Instant, why: &str, child: &Child) -> Instant {
+        let now = Instant::now();
+        let left = deadline.saturating_duration_since(now);
+        let grace = self.kill_after.min(left.saturating_sub(KILL_MARGIN));
+        if grace.is_zero() {
+            crate::logger::warn(&format!(
+                "{why}; the lock's validity is (nearly) over: SIGKILL to the command now"
+            ));
+            child.signal(Signal::SIGKILL);
+            return now;
+        }
+        child.signal(Signal::SIGTERM);
+        if grace < self.kill_after {
+            crate::logger::warn(&format!(
+                "{why}; SIGTERM to the command, SIGKILL in {} ms, before the lock's validity \
+                 ends (not after --kill-after {} ms)",
+                grace.as_millis(),
+                self.kill_after.as_millis()
+            ));
+        }
+        now + grace
+    }
+}

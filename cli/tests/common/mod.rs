@@ -1,0 +1,143 @@
+//! What every test of the `quorum-lock` binary shares: running the tool
+//! against the harness' servers, waiting for it with a bound, and looking
+//! at the processes it started.
+#![allow(dead_code)] // each test file uses part of this
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{RedisServers, wait_until};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");
+/// Generous bound for something that must happen by itself (a hang
+/// detector, not a timing assertion).
+pub const HANG: Duration = Duration::from_secs(30);
+
+/// The tool with `--nodes` set and quarantine off (the servers were just
+/// started), plus `args`.
+pub fn tool(servers: &RedisServers, args: &[&str]) -> Command {
+    tool_on(&servers.urls(), args)
+}
+
+/// The tool on these node URLs, quarantine off, plus `args`.
+pub fn tool_on(urls: &[String], args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--nodes")
+        .arg(urls.join(","))
+        .arg("--no-restart-quarantine")
+        .args(args)
+        .stdin(Stdio::null());
+    cmd
+}
+
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.output().unwrap()
+}
+
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits for `child` at most [`HANG`]; kills it and fails if it hangs.
+/// The exit code, or -1 when a signal ended it.
+pub fn wait_for(child: Child) -> i32 {
+    code(&wait_output(child))
+}
+
+/// [`wait_for`], keeping what the child printed (when piped).
+pub fn wait_output(mut child: Child) -> Output {
+    let end = Instant::now() + HANG;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("the tool did not exit within {HANG:?}: {out:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn held_everywhere(servers: &RedisServers, key: &[u8]) -> bool {
+    servers.iter().all(|s| s.get(key).is_some())
+}
+
+pub fn free_everywhere(servers: &RedisServers, key: &[u8]) -> bool {
+    servers.iter().all(|s| s.get(key).is_none())
+}
+
+/// The pid a command wrote to `file` (`echo $$ > file`), waiting for it.
+pub fn read_pid(file: &Path) -> u32 {
+    let mut pid = None;
+    let found = wait_until(HANG, || {
+        pid = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|text| text.trim().parse().ok());
+        pid.is_some()
+    });
+    assert!(found, "no pid in {}", file.display());
+    pid.unwrap()
+}
+
+/// Whether process `pid` still runs (a zombie has ended: it only waits
+/// for its parent, or init, to collect its status).
+pub fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => !status
+            .lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z')),
+        Err(_) => false,
+    }
+}
+
+/// SIGKILL to a process the tool should have ended, so that a failing
+/// test leaves nothing behind.
+pub fn kill_leftover(pid: u32) {
+    if running(pid) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+}
+
+/// Sends `signal` (`TERM`, `INT`, ...) to `target` with kill(1): a pid,
+/// or `-PGID` for a whole process group.
+pub fn send(signal: &str, target: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(target)
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} -- {target}");
+}
+
+/// The lines of `file` (none when it does not exist yet).
+pub fn lines(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Kills process `pid` on drop if it still runs: a failing test (a panic)
+/// leaves no command behind.
+pub struct Leftover(pub u32);
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        kill_leftover(self.0);
+    }
+}
