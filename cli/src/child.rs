@@ -18,7 +18,7 @@ use std::process::Command;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{Pid, getpid, getppid};
+use nix::unistd::{Pid, getpgid, getpid, getppid};
 
 use crate::exit;
 use crate::terminal::Terminal;
@@ -100,11 +100,15 @@ impl Child {
     }
 
     /// Sends `signal` to the command's process group (its own children
-    /// too, as a terminal would), and to the command itself in case it
-    /// left the group.
+    /// too, as a terminal would), and to the command itself only if it
+    /// left the group: sending to both would deliver the signal to the
+    /// command twice whenever the first copy was handled before the second
+    /// arrived (a standard signal is merged only while it is pending).
     pub(crate) fn signal(&self, signal: Signal) {
-        let _ = killpg(self.pid, signal);
-        let _ = kill(self.pid, signal);
+        let in_group = getpgid(Some(self.pid)).is_ok_and(|group| group == self.pid);
+        if !in_group || killpg(self.pid, signal).is_err() {
+            let _ = kill(self.pid, signal);
+        }
     }
 
     fn ended(&mut self, how: Ended) -> Ended {

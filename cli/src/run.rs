@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use quorum_lock::{LockManager, LockOptions, RetryPolicy};
+use quorum_lock::{CancellationToken, LockManager, LockOptions, RetryPolicy};
 
 use crate::args::{Global, RunArgs};
 use crate::child::{Child, Ended};
@@ -43,13 +43,23 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             .jitter(Duration::from_millis(100)),
         None => RetryPolicy::none(),
     };
+    // Caught from before the wait: a signal while the tool waits for the
+    // lock cancels the wait (the library releases what an attempt in
+    // flight took) and the tool exits 128+N, as if it had died of it.
+    let signals = Signals::catch();
+    let token = CancellationToken::new();
     // No auto-extension: the tool extends itself (see supervise.rs).
     let options = LockOptions::new()
         .ttl(args.ttl)
         .retry(retry)
-        .fencing(args.fencing);
-    let guard = match locks.lock_with(&args.name, &options) {
+        .fencing(args.fencing)
+        .cancellation(&token);
+    let waiting = signals.cancel_on_signal(&token);
+    let taken = locks.lock_with(&args.name, &options);
+    drop(waiting);
+    let guard = match taken {
         Ok(guard) => guard,
+        Err(e) if e.is_cancelled() => return interrupted_wait(&signals, &args.name),
         Err(e) if e.is_contended() => {
             warn(&format!("{} is held elsewhere", args.name));
             return args.conflict_exit_code;
@@ -59,8 +69,14 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             return exit::for_error(&e);
         }
     };
+    if signals.pending().is_some() {
+        // The signal came as the lock was taken: the command never starts.
+        if let Err(e) = guard.release() {
+            warn(&format!("releasing {}: {e}", args.name));
+        }
+        return interrupted_wait(&signals, &args.name);
+    }
     let taken = Instant::now();
-    let signals = Signals::catch();
     let mut command = Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -97,6 +113,14 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
         args,
     };
     finish(held, outcome, &cx)
+}
+
+/// The exit code after a signal ended the wait for the lock: 128+N, as a
+/// shell reports a program killed by signal N.
+fn interrupted_wait(signals: &Signals, name: &str) -> u8 {
+    let signal = signals.take().into_iter().next().unwrap_or(Signal::SIGTERM);
+    warn(&format!("{signal} while waiting for {name}: not taken"));
+    exit::SIGNALED.saturating_add(u8::try_from(signal as i32).unwrap_or(0))
 }
 
 /// What `finish` needs besides the lock and the outcome.

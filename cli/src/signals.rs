@@ -16,8 +16,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use quorum_lock::CancellationToken;
+
+/// How often the wait for the lock looks at the signal flags: a signal
+/// ends the wait within this (a handler itself may not cancel: that takes
+/// a lock, which is not async-signal-safe).
+const WAIT_POLL: Duration = Duration::from_millis(5);
 
 /// Signals that ask a program to end, in the order they are forwarded when
 /// several came at once: SIGTERM last, as it starts the `--kill-after`
@@ -49,6 +57,44 @@ impl Signals {
         Self { flags }
     }
 
+    /// The first caught signal not taken yet, without taking it.
+    pub(crate) fn pending(&self) -> Option<Signal> {
+        self.flags
+            .iter()
+            .find(|(_, flag)| flag.load(Ordering::SeqCst))
+            .map(|(signal, _)| *signal)
+    }
+
+    /// Cancels `token` as soon as a signal is caught, until the returned
+    /// watcher is dropped: a signal that arrives while the tool waits for
+    /// the lock ends the wait at once (the library releases whatever an
+    /// attempt in flight took).
+    pub(crate) fn cancel_on_signal(&self, token: &CancellationToken) -> CancelOnSignal {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flags: Vec<Arc<AtomicBool>> = self.flags.iter().map(|(_, f)| Arc::clone(f)).collect();
+        let (token, stopped) = (token.clone(), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("quorum-lock-signals".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::SeqCst) {
+                    if flags.iter().any(|f| f.load(Ordering::SeqCst)) {
+                        token.cancel();
+                        return;
+                    }
+                    std::thread::sleep(WAIT_POLL);
+                }
+            });
+        if let Err(e) = &thread {
+            crate::logger::warn(&format!(
+                "cannot watch for signals while waiting for the lock: {e}"
+            ));
+        }
+        CancelOnSignal {
+            stop,
+            thread: thread.ok(),
+        }
+    }
+
     /// The signals caught since the last call, in forwarding order. (Two
     /// of the same kind before a call count once, as the kernel merges
     /// them too.)
@@ -58,5 +104,22 @@ impl Signals {
             .filter(|(_, flag)| flag.swap(false, Ordering::SeqCst))
             .map(|(signal, _)| *signal)
             .collect()
+    }
+}
+
+/// Watches the signal flags for [`Signals::cancel_on_signal`]; stops on
+/// drop.
+#[derive(Debug)]
+pub(crate) struct CancelOnSignal {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for CancelOnSignal {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }

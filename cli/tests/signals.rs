@@ -120,3 +120,58 @@ fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
     assert_eq!(status, 128 + 9, "killed by SIGKILL after --kill-after");
     assert!(free_everywhere(&servers, b"job"));
 }
+
+/// Issue 19, item 5: a signal that arrives while the tool is still waiting
+/// for the lock ends the wait at once (not after `--wait`), the command
+/// never starts, nothing the tool's attempts took is left behind, and the
+/// tool exits 128+N. Before, the handlers were installed only once the lock
+/// was taken: the signal killed the tool mid-wait.
+#[test]
+fn a_signal_while_waiting_for_the_lock_ends_the_wait_at_once() {
+    let servers = RedisServers::start(3);
+    let dir = TempDir::new("quorum-lock-cli");
+    let ran = dir.path().join("ran");
+    for server in servers.iter() {
+        let _: () = server.cmd(
+            redis::cmd("SET")
+                .arg("job")
+                .arg("other")
+                .arg("PX")
+                .arg(60_000),
+        );
+    }
+    let script = format!("touch {}", ran.display());
+    let child = tool(
+        &servers,
+        &["run", "--wait", "60s", "job", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    // The tool is waiting once it has tried: a second SET (after the one
+    // above) reached a server.
+    let tried = |s: &support::RedisServer| {
+        let stats: String = s.cmd(redis::cmd("INFO").arg("commandstats"));
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .is_some_and(|calls| calls >= 2)
+    };
+    assert!(
+        wait_until(HANG, || servers.iter().any(tried)),
+        "never tried"
+    );
+    let sent = std::time::Instant::now();
+    send("TERM", &child.id().to_string());
+    let status = wait_for(child);
+    let took = sent.elapsed();
+    assert_eq!(status, 128 + 15, "ended by SIGTERM while waiting");
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "the wait went on for {took:?} after the signal (--wait 60s)"
+    );
+    assert!(!ran.exists(), "the command ran without the lock");
+    for server in servers.iter() {
+        assert_eq!(server.get(b"job").as_deref(), Some(&b"other"[..]));
+    }
+}
