@@ -10,6 +10,7 @@
 mod counters;
 mod fencing;
 mod lease;
+mod owners;
 mod rounds;
 mod turns;
 mod validity;
@@ -23,8 +24,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 pub(crate) use self::lease::Lease;
+pub(crate) use self::owners::Owned;
 pub(crate) use self::rounds::{Config, Rounds, with_attempts};
-pub(crate) use self::turns::{Streak, Turn, Want};
+pub(crate) use self::turns::{Ticket, Turn, Want};
 pub(crate) use self::validity::{check_ttl, drift};
 pub(crate) use self::watchdog::RenewalPlan;
 use self::watchdog::Watchdog;

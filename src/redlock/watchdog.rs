@@ -218,7 +218,7 @@ impl Timer {
     /// so the holder's notification fires even if it is not polling.
     fn watch_expiry(&mut self, rounds: &Rounds, entry: Entry, lease: &Arc<Lease>) {
         let now = rounds.now();
-        let mut state = lease.state();
+        let state = lease.state();
         if state.finished || state.lost.is_some() {
             return;
         }
@@ -227,7 +227,7 @@ impl Timer {
             let why = state.renewal_stopped.clone().unwrap_or_default();
             rounds.lose(
                 lease,
-                &mut state,
+                state,
                 &Error::Lost {
                     reason: format!(
                         "the lock's validity ran out after auto-extension stopped: {why}"
