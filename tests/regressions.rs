@@ -355,3 +355,34 @@ fn with_lock_does_not_return_ok_after_the_lock_was_lost() {
     // Work that ends within the validity still returns its value.
     assert_eq!(locks.with_lock("r", &opts, |_| 7).unwrap(), 7);
 }
+
+/// Issue 18, item 7. Auto-extension ran on real time whatever the
+/// manager's clock: a `ManualClock` advance past an extend's due time
+/// extended nothing, and a loss never fired `lost_signal`, so users'
+/// tests on the in-memory test doubles could not drive it.
+#[test]
+fn auto_extension_follows_the_injected_clock() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    // Extends due every 10 s: in real time, far beyond the waits below.
+    let ttl = Duration::from_secs(30);
+    let locks = waiting_manager(&nodes, &clock, ttl);
+    let guard = locks
+        .lock_with("r", &LockOptions::new().auto_extend(true))
+        .unwrap();
+    let lost = guard.lost_signal();
+    clock.advance(Duration::from_secs(11));
+    assert!(
+        support::wait_until(Duration::from_secs(5), || guard.extensions() >= 1),
+        "no extend 5 s after the clock passed the first one's due time"
+    );
+    assert!(guard.is_valid());
+    nodes[0].set_down(true);
+    nodes[1].set_down(true);
+    clock.advance(Duration::from_secs(11));
+    let notice = lost
+        .recv_timeout(Duration::from_secs(5))
+        .expect("lost_signal fired after the clock passed a failing extend");
+    assert!(notice.is_lost(), "{notice}");
+    assert!(!guard.is_valid());
+}

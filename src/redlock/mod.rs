@@ -62,10 +62,12 @@ impl Core {
     pub(crate) fn auto_extend(&self, lease: &Arc<Lease>, plan: RenewalPlan) -> Result<()> {
         let mut watchdog = self.watchdog.lock();
         if watchdog.is_none() {
-            let started =
-                Watchdog::start(Arc::downgrade(&self.rounds)).map_err(|e| Error::Runtime {
+            let clock = Arc::clone(&self.rounds.config().clock);
+            let started = Watchdog::start(Arc::downgrade(&self.rounds), clock).map_err(|e| {
+                Error::Runtime {
                     reason: format!("cannot start the auto-extension thread: {e}"),
-                })?;
+                }
+            })?;
             *watchdog = Some(started);
         }
         if let Some(watchdog) = watchdog.as_ref() {
