@@ -61,8 +61,9 @@ pub enum Error {
         waited: Duration,
     },
     /// This thread already holds the lock on this resource through this
-    /// manager (a guard it took is alive and valid), and asked for it again:
-    /// waiting would wait for itself. Locks are not reentrant (see
+    /// manager (a guard it took is alive and valid), and asked for it again
+    /// with a call that would wait: it would wait for itself. (One attempt,
+    /// as in `try_lock`, reports [`Error::Contended`] instead.) Locks are not reentrant (see
     /// [`LockManager::lock`](crate::LockManager::lock)); release or drop
     /// the guard first, or pass it to the code that needs the lock. No
     /// node was contacted. As `std::io::ErrorKind::Deadlock`.

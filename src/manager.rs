@@ -72,8 +72,10 @@ impl LockManager {
     /// validity does not hold the line.
     ///
     /// Locks are **not reentrant**: a thread that holds a valid guard for
-    /// `resource` from this manager and asks for it again gets
-    /// [`Error::Deadlock`] at once, rather than waiting for itself (a guard
+    /// `resource` from this manager and waits for it again gets
+    /// [`Error::Deadlock`] at once, rather than waiting for itself
+    /// ([`try_lock`](Self::try_lock), which does not wait, reports it as
+    /// [`Error::Contended`], as `Mutex::try_lock` does). A guard
     /// counts for the thread that took it, even if moved elsewhere; one
     /// whose validity ran out, or that is lost, holds nothing to wait for
     /// and does not count). A
@@ -95,7 +97,8 @@ impl LockManager {
     }
 
     /// One attempt to acquire `resource` with the default TTL, no retries,
-    /// no waiting in the local line.
+    /// no waiting in the local line. On a resource this thread already
+    /// holds, it fails as [`Error::Contended`] (it cannot deadlock).
     ///
     /// # Errors
     ///
@@ -158,14 +161,17 @@ impl LockManager {
         if alarm.is_cancelled() {
             return Err(cancelled(started));
         }
+        if retry.single_attempt() {
+            let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
+            return self.deliver(guard, ttl, options, &alarm, started);
+        }
+        // A call that would wait for a lock this thread holds would wait
+        // for itself. (One attempt cannot deadlock: it reports what the
+        // servers say, as `Mutex::try_lock` does on a mutex its thread holds.)
         if rounds.owners().held_by_me(&key, rounds.now()) {
             return Err(Error::Deadlock {
                 resource: String::from_utf8_lossy(resource).into_owned(),
             });
-        }
-        if retry.single_attempt() {
-            let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
-            return self.deliver(guard, ttl, options, &alarm, started);
         }
         // Threads of this manager that want the same key take turns: only
         // the turn-holder contends with the servers. (`None`: no deadline

@@ -148,14 +148,14 @@ fn a_fenced_waiter_is_never_handed_a_plain_lock() {
                     .fencing(waiter_fenced)
                     .wait(Duration::from_secs(30));
                 let guard = locks.lock_with("r", &opts).unwrap();
-                (guard.fence(), guard.token().clone())
+                (guard.fence(), *guard.token())
             })
         };
         assert!(
             support::wait_until(Duration::from_secs(30), || locks.local_waiters("r") == 1),
             "the waiter never queued"
         );
-        let held_token = held.token().clone();
+        let held_token = *held.token();
         drop(held); // the hand-over point
         let (fence, token) = waiter.join().unwrap();
         assert_eq!(
@@ -201,7 +201,7 @@ fn the_local_line_does_not_wait_behind_an_expired_lease() {
         let handle = std::thread::spawn(move || {
             let opts = LockOptions::new().wait(Duration::from_secs(10));
             let guard = locks.lock_with("r", &opts).unwrap();
-            tx.send(guard.token().clone()).unwrap();
+            tx.send(*guard.token()).unwrap();
             guard
         });
         (handle, rx)

@@ -24,8 +24,11 @@ use super::lease::Lease;
 pub(crate) struct Owners {
     /// The leases of the live guards each (key, thread) took: one,
     /// unless the thread locked again after its earlier lock expired.
-    held: Mutex<HashMap<(Arc<[u8]>, ThreadId), Vec<Weak<Lease>>>>,
+    held: Mutex<HashMap<Holder, Vec<Weak<Lease>>>>,
 }
+
+/// A key and the thread that took a guard for it.
+type Holder = (Arc<[u8]>, ThreadId);
 
 impl Owners {
     /// Whether the current thread holds a live guard for `key` whose lock
