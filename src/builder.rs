@@ -190,7 +190,8 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Retry policy of [`LockManager::lock`]. Default: [`RetryPolicy::new`].
+    /// Retry policy of [`LockManager::lock`]. Default: [`RetryPolicy::new`]
+    /// (retry for up to 60 s, no attempt cap).
     #[must_use]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = Some(retry);

@@ -26,6 +26,33 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn since_epoch(&self) -> Duration {
         system_since_epoch()
     }
+
+    /// Whether this clock moves with real time. The crate's timers (the
+    /// auto-extension thread, the local line's watch on the holder's
+    /// validity) wait in real time for a moment on this clock: for a clock
+    /// that moves with real time they sleep until then; for one that
+    /// jumps (a [`ManualClock`]) they look at it again every millisecond
+    /// or so, so an `advance` takes effect at once. Default: `true`.
+    fn follows_real_time(&self) -> bool {
+        true
+    }
+}
+
+/// How often a timer looks at a clock that does not follow real time.
+const JUMPY_CLOCK_POLL: Duration = Duration::from_millis(1);
+
+/// The real-time instant to wake at, to act when `clock` reads `at`: `at`
+/// itself (less what has passed) on a clock that follows real time, at
+/// most [`JUMPY_CLOCK_POLL`] from now on one that jumps. `None`: too far
+/// to express (wait without a timeout).
+pub(crate) fn wake_at(clock: &dyn Clock, at: Instant) -> Option<Instant> {
+    let left = at.saturating_duration_since(clock.now());
+    let left = if clock.follows_real_time() {
+        left
+    } else {
+        left.min(JUMPY_CLOCK_POLL)
+    };
+    Instant::now().checked_add(left)
 }
 
 fn system_since_epoch() -> Duration {
@@ -109,5 +136,10 @@ impl Clock for ManualClock {
     /// The wall clock at the clock's creation, moved like [`now`](Self::now).
     fn since_epoch(&self) -> Duration {
         self.inner.epoch + *self.inner.offset.lock()
+    }
+
+    /// `false`: it moves only when told to.
+    fn follows_real_time(&self) -> bool {
+        false
     }
 }

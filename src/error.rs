@@ -60,6 +60,17 @@ pub enum Error {
         /// How long the call waited before it noticed.
         waited: Duration,
     },
+    /// This thread already holds the lock on this resource through this
+    /// manager (a guard it took is alive and valid), and asked for it again
+    /// with a call that would wait: it would wait for itself. (One attempt,
+    /// as in `try_lock`, reports [`Error::Contended`] instead.) Locks are not reentrant (see
+    /// [`LockManager::lock`](crate::LockManager::lock)); release or drop
+    /// the guard first, or pass it to the code that needs the lock. No
+    /// node was contacted. As `std::io::ErrorKind::Deadlock`.
+    Deadlock {
+        /// The resource, as given (lossy UTF-8).
+        resource: String,
+    },
     /// The process could not provide what a lock needs: a thread could not
     /// be started, or the operating system's random source failed. Not a
     /// mistake in the input; it may pass once the system recovers.
@@ -88,6 +99,11 @@ impl Error {
     /// The wait was cancelled ([`Error::Cancelled`]).
     pub fn is_cancelled(&self) -> bool {
         matches!(self, Self::Cancelled { .. })
+    }
+
+    /// This thread asked again for a lock it holds ([`Error::Deadlock`]).
+    pub fn is_deadlock(&self) -> bool {
+        matches!(self, Self::Deadlock { .. })
     }
 
     /// Bad input or configuration ([`Error::InvalidArgument`],
@@ -119,6 +135,7 @@ impl Error {
             Self::InvalidArgument { .. }
             | Self::Config { .. }
             | Self::Cancelled { .. }
+            | Self::Deadlock { .. }
             | Self::Runtime { .. } => None,
         }
     }
@@ -147,6 +164,12 @@ impl fmt::Display for Error {
                     crate::report::human(*waited)
                 )
             }
+            Self::Deadlock { resource } => write!(
+                f,
+                "deadlock: this thread already holds the lock on {} through this manager \
+                 (locks are not reentrant: release or drop that guard first)",
+                crate::report::Shortened(resource)
+            ),
             Self::Runtime { reason } => write!(f, "runtime failure: {reason}"),
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
-use crate::redlock::{Core, Lease, Streak};
+use crate::redlock::{Core, Lease, Owned, Ticket};
 use crate::report::Report;
 use crate::token::Token;
 
@@ -44,24 +44,31 @@ pub struct LockGuard {
     /// Cleared by `release` and `forget`, so `Drop` does nothing more.
     armed: bool,
     /// This guard holds its manager's local turn for the key (it came from
-    /// a waiting `lock`), at this place in the streak of local turns; it is
-    /// passed on when the guard lets go.
-    turn: Option<Streak>,
+    /// a waiting `lock`); it is passed on when the guard lets go (the
+    /// ticket passes it when dropped, whatever the path).
+    turn: Option<Ticket>,
+    /// This guard's entry among the manager's live guards, so the thread
+    /// that took it gets `Error::Deadlock` if it asks for the key again.
+    _owned: Owned,
 }
 
 impl LockGuard {
     pub(crate) fn new(core: Arc<Core>, lease: Arc<Lease>) -> Self {
+        let owned = core.rounds().owners().own(&lease);
         Self {
             core,
             lease,
             armed: true,
             turn: None,
+            _owned: owned,
         }
     }
 
-    /// Marks the guard as holding the local turn for its key.
-    pub(crate) fn with_turn(mut self, streak: Streak) -> Self {
-        self.turn = Some(streak);
+    /// Marks the guard as holding the local turn for its key; the line
+    /// waits for this lock only while it is valid.
+    pub(crate) fn with_turn(mut self, turn: Ticket) -> Self {
+        turn.hold(&self.lease);
+        self.turn = Some(turn);
         self
     }
 
@@ -227,9 +234,8 @@ impl LockGuard {
     pub fn forget(mut self) {
         self.armed = false;
         self.lease.state().finished = true;
-        if let Some(streak) = self.turn.take() {
-            self.core.rounds().pass_turn(&self.lease.key, streak);
-        }
+        // The turn passes (without a hand-over) as the ticket drops.
+        drop(self.turn.take());
     }
 }
 
@@ -240,8 +246,8 @@ impl Drop for LockGuard {
         }
         // Only queues the releases (or hands the lock to a waiting thread
         // of this manager): never blocks on the network, never panics.
-        match self.turn {
-            Some(streak) => self.core.rounds().hand_over(&self.lease, streak),
+        match self.turn.take() {
+            Some(turn) => self.core.rounds().hand_over(&self.lease, turn),
             None => self.core.rounds().release_detached(&self.lease),
         }
     }

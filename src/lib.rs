@@ -78,7 +78,18 @@
 //!   may have forgotten the locks it held, does not vote until every such
 //!   lock has expired ([`LockManagerBuilder::max_ttl`] plus drift).
 //! * Threads of one manager waiting for the same resource take turns
-//!   locally, and a dropped guard hands the lock to the next one.
+//!   locally, and a dropped guard hands the lock to the next one; the line
+//!   waits for a holder only while its lock is valid.
+//!
+//! # Waiting
+//!
+//! * [`LockManager::lock`] waits like `Mutex::lock`, within a bound (60 s
+//!   by default); [`LockManager::try_lock`] makes one attempt.
+//! * A [`CancellationToken`] given with [`LockOptions::cancellation`] stops
+//!   a wait from another thread: [`Error::Cancelled`], holding nothing.
+//! * Locks are not reentrant: a thread waiting again, through the same
+//!   manager, for a lock it holds gets [`Error::Deadlock`] at once instead
+//!   of waiting for itself.
 //!
 //! # When not to use this
 //!

@@ -59,20 +59,48 @@ impl LockManager {
         }
     }
 
-    /// Acquires `resource` with the default TTL, retrying per the manager's
-    /// [`RetryPolicy`].
+    /// Acquires `resource` with the default TTL, waiting for it as
+    /// `Mutex::lock` does: as long as someone else holds it, up to the
+    /// manager's [`RetryPolicy`] limit, by default **60 seconds** with no
+    /// cap on the number of attempts (the default `max_ttl`: a lock whose
+    /// holder crashed has expired by then). For one attempt, use
+    /// [`try_lock`](Self::try_lock); for another limit or a way to cancel,
+    /// [`lock_with`](Self::lock_with) with [`LockOptions::wait`] and
+    /// [`LockOptions::cancellation`].
+    ///
+    /// Threads of this manager waiting for the same resource queue locally
+    /// (only the first contends with the servers), for no longer than the
+    /// current holder's lock is valid: a holder that is stuck past its
+    /// validity does not hold the line.
+    ///
+    /// Locks are **not reentrant**: a thread that holds a valid guard for
+    /// `resource` from this manager and waits for it again gets
+    /// [`Error::Deadlock`] at once, rather than waiting for itself
+    /// ([`try_lock`](Self::try_lock), which does not wait, reports it as
+    /// [`Error::Contended`], as `Mutex::try_lock` does). A guard
+    /// counts for the thread that took it, even if moved elsewhere; one
+    /// whose validity ran out, or that is lost, holds nothing to wait for
+    /// and does not count). A
+    /// reentrant lock would need a count shared by guards that can each
+    /// be released, extended or lost on their own, and would let an inner
+    /// guard's release free the lock under the outer one. Another thread of
+    /// the same manager simply waits its turn.
     ///
     /// # Errors
     ///
     /// [`Error::Contended`] or [`Error::NoQuorum`] (of the last attempt)
-    /// once the retries are spent; [`Error::ValidityExpired`] when the last
-    /// attempt got a quorum too slowly; [`Error::InvalidArgument`] for an
-    /// empty resource (before any node is contacted).
+    /// once the wait is spent; [`Error::ValidityExpired`] when the last
+    /// attempt got a quorum too slowly; [`Error::Deadlock`] when this
+    /// thread already holds it (no node contacted);
+    /// [`Error::InvalidArgument`] for an empty resource (before any node is
+    /// contacted).
     pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard> {
         self.lock_with(resource, &LockOptions::new())
     }
 
-    /// One attempt to acquire `resource` with the default TTL, no retries.
+    /// One attempt to acquire `resource` with the default TTL, no retries,
+    /// no waiting in the local line. On a resource this thread already
+    /// holds, it fails as [`Error::Contended`] (it cannot deadlock).
     ///
     /// # Errors
     ///
@@ -99,7 +127,9 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock`](Self::lock); also [`Error::InvalidArgument`] for a TTL
-    /// that is zero, above `max_ttl`, or not above the drift allowance.
+    /// that is zero, above `max_ttl`, or not above the drift allowance, and
+    /// [`Error::Cancelled`] once the [`cancellation`](LockOptions::cancellation)
+    /// token is cancelled.
     pub fn lock_with(
         &self,
         resource: impl AsRef<[u8]>,
@@ -130,38 +160,42 @@ impl LockManager {
         let fenced = options.fencing.unwrap_or(config.fencing);
         let started = Instant::now();
         let alarm = Alarm::new(options.cancellation.as_ref());
-        let cancelled = || Error::Cancelled {
-            waited: started.elapsed(),
-        };
         if alarm.is_cancelled() {
-            return Err(cancelled());
+            return Err(cancelled(started));
         }
         if retry.single_attempt() {
             let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
             return self.deliver(guard, ttl, options, &alarm, started);
         }
+        // A call that would wait for a lock this thread holds would wait
+        // for itself. (One attempt cannot deadlock: it reports what the
+        // servers say, as `Mutex::try_lock` does on a mutex its thread holds.)
+        if rounds.owners().held_by_me(&key, rounds.now()) {
+            return Err(Error::Deadlock {
+                resource: String::from_utf8_lossy(resource).into_owned(),
+            });
+        }
         // Threads of this manager that want the same key take turns: only
         // the turn-holder contends with the servers. (`None`: no deadline
         // can be expressed, the caller waits as long as it takes.)
         let line_deadline = started.checked_add(retry.budget());
-        let streak =
-            match rounds
-                .local()
-                .wait_turn(&key, Want { ttl, fenced }, line_deadline, &alarm)
-            {
-                Turn::Mine(streak) => streak,
-                Turn::Handed(handoff) => {
-                    let guard = self.guard(handoff.lease).with_turn(handoff.streak);
-                    return self.deliver(guard, ttl, options, &alarm, started);
-                }
-                Turn::TimedOut => {
-                    // One honest attempt, so the error carries a real report.
-                    let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
-                    return self.deliver(guard, ttl, options, &alarm, started);
-                }
-                Turn::Cancelled => return Err(cancelled()),
-            };
-        if streak.yield_first {
+        let want = Want { ttl, fenced };
+        // The turn is a ticket: every return below that does not move it
+        // into a guard drops it, which passes the turn to the next waiter.
+        let turn = match rounds.local().wait_turn(&key, want, line_deadline, &alarm) {
+            Turn::Mine(turn) => turn,
+            Turn::Handed(lease, turn) => {
+                let guard = self.guard(lease).with_turn(turn);
+                return self.deliver(guard, ttl, options, &alarm, started);
+            }
+            Turn::TimedOut => {
+                // One honest attempt, so the error carries a real report.
+                let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
+                return self.deliver(guard, ttl, options, &alarm, started);
+            }
+            Turn::Cancelled => return Err(cancelled(started)),
+        };
+        if turn.streak().yield_first {
             // This process has had the lock many times in a row: leave the
             // others a window before contending again.
             if let Some(pause) = retry.next_delay(1, started.elapsed()) {
@@ -173,24 +207,18 @@ impl LockManager {
             // Checked before every attempt: a sleep ends early when the
             // token is cancelled.
             if alarm.is_cancelled() {
-                rounds.local().pass(&key, streak);
-                return Err(cancelled());
+                return Err(cancelled(started));
             }
             attempts = attempts.saturating_add(1);
             let error = match rounds.acquire_once(resource, &key, ttl, fenced) {
                 Ok(lease) => {
-                    let guard = self.guard(lease).with_turn(streak);
+                    let guard = self.guard(lease).with_turn(turn);
                     return self.deliver(guard, ttl, options, &alarm, started);
                 }
                 Err(e) if e.is_retryable() => e,
-                Err(e) => {
-                    rounds.local().pass(&key, streak);
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             };
-            let delay = retry.next_delay(attempts, started.elapsed());
-            let Some(delay) = delay else {
-                rounds.local().pass(&key, streak);
+            let Some(delay) = retry.next_delay(attempts, started.elapsed()) else {
                 return Err(with_attempts(error, attempts, started.elapsed()));
             };
             alarm.sleep(delay);
@@ -211,16 +239,22 @@ impl LockManager {
     ) -> Result<LockGuard> {
         if alarm.is_cancelled() {
             drop(guard);
-            return Err(Error::Cancelled {
-                waited: started.elapsed(),
-            });
+            return Err(cancelled(started));
         }
         self.start_auto_extend(guard, ttl, options)
     }
 
     /// Runs `work` while holding `resource` under auto-extension, then
     /// releases it, also when `work` panics (the panic then continues).
-    /// Returns what `work` returned.
+    /// Returns what `work` returned, if the lock held until `work` ended.
+    ///
+    /// If the lock was lost while `work` ran (an extend found no quorum,
+    /// or the validity ran out, e.g. through a pause longer than it), the
+    /// call returns [`Error::Lost`] and **`work`'s value is dropped**: it
+    /// was produced without the exclusivity the lock was meant to give, so
+    /// the caller must not treat it as done under the lock. Work whose
+    /// value must survive anyway (say, to undo it) should use
+    /// [`lock_with`](Self::lock_with) and [`LockGuard::check`] itself.
     ///
     /// The lock is renewed for as long as `work` runs: unless `options`
     /// sets [`max_hold`](LockOptions::max_hold) or
@@ -248,8 +282,9 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock_with`](Self::lock_with), when the lock cannot be taken;
-    /// `work` does not run then. A failing release after `work` is not an
-    /// error: the keys expire with their TTL.
+    /// `work` does not run then. [`Error::Lost`] when the lock was lost
+    /// before `work` returned (its value is dropped). A failing release
+    /// after `work` is not an error: the keys expire with their TTL.
     pub fn with_lock<T>(
         &self,
         resource: impl AsRef<[u8]>,
@@ -264,10 +299,13 @@ impl LockManager {
         // On a panic in `work`, unwinding drops the guard, which queues the
         // release on every node.
         let value = work(&guard);
+        // Did the lock hold until now? Asked before the release, which
+        // ends the lease.
+        let held = guard.check();
         // The work is done; a release that no quorum confirmed leaves keys
         // that expire by themselves, so there is nothing for the caller to do.
         let _ = guard.release();
-        Ok(value)
+        held.map(|()| value)
     }
 
     /// [`with_lock`](Self::with_lock) for work that can fail: `work`
@@ -302,7 +340,9 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// The lock's error (as `E`) when it cannot be taken, or `work`'s own.
+    /// The lock's error (as `E`) when it cannot be taken or was lost while
+    /// `work` ran (then `work`'s result, `Ok` or `Err`, is dropped: the
+    /// loss is what the caller must know), otherwise `work`'s own.
     pub fn try_with_lock<T, E: From<Error>>(
         &self,
         resource: impl AsRef<[u8]>,
@@ -413,6 +453,13 @@ impl LockManager {
             });
         }
         Ok(())
+    }
+}
+
+/// The error of a cancelled wait that began at `started`.
+fn cancelled(started: Instant) -> Error {
+    Error::Cancelled {
+        waited: started.elapsed(),
     }
 }
 

@@ -16,7 +16,10 @@ pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(600);
 /// Retrying stops at `attempts` attempts or when the next sleep would end
 /// after `max_wait`, whichever comes first: it never retries forever
 /// unless asked to. A time limit without an explicit attempt count means
-/// "retry until the time is spent"; without either, 10 attempts.
+/// "retry until the time is spent"; an attempt count without a time limit
+/// means that many attempts; without either, retry until 60 seconds are
+/// spent (what [`LockManager::lock`](crate::LockManager::lock) does by
+/// default: wait like `Mutex::lock`, within a bound).
 /// Failures that retrying cannot fix (see [`Error::is_retryable`](crate::Error::is_retryable)) end the
 /// retries at once.
 ///
@@ -33,19 +36,21 @@ pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(600);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// `None`: not set (10, or no count limit when `max_wait` is set).
+    /// `None`: not set (no count limit).
     attempts: Option<u32>,
     max_wait: Option<Duration>,
     delay: Duration,
     jitter: Duration,
 }
 
-/// Attempts when neither an attempt count nor a time limit is set.
-const DEFAULT_ATTEMPTS: u32 = 10;
+/// The time limit when neither an attempt count nor a time limit is set:
+/// the default `max_ttl`, so a lock whose holder crashed (with any TTL the
+/// default settings allow) has expired before a default `lock()` gives up.
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(60);
 
 impl RetryPolicy {
-    /// The default policy: 10 attempts, 100 ms delay, 100 ms jitter, no
-    /// time limit beyond the attempts.
+    /// The default policy: retry for up to 60 seconds (no attempt cap),
+    /// 100 ms delay, 100 ms jitter.
     pub fn new() -> Self {
         Self {
             attempts: None,
@@ -60,8 +65,9 @@ impl RetryPolicy {
         Self::new().attempts(1)
     }
 
-    /// Most attempts, the first included (at least 1). Default: 10, or no
-    /// count limit when [`max_wait`](Self::max_wait) is set.
+    /// Most attempts, the first included (at least 1). Set without
+    /// [`max_wait`](Self::max_wait), it is the only limit. Default: no
+    /// count limit.
     #[must_use]
     pub fn attempts(mut self, attempts: u32) -> Self {
         self.attempts = Some(attempts.max(1));
@@ -70,8 +76,9 @@ impl RetryPolicy {
 
     /// Stop retrying once the next attempt would start after `max_wait`
     /// from the first; `Duration::MAX` waits as long as it takes. Without
-    /// an explicit [`attempts`](Self::attempts), the count is then
-    /// unlimited. Default: no time limit (10 attempts bound it).
+    /// an explicit [`attempts`](Self::attempts), the count is unlimited.
+    /// Default: 60 seconds, unless [`attempts`](Self::attempts) is set
+    /// (then no time limit).
     #[must_use]
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
@@ -94,10 +101,15 @@ impl RetryPolicy {
 
     /// The attempt limit in force.
     pub(crate) fn max_attempts(&self) -> u32 {
+        self.attempts.unwrap_or(u32::MAX)
+    }
+
+    /// The time limit in force, if any.
+    fn time_limit(&self) -> Option<Duration> {
         match (self.attempts, self.max_wait) {
-            (Some(n), _) => n,
-            (None, Some(_)) => u32::MAX,
-            (None, None) => DEFAULT_ATTEMPTS,
+            (_, Some(max)) => Some(max),
+            (None, None) => Some(DEFAULT_WAIT),
+            (Some(_), None) => None,
         }
     }
 
@@ -109,7 +121,7 @@ impl RetryPolicy {
     /// The longest the policy can keep a caller waiting: `max_wait`, or
     /// what the attempts can take at most (saturating).
     pub(crate) fn budget(&self) -> Duration {
-        self.max_wait.unwrap_or_else(|| {
+        self.time_limit().unwrap_or_else(|| {
             self.delay
                 .saturating_add(self.jitter)
                 .saturating_mul(self.max_attempts().saturating_sub(1))
@@ -128,7 +140,7 @@ impl RetryPolicy {
             j => Duration::from_nanos(random_u64() % j),
         };
         let delay = self.delay.saturating_add(jitter);
-        match self.max_wait {
+        match self.time_limit() {
             Some(max) if waited.saturating_add(delay) > max => None,
             _ => Some(delay),
         }
@@ -246,7 +258,9 @@ mod tests {
 
     #[test]
     fn attempts_and_time_limits_combine_as_documented() {
-        assert_eq!(RetryPolicy::new().max_attempts(), 10);
+        assert_eq!(RetryPolicy::new().max_attempts(), u32::MAX);
+        assert_eq!(RetryPolicy::new().time_limit(), Some(DEFAULT_WAIT));
+        assert_eq!(RetryPolicy::new().attempts(3).time_limit(), None);
         assert_eq!(RetryPolicy::new().max_wait(MS).max_attempts(), u32::MAX);
         assert_eq!(
             RetryPolicy::new().max_wait(MS).attempts(3).max_attempts(),
@@ -262,10 +276,21 @@ mod tests {
         );
     }
 
+    /// Issue 18, item 6: the default gave up after 10 attempts (about
+    /// 1.3 s), unlike `Mutex::lock`; it now retries until 60 s are spent.
+    #[test]
+    fn the_default_policy_waits_past_ten_attempts() {
+        let p = RetryPolicy::new();
+        assert!(p.next_delay(10, Duration::from_millis(1500)).is_some());
+        assert!(p.next_delay(1000, Duration::from_secs(59)).is_some());
+        assert_eq!(p.next_delay(1000, DEFAULT_WAIT), None);
+    }
+
     #[test]
     fn the_budget_saturates() {
         let p = RetryPolicy::new().delay(100 * MS).jitter(100 * MS);
-        assert_eq!(p.budget(), 200 * MS * 9);
+        assert_eq!(p.budget(), DEFAULT_WAIT);
+        assert_eq!(p.clone().attempts(10).budget(), 200 * MS * 9);
         assert_eq!(p.clone().max_wait(5 * MS).budget(), 5 * MS);
         let huge = RetryPolicy::new().delay(Duration::MAX).attempts(u32::MAX);
         assert_eq!(huge.budget(), Duration::MAX);

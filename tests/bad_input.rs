@@ -119,7 +119,9 @@ fn every_lock_option_at_zero_one_max() {
 fn attempts_without_a_delay_are_all_made() {
     let node = MemoryBackend::new("mem");
     let locks = LockManager::builder().node(node.clone()).build().unwrap();
-    let held = locks.try_lock("r").unwrap();
+    // Held elsewhere (this thread asking again would be a deadlock).
+    let holder = LockManager::builder().node(node.clone()).build().unwrap();
+    let held = holder.try_lock("r").unwrap();
     let before = node.operations();
     let policy = RetryPolicy::new()
         .attempts(5)
@@ -140,8 +142,9 @@ fn attempts_without_a_delay_are_all_made() {
 /// "10 attempts at most".
 #[test]
 fn a_wait_budget_retries_until_it_is_spent() {
+    let node = MemoryBackend::new("mem");
     let locks = LockManager::builder()
-        .node(MemoryBackend::new("mem"))
+        .node(node.clone())
         .retry(
             RetryPolicy::new()
                 .delay(Duration::from_millis(1))
@@ -149,7 +152,9 @@ fn a_wait_budget_retries_until_it_is_spent() {
         )
         .build()
         .unwrap();
-    let held = locks.try_lock("r").unwrap();
+    // Held elsewhere (this thread asking again would be a deadlock).
+    let holder = LockManager::builder().node(node).build().unwrap();
+    let held = holder.try_lock("r").unwrap();
     let started = Instant::now();
     let err = locks
         .lock_with("r", &LockOptions::new().wait(Duration::from_millis(300)))

@@ -87,9 +87,18 @@ fn local_waiters_take_turns_without_polling_the_servers() {
 fn a_waiter_that_runs_out_of_time_gets_a_real_report() {
     let (_nodes, locks) = cluster();
     let held = locks.lock("hot").unwrap();
-    let err = locks
-        .lock_with("hot", &LockOptions::new().wait(Duration::from_millis(30)))
-        .unwrap_err();
+    // Another thread of the manager (this one asking again would be a
+    // deadlock): it waits in line.
+    let err = std::thread::scope(|s| {
+        s.spawn(|| {
+            locks
+                .lock_with("hot", &LockOptions::new().wait(Duration::from_millis(30)))
+                .map(drop)
+        })
+        .join()
+        .unwrap()
+    })
+    .unwrap_err();
     assert!(err.is_contended(), "{err}");
     assert!(err.report().unwrap().refused() >= 2, "{err}");
     held.release().unwrap();

@@ -308,10 +308,18 @@ fn grants_from_the_node_run_on_the_callers_thread_count() {
             let report = guard.release().unwrap();
             assert_eq!(report.granted(), n, "{report}");
         }
-        // Contention is still seen on the directly run node.
-        let held = locks.try_lock(RESOURCE).unwrap();
+        // Contention is still seen on the directly run node (held through
+        // another manager: this thread asking again would be a deadlock).
+        let other = LockManager::builder()
+            .nodes(nodes.iter().cloned())
+            .quorum(quorum)
+            .retry(RetryPolicy::none())
+            .build()
+            .unwrap();
+        let held = other.try_lock(RESOURCE).unwrap();
         assert!(locks.try_lock(RESOURCE).unwrap_err().is_contended());
         drop(held);
+        assert!(other.flush(Duration::from_secs(5)));
         assert!(locks.flush(Duration::from_secs(5)));
         assert!(nodes.iter().all(|face| face.node.key_count() == 0));
     }

@@ -227,3 +227,220 @@ fn a_fenced_waiter_is_never_handed_a_plain_lock() {
     }
     assert!(locks.flush(Duration::from_secs(10)));
 }
+
+/// A manager on `clock` whose `lock` waits in the local line (the default
+/// retry policy), with a short node timeout so short TTLs are allowed.
+fn waiting_manager(nodes: &[MemoryBackend], clock: &ManualClock, ttl: Duration) -> LockManager {
+    LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(Arc::new(clock.clone()))
+        .ttl(ttl)
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap()
+}
+
+/// Issue 18, item 1. A thread kept its guard past the validity (stuck, no
+/// auto-extension); another thread of the same manager waited in the
+/// local line for its whole budget (8 s of `wait(8s)`) while a thread of
+/// another process got the lock after 0.69 s. The line is bounded by the
+/// holder's validity. And when the stuck guard drops later, it passes no
+/// turn it no longer owns and hands over nothing: the line stays FIFO.
+#[test]
+fn the_local_line_does_not_wait_behind_an_expired_lease() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    let ttl = Duration::from_millis(600);
+    let locks = waiting_manager(&nodes, &clock, ttl);
+    let stuck = locks.lock("r").unwrap();
+    let spawn_waiter = |locks: &LockManager| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let locks = locks.clone();
+        let handle = std::thread::spawn(move || {
+            let opts = LockOptions::new().wait(Duration::from_secs(10));
+            let guard = locks.lock_with("r", &opts).unwrap();
+            tx.send(*guard.token()).unwrap();
+            guard
+        });
+        (handle, rx)
+    };
+    let (b, b_got) = spawn_waiter(&locks);
+    let in_line = || locks.local_waiters("r") == 1;
+    assert!(support::wait_until(Duration::from_secs(30), in_line));
+    clock.advance(ttl + 100 * MS); // the stuck holder's lease is over
+    assert!(!stuck.is_valid());
+    let b_token = b_got
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the waiter was still in line 5 s after the holder's lease expired");
+    assert_ne!(&b_token, stuck.token());
+    let b_guard = b.join().unwrap();
+    assert!(b_guard.is_valid());
+    // The stuck guard goes now: a turn it no longer owns.
+    drop(stuck);
+    assert!(locks.flush(Duration::from_secs(10)));
+    assert!(b_guard.is_valid(), "B's lock survives the stale drop");
+    let (c, c_got) = spawn_waiter(&locks);
+    assert!(
+        support::wait_until(Duration::from_secs(30), in_line),
+        "C waits in line behind B"
+    );
+    assert!(c_got.try_recv().is_err(), "C got the lock while B holds it");
+    drop(b_guard);
+    c_got
+        .recv_timeout(Duration::from_secs(10))
+        .expect("C gets its turn when B lets go");
+    drop(c.join().unwrap());
+    assert!(locks.flush(Duration::from_secs(10)));
+    assert_eq!(locks.local_waiters("r"), 0);
+}
+
+/// Issue 18, item 1, the loss variant: a holder whose extend failed (the
+/// lock may be gone) does not hold the line either; the next thread
+/// contends with the servers at once.
+#[test]
+fn the_local_line_does_not_wait_behind_a_lost_lease() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    let ttl = Duration::from_secs(1);
+    let locks = waiting_manager(&nodes, &clock, ttl);
+    let mut holder = locks.lock("r").unwrap();
+    let (tx, got) = std::sync::mpsc::channel();
+    let waiter = {
+        let locks = locks.clone();
+        std::thread::spawn(move || {
+            let opts = LockOptions::new()
+                .wait(Duration::from_secs(10))
+                .retry(RetryPolicy::new().delay(MS).jitter(MS));
+            let guard = locks.lock_with("r", &opts);
+            tx.send(()).unwrap();
+            guard.map(drop)
+        })
+    };
+    assert!(support::wait_until(Duration::from_secs(30), || {
+        locks.local_waiters("r") == 1
+    }));
+    nodes[0].fail_next(1);
+    nodes[1].fail_next(1);
+    assert!(holder.extend(ttl).unwrap_err().is_lost());
+    assert!(
+        support::wait_until(Duration::from_secs(5), || locks.local_waiters("r") == 0),
+        "the waiter was still in line 5 s after the holder's lease was lost"
+    );
+    // The keys are still there (a lost lock may be held): the waiter gets
+    // it once they expire.
+    clock.advance(ttl);
+    got.recv_timeout(Duration::from_secs(10))
+        .expect("the waiter got the lock");
+    waiter.join().unwrap().unwrap();
+    drop(holder);
+}
+
+/// Issue 18, item 8. The local turn was passed by hand on each exit path
+/// of `lock_with`; a path that unwinds (here a clock that panics in the
+/// caller's thread during the attempt) kept the turn for ever, and the
+/// next thread waited in line for its whole budget.
+#[test]
+fn the_local_turn_passes_when_lock_with_unwinds() {
+    #[derive(Debug)]
+    struct Trap {
+        clock: ManualClock,
+        armed: std::sync::Mutex<Option<std::thread::ThreadId>>,
+    }
+    impl quorum_lock::Clock for Trap {
+        fn now(&self) -> std::time::Instant {
+            let mut armed = self.armed.lock().unwrap();
+            if *armed == Some(std::thread::current().id()) {
+                *armed = None;
+                drop(armed);
+                panic!("the clock trap went off");
+            }
+            self.clock.now()
+        }
+    }
+    let clock = ManualClock::new();
+    let trap = Arc::new(Trap {
+        clock: clock.clone(),
+        armed: std::sync::Mutex::new(None),
+    });
+    let nodes = nodes(3, &clock);
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(trap.clone())
+        .build()
+        .unwrap();
+    let a = {
+        let (locks, trap) = (locks.clone(), Arc::clone(&trap));
+        std::thread::spawn(move || {
+            *trap.armed.lock().unwrap() = Some(std::thread::current().id());
+            locks.lock("r").map(drop)
+        })
+    };
+    assert!(a.join().is_err(), "the trap went off in lock()");
+    let started = std::time::Instant::now();
+    let guard = locks
+        .lock_with("r", &LockOptions::new().wait(Duration::from_secs(10)))
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "waited {:?} for a turn nobody held",
+        started.elapsed()
+    );
+    guard.release().unwrap();
+}
+
+/// Issue 18, item 4. `with_lock` returned `Ok` after the lock was lost
+/// while `work` ran, when `work` never checked: the caller could not tell
+/// that exclusivity was lost.
+#[test]
+fn with_lock_does_not_return_ok_after_the_lock_was_lost() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    let ttl = Duration::from_secs(1);
+    let locks = waiting_manager(&nodes, &clock, ttl);
+    let opts = LockOptions::new();
+    let result = locks.with_lock("r", &opts, |_| {
+        // A pause past the validity, faster than any renewal could run.
+        clock.advance(2 * ttl);
+        42
+    });
+    let err = result.expect_err("with_lock returned Ok after the lock was lost");
+    assert!(err.is_lost(), "{err}");
+    let result: Result<u32, quorum_lock::Error> = locks.try_with_lock("r", &opts, |_| {
+        clock.advance(2 * ttl);
+        Ok(42)
+    });
+    assert!(result.expect_err("try_with_lock too").is_lost());
+    // Work that ends within the validity still returns its value.
+    assert_eq!(locks.with_lock("r", &opts, |_| 7).unwrap(), 7);
+}
+
+/// Issue 18, item 7. Auto-extension ran on real time whatever the
+/// manager's clock: a `ManualClock` advance past an extend's due time
+/// extended nothing, and a loss never fired `lost_signal`, so users'
+/// tests on the in-memory test doubles could not drive it.
+#[test]
+fn auto_extension_follows_the_injected_clock() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    // Extends due every 10 s: in real time, far beyond the waits below.
+    let ttl = Duration::from_secs(30);
+    let locks = waiting_manager(&nodes, &clock, ttl);
+    let guard = locks
+        .lock_with("r", &LockOptions::new().auto_extend(true))
+        .unwrap();
+    let lost = guard.lost_signal();
+    clock.advance(Duration::from_secs(11));
+    assert!(
+        support::wait_until(Duration::from_secs(5), || guard.extensions() >= 1),
+        "no extend 5 s after the clock passed the first one's due time"
+    );
+    assert!(guard.is_valid());
+    nodes[0].set_down(true);
+    nodes[1].set_down(true);
+    clock.advance(Duration::from_secs(11));
+    let notice = lost
+        .recv_timeout(Duration::from_secs(5))
+        .expect("lost_signal fired after the clock passed a failing extend");
+    assert!(notice.is_lost(), "{notice}");
+    assert!(!guard.is_valid());
+}

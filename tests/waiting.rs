@@ -64,6 +64,7 @@ fn cancel_interrupts_the_pause_between_attempts() {
     let nodes = nodes(3);
     let (holder, locks) = (manager(&nodes), manager(&nodes));
     let held = holder.try_lock("r").unwrap();
+    assert!(holder.flush(LONG), "the holder's key is on every node");
     let token = CancellationToken::new();
     let (done_tx, done) = mpsc::channel();
     let waiter = {
@@ -113,6 +114,7 @@ fn cancel_interrupts_the_wait_in_the_local_line() {
         })
     };
     wait_until("the waiter is in line", || locks.local_waiters("r") == 1);
+    assert!(locks.flush(LONG), "every node has run the acquire");
     let ops_in_line = ops(&nodes);
     let cancelled_at = Instant::now();
     token.cancel();
@@ -163,4 +165,77 @@ fn a_lock_won_by_a_round_in_flight_when_cancelled_is_released() {
         .lock_with("r", &LockOptions::new().cancellation(&fresh))
         .unwrap();
     guard.release().unwrap();
+}
+
+/// Issue 18, item 2: holding `r`, the same thread's `lock_with("r", wait
+/// 1.5 s)` returned after 1.5 s as "held elsewhere", `lock("r")` after
+/// 1.8 s. It fails at once now, contacting no node; another thread of the
+/// manager simply waits its turn.
+#[test]
+fn locking_again_on_the_same_thread_fails_at_once_with_deadlock() {
+    let nodes = nodes(3);
+    let locks = manager(&nodes);
+    let held = locks.lock("r").unwrap();
+    assert!(locks.flush(LONG), "every node has run the acquire");
+    let before = ops(&nodes);
+    let started = Instant::now();
+    let again = [
+        locks.lock("r").map(drop),
+        locks
+            .lock_with("r", &LockOptions::new().wait(Duration::from_secs(5)))
+            .map(drop),
+    ];
+    for result in again {
+        let err = result.unwrap_err();
+        assert!(err.is_deadlock(), "{err}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("already holds"), "{err}");
+    }
+    assert!(started.elapsed() < PROMPT, "took {:?}", started.elapsed());
+    assert_eq!(ops(&nodes), before, "a node was contacted");
+    // One attempt cannot deadlock: it reports what the servers say.
+    assert!(locks.try_lock("r").unwrap_err().is_contended());
+    // Another resource, and the same resource through another manager, are
+    // independent (the latter is contention, not a deadlock).
+    locks.try_lock("s").unwrap().release().unwrap();
+    let other = manager(&nodes);
+    assert!(other.try_lock("r").unwrap_err().is_contended());
+    // Another thread of the manager waits its turn.
+    let waiter = {
+        let locks = locks.clone();
+        std::thread::spawn(move || {
+            let guard = locks.lock_with("r", &LockOptions::new().wait(LONG))?;
+            guard.release().map(drop)
+        })
+    };
+    wait_until("the other thread is in line", || {
+        locks.local_waiters("r") == 1
+    });
+    held.release().unwrap();
+    waiter.join().unwrap().unwrap();
+    // Once the guard is gone, this thread may lock again.
+    locks.lock("r").unwrap().release().unwrap();
+    let forgotten = locks.lock("r").unwrap();
+    forgotten.forget();
+    // (Its keys stay until their TTL: held elsewhere, not a deadlock.)
+    assert!(locks.try_lock("r").unwrap_err().is_contended());
+}
+
+/// Issue 18, item 6: `lock()` gave up after about 1.3 s (10 attempts),
+/// which is not what a method named like `Mutex::lock` suggests. A holder
+/// in another process that keeps the lock for 2 s no longer makes it fail.
+#[test]
+fn lock_waits_longer_than_ten_attempts_by_default() {
+    let nodes = nodes(3);
+    let (holder, locks) = (manager(&nodes), manager(&nodes));
+    let held = holder.try_lock("r").unwrap();
+    let waiter = {
+        let locks = locks.clone();
+        std::thread::spawn(move || locks.lock("r")?.release().map(drop))
+    };
+    wait_until("the waiter tried", || locks.health().locks.contended >= 1);
+    // The holder's work takes 2 s: longer than ten default attempts.
+    std::thread::sleep(Duration::from_secs(2));
+    held.release().unwrap();
+    waiter.join().unwrap().unwrap();
 }

@@ -10,6 +10,7 @@
 mod counters;
 mod fencing;
 mod lease;
+mod owners;
 mod rounds;
 mod turns;
 mod validity;
@@ -26,8 +27,9 @@ use parking_lot::Mutex;
 
 pub(crate) use self::fencing::FENCE_COUNTERS;
 pub(crate) use self::lease::Lease;
+pub(crate) use self::owners::Owned;
 pub(crate) use self::rounds::{Config, Rounds, with_attempts};
-pub(crate) use self::turns::{Streak, Turn, Want};
+pub(crate) use self::turns::{Ticket, Turn, Want};
 pub(crate) use self::validity::{check_ttl, drift};
 pub(crate) use self::watchdog::RenewalPlan;
 use self::watchdog::Watchdog;
@@ -63,10 +65,12 @@ impl Core {
     pub(crate) fn auto_extend(&self, lease: &Arc<Lease>, plan: RenewalPlan) -> Result<()> {
         let mut watchdog = self.watchdog.lock();
         if watchdog.is_none() {
-            let started =
-                Watchdog::start(Arc::downgrade(&self.rounds)).map_err(|e| Error::Runtime {
+            let clock = Arc::clone(&self.rounds.config().clock);
+            let started = Watchdog::start(Arc::downgrade(&self.rounds), clock).map_err(|e| {
+                Error::Runtime {
                     reason: format!("cannot start the auto-extension thread: {e}"),
-                })?;
+                }
+            })?;
             *watchdog = Some(started);
         }
         if let Some(watchdog) = watchdog.as_ref() {

@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use super::counters::{Counters, Event};
 use super::fencing::{next_fence, wall_micros};
+use parking_lot::MutexGuard;
+
 use super::lease::{Lease, LeaseState};
-use super::turns::{Handoff, LocalQueue, Streak, Want};
+use super::owners::Owners;
+use super::turns::{LocalQueue, Streak, Ticket, Want};
 use super::validity::{check_ttl, drift, validity};
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Pending, Request};
@@ -32,14 +35,16 @@ pub(crate) struct Config {
     pub(crate) clock: Arc<dyn Clock>,
 }
 
-/// The node workers and what the rounds over them share: the settings and
-/// the local line of each key.
+/// The node workers and what the rounds over them share: the settings, the
+/// local line of each key and who holds which key on which thread.
 #[derive(Debug)]
 pub(crate) struct Rounds {
     engine: Engine,
     config: Config,
     /// Local turns for threads waiting on the same key.
-    local: LocalQueue,
+    local: Arc<LocalQueue>,
+    /// The live guards by key and thread (self-deadlock detection).
+    owners: Arc<Owners>,
     /// What happened to the locks, for `health()`.
     counters: Counters,
 }
@@ -48,9 +53,10 @@ impl Rounds {
     pub(crate) fn new(engine: Engine, config: Config) -> Self {
         Self {
             engine,
-            config,
-            local: LocalQueue::default(),
+            local: Arc::new(LocalQueue::new(Arc::clone(&config.clock))),
+            owners: Arc::default(),
             counters: Counters::default(),
+            config,
         }
     }
 
@@ -59,8 +65,10 @@ impl Rounds {
     }
 
     /// Marks `lease` lost (the first reason wins), notifies its holder,
-    /// and counts and logs the loss once.
-    pub(crate) fn lose(&self, lease: &Lease, state: &mut LeaseState, error: &Error) {
+    /// and counts and logs the loss once. Then, with the lease's lock let
+    /// go (the lines' lock comes first), tells a thread waiting in the
+    /// local line that the holder's lock no longer holds it back.
+    pub(crate) fn lose(&self, lease: &Lease, mut state: MutexGuard<'_, LeaseState>, error: &Error) {
         if state.lost.is_none() {
             self.counters.note(Event::Lost);
             log::warn!(
@@ -69,6 +77,8 @@ impl Rounds {
             );
         }
         state.mark_lost(error);
+        drop(state);
+        self.local.nudge(&lease.key);
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -79,8 +89,12 @@ impl Rounds {
         &self.engine
     }
 
-    pub(crate) fn local(&self) -> &LocalQueue {
+    pub(crate) fn local(&self) -> &Arc<LocalQueue> {
         &self.local
+    }
+
+    pub(crate) fn owners(&self) -> &Arc<Owners> {
+        &self.owners
     }
 
     /// Now, on the manager's clock.
@@ -256,7 +270,7 @@ impl Rounds {
                 report: None,
             };
             self.counters.note(Event::ExtendFailed);
-            self.lose(lease, &mut state, &error);
+            self.lose(lease, state, &error);
             return Err(error);
         }
         let request = Request {
@@ -321,7 +335,7 @@ impl Rounds {
                 report: Some(Box::new(report)),
             };
             self.counters.note(Event::ExtendFailed);
-            self.lose(lease, &mut state, &error);
+            self.lose(lease, state, &error);
             return Err(error);
         }
         if let Some(lost) = &state.lost {
@@ -344,7 +358,7 @@ impl Rounds {
     /// per-node timeout). Marks the lease finished first, under its lock, so
     /// the watchdog sends no extend after this release: an extend it sent
     /// earlier is queued ahead of this release on every node.
-    pub(crate) fn release(&self, lease: &Lease, turn: Option<Streak>) -> Result<Report> {
+    pub(crate) fn release(&self, lease: &Lease, turn: Option<Ticket>) -> Result<Report> {
         let config = &self.config;
         let start = self.now();
         let request = Request {
@@ -357,10 +371,8 @@ impl Rounds {
         let pending = self
             .engine
             .scatter(&request, config.node_timeout, Direct::FastestNode);
-        if let Some(streak) = turn {
-            // The next local waiter's acquire now queues behind this release.
-            self.local.pass(&lease.key, streak);
-        }
+        // The next local waiter's acquire now queues behind this release.
+        drop(turn);
         let outcomes = pending.gather(Gather::All);
         let elapsed = self.now().saturating_duration_since(start);
         let report = self.report(Round::Release, &lease.resource, outcomes, elapsed);
@@ -384,8 +396,9 @@ impl Rounds {
     /// A dropped guard that holds the local turn: hands the lock itself to
     /// the next thread waiting for it when that is safe and fair (no round
     /// trip at all), otherwise releases on every node and passes the turn.
-    pub(crate) fn hand_over(&self, lease: &Lease, streak: Streak) {
-        self.local.pass_with(&lease.key, streak, |want| {
+    pub(crate) fn hand_over(&self, lease: &Lease, turn: Ticket) {
+        let streak = turn.streak();
+        turn.pass_with(|want| {
             let handoff = want.and_then(|want| self.handoff(lease, want, streak));
             if handoff.is_none() {
                 // Queued before the next waiter gets the turn, so its
@@ -402,7 +415,7 @@ impl Rounds {
     /// nothing marked it lost, and the streak of local turns is not at its
     /// bound (then it is released and the next turn yields first, so other
     /// processes get their chance).
-    pub(crate) fn handoff(&self, lease: &Lease, want: &Want, streak: Streak) -> Option<Handoff> {
+    pub(crate) fn handoff(&self, lease: &Lease, want: &Want, streak: Streak) -> Option<Arc<Lease>> {
         let next = streak.next();
         // Fencing on either side: the next holder needs a larger fence than
         // this one (or, for a plain waiter, a lock without one), so it
@@ -430,15 +443,7 @@ impl Rounds {
             None,
         );
         self.counters.note(Event::HandOver);
-        Some(Handoff {
-            lease: Arc::new(renamed),
-            streak: next,
-        })
-    }
-
-    /// Ends a local turn without releasing (the guard forgot its lock).
-    pub(crate) fn pass_turn(&self, key: &[u8], streak: Streak) {
-        self.local.pass(key, streak);
+        Some(Arc::new(renamed))
     }
 
     fn report(

@@ -114,7 +114,7 @@ fn a_hand_over_during_a_shortening_extend_carries_the_shorter_deadline() {
         fenced: false,
     };
     let handoff = a.handoff(&lease, &want, Streak::default());
-    let deadline = handoff.map(|h| h.lease.state().deadline);
+    let deadline = handoff.map(|lease| lease.state().deadline);
     assert!(
         deadline.is_none_or(|d| d <= a.now() + SHORT),
         "handed over with {:?} left while a {SHORT:?} extend is in flight",

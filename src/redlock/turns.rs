@@ -12,9 +12,20 @@
 //! When a guard is dropped while a thread waits in line, the lock itself
 //! may be handed over instead (see `Rounds::hand_over`): no round trip
 //! at all. That is bounded, so other processes get their chance.
+//!
+//! The line is bounded by the holder's validity (issue 18, item 1): the
+//! first waiter watches the turn-holder's lease, and once its deadline has
+//! passed or it is lost, that waiter takes the turn and contends with the
+//! servers; it does not wait for a holder that may be stuck. The stale
+//! holder's [`Ticket`] then no longer matches the line and passes nothing
+//! when it goes (and its guard hands nothing over).
+//!
+//! A turn is a [`Ticket`]: passed when it is dropped, so every exit path of
+//! a waiting call (an error, a panic, a cancellation) passes it by
+//! construction (issue 18, item 8).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
@@ -22,26 +33,54 @@ use parking_lot::Mutex;
 
 use super::lease::Lease;
 use crate::cancel::Alarm;
+use crate::clock::{Clock, wake_at};
 
 /// The lines, one per resource key that some thread of this manager is
 /// holding or contending for.
-#[derive(Debug, Default)]
+///
+/// Lock order: the lines' lock before a lease's; never the other way
+/// round (`Rounds::lose` lets go of the lease before it nudges the line).
+#[derive(Debug)]
 pub(crate) struct LocalQueue {
-    lines: Mutex<HashMap<Arc<[u8]>, Line>>,
+    lines: Mutex<Lines>,
+    /// The manager's clock: lease deadlines are on it.
+    clock: Arc<dyn Clock>,
 }
 
-/// Threads waiting behind the current turn-holder, oldest first.
 #[derive(Debug, Default)]
-struct Line {
-    waiting: VecDeque<Waiter>,
+struct Lines {
+    by_key: HashMap<Arc<[u8]>, Line>,
+    /// Ids of waiters and turns, unique for the queue's life: a stale
+    /// ticket never matches the holder of a line made again later.
     next_id: u64,
+}
+
+/// One key's line: who holds the turn, and who waits behind it.
+#[derive(Debug)]
+struct Line {
+    holder: Holder,
+    waiting: VecDeque<Waiter>,
+}
+
+/// The current turn-holder.
+#[derive(Debug)]
+struct Holder {
+    /// The id of the [`Ticket`] that owns the turn.
+    ticket: u64,
+    /// Its place in the streak of local turns.
+    streak: Streak,
+    /// Its lock, once it has one: its validity bounds the line. `None`
+    /// while it contends (bounded by its own wait budget).
+    lease: Option<Weak<Lease>>,
 }
 
 #[derive(Debug)]
 struct Waiter {
+    /// Also the id of the ticket it gets with its turn.
     id: u64,
     /// The lock the waiter asked for: a handed-over lock must match it.
     want: Want,
+    /// Unbounded: besides the one grant, it carries nudges.
     grant: Sender<Grant>,
 }
 
@@ -57,13 +96,23 @@ pub(crate) struct Want {
     pub(crate) fenced: bool,
 }
 
-/// What a waiter receives when its turn comes.
+/// A message to a waiter.
 #[derive(Debug)]
 enum Grant {
+    /// Its turn, maybe with the lock itself.
+    Given(Given),
+    /// Look at the line again: the holder got a lock or lost it, or this
+    /// waiter became the first in line.
+    Recheck,
+}
+
+/// What a waiter receives when its turn comes.
+#[derive(Debug)]
+enum Given {
     /// Contend with the servers now.
     Turn(Streak),
     /// The lock itself, handed over by the previous holder.
-    Lock(Handoff),
+    Lock(Streak, Arc<Lease>),
 }
 
 /// Local turns taken in a row for one key. After [`MAX_STREAK`] the next
@@ -97,35 +146,65 @@ impl Streak {
     }
 }
 
-/// A held lock passed from one thread to the next without a round trip.
-#[derive(Debug)]
-pub(crate) struct Handoff {
-    /// The lock, renamed for its new holder (same token, same deadline).
-    pub(crate) lease: Arc<Lease>,
-    /// The new holder's place in the streak of local turns.
-    pub(crate) streak: Streak,
-}
-
 /// The outcome of waiting in line.
 #[derive(Debug)]
 pub(crate) enum Turn {
-    /// This thread may now contend with the servers; it must call
-    /// [`LocalQueue::pass`] when done (released, gave up, or forgot).
-    Mine(Streak),
-    /// The lock itself arrived; the turn comes with it.
-    Handed(Handoff),
+    /// This thread may now contend with the servers.
+    Mine(Ticket),
+    /// The lock itself arrived (renamed for this thread: same token, same
+    /// deadline); the turn comes with it.
+    Handed(Arc<Lease>, Ticket),
     /// The deadline passed first; this thread is out of the line.
     TimedOut,
     /// The call's cancellation token was cancelled; out of the line.
     Cancelled,
 }
 
+/// The local turn for one key: passed to the next waiter when dropped (or
+/// explicitly, with a hand-over, by [`pass_with`](Self::pass_with)). A
+/// ticket whose turn the line has since given to another thread (its
+/// holder's lease ran out) passes nothing.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    queue: Arc<LocalQueue>,
+    key: Arc<[u8]>,
+    id: u64,
+    streak: Streak,
+    /// Passed already (by `pass_with`): `Drop` does nothing more.
+    passed: bool,
+}
+
+/// What the first waiter sees of the holder's lock.
+enum Watch {
+    /// No lock yet: the holder is contending; wait to be nudged.
+    Busy,
+    /// Valid until this instant on the manager's clock.
+    Until(Instant),
+    /// Expired or lost: the line no longer waits for it.
+    Over,
+}
+
+/// What a look at the line found.
+enum Look {
+    /// The turn (or the lock) is this waiter's.
+    Done(Given),
+    /// Keep waiting, looking again at this real-time instant if set.
+    Wait(Option<Instant>),
+}
+
 impl LocalQueue {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            lines: Mutex::new(Lines::default()),
+            clock,
+        }
+    }
+
     /// Waits until it is this thread's turn for `key` (asking for `want`),
     /// or `deadline` (`None`: as long as it takes), or until `alarm`
     /// reports a cancellation.
     pub(crate) fn wait_turn(
-        &self,
+        self: &Arc<Self>,
         key: &Arc<[u8]>,
         want: Want,
         deadline: Option<Instant>,
@@ -133,13 +212,15 @@ impl LocalQueue {
     ) -> Turn {
         let (id, grant) = {
             let mut lines = self.lines.lock();
-            let Some(line) = lines.get_mut(key) else {
-                lines.insert(Arc::clone(key), Line::default());
-                return Turn::Mine(Streak::default());
+            let id = lines.next_id;
+            lines.next_id += 1;
+            let Some(line) = lines.by_key.get_mut(key) else {
+                lines
+                    .by_key
+                    .insert(Arc::clone(key), Line::held_by(id, Streak::default()));
+                return Turn::Mine(self.ticket(key, id, Streak::default()));
             };
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let id = line.next_id;
-            line.next_id += 1;
+            let (tx, rx) = crossbeam_channel::unbounded();
             line.waiting.push_back(Waiter {
                 id,
                 want,
@@ -151,20 +232,32 @@ impl LocalQueue {
         let on_grant = select.recv(&grant);
         select.recv(alarm.receiver());
         loop {
-            let ready = match deadline {
-                Some(deadline) => select.select_deadline(deadline).ok(),
+            let look_again = match self.look(key, id, &grant) {
+                Look::Done(given) => return self.turn(key, id, given),
+                Look::Wait(at) => at,
+            };
+            let wake = match (deadline, look_again) {
+                (Some(d), Some(l)) => Some(d.min(l)),
+                (d, l) => d.or(l),
+            };
+            let ready = match wake {
+                Some(wake) => select.select_deadline(wake).ok(),
                 None => Some(select.select()),
             };
             let Some(ready) = ready else {
-                return self.leave_line(key, id, &grant, Turn::TimedOut);
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return self.leave_line(key, id, &grant, Turn::TimedOut);
+                }
+                continue; // time to look at the holder's lease again
             };
             if ready.index() == on_grant {
-                return match ready.recv(&grant) {
-                    Ok(grant) => grant.into(),
+                match ready.recv(&grant) {
+                    Ok(Grant::Given(given)) => return self.turn(key, id, given),
+                    Ok(Grant::Recheck) => continue,
                     // The line dropped our sender without a grant: cannot
                     // happen while we are in it; leave rather than hang.
-                    Err(_) => self.leave_line(key, id, &grant, Turn::TimedOut),
-                };
+                    Err(_) => return self.leave_line(key, id, &grant, Turn::TimedOut),
+                }
             }
             let _ = ready.recv(alarm.receiver());
             if alarm.is_cancelled() {
@@ -173,16 +266,102 @@ impl LocalQueue {
         }
     }
 
+    /// Under the lines' lock: the grant if it came; else, for the first
+    /// waiter, the turn if the holder's lock is over, or when to look again.
+    fn look(&self, key: &Arc<[u8]>, id: u64, grant: &Receiver<Grant>) -> Look {
+        let mut lines = self.lines.lock();
+        while let Ok(message) = grant.try_recv() {
+            if let Grant::Given(given) = message {
+                return Look::Done(given);
+            }
+        }
+        let Some(line) = lines.by_key.get_mut(key) else {
+            // Not reachable while we are in the line (it is removed only
+            // when nobody waits); should it happen, the turn is free.
+            lines
+                .by_key
+                .insert(Arc::clone(key), Line::held_by(id, Streak::default()));
+            return Look::Done(Given::Turn(Streak::default()));
+        };
+        if line.waiting.front().is_none_or(|w| w.id != id) {
+            return Look::Wait(None);
+        }
+        match self.watch(&line.holder) {
+            Watch::Busy => Look::Wait(None),
+            Watch::Until(at) => Look::Wait(wake_at(&*self.clock, at)),
+            Watch::Over => {
+                // The holder may be stuck past its validity: the line stops
+                // waiting for it, and its ticket no longer matches.
+                line.waiting.pop_front();
+                let streak = line.holder.streak.next();
+                line.holder = Holder {
+                    ticket: id,
+                    streak,
+                    lease: None,
+                };
+                line.nudge_first();
+                Look::Done(Given::Turn(streak))
+            }
+        }
+    }
+
+    /// How long the holder's lock bounds the line.
+    fn watch(&self, holder: &Holder) -> Watch {
+        let Some(lease) = &holder.lease else {
+            return Watch::Busy;
+        };
+        // A lease nobody holds any more cannot keep anyone waiting.
+        let Some(lease) = lease.upgrade() else {
+            return Watch::Over;
+        };
+        let state = lease.state();
+        if state.lost.is_some() || self.clock.now() >= state.deadline {
+            Watch::Over
+        } else {
+            Watch::Until(state.deadline)
+        }
+    }
+
+    fn turn(self: &Arc<Self>, key: &Arc<[u8]>, id: u64, given: Given) -> Turn {
+        match given {
+            Given::Turn(streak) => Turn::Mine(self.ticket(key, id, streak)),
+            Given::Lock(streak, lease) => Turn::Handed(lease, self.ticket(key, id, streak)),
+        }
+    }
+
+    fn ticket(self: &Arc<Self>, key: &Arc<[u8]>, id: u64, streak: Streak) -> Ticket {
+        Ticket {
+            queue: Arc::clone(self),
+            key: Arc::clone(key),
+            id,
+            streak,
+            passed: false,
+        }
+    }
+
     /// Leaves the line (returning `outcome`), unless the turn arrived
     /// meanwhile (checked under the same lock that hands turns out, so a
     /// turn, or a lock, is never lost).
-    fn leave_line(&self, key: &[u8], id: u64, grant: &Receiver<Grant>, outcome: Turn) -> Turn {
+    fn leave_line(
+        self: &Arc<Self>,
+        key: &Arc<[u8]>,
+        id: u64,
+        grant: &Receiver<Grant>,
+        outcome: Turn,
+    ) -> Turn {
         let mut lines = self.lines.lock();
-        if let Ok(grant) = grant.try_recv() {
-            return grant.into();
+        while let Ok(message) = grant.try_recv() {
+            if let Grant::Given(given) = message {
+                drop(lines);
+                return self.turn(key, id, given);
+            }
         }
-        if let Some(line) = lines.get_mut(key) {
+        if let Some(line) = lines.by_key.get_mut(key) {
+            let was_first = line.waiting.front().is_some_and(|w| w.id == id);
             line.waiting.retain(|w| w.id != id);
+            if was_first {
+                line.nudge_first();
+            }
         }
         outcome
     }
@@ -191,154 +370,125 @@ impl LocalQueue {
     pub(crate) fn waiting(&self, key: &[u8]) -> usize {
         self.lines
             .lock()
+            .by_key
             .get(key)
             .map_or(0, |line| line.waiting.len())
     }
 
-    /// Ends this thread's turn for `key`: the next waiter (if any) gets it.
-    /// Call after the release has been sent, so the next waiter's acquire
-    /// queues behind it on every node.
-    pub(crate) fn pass(&self, key: &[u8], streak: Streak) {
-        self.pass_with(key, streak, |_| None);
+    /// Tells the first waiter for `key` to look at the holder again (its
+    /// lock was lost). Call without holding any lease's lock.
+    pub(crate) fn nudge(&self, key: &[u8]) {
+        if let Some(line) = self.lines.lock().by_key.get(key) {
+            line.nudge_first();
+        }
     }
 
-    /// Ends this thread's turn (at `streak`) for `key`. `offer` is called
-    /// (under the line's lock) with what the next waiter wants, or `None` when
-    /// nobody waits: it returns the lock to hand over, or `None` after
-    /// sending the release itself, in which case the next waiter gets the
-    /// turn. Returns whether the lock was handed over.
-    pub(crate) fn pass_with(
+    /// Ends the turn of ticket `id` (at `streak`) for `key`. `offer` is
+    /// called (under the lines' lock) with what the next waiter wants, or
+    /// `None` when nobody waits or the ticket no longer holds the turn: it
+    /// returns the lock to hand over, or `None` after sending the release
+    /// itself, in which case the next waiter gets the turn. Returns whether
+    /// the lock was handed over.
+    fn pass_with(
         &self,
         key: &[u8],
+        id: u64,
         streak: Streak,
-        offer: impl FnOnce(Option<&Want>) -> Option<Handoff>,
+        offer: impl FnOnce(Option<&Want>) -> Option<Arc<Lease>>,
     ) -> bool {
         let mut lines = self.lines.lock();
-        let Some(line) = lines.get_mut(key) else {
+        let Some(line) = lines.by_key.get_mut(key) else {
             let _ = offer(None);
             return false;
         };
+        if line.holder.ticket != id {
+            // A stale ticket: the line gave the turn to someone else after
+            // this holder's lock ran out. Nothing to pass, nothing to hand.
+            let _ = offer(None);
+            return false;
+        }
         let Some(next) = line.waiting.pop_front() else {
-            lines.remove(key);
+            lines.by_key.remove(key);
             let _ = offer(None);
             return false;
         };
-        match offer(Some(&next.want)) {
-            // The waiter is still in line (a waiter leaves only under this
-            // lock), so its receiver is alive and the slot is free.
-            Some(handoff) => {
-                let _ = next.grant.try_send(Grant::Lock(handoff));
-                true
-            }
-            None => {
-                let _ = next.grant.try_send(Grant::Turn(streak.next()));
-                false
-            }
+        let streak = streak.next();
+        let handed = offer(Some(&next.want));
+        line.holder = Holder {
+            ticket: next.id,
+            streak,
+            lease: handed.as_ref().map(Arc::downgrade),
+        };
+        let handed_over = handed.is_some();
+        let given = match handed {
+            Some(lease) => Given::Lock(streak, lease),
+            None => Given::Turn(streak),
+        };
+        // The waiter is still in line (a waiter leaves only under this
+        // lock), so its receiver is alive.
+        let _ = next.grant.send(Grant::Given(given));
+        line.nudge_first();
+        handed_over
+    }
+}
+
+impl Line {
+    fn held_by(ticket: u64, streak: Streak) -> Self {
+        Self {
+            holder: Holder {
+                ticket,
+                streak,
+                lease: None,
+            },
+            waiting: VecDeque::new(),
+        }
+    }
+
+    fn nudge_first(&self) {
+        if let Some(first) = self.waiting.front() {
+            let _ = first.grant.send(Grant::Recheck);
         }
     }
 }
 
-impl From<Grant> for Turn {
-    fn from(grant: Grant) -> Self {
-        match grant {
-            Grant::Turn(streak) => Turn::Mine(streak),
-            Grant::Lock(handoff) => Turn::Handed(handoff),
+impl Ticket {
+    /// Its place in the streak of local turns.
+    pub(crate) fn streak(&self) -> Streak {
+        self.streak
+    }
+
+    /// Records the lock the turn-holder now holds: from here on, the
+    /// line waits for it only while it is valid.
+    pub(crate) fn hold(&self, lease: &Arc<Lease>) {
+        let mut lines = self.queue.lines.lock();
+        if let Some(line) = lines.by_key.get_mut(&self.key)
+            && line.holder.ticket == self.id
+        {
+            line.holder.lease = Some(Arc::downgrade(lease));
+            line.nudge_first();
+        }
+    }
+
+    /// Passes the turn now; see [`LocalQueue::pass_with`] for `offer`.
+    /// Returns whether the lock was handed over.
+    pub(crate) fn pass_with(
+        mut self,
+        offer: impl FnOnce(Option<&Want>) -> Option<Arc<Lease>>,
+    ) -> bool {
+        self.passed = true;
+        self.queue.pass_with(&self.key, self.id, self.streak, offer)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.passed {
+            self.queue
+                .pass_with(&self.key, self.id, self.streak, |_| None);
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::redlock::turns::*;
-
-    const TTL: Want = Want {
-        ttl: Duration::from_secs(1),
-        fenced: false,
-    };
-
-    fn key(k: &str) -> Arc<[u8]> {
-        k.as_bytes().into()
-    }
-
-    #[test]
-    fn turns_are_handed_on_in_order() {
-        let queue = Arc::new(LocalQueue::default());
-        let k = key("r");
-        let far = Instant::now() + Duration::from_secs(10);
-        assert!(matches!(
-            queue.wait_turn(&k, TTL, Some(far), &Alarm::new(None)),
-            Turn::Mine(_)
-        ));
-        let (order_tx, order) = crossbeam_channel::unbounded();
-        let waiters: Vec<_> = (0..3)
-            .map(|i| {
-                let (q, key, order_tx) = (Arc::clone(&queue), Arc::clone(&k), order_tx.clone());
-                let handle = std::thread::spawn(move || {
-                    let Turn::Mine(streak) = q.wait_turn(&key, TTL, Some(far), &Alarm::new(None))
-                    else {
-                        panic!("expected the turn");
-                    };
-                    assert_eq!(streak.count, i as u32 + 1);
-                    order_tx.send(i).unwrap();
-                    q.pass(&key, streak);
-                });
-                // Each waiter is in line before the next one starts.
-                while queue.lines.lock()[&k].waiting.len() < i + 1 {
-                    std::thread::yield_now();
-                }
-                handle
-            })
-            .collect();
-        queue.pass(&k, Streak::default());
-        waiters.into_iter().for_each(|w| w.join().unwrap());
-        assert_eq!(order.try_iter().collect::<Vec<_>>(), [0, 1, 2]);
-        assert!(
-            queue.lines.lock().is_empty(),
-            "the last pass removes the line"
-        );
-    }
-
-    #[test]
-    fn a_waiter_that_times_out_leaves_the_line() {
-        let queue = LocalQueue::default();
-        let k = key("r");
-        let now = Instant::now();
-        assert!(matches!(
-            queue.wait_turn(&k, TTL, Some(now), &Alarm::new(None)),
-            Turn::Mine(_)
-        ));
-        assert!(matches!(
-            queue.wait_turn(&k, TTL, Some(now), &Alarm::new(None)),
-            Turn::TimedOut
-        ));
-        assert!(queue.lines.lock()[&k].waiting.is_empty());
-        queue.pass(&k, Streak::default());
-        assert!(queue.lines.lock().is_empty());
-        // Other keys are independent.
-        assert!(matches!(
-            queue.wait_turn(&key("a"), TTL, Some(now), &Alarm::new(None)),
-            Turn::Mine(_)
-        ));
-        assert!(matches!(
-            queue.wait_turn(&key("b"), TTL, Some(now), &Alarm::new(None)),
-            Turn::Mine(_)
-        ));
-    }
-
-    #[test]
-    fn a_long_streak_yields_to_other_processes() {
-        let mut streak = Streak::default();
-        for _ in 1..MAX_STREAK {
-            streak = streak.next();
-            assert!(!streak.yield_first);
-        }
-        streak = streak.next();
-        assert_eq!(
-            streak,
-            Streak {
-                count: 0,
-                yield_first: true
-            }
-        );
-    }
-}
+#[path = "turns_tests.rs"]
+mod tests;

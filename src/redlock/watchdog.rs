@@ -6,6 +6,11 @@
 //! lease is then marked lost and its holder notified), and never runs after
 //! the guard released or forgot the lock: the release marks the lease
 //! finished under the same lock the watchdog holds while it sends an extend.
+//!
+//! Its schedule is kept on the manager's clock (issue 18, item 7), so a
+//! [`ManualClock`](crate::ManualClock) drives it in tests: an `advance`
+//! past an extend's due time makes the extend happen, and a loss fires
+//! the guard's `lost_signal`.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -17,6 +22,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::lease::Lease;
 use super::rounds::{ExtendInFlight, Rounds};
+use crate::clock::{Clock, wake_at};
 use crate::error::Error;
 
 /// How a lease is renewed.
@@ -71,13 +77,14 @@ struct Entry {
 }
 
 impl Watchdog {
-    /// Starts the timer thread. It holds only a weak reference to the
-    /// rounds, so it never keeps the node workers alive.
-    pub(crate) fn start(rounds: Weak<Rounds>) -> std::io::Result<Self> {
+    /// Starts the timer thread, on the manager's `clock`. It holds only a
+    /// weak reference to the rounds, so it never keeps the node workers
+    /// alive.
+    pub(crate) fn start(rounds: Weak<Rounds>, clock: Arc<dyn Clock>) -> std::io::Result<Self> {
         let (register, registrations) = crossbeam_channel::unbounded();
         thread::Builder::new()
             .name("quorum-lock-watchdog".into())
-            .spawn(move || Timer::default().run(&rounds, &registrations))?;
+            .spawn(move || Timer::default().run(&rounds, &*clock, &registrations))?;
         Ok(Self { register })
     }
 
@@ -93,7 +100,8 @@ impl Watchdog {
     }
 }
 
-/// The timer thread's state: entries ordered by their next due time.
+/// The timer thread's state: entries ordered by their next due time (on
+/// the manager's clock).
 #[derive(Default)]
 struct Timer {
     due: BinaryHeap<Reverse<(Instant, u64)>>,
@@ -102,9 +110,15 @@ struct Timer {
 }
 
 impl Timer {
-    fn run(mut self, rounds: &Weak<Rounds>, registrations: &Receiver<Entry>) {
+    fn run(mut self, rounds: &Weak<Rounds>, clock: &dyn Clock, registrations: &Receiver<Entry>) {
         loop {
-            let next = self.due.peek().map(|Reverse((at, _))| *at);
+            // Due times are on the manager's clock: wait in real time for
+            // as long as that clock needs to get there (or look again soon,
+            // for a clock that jumps).
+            let next = self
+                .due
+                .peek()
+                .and_then(|Reverse((at, _))| wake_at(clock, *at));
             let received = match next {
                 Some(at) => registrations.recv_deadline(at),
                 None => registrations
@@ -113,14 +127,16 @@ impl Timer {
             };
             match received {
                 Ok(entry) => {
-                    let at = Instant::now() + entry.plan.interval();
+                    // From when it was registered, not from when this
+                    // thread got to it: the clock may have moved since.
+                    let at = entry.plan.acquired_at + entry.plan.interval();
                     self.schedule(entry, at);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 // The manager is gone: nothing left to renew.
                 Err(RecvTimeoutError::Disconnected) => return,
             }
-            let due = self.take_due();
+            let due = self.take_due(clock.now());
             if due.is_empty() {
                 continue;
             }
@@ -138,8 +154,7 @@ impl Timer {
         self.due.push(Reverse((at, id)));
     }
 
-    fn take_due(&mut self) -> Vec<Entry> {
-        let now = Instant::now();
+    fn take_due(&mut self, now: Instant) -> Vec<Entry> {
         let mut due = Vec::new();
         while let Some(&Reverse((at, id))) = self.due.peek() {
             if at > now {
@@ -206,7 +221,7 @@ impl Timer {
             match rounds.finish_extend(&lease, sent) {
                 Ok(()) => {
                     entry.renewed += 1;
-                    let at = Instant::now() + entry.plan.interval();
+                    let at = rounds.now() + entry.plan.interval();
                     self.schedule(entry, at);
                 }
                 Err(e) => stop_renewal(&lease, &e),
@@ -218,7 +233,7 @@ impl Timer {
     /// so the holder's notification fires even if it is not polling.
     fn watch_expiry(&mut self, rounds: &Rounds, entry: Entry, lease: &Arc<Lease>) {
         let now = rounds.now();
-        let mut state = lease.state();
+        let state = lease.state();
         if state.finished || state.lost.is_some() {
             return;
         }
@@ -227,7 +242,7 @@ impl Timer {
             let why = state.renewal_stopped.clone().unwrap_or_default();
             rounds.lose(
                 lease,
-                &mut state,
+                state,
                 &Error::Lost {
                     reason: format!(
                         "the lock's validity ran out after auto-extension stopped: {why}"
@@ -238,7 +253,7 @@ impl Timer {
             return;
         }
         drop(state);
-        self.schedule(entry, Instant::now() + left);
+        self.schedule(entry, now + left);
     }
 }
 

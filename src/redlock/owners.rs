@@ -1,0 +1,138 @@
+//! Which thread holds a live guard for which key, per manager, so that a
+//! thread asking again for a lock it holds fails at once with
+//! [`Error::Deadlock`](crate::Error::Deadlock) instead of waiting for
+//! itself (issue 18, item 2).
+//!
+//! A guard counts for the thread that acquired it, from the moment it is
+//! made until it is released, forgotten or dropped, and only while its
+//! lock is valid: a guard whose validity ran out (or that is known lost)
+//! holds nothing that waiting could wait for, so asking again is fine.
+//! Rust cannot tell when a guard moves to another thread: it keeps
+//! counting for the thread that took it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::thread::{self, ThreadId};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::lease::Lease;
+
+/// The live guards of one manager, by key and acquiring thread.
+#[derive(Debug, Default)]
+pub(crate) struct Owners {
+    /// The leases of the live guards each (key, thread) took: one,
+    /// unless the thread locked again after its earlier lock expired.
+    held: Mutex<HashMap<Holder, Vec<Weak<Lease>>>>,
+}
+
+/// A key and the thread that took a guard for it.
+type Holder = (Arc<[u8]>, ThreadId);
+
+impl Owners {
+    /// Whether the current thread holds a live guard for `key` whose lock
+    /// is still valid at `now` (on the manager's clock).
+    pub(crate) fn held_by_me(&self, key: &Arc<[u8]>, now: Instant) -> bool {
+        let me = thread::current().id();
+        let held = self.held.lock();
+        let Some(leases) = held.get(&(Arc::clone(key), me)) else {
+            return false;
+        };
+        leases.iter().filter_map(Weak::upgrade).any(|lease| {
+            let state = lease.state();
+            state.lost.is_none() && state.deadline > now
+        })
+    }
+
+    /// Records a guard for `lease` made on the current thread, until the
+    /// returned [`Owned`] is dropped.
+    pub(crate) fn own(self: &Arc<Self>, lease: &Arc<Lease>) -> Owned {
+        let thread = thread::current().id();
+        let key = Arc::clone(&lease.key);
+        let lease = Arc::downgrade(lease);
+        self.held
+            .lock()
+            .entry((Arc::clone(&key), thread))
+            .or_default()
+            .push(Weak::clone(&lease));
+        Owned {
+            owners: Arc::clone(self),
+            key,
+            lease,
+            thread,
+        }
+    }
+}
+
+/// One live guard's entry in [`Owners`]; removed when dropped.
+#[derive(Debug)]
+pub(crate) struct Owned {
+    owners: Arc<Owners>,
+    key: Arc<[u8]>,
+    /// Compared by address only: it may be gone already.
+    lease: Weak<Lease>,
+    thread: ThreadId,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let mut held = self.owners.held.lock();
+        let entry = (Arc::clone(&self.key), self.thread);
+        if let Some(leases) = held.get_mut(&entry) {
+            leases.retain(|l| !l.ptr_eq(&self.lease));
+            if leases.is_empty() {
+                held.remove(&entry);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::redlock::owners::*;
+    use crate::token::Token;
+
+    fn lease(key: &str, deadline: Instant) -> Arc<Lease> {
+        let token = Token::random().unwrap();
+        let ttl = Duration::from_secs(1);
+        Arc::new(Lease::new(
+            b"r",
+            key.as_bytes().into(),
+            token,
+            ttl,
+            deadline,
+            None,
+        ))
+    }
+
+    #[test]
+    fn a_valid_guard_counts_for_its_thread_until_dropped() {
+        let owners = Arc::new(Owners::default());
+        let now = Instant::now();
+        let later = now + Duration::from_secs(1);
+        let (r, s) = (lease("r", later), lease("s", later));
+        let key = Arc::clone(&r.key);
+        let owned = owners.own(&r);
+        assert!(owners.held_by_me(&key, now));
+        assert!(!owners.held_by_me(&s.key, now));
+        assert!(!owners.held_by_me(&key, later), "expired: holds nothing");
+        let other = Arc::clone(&owners);
+        let k = Arc::clone(&key);
+        assert!(
+            !std::thread::spawn(move || other.held_by_me(&k, now))
+                .join()
+                .unwrap()
+        );
+        let again = lease("r", later);
+        let twice = owners.own(&again);
+        drop(owned);
+        assert!(owners.held_by_me(&key, now));
+        drop(again); // the lease may go before its entry
+        drop(twice);
+        assert!(!owners.held_by_me(&key, now));
+        assert!(owners.held.lock().is_empty());
+    }
+}
