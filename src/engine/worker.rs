@@ -364,12 +364,14 @@ impl Worker {
         }
         let mut results = Vec::new().into_iter();
         let mut standing = Standing::Voting;
+        let mut identified = false;
         if !ops.is_empty() {
             let started = Instant::now();
             let (answers, server) = self.call_backend(&ops);
             self.health.note_latency(started.elapsed());
             self.note_health(&answers);
             standing = self.standing(&answers, server.as_ref());
+            identified = server.is_some_and(|s| s.run_id.is_some());
             results = answers.into_iter();
         }
         items
@@ -390,6 +392,19 @@ impl Worker {
                 }
                 match result {
                     Ok(Reply::No) => (NodeOutcome::Refused, None),
+                    // Our token already there: another name of this server
+                    // set it. That server votes once: here only when it is
+                    // identified and this node is the name it votes under
+                    // (its other name's grant then counts as a duplicate's,
+                    // i.e. not at all), and not for a fenced acquire, whose
+                    // vote must carry the counter it read.
+                    Ok(Reply::AlreadyOurs)
+                        if identified
+                            && standing == Standing::Voting
+                            && item.op == Action::Acquire =>
+                    {
+                        (NodeOutcome::Granted, None)
+                    }
                     Ok(Reply::AlreadyOurs) => (NodeOutcome::Failed(already_ours()), None),
                     // Releases count whoever answers: undoing needs no vote.
                     Ok(_) if item.op == Action::Release => (NodeOutcome::Granted, None),
