@@ -140,7 +140,9 @@ pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
-pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
+pub use backend::{
+    Answers, Backend, BackendError, BackendErrorKind, Op, ReleaseListener, Reply, ServerInfo,
+};
 pub use builder::LockManagerBuilder;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, Result};

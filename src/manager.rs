@@ -11,7 +11,7 @@ use crate::guard::LockGuard;
 use crate::health::Health;
 use crate::options::{DEFAULT_MAX_HOLD, LockOptions, RetryPolicy};
 use crate::redlock::{
-    Core, FENCE_COUNTERS, Lease, RenewalPlan, Turn, check_ttl, drift, with_attempts,
+    Core, FENCE_COUNTERS, Lease, RenewalPlan, Turn, after, check_ttl, drift, with_attempts,
 };
 
 /// Acquires, extends and releases locks over a quorum of nodes.
@@ -160,6 +160,11 @@ impl LockManager {
                 std::thread::sleep(pause);
             }
         }
+        // Wake-ups (issue 18, item 5): when this manager's last release of
+        // the key was heard by waiting processes, they go first.
+        let mut watch = retry
+            .next_delay(1, started.elapsed())
+            .and_then(|pause| rounds.yield_to_waiters(&key, pause));
         let mut attempts = 0u32;
         loop {
             attempts = attempts.saturating_add(1);
@@ -179,7 +184,16 @@ impl LockManager {
                 self.core.rounds().local().pass(&key, streak);
                 return Err(with_attempts(error, attempts, started.elapsed()));
             };
-            std::thread::sleep(delay);
+            // Wake-ups: after the first failed attempt, listen for the
+            // release and try once more at once (that catches a release
+            // made before the subscription); then wait between attempts
+            // for a release notice or the delay, whichever comes first.
+            match &watch {
+                None => watch = Some(rounds.watch(&key)),
+                Some(watch) => {
+                    let _ = rounds.wait_for_release(watch, after(delay), None);
+                }
+            }
         }
     }
 

@@ -10,8 +10,10 @@
 mod action;
 mod health;
 mod identity;
+mod notices;
 mod tally;
 mod upkeep;
+mod waiters;
 mod worker;
 
 use std::sync::Arc;
@@ -25,6 +27,8 @@ use self::health::Vitals;
 use self::identity::Registry;
 use self::tally::Tally;
 pub(crate) use self::tally::majority;
+use self::waiters::Waiters;
+pub(crate) use self::waiters::Watch;
 use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared, Vote};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::clock::Clock;
@@ -48,6 +52,8 @@ pub(crate) struct Engine {
     drain_wait: Duration,
     /// Whether grants of servers that may evict lock keys count.
     accept_eviction: bool,
+    /// What the node threads share (the waiters of the wake-ups among it).
+    shared: Arc<Shared>,
 }
 
 struct Node {
@@ -119,6 +125,9 @@ pub(crate) enum Gather {
 
 /// What the engine needs besides its backends.
 pub(crate) struct Settings {
+    /// Votes a lock needs (release notices from this many nodes wake a
+    /// waiter).
+    pub(crate) quorum: usize,
     /// Restart quarantine (max TTL plus drift), `None` when off.
     pub(crate) quarantine: Option<Duration>,
     /// The longest a key can live: a release that could not be confirmed
@@ -143,6 +152,7 @@ impl Engine {
     ) -> Result<Self, Error> {
         let (exited_tx, exited) = crossbeam_channel::bounded(0);
         let Settings {
+            quorum,
             quarantine,
             max_ttl,
             drain_wait,
@@ -150,7 +160,10 @@ impl Engine {
             fence_counters,
             accept_eviction,
         } = settings;
+        let waiters = Arc::new(Waiters::new(backends.len(), quorum));
         let shared = Arc::new(Shared {
+            waiters,
+            peers: parking_lot::Mutex::default(),
             clock,
             quarantine,
             release_retry_window: max_ttl,
@@ -182,12 +195,17 @@ impl Engine {
                 exec,
             });
         }
+        *shared.peers.lock() = nodes
+            .iter()
+            .map(|n| (n.jobs.clone(), Arc::clone(&n.exec)))
+            .collect();
         Ok(Self {
             nodes,
             next_direct: AtomicUsize::new(0),
             exited,
             drain_wait,
             accept_eviction,
+            shared,
         })
     }
 
@@ -341,11 +359,36 @@ impl Engine {
     /// Waits until every node has run everything queued before this call,
     /// for at most `wait`. Returns whether all nodes got there.
     pub(crate) fn flush(&self, wait: Duration) -> bool {
+        self.barrier(Job::Barrier, wait)
+    }
+
+    /// Registers a waiter for the release of `key` and waits (at most
+    /// `wait`) until every node listens for it: a release that a node
+    /// applies after that wakes the waiter (a hint, see
+    /// [`ReleaseListener`](crate::ReleaseListener)). Every operation
+    /// queued after this call runs after the node subscribed (per-node
+    /// FIFO), also if the wait ends first. Dropping the [`Watch`]
+    /// unregisters it; a node stops listening once nobody waits.
+    pub(crate) fn watch(&self, key: &Arc<[u8]>, wait: Duration) -> Watch {
+        let watch = self.shared.waiters.register(key);
+        self.barrier(Job::Listen, wait);
+        watch
+    }
+
+    /// Whether the last release of `key` here, a moment ago, was heard
+    /// by another process waiting for it (forgotten once asked).
+    pub(crate) fn others_waited(&self, key: &[u8]) -> bool {
+        self.shared.waiters.take_heard(key)
+    }
+
+    /// Queues the job `make` builds to every node and waits (at most
+    /// `wait`) for each to answer it. Whether all nodes did.
+    fn barrier(&self, make: fn(Sender<()>) -> Job, wait: Duration) -> bool {
         let deadline = Instant::now().checked_add(wait);
         let (ack, acks) = crossbeam_channel::bounded(self.nodes.len());
         let mut expected = 0;
         for node in &self.nodes {
-            if node.enqueue(Job::Barrier(ack.clone())).is_ok() {
+            if node.enqueue(make(ack.clone())).is_ok() {
                 expected += 1;
             }
         }
@@ -459,6 +502,8 @@ impl Drop for Engine {
     /// then (a node that stopped answering) is left to finish on its own.
     fn drop(&mut self) {
         let deadline = Instant::now().checked_add(self.drain_wait);
+        // First: these keep every queue open.
+        self.shared.peers.lock().clear();
         self.nodes.clear();
         while let Some(deadline) = deadline {
             match self.exited.recv_deadline(deadline) {
@@ -486,6 +531,7 @@ mod tests {
 
     fn settings(wait: Duration) -> Settings {
         Settings {
+            quorum: 1,
             quarantine: None,
             max_ttl: wait,
             drain_wait: wait,
