@@ -83,3 +83,156 @@ fn a_waiter_in_another_process_wakes_when_the_lock_is_released() {
         assert!(keys.is_empty(), "keys left on {}", server.url());
     }
 }
+
+/// Every server's subscribers to release notices, summed.
+fn subscribers(servers: &RedisServers) -> i64 {
+    servers
+        .iter()
+        .map(|server| {
+            let mut conn = connect(&server.url());
+            let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("quorum-lock:released:gone")
+                .query(&mut conn)
+                .unwrap();
+            match counts.get(1) {
+                Some(redis::Value::Int(n)) => *n,
+                other => panic!("PUBSUB NUMSUB: {other:?}"),
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn nothing_stays_subscribed_once_the_waiters_are_gone() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let guard = holder.try_lock("gone").unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.lock_with("gone", &slow_retries()).unwrap());
+        // The waiter listens on every node while it waits.
+        assert!(
+            support::wait_until(Duration::from_secs(5), || subscribers(&servers) == 3),
+            "the waiter does not listen on every node: {} subscribers",
+            subscribers(&servers)
+        );
+        guard.release().unwrap();
+        waiting.join().unwrap().release().unwrap();
+    });
+    assert!(
+        support::wait_until(Duration::from_secs(5), || subscribers(&servers) == 0),
+        "still subscribed with nobody waiting: {}",
+        subscribers(&servers)
+    );
+    assert_eq!(waiter.health().locks.woken, 1, "{}", waiter.health());
+}
+
+/// The fairness rule: a process that releases a lock others were waiting
+/// for does not take it again ahead of them.
+#[test]
+fn a_releaser_lets_the_processes_already_waiting_go_first() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let (first, other) = (manager(&urls), manager(&urls));
+    let guard = first.try_lock("fair").unwrap();
+    let (order_tx, order) = crossbeam_channel::unbounded();
+    std::thread::scope(|s| {
+        let order_tx2 = order_tx.clone();
+        let waiting = s.spawn(move || {
+            let guard = other.lock_with("fair", &slow_retries()).unwrap();
+            order_tx2.send("other").unwrap();
+            std::thread::sleep(HOLD);
+            guard.release().unwrap();
+            other
+        });
+        assert!(
+            support::wait_until(Duration::from_secs(5), || {
+                other_listens(&servers, "fair")
+            }),
+            "the other process never listened"
+        );
+        guard.release().unwrap();
+        // At once, as a loop would: without the rule this acquire, queued
+        // right behind the release, would beat the woken waiter.
+        let again = first.lock_with("fair", &slow_retries()).unwrap();
+        order_tx.send("first").unwrap();
+        again.release().unwrap();
+        let other = waiting.join().unwrap();
+        assert_eq!(other.health().locks.woken, 1, "{}", other.health());
+    });
+    assert_eq!(order.try_iter().collect::<Vec<_>>(), ["other", "first"]);
+    assert_eq!(first.health().locks.yielded, 1, "{}", first.health());
+    assert!(
+        first.health().locks.woken >= 1,
+        "the releaser waited for the other's release: {}",
+        first.health()
+    );
+}
+
+/// Whether someone listens for `key`'s release on every server.
+fn other_listens(servers: &RedisServers, key: &str) -> bool {
+    servers.iter().all(|server| {
+        let mut conn = connect(&server.url());
+        let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(format!("quorum-lock:released:{key}"))
+            .query(&mut conn)
+            .unwrap();
+        matches!(counts.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+    })
+}
+
+/// An ACL user with every command but no channel (`resetchannels`): its
+/// `SUBSCRIBE` is refused, and the release script's `PUBLISH` too.
+fn without_channels(servers: &RedisServers) -> Vec<String> {
+    servers
+        .iter()
+        .map(|server| {
+            let mut admin = connect(&server.url());
+            let _: () = redis::cmd("ACL")
+                .arg(&[
+                    "SETUSER",
+                    "locker",
+                    "on",
+                    ">locker-pw",
+                    "~*",
+                    "+@all",
+                    "resetchannels",
+                ])
+                .query(&mut admin)
+                .unwrap();
+            format!("redis://locker:locker-pw@127.0.0.1:{}/0", server.port())
+        })
+        .collect()
+}
+
+#[test]
+fn without_the_pubsub_rights_the_release_works_and_waiters_retry_on_their_timer() {
+    let servers = RedisServers::start(3);
+    let urls = without_channels(&servers);
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let retry = LockOptions::new().retry(
+        RetryPolicy::new()
+            .attempts(20)
+            .delay(Duration::from_millis(100))
+            .jitter(Duration::ZERO),
+    );
+    let guard = holder.try_lock("deaf").unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.lock_with("deaf", &retry));
+        std::thread::sleep(HOLD);
+        // The PUBLISH inside the release script is denied: the release
+        // still succeeds everywhere.
+        let report = guard.release().unwrap();
+        assert_eq!(report.granted(), 3, "{report}");
+        let got = waiting.join().unwrap();
+        got.unwrap_or_else(|e| panic!("the timer did not bring the waiter its lock: {e}"))
+            .release()
+            .unwrap();
+    });
+    let locks = waiter.health().locks;
+    assert_eq!(locks.woken, 0, "no notice can arrive here: {locks:?}");
+    assert!(locks.contended >= 2, "it retried on its timer: {locks:?}");
+    assert_eq!(holder.health().locks.yielded, 0);
+}
