@@ -228,19 +228,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_notice_wakes_every_waiter_of_its_key_and_only_them() {
-        let waiters = Arc::new(Waiters::default());
+    fn notices_from_a_quorum_wake_every_waiter_of_their_key_and_only_them() {
+        let waiters = Arc::new(Waiters::new(3, 2));
         let (a, b): (Arc<[u8]>, Arc<[u8]>) = (Arc::from(&b"a"[..]), Arc::from(&b"b"[..]));
         let (a1, a2, b1) = (
             waiters.register(&a),
             waiters.register(&a),
             waiters.register(&b),
         );
-        waiters.notify(b"a");
-        waiters.notify(b"a");
+        waiters.notify(b"a", Some(2));
+        waiters.notify(b"a", Some(2));
+        assert!(a1.notices().try_recv().is_err(), "one node is not a quorum");
+        waiters.notify(b"a", Some(0));
+        waiters.notify(b"a", Some(1));
         assert!(a1.notices().try_recv().is_ok() && a2.notices().try_recv().is_ok());
         assert!(a1.notices().try_recv().is_err(), "coalesced into one");
         assert!(b1.notices().try_recv().is_err());
+        a1.clear();
+        waiters.notify(b"a", Some(0));
+        assert!(
+            a1.notices().try_recv().is_err(),
+            "cleared: heard from one node since"
+        );
+        waiters.set_deaf(2, true);
+        waiters.notify(b"a", Some(0));
+        assert!(
+            a1.notices().try_recv().is_ok(),
+            "one of the two nodes that can send"
+        );
+        waiters.notify(b"b", None);
+        assert!(
+            b1.notices().try_recv().is_ok(),
+            "missed notices wake at once"
+        );
         let generation = waiters.generation();
         drop(a1);
         assert_eq!(waiters.generation(), generation, "a still has a waiter");

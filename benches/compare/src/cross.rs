@@ -36,9 +36,12 @@ const CHILD_BUDGET: Duration = Duration::from_secs(60);
 /// The clients compared here, by their `--only` names.
 const CLIENTS: [&str; 2] = ["ours", "rslock"];
 
-/// One process's report: per section (start ns, end ns, wait), errors.
+/// One process's report: per section (start ns, end ns, wait), errors,
+/// and for quorum-lock its counters (failed attempts, waits a release
+/// notice ended, locks that let the waiting processes go first).
 struct ChildReport {
     sections: Vec<(u128, u128, Duration)>,
+    counters: Option<[u64; 3]>,
     errors: usize,
     first_error: Option<String>,
 }
@@ -52,6 +55,8 @@ struct RunFigures {
     exclusive: bool,
     errors: usize,
     first_error: Option<String>,
+    /// Per lock, over every process: failed attempts, wake-ups, yields.
+    per_lock: Option<[f64; 3]>,
 }
 
 fn wall_ns() -> u128 {
@@ -138,6 +143,7 @@ fn drive(children: &mut [Child]) -> Result<(u128, Vec<ChildReport>), String> {
     for reader in readers {
         let mut report = ChildReport {
             sections: Vec::new(),
+            counters: None,
             errors: 0,
             first_error: None,
         };
@@ -157,6 +163,10 @@ fn drive(children: &mut [Child]) -> Result<(u128, Vec<ChildReport>), String> {
                     report.errors += 1;
                     let text: Vec<&str> = words.collect();
                     report.first_error.get_or_insert(text.join(" "));
+                }
+                Some("counters") => {
+                    let v: Vec<u64> = words.filter_map(|w| w.parse().ok()).collect();
+                    report.counters = v.try_into().ok();
                 }
                 Some("done") => break,
                 _ => return Err(format!("bad child line {line:?}")),
@@ -188,7 +198,17 @@ fn figures(start: u128, reports: &[ChildReport]) -> RunFigures {
     let critical: Duration = all.iter().map(|s| nanos(s.1.saturating_sub(s.0))).sum();
     let longest_wait = all.iter().map(|s| s.2).max().unwrap_or_default();
     let missing = PROCESSES * SECTIONS - all.len();
+    let per_lock = reports
+        .iter()
+        .map(|r| r.counters)
+        .collect::<Option<Vec<[u64; 3]>>>()
+        .map(|all_counters| {
+            let locks = (PROCESSES * SECTIONS) as f64;
+            let sum = |i: usize| all_counters.iter().map(|c| c[i]).sum::<u64>() as f64 / locks;
+            [sum(0), sum(1), sum(2)]
+        });
     RunFigures {
+        per_lock,
         ratio: total.as_secs_f64() / critical.as_secs_f64().max(1e-9),
         total,
         critical,
@@ -203,8 +223,8 @@ fn render(runs: usize, per_client: &[Vec<RunFigures>]) -> String {
     let mut out = format!(
         "{PROCESSES} processes (each its own client), one key, N=3, {SECTIONS} critical \
          sections of {CRITICAL:?} each per process, default retry policy\n\n\
-         | run | client | total | in critical sections | total / critical | longest lock wait | exclusive | errors |\n\
-         |---|---|---|---|---|---|---|---|\n"
+         | run | client | total | in critical sections | total / critical | longest lock wait | failed attempts / lock | wake-ups / lock | exclusive | errors |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n"
     );
     for run in 0..runs {
         for (c, name) in CLIENTS.iter().enumerate() {
@@ -212,12 +232,14 @@ fn render(runs: usize, per_client: &[Vec<RunFigures>]) -> String {
                 continue;
             };
             out.push_str(&format!(
-                "| {} | {name} | {:.0} ms | {:.0} ms | {:.2}x | {:.0} ms | {} | {}{} |\n",
+                "| {} | {name} | {:.0} ms | {:.0} ms | {:.2}x | {:.0} ms | {} | {} | {} | {}{} |\n",
                 run + 1,
                 f.total.as_secs_f64() * 1e3,
                 f.critical.as_secs_f64() * 1e3,
                 f.ratio,
                 f.longest_wait.as_secs_f64() * 1e3,
+                f.per_lock.map_or("-".into(), |p| format!("{:.2}", p[0])),
+                f.per_lock.map_or("-".into(), |p| format!("{:.2}", p[1])),
                 if f.exclusive { "yes" } else { "NO" },
                 f.errors,
                 f.first_error
@@ -278,7 +300,16 @@ pub fn child(args: &[String]) -> Result<(), String> {
             // Connect every node before the start.
             drop(locks.try_lock(&connect).map_err(|e| e.to_string())?);
             let key = key.clone();
+            let mut done = 0;
             Box::new(move || {
+                done += 1;
+                if done == SECTIONS {
+                    // What the waits did, for the report (before the last
+                    // section: the counters cover the 24 waits before it).
+                    let c = locks.health().locks;
+                    let line = format!("counters {} {} {}", c.contended, c.woken, c.yielded);
+                    let _ = writeln!(std::io::stdout().lock(), "{line}");
+                }
                 let asked = Instant::now();
                 loop {
                     match locks.lock(&key) {

@@ -80,18 +80,6 @@ impl Script {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Digests([String; 4]);
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The script and the subscriber agree on the channel.
-    #[test]
-    fn the_release_script_publishes_on_the_release_channel() {
-        let publish = format!("'{}' .. KEYS[1]", crate::backend::RELEASE_CHANNEL_PREFIX);
-        assert!(RELEASE.contains(&publish), "{RELEASE}");
-    }
-}
-
 impl Digests {
     /// The digests from `SCRIPT LOAD` replies in [`Script::ALL`] order;
     /// `None` unless all four are there.
@@ -102,5 +90,17 @@ impl Digests {
 
     pub(super) fn of(&self, script: Script) -> &str {
         &self.0[script.index()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The script and the subscriber agree on the channel.
+    #[test]
+    fn the_release_script_publishes_on_the_release_channel() {
+        let publish = format!("'{}' .. KEYS[1]", crate::backend::RELEASE_CHANNEL_PREFIX);
+        assert!(RELEASE.contains(&publish), "{RELEASE}");
     }
 }
