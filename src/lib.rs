@@ -79,6 +79,16 @@
 //!   lock has expired ([`LockManagerBuilder::max_ttl`] plus drift).
 //! * Threads of one manager waiting for the same resource take turns
 //!   locally, and a dropped guard hands the lock to the next one.
+//! * Processes waiting for a lock held by another process are woken when
+//!   it is released: the release announces itself on each node (Redis:
+//!   `PUBLISH` from the release script), and a waiter tries again once
+//!   notices from a quorum of nodes have arrived, instead of sleeping out
+//!   its retry delay. A notice is a hint, never a grant (the next attempt
+//!   is an ordinary quorum acquire), and the retry delay stays as the
+//!   fallback (an expiry sends no notice; notices can be lost). A process
+//!   that has just released a lock that others were waiting for lets them
+//!   go first. `docs/lock-lifetime.md` has the details;
+//!   `docs/operations.md` the ACL rights the notices need.
 //!
 //! # When not to use this
 //!
