@@ -322,6 +322,7 @@ impl LockManagerBuilder {
         // in progress, then the queued releases) for the releases to leave.
         let drain_wait = node_timeout.saturating_mul(2);
         let settings = Settings {
+            quorum,
             quarantine,
             max_ttl,
             drain_wait,

@@ -163,6 +163,13 @@ pub struct LockCounters {
     pub extends_failed: u64,
     /// Locks handed to the next thread of this manager on drop.
     pub hand_overs: u64,
+    /// Waits between attempts that a release notice ended before the
+    /// retry delay (wake-ups from other processes' releases).
+    pub woken: u64,
+    /// Locks whose first attempt waited for the processes that were
+    /// already waiting: this manager had just released the same lock and
+    /// they had heard it (the fairness rule of the wake-ups).
+    pub yielded: u64,
 }
 
 impl fmt::Display for Health {
@@ -203,7 +210,7 @@ impl fmt::Display for Health {
         write!(
             f,
             "locks: {} acquired, {} contended, {} no quorum, {} too slow, {} lost; \
-             extends {} ok / {} failed; {} hand-overs",
+             extends {} ok / {} failed; {} hand-overs; {} woken, {} yielded",
             c.acquired,
             c.contended,
             c.no_quorum,
@@ -211,7 +218,9 @@ impl fmt::Display for Health {
             c.lost,
             c.extends_ok,
             c.extends_failed,
-            c.hand_overs
+            c.hand_overs,
+            c.woken,
+            c.yielded
         )
     }
 }

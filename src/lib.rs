@@ -80,6 +80,17 @@
 //! * Threads of one manager waiting for the same resource take turns
 //!   locally, and a dropped guard hands the lock to the next one; the line
 //!   waits for a holder only while its lock is valid.
+//! * Processes waiting for a lock held by another process are woken when
+//!   it is released: the release announces itself on each node (Redis:
+//!   `PUBLISH` from the release script), and a waiter tries again once
+//!   notices from a quorum of nodes have arrived, instead of sleeping out
+//!   its retry delay. A notice is a hint, never a grant (the next attempt
+//!   is an ordinary quorum acquire), and the retry delay stays as the
+//!   fallback (an expiry sends no notice; notices can be lost). A process
+//!   that has just released a lock that others were waiting for lets them
+//!   go first. `docs/lock-lifetime.md` has the details;
+//!   `docs/operations.md` the ACL rights the notices need.
+
 //!
 //! # Waiting
 //!
@@ -152,7 +163,9 @@ pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
-pub use backend::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
+pub use backend::{
+    Answers, Backend, BackendError, BackendErrorKind, Op, ReleaseListener, Reply, ServerInfo,
+};
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ManualClock, MonotonicClock};

@@ -12,7 +12,7 @@ use crate::guard::LockGuard;
 use crate::health::Health;
 use crate::options::{DEFAULT_MAX_HOLD, LockOptions, RetryPolicy};
 use crate::redlock::{
-    Core, FENCE_COUNTERS, Lease, RenewalPlan, Turn, Want, check_ttl, drift, with_attempts,
+    Core, FENCE_COUNTERS, Lease, RenewalPlan, Turn, Want, after, check_ttl, drift, with_attempts,
 };
 
 /// Acquires, extends and releases locks over a quorum of nodes.
@@ -202,6 +202,11 @@ impl LockManager {
                 alarm.sleep(pause);
             }
         }
+        // Wake-ups (issue 18, item 5): when this manager's last release of
+        // the key was heard by waiting processes, they go first.
+        let mut watch = retry
+            .next_delay(1, started.elapsed())
+            .and_then(|pause| rounds.yield_to_waiters(&key, pause, Some(alarm.receiver())));
         let mut attempts = 0u32;
         loop {
             // Checked before every attempt: a sleep ends early when the
@@ -221,7 +226,17 @@ impl LockManager {
             let Some(delay) = retry.next_delay(attempts, started.elapsed()) else {
                 return Err(with_attempts(error, attempts, started.elapsed()));
             };
-            alarm.sleep(delay);
+            // Wake-ups: after the first failed attempt, listen for the
+            // release and try once more at once (that catches a release
+            // made before the subscription); then wait between attempts
+            // for a release notice, the delay or the cancellation, whichever
+            // comes first.
+            match &watch {
+                None => watch = Some(rounds.watch(&key)),
+                Some(watch) => {
+                    let _ = rounds.wait_for_release(watch, after(delay), Some(alarm.receiver()));
+                }
+            }
         }
     }
 

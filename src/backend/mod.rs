@@ -8,11 +8,14 @@ use std::time::Duration;
 
 mod error;
 pub(crate) mod memory;
+mod notices;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub(crate) mod redis;
 
 pub use self::error::{BackendError, BackendErrorKind};
+pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
+pub use self::notices::ReleaseListener;
 
 /// One lock server (one Redis master, one in-memory node, ...).
 ///
@@ -221,6 +224,19 @@ pub trait Backend: Send + Sync + 'static {
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         Ok(ServerInfo::default())
     }
+
+    /// A new subscriber to this server's release notices (see
+    /// [`ReleaseListener`]), or `None` when the backend has none (the
+    /// default): waiters then retry on their timer alone.
+    ///
+    /// The engine asks once per manager and node, from the node's thread,
+    /// and only when some caller first waits for a lock. A backend that
+    /// offers listeners also reports, for a release that deleted the key
+    /// and was heard, [`Reply::Notified`] with the number of listeners the
+    /// notice reached.
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        None
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Arc<B> {
@@ -265,6 +281,9 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
     fn call_timeout(&self) -> Option<Duration> {
         (**self).call_timeout()
+    }
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        (**self).release_listener()
     }
 }
 
@@ -335,6 +354,11 @@ pub enum Reply {
     /// counted its vote. Not a vote: one server casts one vote, also when
     /// the engine cannot tell who the server is.
     AlreadyOurs,
+    /// A release deleted the key, and its release notice reached this many
+    /// listeners (at least one; the releasing manager's own included, when
+    /// it listens too): others are waiting for this lock. See
+    /// [`ReleaseListener`].
+    Notified(u64),
 }
 
 impl Reply {

@@ -10,8 +10,11 @@
 mod action;
 mod health;
 mod identity;
+mod notices;
+mod pending;
 mod tally;
 mod upkeep;
+mod waiters;
 mod worker;
 
 use std::sync::Arc;
@@ -24,9 +27,10 @@ pub(crate) use self::action::Action;
 use self::health::Vitals;
 #[cfg(not(test))]
 use self::identity::Registry;
-#[cfg(not(test))]
-use self::tally::Tally;
+pub(crate) use self::pending::Pending;
 pub(crate) use self::tally::majority;
+use self::waiters::Waiters;
+pub(crate) use self::waiters::Watch;
 // The protocol check (src/redlock/protocol_check.rs) runs the engine's own
 // vote count and identity judgement.
 #[cfg(test)]
@@ -56,6 +60,8 @@ pub(crate) struct Engine {
     drain_wait: Duration,
     /// Whether grants of servers that may evict lock keys count.
     accept_eviction: bool,
+    /// What the node threads share (the waiters of the wake-ups among it).
+    shared: Arc<Shared>,
 }
 
 struct Node {
@@ -127,6 +133,9 @@ pub(crate) enum Gather {
 
 /// What the engine needs besides its backends.
 pub(crate) struct Settings {
+    /// Votes a lock needs (release notices from this many nodes wake a
+    /// waiter).
+    pub(crate) quorum: usize,
     /// Restart quarantine (max TTL plus drift), `None` when off.
     pub(crate) quarantine: Option<Duration>,
     /// The longest a key can live: a release that could not be confirmed
@@ -151,6 +160,7 @@ impl Engine {
     ) -> Result<Self, Error> {
         let (exited_tx, exited) = crossbeam_channel::bounded(0);
         let Settings {
+            quorum,
             quarantine,
             max_ttl,
             drain_wait,
@@ -158,7 +168,10 @@ impl Engine {
             fence_counters,
             accept_eviction,
         } = settings;
+        let waiters = Arc::new(Waiters::new(backends.len(), quorum));
         let shared = Arc::new(Shared {
+            waiters,
+            peers: parking_lot::Mutex::default(),
             clock,
             quarantine,
             release_retry_window: max_ttl,
@@ -190,12 +203,17 @@ impl Engine {
                 exec,
             });
         }
+        *shared.peers.lock() = nodes
+            .iter()
+            .map(|n| (n.jobs.clone(), Arc::clone(&n.exec)))
+            .collect();
         Ok(Self {
             nodes,
             next_direct: AtomicUsize::new(0),
             exited,
             drain_wait,
             accept_eviction,
+            shared,
         })
     }
 
@@ -349,11 +367,36 @@ impl Engine {
     /// Waits until every node has run everything queued before this call,
     /// for at most `wait`. Returns whether all nodes got there.
     pub(crate) fn flush(&self, wait: Duration) -> bool {
+        self.barrier(Job::Barrier, wait)
+    }
+
+    /// Registers a waiter for the release of `key` and waits (at most
+    /// `wait`) until every node listens for it: a release that a node
+    /// applies after that wakes the waiter (a hint, see
+    /// [`ReleaseListener`](crate::ReleaseListener)). Every operation
+    /// queued after this call runs after the node subscribed (per-node
+    /// FIFO), also if the wait ends first. Dropping the [`Watch`]
+    /// unregisters it; a node stops listening once nobody waits.
+    pub(crate) fn watch(&self, key: &Arc<[u8]>, wait: Duration) -> Watch {
+        let watch = self.shared.waiters.register(key);
+        self.barrier(Job::Listen, wait);
+        watch
+    }
+
+    /// Whether the last release of `key` here, a moment ago, was heard
+    /// by another process waiting for it (forgotten once asked).
+    pub(crate) fn others_waited(&self, key: &[u8]) -> bool {
+        self.shared.waiters.take_heard(key)
+    }
+
+    /// Queues the job `make` builds to every node and waits (at most
+    /// `wait`) for each to answer it. Whether all nodes did.
+    fn barrier(&self, make: fn(Sender<()>) -> Job, wait: Duration) -> bool {
         let deadline = Instant::now().checked_add(wait);
         let (ack, acks) = crossbeam_channel::bounded(self.nodes.len());
         let mut expected = 0;
         for node in &self.nodes {
-            if node.enqueue(Job::Barrier(ack.clone())).is_ok() {
+            if node.enqueue(make(ack.clone())).is_ok() {
                 expected += 1;
             }
         }
@@ -368,79 +411,6 @@ impl Engine {
             }
         }
         expected == self.nodes.len()
-    }
-}
-
-/// A scattered round whose answers have not been gathered yet.
-pub(crate) struct Pending {
-    /// Votes known at scatter time (node down, worker gone, or the node
-    /// the caller ran itself).
-    outcomes: Vec<Option<Vote>>,
-    answers: Receiver<(usize, Vote)>,
-    /// When gathering stops (`None`: the wait was too long to express).
-    deadline: Option<Instant>,
-    /// Per node: whether the operation was queued (or run) there.
-    queued: Vec<bool>,
-}
-
-impl Pending {
-    /// Per node, whether the operation may have reached it: it was queued
-    /// or run there (not skipped as down, not refused). Only those nodes
-    /// need the release that undoes an acquire.
-    pub(crate) fn reached(&self) -> Vec<bool> {
-        self.queued.clone()
-    }
-
-    /// Gathers answers per `gather` until the deadline set at scatter time.
-    /// Returns one outcome per node, in node order.
-    pub(crate) fn gather(self, gather: Gather) -> Vec<NodeOutcome> {
-        self.gather_votes(gather)
-            .into_iter()
-            .map(|(outcome, _)| outcome)
-            .collect()
-    }
-
-    /// [`gather`](Self::gather), with the fence counter each granting node
-    /// read (fenced acquires).
-    pub(crate) fn gather_votes(self, gather: Gather) -> Vec<Vote> {
-        let Self {
-            mut outcomes,
-            answers,
-            deadline,
-            queued: _,
-        } = self;
-        let n = outcomes.len();
-        let quorum = match gather {
-            Gather::UntilDecided { quorum } => quorum,
-            Gather::All => n,
-        };
-        let mut tally = Tally::new(n, quorum);
-        outcomes
-            .iter()
-            .flatten()
-            .for_each(|(o, _)| tally.record(o.is_granted()));
-        let mut timed_out = false;
-        while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
-            let answer = match deadline {
-                Some(deadline) => answers.recv_deadline(deadline).ok(),
-                None => answers.recv().ok(),
-            };
-            let Some((slot, vote)) = answer else {
-                timed_out = true;
-                break;
-            };
-            tally.record(vote.0.is_granted());
-            outcomes[slot] = Some(vote);
-        }
-        let missing = if timed_out {
-            NodeOutcome::TimedOut
-        } else {
-            NodeOutcome::NotAwaited
-        };
-        outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| (missing.clone(), None)))
-            .collect()
     }
 }
 
@@ -467,6 +437,8 @@ impl Drop for Engine {
     /// then (a node that stopped answering) is left to finish on its own.
     fn drop(&mut self) {
         let deadline = Instant::now().checked_add(self.drain_wait);
+        // First: these keep every queue open.
+        self.shared.peers.lock().clear();
         self.nodes.clear();
         while let Some(deadline) = deadline {
             match self.exited.recv_deadline(deadline) {
@@ -494,6 +466,7 @@ mod tests {
 
     fn settings(wait: Duration) -> Settings {
         Settings {
+            quorum: 1,
             quarantine: None,
             max_ttl: wait,
             drain_wait: wait,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::health::RetryRelease;
 use super::identity::Standing;
 use super::worker::{FIRST_BACKOFF, RELEASE_RETRY_EVERY, Worker};
-use crate::backend::{BackendError, BackendErrorKind, Op, Reply};
+use crate::backend::{BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 use crate::token::Token;
 
 /// Whether a release that failed with `error` may still be needed: every
@@ -255,5 +255,38 @@ impl Worker {
         }
         self.health.update(|s| s.eviction.clone_from(&eviction));
         self.published_eviction = eviction;
+    }
+}
+
+impl Worker {
+    /// One batch on the backend, with panics contained and the result count
+    /// checked: every op gets exactly one answer. Also returns the identity
+    /// of the server that answered, when the backend knows it.
+    pub(super) fn call_backend(
+        &self,
+        ops: &[Op<'_>],
+    ) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
+        let backend = &self.backend;
+        let answers = catch_unwind(AssertUnwindSafe(|| backend.identified_batch(ops)));
+        let (mut results, server) = match answers {
+            Ok(answers) => answers.into_parts(),
+            Err(_) => {
+                let e = BackendError::new(BackendErrorKind::Panicked, "the backend panicked");
+                return (vec![Err(e); ops.len()], None);
+            }
+        };
+        if results.len() != ops.len() {
+            let e = BackendError::new(
+                BackendErrorKind::Protocol,
+                format!(
+                    "backend returned {} results for {} ops",
+                    results.len(),
+                    ops.len()
+                ),
+            );
+            results.truncate(ops.len());
+            results.resize(ops.len(), Err(e));
+        }
+        (results, server)
     }
 }

@@ -9,7 +9,6 @@
 //! runs directly when every operation queued before it has finished.
 
 use std::collections::VecDeque;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
@@ -21,6 +20,8 @@ use parking_lot::Mutex;
 use super::action::Action;
 use super::health::{RetryRelease, Vitals};
 use super::identity::{Identity, Registry, Standing};
+use super::notices::NodeNotices;
+use super::waiters::Waiters;
 use crate::backend::{Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 use crate::clock::Clock;
 use crate::report::NodeOutcome;
@@ -68,6 +69,9 @@ pub(crate) enum Job {
     /// Does nothing but wake the thread, so it sees a probe or retry time
     /// that a caller's direct run has set.
     Wake,
+    /// The watched keys changed: subscribe for them before running any
+    /// job queued after this one, then answer (like a barrier).
+    Listen(Sender<()>),
 }
 
 /// One node's executor: its state behind a lock, and the count of jobs
@@ -166,6 +170,7 @@ pub(crate) fn spawn(
             probe_at: None,
             published: (None, None, false),
             published_eviction: None,
+            notices: NodeNotices::default(),
         }),
         queued: AtomicUsize::new(0),
     });
@@ -202,6 +207,11 @@ fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
         };
         batch.push(first);
         batch.extend(jobs.try_iter().take(MAX_BATCH - 1));
+        if batch.iter().any(|job| matches!(job, Job::Listen(_))) {
+            // Before every op of the batch (earlier is harmless): the ops
+            // queued after the change must find the subscription in place.
+            worker.tend_notices();
+        }
         let ran = batch.len();
         worker.run_batch(&mut batch);
         // Still under the lock: a caller that sees zero sees the results.
@@ -234,6 +244,13 @@ pub(crate) struct Shared {
     pub(crate) fence_counters: Vec<u8>,
     /// Count grants of servers that may evict lock keys.
     pub(crate) accept_eviction: bool,
+    /// Who waits for which key's release (wake-ups).
+    pub(crate) waiters: Arc<Waiters>,
+    /// Every node thread's queue, so that one that got a release notice
+    /// can ask the others to read theirs now rather than at their next
+    /// poll. Emptied when the engine drops: otherwise the queues, which
+    /// these senders keep open, would never close.
+    pub(crate) peers: Mutex<Vec<(Sender<Job>, Arc<NodeExec>)>>,
 }
 
 pub(super) struct Worker {
@@ -257,20 +274,27 @@ pub(super) struct Worker {
     pub(super) published: (Option<Instant>, Option<usize>, bool),
     /// The eviction settings last written to the shared status.
     pub(super) published_eviction: Option<String>,
+    /// The node's subscription to release notices.
+    pub(super) notices: NodeNotices,
 }
 
 impl Worker {
     /// When the thread must wake up without work: for a probe while down,
     /// or for pending release retries while up.
     fn next_wake(&self) -> Option<Instant> {
-        match (self.probe_at, self.retries.is_empty()) {
+        let work = match (self.probe_at, self.retries.is_empty()) {
             (Some(at), _) => Some(at),
             (None, false) => Some(self.retry_at),
             (None, true) => None,
+        };
+        match (work, self.notices.next_wake()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
-    /// Probes a down node and retries releases, when due.
+    /// Probes a down node and retries releases, when due; looks after the
+    /// release notices.
     fn housekeeping(&mut self) {
         if self.probe_at.is_some_and(|at| Instant::now() >= at) {
             self.probe();
@@ -279,20 +303,21 @@ impl Worker {
             self.retry_releases();
             self.retry_at = Instant::now() + RELEASE_RETRY_EVERY;
         }
+        self.tend_notices();
     }
 
     /// Runs the jobs in order; a barrier waits for the ops before it.
     fn run_batch(&mut self, batch: &mut Vec<Job>) {
         let mut start = 0;
         for i in 0..batch.len() {
-            if let Job::Barrier(_) = batch[i] {
+            if let Job::Barrier(_) | Job::Listen(_) = batch[i] {
                 self.run_ops(&batch[start..i]);
                 start = i + 1;
             }
         }
         self.run_ops(&batch[start..]);
         for job in batch.drain(..) {
-            if let Job::Barrier(ack) = job {
+            if let Job::Barrier(ack) | Job::Listen(ack) = job {
                 let _ = ack.send(());
             }
         }
@@ -389,6 +414,9 @@ impl Worker {
                 });
                 if item.op == Action::Release {
                     self.keep_for_retry(item.key, item.token, &result);
+                    if let Ok(reply) = result {
+                        self.note_release(item.key, reply);
+                    }
                 }
                 match result {
                     Ok(Reply::No) => (NodeOutcome::Refused, None),
@@ -471,37 +499,6 @@ impl Worker {
                 ))
             }
         }
-    }
-
-    /// One batch on the backend, with panics contained and the result count
-    /// checked: every op gets exactly one answer. Also returns the identity
-    /// of the server that answered, when the backend knows it.
-    pub(super) fn call_backend(
-        &self,
-        ops: &[Op<'_>],
-    ) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
-        let backend = &self.backend;
-        let answers = catch_unwind(AssertUnwindSafe(|| backend.identified_batch(ops)));
-        let (mut results, server) = match answers {
-            Ok(answers) => answers.into_parts(),
-            Err(_) => {
-                let e = BackendError::new(BackendErrorKind::Panicked, "the backend panicked");
-                return (vec![Err(e); ops.len()], None);
-            }
-        };
-        if results.len() != ops.len() {
-            let e = BackendError::new(
-                BackendErrorKind::Protocol,
-                format!(
-                    "backend returned {} results for {} ops",
-                    results.len(),
-                    ops.len()
-                ),
-            );
-            results.truncate(ops.len());
-            results.resize(ops.len(), Err(e));
-        }
-        (results, server)
     }
 }
 

@@ -16,6 +16,8 @@ pub(crate) struct Counters {
     extends_ok: AtomicU64,
     extends_failed: AtomicU64,
     hand_overs: AtomicU64,
+    woken: AtomicU64,
+    yielded: AtomicU64,
 }
 
 /// Something worth counting.
@@ -26,6 +28,10 @@ pub(crate) enum Event {
     ExtendOk,
     ExtendFailed,
     HandOver,
+    /// A wait between attempts ended by a release notice.
+    Woken,
+    /// A lock let the processes already waiting go first.
+    Yielded,
 }
 
 impl Counters {
@@ -36,6 +42,8 @@ impl Counters {
             Event::ExtendOk => &self.extends_ok,
             Event::ExtendFailed => &self.extends_failed,
             Event::HandOver => &self.hand_overs,
+            Event::Woken => &self.woken,
+            Event::Yielded => &self.yielded,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -61,6 +69,8 @@ impl Counters {
             extends_ok: get(&self.extends_ok),
             extends_failed: get(&self.extends_failed),
             hand_overs: get(&self.hand_overs),
+            woken: get(&self.woken),
+            yielded: get(&self.yielded),
         }
     }
 }

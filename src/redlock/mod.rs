@@ -1,7 +1,8 @@
 //! The lock's life, between the public types and the engine: the rounds
 //! that acquire, extend and release a lock with their validity arithmetic,
 //! the lease those rounds share, the local turns and hand-over between
-//! threads of one manager, and the auto-extension watchdog.
+//! threads of one manager, waiting with wake-ups for a lock held in another
+//! process, and the auto-extension watchdog.
 //!
 //! Arrows point down only: `manager` / `builder` / `guard` use [`Core`];
 //! the watchdog holds a weak handle to the [`Rounds`], never to the
@@ -14,6 +15,7 @@ mod owners;
 mod rounds;
 mod turns;
 mod validity;
+mod wakeups;
 mod watchdog;
 
 #[cfg(test)]
@@ -31,6 +33,7 @@ pub(crate) use self::owners::Owned;
 pub(crate) use self::rounds::{Config, Rounds, with_attempts};
 pub(crate) use self::turns::{Ticket, Turn, Want};
 pub(crate) use self::validity::{check_ttl, drift};
+pub(crate) use self::wakeups::after;
 pub(crate) use self::watchdog::RenewalPlan;
 use self::watchdog::Watchdog;
 use crate::error::{Error, Result};

@@ -29,6 +29,7 @@ fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
     let timeout = Duration::from_millis(500);
     let clock = Arc::new(clock.clone());
     let settings = Settings {
+        quorum: 2,
         quarantine: None,
         max_ttl: LONG,
         drain_wait: timeout,

@@ -5,6 +5,7 @@
 //! cargo run --release -p quorum-lock-bench            # the full run (a few minutes)
 //! cargo run --release -p quorum-lock-bench -- --quick # a smoke test
 //! cargo run --release -p quorum-lock-bench -- --help
+//! cargo run --release -p quorum-lock-bench -- --cross-process 5  # only: K processes, one key
 //! ```
 //!
 //! Clients are compared paired and interleaved (they take turns, so they
@@ -18,6 +19,7 @@ mod charts;
 mod clients;
 mod contention;
 mod counters;
+mod cross;
 mod fencing;
 mod floor;
 mod latency;
@@ -51,6 +53,28 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("--fencing-cost") {
         let runs = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(5);
         return match fencing::fencing_cost(runs) {
+            Ok(table) => {
+                print!("{table}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("quorum-bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(String::as_str) == Some("--cross-process-child") {
+        return match cross::child(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("quorum-bench child: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(String::as_str) == Some("--cross-process") {
+        let runs = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(5);
+        return match cross::cross_process(runs) {
             Ok(table) => {
                 print!("{table}");
                 ExitCode::SUCCESS

@@ -15,6 +15,8 @@ Usage: cargo run --release -p quorum-lock-bench -- [OPTIONS]
 
 Options:
   --fencing-cost [R]  only: the cost of fencing tokens, paired and interleaved, R runs (default 5)
+  --cross-process [R] only: 4 processes (each its own client) contend for one key, quorum-lock
+                    and rslock taking turns, R runs (default 5)
   --runs R          runs of every comparison; ratios are per run, then median and min-max
                     (default 5; 2 with --quick)
   --quick           small counts: a smoke test that the benchmark runs (under a minute)

@@ -9,10 +9,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use self::notices::MemoryListener;
 use self::state::State;
-use super::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
+use super::{
+    Answers, Backend, BackendError, BackendErrorKind, Op, ReleaseListener, Reply, ServerInfo,
+};
 use crate::clock::{Clock, MonotonicClock};
 
+mod notices;
 mod state;
 
 /// The longest a paused node holds a call before answering anyway, so a
@@ -112,6 +116,9 @@ impl MemoryBackend {
                     wall_start_secs: 0,
                     identity_hidden: false,
                     memory: (0, "noeviction".to_owned()),
+                    notices_on: true,
+                    listeners: HashMap::new(),
+                    next_listener: 0,
                 }),
                 unpaused: Condvar::new(),
                 round_trips: AtomicU64::new(0),
@@ -124,6 +131,21 @@ impl MemoryBackend {
     /// applied) or brings it back up with its keys intact.
     pub fn set_down(&self, down: bool) {
         self.inner.state.lock().down = down;
+    }
+
+    /// Announces releases to the managers waiting for them (the default),
+    /// or not: with `false` the node neither announces releases nor
+    /// accepts listeners, like a Redis server whose ACL denies `PUBLISH`
+    /// and `SUBSCRIBE`, and waiters retry on their timer alone.
+    pub fn set_release_notices(&self, on: bool) {
+        let mut state = self.inner.state.lock();
+        state.notices_on = on;
+        if !on {
+            state
+                .listeners
+                .values_mut()
+                .for_each(|inbox| *inbox = Default::default());
+        }
     }
 
     /// Adds `latency` of real time to every round trip (a batch is one).
@@ -408,6 +430,12 @@ impl Backend for MemoryBackend {
         }
         drop(state);
         Ok(self.identity().unwrap_or_default())
+    }
+
+    /// A listener of this node's release notices (one per manager that
+    /// uses the node, also when managers share this handle).
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        Some(Box::new(MemoryListener::new(self)))
     }
 }
 

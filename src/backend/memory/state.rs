@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::notices::Inbox;
 use super::{CallHook, UptimeReport};
 use crate::backend::{BackendError, BackendErrorKind, Op, Reply};
 
@@ -57,6 +58,11 @@ pub(super) struct State {
     /// `maxmemory` and `maxmemory-policy` as reported (0 and `noeviction`
     /// by default).
     pub(super) memory: (u64, String),
+    /// Release notices are announced and listeners accepted (default).
+    pub(super) notices_on: bool,
+    /// Each release listener's subscriptions and undelivered notices.
+    pub(super) listeners: HashMap<u64, Inbox>,
+    pub(super) next_listener: u64,
 }
 
 /// The error of an op on a key that holds the other kind of value.
@@ -151,11 +157,14 @@ impl State {
                 Reply::from(ours)
             }
             Op::Release { key, token } => {
-                let ours = self.holds(key, token, now)?;
-                if ours {
-                    self.keys.remove(key);
+                if !self.holds(key, token, now)? {
+                    return Ok(Reply::No);
                 }
-                Reply::from(ours)
+                self.keys.remove(key);
+                match self.announce(key) {
+                    0 => Reply::Yes,
+                    heard => Reply::Notified(heard),
+                }
             }
             Op::Extend { key, token, ttl } => {
                 if !self.holds(key, token, now)? {

@@ -187,7 +187,9 @@ impl Inner {
             // The first run's answer stands when that run did the work.
             let first_did_it = matches!(
                 firsts[pos],
-                Some(First::Done(Ok(Reply::Yes | Reply::Fenced(_))))
+                Some(First::Done(Ok(Reply::Yes
+                    | Reply::Fenced(_)
+                    | Reply::Notified(_))))
             );
             results[i] = Some(match firsts[pos].take() {
                 Some(First::Done(first)) if first_did_it => first,
@@ -244,15 +246,18 @@ impl Inner {
         self.node_error(BackendErrorKind::WrongType, &what, None)
     }
 
-    /// A script's reply to `op`: 0 / 1 for release, extend and raise; the
-    /// counter, -1 (held elsewhere) or -2 (already ours) for a fenced
-    /// acquire.
+    /// A script's reply to `op`: 0 / 1 for extend and raise; 0, or 1 plus
+    /// the subscribers its notice reached, for release; the counter, -1
+    /// (held elsewhere) or -2 (already ours) for a fenced acquire.
     fn script_reply(&self, op: &Op<'_>, value: Value) -> Result<Reply, BackendError> {
         match (op, value) {
             (Op::AcquireFenced { .. }, Value::Int(-1)) => Ok(Reply::No),
             (Op::AcquireFenced { .. }, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
             (Op::AcquireFenced { .. }, Value::Int(n)) if n >= 0 => {
                 Ok(Reply::Fenced(n.unsigned_abs()))
+            }
+            (Op::Release { .. }, Value::Int(n)) if n > 1 => {
+                Ok(Reply::Notified(n.unsigned_abs() - 1))
             }
             (
                 Op::Release { .. } | Op::Extend { .. } | Op::RaiseFence { .. },

@@ -144,41 +144,50 @@ impl Conn {
         Ok(replies)
     }
 
+    /// Writes `request` by `deadline`, without reading anything (the
+    /// subscriber's commands, whose confirmations come among notices).
+    pub(super) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), Fault> {
+        self.io.write_all(request, deadline, Phase::Request)
+    }
+
+    /// Reads one whole reply (within the size limits) by `deadline`.
+    pub(super) fn read(&mut self, deadline: Instant) -> Result<Value, Fault> {
+        self.read_reply(deadline, Phase::Request)
+    }
+
+    /// The whole replies that have already arrived, at most `max`, without
+    /// waiting for more (the size limits apply as for [`read`](Self::read)).
+    pub(super) fn read_ready(&mut self, max: usize) -> Result<Vec<Value>, Fault> {
+        let mut replies = Vec::new();
+        let mut chunk = [0u8; READ_CHUNK];
+        while replies.len() < max {
+            if let Some(reply) = self.buffered()? {
+                replies.push(reply);
+                continue;
+            }
+            let room = self.room()?;
+            match self.io.read_now(&mut chunk[..room], Phase::Request)? {
+                None => break,
+                Some(0) => {
+                    return Err(Fault::Closed {
+                        phase: Phase::Request,
+                    });
+                }
+                Some(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        Ok(replies)
+    }
+
     /// Reads one whole reply (within the size limits) by `deadline`.
     fn read_reply(&mut self, deadline: Instant, phase: Phase) -> Result<Value, Fault> {
         let mut chunk = [0u8; READ_CHUNK];
         loop {
-            let pending = &self.buf[self.start..];
-            if pending.len() >= self.need {
-                match frame::scan(pending) {
-                    Scan::Complete(len) => {
-                        let value = redis::parse_redis_value(&pending[..len])
-                            .map_err(|e| Fault::Protocol(format!("unparsable reply: {e}")))?;
-                        self.start += len;
-                        self.need = 0;
-                        if self.start == self.buf.len() {
-                            self.buf.clear();
-                            self.start = 0;
-                        }
-                        return Ok(value);
-                    }
-                    Scan::Incomplete { need } => self.need = need,
-                    Scan::Invalid(why) => return Err(Fault::Protocol(why)),
-                }
+            if let Some(reply) = self.buffered()? {
+                return Ok(reply);
             }
-            // Everything pending belongs to this (incomplete) reply.
+            let room = self.room()?;
             let received = self.buf.len() - self.start;
-            if received > MAX_REPLY_BYTES {
-                return Err(Fault::Protocol(format!(
-                    "reply larger than {MAX_REPLY_BYTES} bytes, cut off"
-                )));
-            }
-            if self.start > 0 {
-                self.buf.drain(..self.start);
-                self.need -= self.start.min(self.need);
-                self.start = 0;
-            }
-            let room = (MAX_REPLY_BYTES + 1 - received).min(READ_CHUNK);
             let n = match self.io.read_some(&mut chunk[..room], deadline, phase) {
                 Ok(n) => n,
                 Err(Fault::Timeout { phase, .. }) => {
@@ -191,6 +200,51 @@ impl Conn {
             }
             self.buf.extend_from_slice(&chunk[..n]);
         }
+    }
+
+    /// The next whole reply in the buffer, if one is there.
+    fn buffered(&mut self) -> Result<Option<Value>, Fault> {
+        let pending = &self.buf[self.start..];
+        if pending.len() < self.need {
+            return Ok(None);
+        }
+        match frame::scan(pending) {
+            Scan::Complete(len) => {
+                let value = redis::parse_redis_value(&pending[..len])
+                    .map_err(|e| Fault::Protocol(format!("unparsable reply: {e}")))?;
+                self.start += len;
+                self.need = 0;
+                if self.start == self.buf.len() {
+                    self.buf.clear();
+                    self.start = 0;
+                }
+                Ok(Some(value))
+            }
+            Scan::Incomplete { need } => {
+                self.need = need;
+                Ok(None)
+            }
+            Scan::Invalid(why) => Err(Fault::Protocol(why)),
+        }
+    }
+
+    /// Makes room for the rest of an incomplete reply: drops the parsed
+    /// bytes and returns how many may still be read, or an error once the
+    /// reply is beyond the size limit.
+    fn room(&mut self) -> Result<usize, Fault> {
+        // Everything pending belongs to one (incomplete) reply.
+        let received = self.buf.len() - self.start;
+        if received > MAX_REPLY_BYTES {
+            return Err(Fault::Protocol(format!(
+                "reply larger than {MAX_REPLY_BYTES} bytes, cut off"
+            )));
+        }
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.need -= self.start.min(self.need);
+            self.start = 0;
+        }
+        Ok((MAX_REPLY_BYTES + 1 - received).min(READ_CHUNK))
     }
 
     /// Whether bytes arrived beyond the replies read: a peer out of step

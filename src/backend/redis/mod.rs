@@ -4,7 +4,9 @@
 //! * acquire: `SET key token NX PX ttl_ms`; when refused, `GET key` tells a
 //!   key that already holds our token (granted), another holder (refused)
 //!   and a key of another type (`WRONGTYPE`)
-//! * release: compare-and-delete, one Lua script
+//! * release: compare-and-delete, one Lua script, which also announces the
+//!   release on the channel `quorum-lock:released:<key>` (for waiters in
+//!   other processes: see [`ReleaseListener`])
 //! * extend: compare-and-pexpire, one Lua script (never creates a key)
 //!
 //! Scripts run by `EVALSHA` with the digests the server gave for them
@@ -47,6 +49,7 @@ mod batch;
 mod conn;
 mod errors;
 mod frame;
+mod notices;
 mod pool;
 mod redact;
 mod scripts;
@@ -61,7 +64,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
-use crate::backend::{Answers, Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
+use crate::backend::{
+    Answers, Backend, BackendError, BackendErrorKind, Op, ReleaseListener, Reply, ServerInfo,
+};
 
 use self::batch::ttl_millis;
 use self::conn::{Setup, pack_info, value_text};
@@ -434,6 +439,15 @@ impl Backend for RedisBackend {
             }
             Ok(c.conn.server().unwrap_or_default())
         })
+    }
+
+    /// A subscriber on its own connection (not a pooled one: a connection
+    /// in subscribed mode cannot carry lock operations), opened at its
+    /// first [`listen`](ReleaseListener::listen). The release script
+    /// publishes on `quorum-lock:released:<key>`; the ACL rights needed
+    /// are in `docs/operations.md`.
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        Some(Box::new(notices::Subscriber::new(Arc::clone(&self.inner))))
     }
 }
 

@@ -2,9 +2,18 @@
 //! the server (`SCRIPT LOAD` replies), never from a SHA-1 computed here:
 //! deployments under FIPS rules may forbid SHA-1 in the client.
 
-/// Deletes `KEYS[1]` only if it holds `ARGV[1]`. Returns 1 or 0.
-const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-     return redis.call('del', KEYS[1]) else return 0 end";
+/// Deletes `KEYS[1]` only if it holds `ARGV[1]`, and then announces the
+/// release on the channel `quorum-lock:released:` + `KEYS[1]` (see
+/// [`RELEASE_CHANNEL_PREFIX`](crate::backend::RELEASE_CHANNEL_PREFIX)).
+/// Returns 0 when the key was not ours; else 1 plus the number of
+/// subscribers the notice reached (so 1 when nobody listens). `PUBLISH`
+/// goes through `pcall`: a server (or an ACL) that refuses it still
+/// releases, and answers 1.
+const RELEASE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+     redis.call('del', KEYS[1]) \
+     local n = redis.pcall('publish', 'quorum-lock:released:' .. KEYS[1], '') \
+     if type(n) == 'number' then return 1 + n end \
+     return 1";
 
 /// Sets the expiry of `KEYS[1]` to `ARGV[2]` ms only if it holds `ARGV[1]`.
 /// `PEXPIRE` on a missing key does nothing, so this never creates a key.
@@ -81,5 +90,17 @@ impl Digests {
 
     pub(super) fn of(&self, script: Script) -> &str {
         &self.0[script.index()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The script and the subscriber agree on the channel.
+    #[test]
+    fn the_release_script_publishes_on_the_release_channel() {
+        let publish = format!("'{}' .. KEYS[1]", crate::backend::RELEASE_CHANNEL_PREFIX);
+        assert!(RELEASE.contains(&publish), "{RELEASE}");
     }
 }

@@ -132,6 +132,41 @@ impl TlsStream {
         }
     }
 
+    /// One read of decrypted data that has already arrived, without
+    /// waiting: `Ok(None)` when nothing has (see
+    /// [`Transport::read_now`](super::transport::Transport::read_now)).
+    pub(super) fn read_now(
+        &mut self,
+        buf: &mut [u8],
+        phase: Phase,
+    ) -> Result<Option<usize>, Fault> {
+        loop {
+            match self.tls.reader().read(buf) {
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(Fault::io(phase, e)),
+            }
+            // No whole record decrypted yet: feed rustls what the socket
+            // already holds, and stop when that is nothing.
+            self.sock
+                .set_nonblocking(true)
+                .map_err(|e| Fault::io(phase, e))?;
+            let read = self.tls.read_tls(&mut self.sock);
+            self.sock
+                .set_nonblocking(false)
+                .map_err(|e| Fault::io(phase, e))?;
+            match read {
+                Ok(0) => return Err(Fault::Closed { phase }),
+                Ok(_) => {}
+                Err(e) if is_wait(e.kind()) => return Ok(None),
+                Err(e) => return Err(Fault::io(phase, e)),
+            }
+            self.tls
+                .process_new_packets()
+                .map_err(|e| Fault::Tls(e.to_string()))?;
+        }
+    }
+
     /// Encrypts and sends all of `data` by `deadline`.
     pub(super) fn write_all(
         &mut self,
@@ -233,6 +268,9 @@ impl Socket for Recording<'_> {
     }
     fn write_timeout(&self, t: std::time::Duration) -> io::Result<()> {
         self.sock.set_write_timeout(Some(t))
+    }
+    fn nonblocking(&self, on: bool) -> io::Result<()> {
+        self.sock.set_nonblocking(on)
     }
 }
 

@@ -132,6 +132,24 @@ impl Transport {
         }
     }
 
+    /// One read of what has already arrived, without waiting: `Ok(None)`
+    /// when nothing has, `Ok(Some(0))` when the peer closed the
+    /// connection. (For the release notices, read between jobs by a node
+    /// thread that must not block.)
+    pub(super) fn read_now(
+        &mut self,
+        buf: &mut [u8],
+        phase: Phase,
+    ) -> Result<Option<usize>, Fault> {
+        match self {
+            Self::Tcp(s) => read_nonblocking(s, buf, phase),
+            #[cfg(unix)]
+            Self::Unix(s) => read_nonblocking(s, buf, phase),
+            #[cfg(feature = "tls")]
+            Self::Tls(s) => s.read_now(buf, phase),
+        }
+    }
+
     /// Writes all of `data` by `deadline`.
     pub(super) fn write_all(
         &mut self,
@@ -153,6 +171,7 @@ impl Transport {
 pub(super) trait Socket: Read + Write {
     fn read_timeout(&self, t: Duration) -> io::Result<()>;
     fn write_timeout(&self, t: Duration) -> io::Result<()>;
+    fn nonblocking(&self, on: bool) -> io::Result<()>;
 }
 
 impl Socket for TcpStream {
@@ -161,6 +180,9 @@ impl Socket for TcpStream {
     }
     fn write_timeout(&self, t: Duration) -> io::Result<()> {
         self.set_write_timeout(Some(t))
+    }
+    fn nonblocking(&self, on: bool) -> io::Result<()> {
+        self.set_nonblocking(on)
     }
 }
 
@@ -171,6 +193,28 @@ impl Socket for UnixStream {
     }
     fn write_timeout(&self, t: Duration) -> io::Result<()> {
         self.set_write_timeout(Some(t))
+    }
+    fn nonblocking(&self, on: bool) -> io::Result<()> {
+        self.set_nonblocking(on)
+    }
+}
+
+/// One `read()` on `s` of what has already arrived (`None`: nothing). The
+/// socket is non-blocking for that read only: every other read and write
+/// on it is bounded by a deadline through the socket timeouts, which a
+/// non-blocking socket ignores.
+pub(super) fn read_nonblocking<S: Socket>(
+    s: &mut S,
+    buf: &mut [u8],
+    phase: Phase,
+) -> Result<Option<usize>, Fault> {
+    s.nonblocking(true).map_err(|e| Fault::io(phase, e))?;
+    let read = s.read(buf);
+    s.nonblocking(false).map_err(|e| Fault::io(phase, e))?;
+    match read {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if is_wait(e.kind()) => Ok(None),
+        Err(e) => Err(Fault::io(phase, e)),
     }
 }
 

@@ -1,0 +1,88 @@
+//! Release notices of an in-memory node, like Redis pub/sub: a release
+//! that deletes a key announces it to every listener of that key, and the
+//! release's reply says how many heard it.
+
+use std::collections::HashSet;
+
+use super::MemoryBackend;
+use super::state::State;
+use crate::backend::{BackendError, BackendErrorKind, ReleaseListener};
+
+/// One listener's subscriptions and the notices not yet taken.
+#[derive(Default)]
+pub(super) struct Inbox {
+    keys: HashSet<Vec<u8>>,
+    arrived: Vec<Vec<u8>>,
+}
+
+impl State {
+    /// Announces the release of `key` to its listeners; how many heard it.
+    pub(super) fn announce(&mut self, key: &[u8]) -> u64 {
+        if !self.notices_on {
+            return 0;
+        }
+        let mut heard = 0;
+        for inbox in self.listeners.values_mut() {
+            if inbox.keys.contains(key) {
+                inbox.arrived.push(key.to_vec());
+                heard += 1;
+            }
+        }
+        heard
+    }
+}
+
+/// A listener on one in-memory node (see [`MemoryBackend::set_release_notices`]).
+pub(super) struct MemoryListener {
+    node: MemoryBackend,
+    id: u64,
+}
+
+impl MemoryListener {
+    pub(super) fn new(node: &MemoryBackend) -> Self {
+        let mut state = node.inner.state.lock();
+        let id = state.next_listener;
+        state.next_listener += 1;
+        state.listeners.insert(id, Inbox::default());
+        drop(state);
+        Self {
+            node: node.clone(),
+            id,
+        }
+    }
+}
+
+impl ReleaseListener for MemoryListener {
+    fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError> {
+        let mut state = self.node.inner.state.lock();
+        let refusal = if state.down {
+            Some((BackendErrorKind::Unreachable, "node is down (injected)"))
+        } else if !state.notices_on && !keys.is_empty() {
+            Some((BackendErrorKind::Auth, "release notices are off (injected)"))
+        } else {
+            None
+        };
+        let inbox = state.listeners.entry(self.id).or_default();
+        inbox.keys.clear();
+        if let Some((kind, why)) = refusal {
+            return Err(BackendError::new(kind, why));
+        }
+        inbox.keys.extend(keys.iter().map(|k| k.to_vec()));
+        Ok(())
+    }
+
+    fn take(&mut self) -> Result<Vec<Vec<u8>>, BackendError> {
+        let mut state = self.node.inner.state.lock();
+        Ok(state
+            .listeners
+            .get_mut(&self.id)
+            .map(|inbox| std::mem::take(&mut inbox.arrived))
+            .unwrap_or_default())
+    }
+}
+
+impl Drop for MemoryListener {
+    fn drop(&mut self) {
+        self.node.inner.state.lock().listeners.remove(&self.id);
+    }
+}

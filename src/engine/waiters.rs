@@ -1,0 +1,288 @@
+//! Who in this manager waits for which key's release, shared by the node
+//! threads, which hand each notice to the waiters of its key. Also the
+//! short memory of releases that others were waiting for, for the
+//! fairness rule (see `Rounds::yield_to_waiters`).
+//!
+//! A waiter is woken once notices for its key have come from a quorum of
+//! nodes (of those that can send notices), not at the first one: a
+//! holder's release deletes the key on at least a quorum of nodes, while
+//! a failed attempt's undo deletes it on fewer. Waking on every undo made
+//! the waiters that lost a race wake each other in turn for as long as
+//! the winner held the lock, each wake-up one more failed attempt (and
+//! one more undo); measured with 4 processes on one key, that doubled the
+//! attempts. A split vote, where nobody won, undoes on every node and
+//! still wakes everyone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+/// How long a release that others listened for is remembered: the
+/// releaser's next `lock` of that key lets them go first only if it comes
+/// within this time (a loop that locks again at once); later, the others
+/// have had their chance anyway.
+pub(crate) const HEARD_FOR: Duration = Duration::from_secs(1);
+
+/// Most keys remembered at once as "others were waiting": a bound on the
+/// memory, whatever the number of keys a manager releases.
+const MAX_HEARD: usize = 1024;
+
+/// The waiters of one engine, by key.
+#[derive(Debug)]
+pub(crate) struct Waiters {
+    book: Mutex<Book>,
+    /// Notices from this many nodes wake a waiter (fewer when some nodes
+    /// cannot send any, see `deaf`).
+    quorum: usize,
+    /// Per node: it sends no notices now (off, refused, or its
+    /// subscription failed).
+    deaf: Vec<AtomicBool>,
+    /// Changes whenever the set of watched keys may have changed: a node
+    /// thread compares it with the one it last subscribed for.
+    generation: AtomicU64,
+    /// Keys whose last release here was heard by another process, and when.
+    heard: Mutex<HashMap<Arc<[u8]>, Instant>>,
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    keys: HashMap<Arc<[u8]>, Vec<Waiter>>,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    /// Rung (one slot) when the waiter should try again.
+    bell: Sender<()>,
+    /// Per node: a notice came from it since the waiter last cleared.
+    heard_from: Vec<bool>,
+}
+
+impl Waiters {
+    /// No waiters yet, for `nodes` nodes and locks that need `quorum`.
+    pub(crate) fn new(nodes: usize, quorum: usize) -> Self {
+        Self {
+            book: Mutex::default(),
+            quorum,
+            deaf: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            generation: AtomicU64::new(0),
+            heard: Mutex::default(),
+        }
+    }
+
+    /// Registers a waiter for `key`; dropping the [`Watch`] unregisters it.
+    pub(crate) fn register(self: &Arc<Self>, key: &Arc<[u8]>) -> Watch {
+        // One slot: notices that arrive while the waiter is busy coalesce
+        // into one wake-up.
+        let (bell, notices) = crossbeam_channel::bounded(1);
+        let mut book = self.book.lock();
+        let id = book.next_id;
+        book.next_id += 1;
+        let heard_from = vec![false; self.deaf.len()];
+        let waiter = Waiter {
+            id,
+            bell,
+            heard_from,
+        };
+        book.keys.entry(Arc::clone(key)).or_default().push(waiter);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        Watch {
+            waiters: Arc::clone(self),
+            key: Arc::clone(key),
+            id,
+            notices,
+        }
+    }
+
+    fn unregister(&self, key: &[u8], id: u64) {
+        let mut book = self.book.lock();
+        if let Some(list) = book.keys.get_mut(key) {
+            list.retain(|w| w.id != id);
+            if list.is_empty() {
+                book.keys.remove(key);
+                self.generation.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The current generation (see the field).
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The watched keys and the generation they belong to.
+    pub(super) fn keys(&self) -> (u64, Vec<Arc<[u8]>>) {
+        let book = self.book.lock();
+        (self.generation(), book.keys.keys().cloned().collect())
+    }
+
+    /// Takes note of a release notice for `key` from node `node`, and
+    /// wakes the waiters of `key` that have now heard from enough nodes
+    /// (every one of them with `node` = `None`: notices may have been
+    /// missed). Whether some waiter still needs notices from other nodes.
+    pub(super) fn notify(&self, key: &[u8], node: Option<usize>) -> bool {
+        let deaf = self
+            .deaf
+            .iter()
+            .filter(|d| d.load(Ordering::Relaxed))
+            .count();
+        let needed = self.quorum.saturating_sub(deaf).max(1);
+        let mut book = self.book.lock();
+        let mut short = false;
+        for waiter in book.keys.get_mut(key).into_iter().flatten() {
+            if let Some(slot) = node.and_then(|n| waiter.heard_from.get_mut(n)) {
+                *slot = true;
+            }
+            let heard = waiter.heard_from.iter().filter(|h| **h).count();
+            if node.is_none() || heard >= needed {
+                // Full: a wake-up is already pending; disconnected: the
+                // waiter is being dropped. Either way nothing is lost.
+                let _ = waiter.bell.try_send(());
+            } else {
+                short = true;
+            }
+        }
+        short
+    }
+
+    /// Whether node `node` can send notices now.
+    pub(super) fn set_deaf(&self, node: usize, deaf: bool) {
+        if let Some(flag) = self.deaf.get(node) {
+            flag.store(deaf, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets what waiter `id` of `key` heard so far.
+    fn clear(&self, key: &[u8], id: u64) {
+        let mut book = self.book.lock();
+        let waiter = book
+            .keys
+            .get_mut(key)
+            .and_then(|list| list.iter_mut().find(|w| w.id == id));
+        if let Some(waiter) = waiter {
+            waiter.heard_from.iter_mut().for_each(|h| *h = false);
+        }
+    }
+
+    /// Remembers that a release of `key` here was heard by others.
+    pub(super) fn note_heard(&self, key: &Arc<[u8]>) {
+        let now = Instant::now();
+        let mut heard = self.heard.lock();
+        if heard.len() >= MAX_HEARD {
+            heard.retain(|_, at| now.saturating_duration_since(*at) < HEARD_FOR);
+        }
+        if heard.len() < MAX_HEARD || heard.contains_key(key) {
+            heard.insert(Arc::clone(key), now);
+        }
+    }
+
+    /// Whether the last release of `key` here, less than [`HEARD_FOR`]
+    /// ago, was heard by others; forgets it either way.
+    pub(crate) fn take_heard(&self, key: &[u8]) -> bool {
+        self.heard
+            .lock()
+            .remove(key)
+            .is_some_and(|at| at.elapsed() < HEARD_FOR)
+    }
+}
+
+/// A registered waiter for one key. Dropping it unregisters it, and the
+/// node threads stop listening for the key once nobody waits for it.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    waiters: Arc<Waiters>,
+    key: Arc<[u8]>,
+    id: u64,
+    notices: Receiver<()>,
+}
+
+impl Watch {
+    /// Ready when a release notice for the key arrived from any node.
+    pub(crate) fn notices(&self) -> &Receiver<()> {
+        &self.notices
+    }
+
+    /// Forgets the notices that arrived so far (they are about releases
+    /// that an attempt starting now sees anyway).
+    pub(crate) fn clear(&self) {
+        self.waiters.clear(&self.key, self.id);
+        while self.notices.try_recv().is_ok() {}
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.waiters.unregister(&self.key, self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn notices_from_a_quorum_wake_every_waiter_of_their_key_and_only_them() {
+        let waiters = Arc::new(Waiters::new(3, 2));
+        let (a, b): (Arc<[u8]>, Arc<[u8]>) = (Arc::from(&b"a"[..]), Arc::from(&b"b"[..]));
+        let (a1, a2, b1) = (
+            waiters.register(&a),
+            waiters.register(&a),
+            waiters.register(&b),
+        );
+        waiters.notify(b"a", Some(2));
+        waiters.notify(b"a", Some(2));
+        assert!(a1.notices().try_recv().is_err(), "one node is not a quorum");
+        waiters.notify(b"a", Some(0));
+        waiters.notify(b"a", Some(1));
+        assert!(a1.notices().try_recv().is_ok() && a2.notices().try_recv().is_ok());
+        assert!(a1.notices().try_recv().is_err(), "coalesced into one");
+        assert!(b1.notices().try_recv().is_err());
+        a1.clear();
+        waiters.notify(b"a", Some(0));
+        assert!(
+            a1.notices().try_recv().is_err(),
+            "cleared: heard from one node since"
+        );
+        waiters.set_deaf(2, true);
+        waiters.notify(b"a", Some(0));
+        assert!(
+            a1.notices().try_recv().is_ok(),
+            "one of the two nodes that can send"
+        );
+        waiters.notify(b"b", None);
+        assert!(
+            b1.notices().try_recv().is_ok(),
+            "missed notices wake at once"
+        );
+        let generation = waiters.generation();
+        drop(a1);
+        assert_eq!(waiters.generation(), generation, "a still has a waiter");
+        drop((a2, b1));
+        assert_ne!(waiters.generation(), generation);
+        assert!(
+            waiters.keys().1.is_empty(),
+            "nothing watched once all are gone"
+        );
+    }
+
+    #[test]
+    fn heard_releases_are_remembered_briefly_and_boundedly() {
+        let waiters = Waiters::new(3, 2);
+        let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+        assert!(!waiters.take_heard(b"k"));
+        waiters.note_heard(&key);
+        assert!(waiters.take_heard(b"k"));
+        assert!(!waiters.take_heard(b"k"), "taken once");
+        for i in 0..MAX_HEARD * 2 {
+            waiters.note_heard(&Arc::from(i.to_string().as_bytes()));
+        }
+        assert!(waiters.heard.lock().len() <= MAX_HEARD);
+    }
+}

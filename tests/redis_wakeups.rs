@@ -1,0 +1,238 @@
+//! Wake-ups across processes (issue 18, item 5) against real
+//! `redis-server`s: a release publishes a notice on each node, and a
+//! waiter in another process (here: another manager, which has its own
+//! engine, connections and node threads, like another process) tries again
+//! at once instead of sleeping out its retry delay.
+//!
+//! No timing here is tight: the retry delay is 5 s with no jitter, and a
+//! wake-up only has to come well before it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use quorum_lock::{LockManager, LockOptions, RetryPolicy};
+
+use support::{RedisServers, connect};
+
+const TTL: Duration = Duration::from_secs(10);
+/// Generous for a loaded 2-core machine.
+const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+/// The retry delay of the waiters: a wake-up must come well before it.
+const RETRY_DELAY: Duration = Duration::from_secs(5);
+/// How long the holder keeps the lock while the other one waits.
+const HOLD: Duration = Duration::from_millis(300);
+/// "Well before the retry delay", generously.
+const WOKEN_WITHIN: Duration = Duration::from_millis(2500);
+
+fn manager(urls: &[String]) -> LockManager {
+    LockManager::builder()
+        .redis_nodes(urls)
+        .unwrap()
+        .ttl(TTL)
+        .node_timeout(NODE_TIMEOUT)
+        // The servers were just started: with restart quarantine none of
+        // them would vote for a minute.
+        .restart_quarantine(false)
+        .build()
+        .unwrap()
+}
+
+/// Retry every 5 s exactly, a few times: without a wake-up, the second
+/// attempt comes 5 s after the first.
+fn slow_retries() -> LockOptions {
+    LockOptions::new().retry(
+        RetryPolicy::new()
+            .attempts(4)
+            .delay(RETRY_DELAY)
+            .jitter(Duration::ZERO),
+    )
+}
+
+#[test]
+fn a_waiter_in_another_process_wakes_when_the_lock_is_released() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let guard = holder.try_lock("wake").unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let started = Instant::now();
+            let got = waiter.lock_with("wake", &slow_retries());
+            (got.map(|g| g.release().unwrap()), Instant::now(), started)
+        });
+        std::thread::sleep(HOLD);
+        let released_at = Instant::now();
+        guard.release().unwrap();
+        let (got, done, started) = waiting.join().unwrap();
+        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
+        assert!(done >= released_at, "granted before the release");
+        let waited = done - started;
+        assert!(
+            done - released_at < WOKEN_WITHIN,
+            "the waiter got the lock {:?} after the release ({waited:?} in all): it slept out \
+             its retry delay of {RETRY_DELAY:?} instead of being woken",
+            done - released_at,
+        );
+    });
+    assert!(holder.flush(Duration::from_secs(5)) && waiter.flush(Duration::from_secs(5)));
+    for server in servers.iter() {
+        let mut conn = connect(&server.url());
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+        assert!(keys.is_empty(), "keys left on {}", server.url());
+    }
+}
+
+/// Every server's subscribers to release notices, summed.
+fn subscribers(servers: &RedisServers) -> i64 {
+    servers
+        .iter()
+        .map(|server| {
+            let mut conn = connect(&server.url());
+            let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("quorum-lock:released:gone")
+                .query(&mut conn)
+                .unwrap();
+            match counts.get(1) {
+                Some(redis::Value::Int(n)) => *n,
+                other => panic!("PUBSUB NUMSUB: {other:?}"),
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn nothing_stays_subscribed_once_the_waiters_are_gone() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let guard = holder.try_lock("gone").unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.lock_with("gone", &slow_retries()).unwrap());
+        // The waiter listens on every node while it waits.
+        assert!(
+            support::wait_until(Duration::from_secs(5), || subscribers(&servers) == 3),
+            "the waiter does not listen on every node: {} subscribers",
+            subscribers(&servers)
+        );
+        guard.release().unwrap();
+        waiting.join().unwrap().release().unwrap();
+    });
+    assert!(
+        support::wait_until(Duration::from_secs(5), || subscribers(&servers) == 0),
+        "still subscribed with nobody waiting: {}",
+        subscribers(&servers)
+    );
+    assert_eq!(waiter.health().locks.woken, 1, "{}", waiter.health());
+}
+
+/// The fairness rule: a process that releases a lock others were waiting
+/// for does not take it again ahead of them.
+#[test]
+fn a_releaser_lets_the_processes_already_waiting_go_first() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let (first, other) = (manager(&urls), manager(&urls));
+    let guard = first.try_lock("fair").unwrap();
+    let (order_tx, order) = crossbeam_channel::unbounded();
+    std::thread::scope(|s| {
+        let order_tx2 = order_tx.clone();
+        let waiting = s.spawn(move || {
+            let guard = other.lock_with("fair", &slow_retries()).unwrap();
+            order_tx2.send("other").unwrap();
+            std::thread::sleep(HOLD);
+            guard.release().unwrap();
+            other
+        });
+        assert!(
+            support::wait_until(Duration::from_secs(5), || {
+                other_listens(&servers, "fair")
+            }),
+            "the other process never listened"
+        );
+        guard.release().unwrap();
+        // At once, as a loop would: without the rule this acquire, queued
+        // right behind the release, would beat the woken waiter.
+        let again = first.lock_with("fair", &slow_retries()).unwrap();
+        order_tx.send("first").unwrap();
+        again.release().unwrap();
+        let other = waiting.join().unwrap();
+        assert_eq!(other.health().locks.woken, 1, "{}", other.health());
+    });
+    assert_eq!(order.try_iter().collect::<Vec<_>>(), ["other", "first"]);
+    assert_eq!(first.health().locks.yielded, 1, "{}", first.health());
+    assert!(
+        first.health().locks.woken >= 1,
+        "the releaser waited for the other's release: {}",
+        first.health()
+    );
+}
+
+/// Whether someone listens for `key`'s release on every server.
+fn other_listens(servers: &RedisServers, key: &str) -> bool {
+    servers.iter().all(|server| {
+        let mut conn = connect(&server.url());
+        let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(format!("quorum-lock:released:{key}"))
+            .query(&mut conn)
+            .unwrap();
+        matches!(counts.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+    })
+}
+
+/// An ACL user with every command but no channel (`resetchannels`): its
+/// `SUBSCRIBE` is refused, and the release script's `PUBLISH` too.
+fn without_channels(servers: &RedisServers) -> Vec<String> {
+    servers
+        .iter()
+        .map(|server| {
+            let mut admin = connect(&server.url());
+            let _: () = redis::cmd("ACL")
+                .arg(&[
+                    "SETUSER",
+                    "locker",
+                    "on",
+                    ">locker-pw",
+                    "~*",
+                    "+@all",
+                    "resetchannels",
+                ])
+                .query(&mut admin)
+                .unwrap();
+            format!("redis://locker:locker-pw@127.0.0.1:{}/0", server.port())
+        })
+        .collect()
+}
+
+#[test]
+fn without_the_pubsub_rights_the_release_works_and_waiters_retry_on_their_timer() {
+    let servers = RedisServers::start(3);
+    let urls = without_channels(&servers);
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let retry = LockOptions::new().retry(
+        RetryPolicy::new()
+            .attempts(20)
+            .delay(Duration::from_millis(100))
+            .jitter(Duration::ZERO),
+    );
+    let guard = holder.try_lock("deaf").unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.lock_with("deaf", &retry));
+        std::thread::sleep(HOLD);
+        // The PUBLISH inside the release script is denied: the release
+        // still succeeds everywhere.
+        let report = guard.release().unwrap();
+        assert_eq!(report.granted(), 3, "{report}");
+        let got = waiting.join().unwrap();
+        got.unwrap_or_else(|e| panic!("the timer did not bring the waiter its lock: {e}"))
+            .release()
+            .unwrap();
+    });
+    let locks = waiter.health().locks;
+    assert_eq!(locks.woken, 0, "no notice can arrive here: {locks:?}");
+    assert!(locks.contended >= 2, "it retried on its timer: {locks:?}");
+    assert_eq!(holder.health().locks.yielded, 0);
+}
