@@ -45,14 +45,15 @@
 //!   pauses included (while the unfenced counter loses the updates its
 //!   paused writers overwrite).
 //! * Coverage is scheduled, not drawn: the run opens with the families
-//!   that share the one resource taking turns ([`OPENING`]: a plain
-//!   acquisition, whose hold stalls; an auto-extended hold the watchdog
-//!   extended; a manual-extend hold that called `extend`; a shared-manager
-//!   acquisition) while the others wait, then everybody competes; which
-//!   holds stall, pause, hold long, end by `drop`, check with `check()`,
-//!   auto-extend (shared managers) or ask a shorter TTL is round-robin per
-//!   client ([`every`]); the first fenced hold pauses. Only durations and
-//!   the fault schedule are random.
+//!   that share the one resource taking turns ([`OPENING`]): one
+//!   acquisition each of plain (its hold stalls), auto-extended,
+//!   manual-extend (every such hold calls `extend` first thing) and
+//!   shared-manager clients, while the others do not try; then everybody
+//!   competes. Which holds stall, pause, hold long, end by `drop`, check
+//!   with `check()`, auto-extend (shared managers; all of them until the
+//!   watchdog has extended some hold) or ask a shorter TTL is round-robin
+//!   per client ([`every`]); the first fenced hold pauses. Only durations
+//!   and the fault schedule are random.
 //! * Quarantine costs nothing per request: `INFO` runs once per connection.
 //!
 //! Each randomized run lasts [`DEFAULT_SECS`] seconds; set
@@ -172,12 +173,13 @@ const STALL_EVERY: u64 = 12;
 /// being asked for by the fault schedule.
 const LONG_HOLD_EVERY: u64 = 33;
 /// The opening of a randomized run: the families that lock [`RESOURCE`]
-/// with long-lived managers take turns in this order, each until its
-/// ingredient has been exercised once (a plain or shared-manager
-/// acquisition; an auto-extended hold the watchdog extended; a
-/// manual-extend hold that called `extend`), while the others wait. Then
+/// with long-lived managers take turns in this order, each until one of
+/// its clients has acquired the lock, while the others do not try. Then
 /// everybody competes. Coverage is thus scheduled, not left to who wins
-/// the lock: a family with one client can lose every race of a run.
+/// the lock: a family with one client can lose every race of a run. (A
+/// turn ends at the acquisition, not later: a holder that waited for its
+/// watchdog would be the only holder the fault schedule's majority
+/// restart can aim at, so the turn could last the whole run.)
 const OPENING: [Family; 4] = [
     Family::Plain,
     Family::AutoExtend,
@@ -873,6 +875,9 @@ struct Shared {
     opening: AtomicUsize,
     /// Set by the first fenced hold of the run (it pauses).
     fenced_opened: AtomicBool,
+    /// Set once a hold ended with an extension by the watchdog: until
+    /// then every shared-manager hold is auto-extended.
+    watchdog_seen: AtomicBool,
     counts: Counts,
 }
 
@@ -889,6 +894,7 @@ impl Shared {
             dropped_tokens: SHARED_GROUPS.iter().map(|_| Mutex::new(None)).collect(),
             opening: AtomicUsize::new(0),
             fenced_opened: AtomicBool::new(false),
+            watchdog_seen: AtomicBool::new(false),
             counts: Counts::default(),
         }
     }
@@ -901,9 +907,9 @@ impl Shared {
             .is_none_or(|turn| *turn == family)
     }
 
-    /// A client of `family` exercised its ingredient: if it was the
-    /// family's turn in the opening, the next family's turn begins.
-    /// Whether this call ended the turn.
+    /// A client of `family` acquired the lock: if it was the family's turn
+    /// in the opening, the next family's turn begins. Whether this call
+    /// ended the turn.
     fn exercised(&self, family: Family) -> bool {
         let Some(turn) = OPENING.iter().position(|f| *f == family) else {
             return false;
@@ -1131,9 +1137,12 @@ fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, see
                 },
             ),
             Family::SharedManager => {
-                let auto = every(holds, 10, id);
+                // Every tenth hold auto-extends, and every one until the
+                // watchdog has extended some hold of the run.
+                let auto = every(holds, 10, id) || !shared.watchdog_seen.load(Ordering::SeqCst);
                 let length = if auto {
-                    rng.millis(TTL_MS / 3, 3 * TTL_MS / 2)
+                    // Longer than a third of the TTL: the watchdog extends.
+                    rng.millis(TTL_MS / 2, 3 * TTL_MS / 2)
                 } else {
                     rng.millis(1, 20)
                 };
@@ -1155,9 +1164,7 @@ fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, see
             continue;
         };
         let mut plan = plan;
-        if matches!(spec.family, Family::Plain | Family::SharedManager)
-            && shared.exercised(spec.family)
-        {
+        if shared.exercised(spec.family) {
             // The plain hold that opens the run stalls: every run has a
             // late writer, and the others compete meanwhile.
             plan.stall |= spec.family == Family::Plain;
@@ -1397,7 +1404,9 @@ fn hold(
     // Manual extends asked (the round-robin turn of their TTLs).
     let mut manual_asked = 0u64;
     let mut stalled = false;
-    let mut next_extend = start + rng.millis(10, 100);
+    // A manual-extend hold extends first thing (every such hold calls
+    // `extend`), then every 10-250 ms.
+    let mut next_extend = start;
     loop {
         if plan.manual_extends && Instant::now() >= next_extend {
             let ttl = manual_ttl(plan.turn + manual_asked);
@@ -1469,15 +1478,8 @@ fn hold(
             Ordering::Relaxed,
         );
     }
-    // In the opening, the extending families' turn ends once their
-    // ingredient was exercised (else they try again).
-    let exercised = match plan.family {
-        Family::AutoExtend => extensions > manual_ok,
-        Family::ManualExtend => manual_asked > 0,
-        _ => false,
-    };
-    if exercised {
-        shared.exercised(plan.family);
+    if extensions > manual_ok {
+        shared.watchdog_seen.store(true, Ordering::SeqCst);
     }
     shared.windows.lock().unwrap().push(Window {
         client: id,
@@ -2228,8 +2230,9 @@ fn randomized_faults_with_quarantine_never_overlap() {
     // The run meant something: enough acquisitions, and every ingredient
     // was exercised (a family that never got the lock, or extends that
     // never happened, would make the zeros above hollow). The opening
-    // schedules each family's ingredient; these only fail when the run was
-    // too short (or too faulty) for the opening to finish.
+    // schedules an acquisition of each family, and a manual-extend hold
+    // extends at once: these fail only when the run was too short (or too
+    // faulty) for the opening to finish.
     assert!(
         figures.acquisitions() >= 10,
         "too few acquisitions to mean anything: {figures:?}"
@@ -2237,7 +2240,7 @@ fn randomized_faults_with_quarantine_never_overlap() {
     assert_eq!(
         figures.opening_turns,
         OPENING.len(),
-        "the opening did not finish: the {} family never exercised its ingredient. {figures:?}",
+        "the opening did not finish: no {} client got the lock. {figures:?}",
         OPENING.get(figures.opening_turns).map_or("?", |f| f.name())
     );
     for family in OPENING {
