@@ -77,14 +77,13 @@ impl LockManager {
     /// `resource` from this manager and waits for it again gets
     /// [`Error::Deadlock`] at once, rather than waiting for itself
     /// ([`try_lock`](Self::try_lock), which does not wait, reports it as
-    /// [`Error::Contended`], as `Mutex::try_lock` does). A guard
-    /// counts for the thread that took it, even if moved elsewhere; one
-    /// whose validity ran out, or that is lost, holds nothing to wait for
-    /// and does not count). A
-    /// reentrant lock would need a count shared by guards that can each
-    /// be released, extended or lost on their own, and would let an inner
-    /// guard's release free the lock under the outer one. Another thread of
-    /// the same manager simply waits its turn.
+    /// [`Error::Contended`], as `Mutex::try_lock` does). A guard counts
+    /// for the thread that took it, even if moved elsewhere; one whose
+    /// validity ran out, or that is lost, holds nothing to wait for and
+    /// does not count. A reentrant lock would need a count shared by guards
+    /// that can each be released, extended or lost on their own, and would
+    /// let an inner guard's release free the lock under the outer one.
+    /// Another thread of the same manager simply waits its turn.
     ///
     /// # Errors
     ///
