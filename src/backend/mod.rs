@@ -237,6 +237,20 @@ pub trait Backend: Send + Sync + 'static {
     fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
         None
     }
+
+    /// How many times this backend *knows* its server came back after
+    /// being unreachable (a fault-injection handle that brought it up, as
+    /// [`MemoryBackend::set_down(false)`](crate::MemoryBackend::set_down)
+    /// does); 0 when it cannot tell (the default, and Redis).
+    ///
+    /// The engine skips a node it marked down and probes it in the
+    /// background (after 50 ms, then backing off to 2 s). When this count
+    /// changes, the next round probes the node first instead and, if it
+    /// answers, uses it at once: test doubles then take effect on the next
+    /// round, without sleeping.
+    fn recoveries(&self) -> u64 {
+        0
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Arc<B> {
@@ -284,6 +298,9 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
     fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
         (**self).release_listener()
+    }
+    fn recoveries(&self) -> u64 {
+        (**self).recoveries()
     }
 }
 

@@ -18,7 +18,7 @@ mod waiters;
 mod worker;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
@@ -69,9 +69,29 @@ struct Node {
     jobs: Sender<Job>,
     health: Arc<Vitals>,
     exec: Arc<NodeExec>,
+    /// The backend, for its recovery count only (the node's thread owns
+    /// every call to it).
+    backend: Arc<dyn Backend>,
+    /// The backend's recovery count last acted on.
+    recoveries_seen: AtomicU64,
 }
 
 impl Node {
+    /// Whether the node is marked down and stays skipped this round: a
+    /// backend that reports a recovery since the last look gets a probe
+    /// queued before this round's operation, which then goes to it.
+    fn skipped_as_down(&self) -> bool {
+        if !self.health.is_down() {
+            return false;
+        }
+        let recoveries = self.backend.recoveries();
+        let seen = self.recoveries_seen.swap(recoveries, Ordering::SeqCst);
+        if recoveries == seen {
+            return true;
+        }
+        self.enqueue(Job::ProbeNow).is_err()
+    }
+
     fn enqueue(&self, job: Job) -> Result<(), Refused> {
         self.exec.enqueue(&self.jobs, job)
     }
@@ -183,6 +203,8 @@ impl Engine {
         let mut nodes = Vec::with_capacity(backends.len());
         for (index, backend) in backends.into_iter().enumerate() {
             let name = backend.describe();
+            let recoveries_seen = AtomicU64::new(backend.recoveries());
+            let handle = Arc::clone(&backend);
             let (jobs, queue) = unbounded();
             let health = Arc::new(Vitals::default());
             let exec = worker::spawn(
@@ -201,6 +223,8 @@ impl Engine {
                 jobs,
                 health,
                 exec,
+                backend: handle,
+                recoveries_seen,
             });
         }
         *shared.peers.lock() = nodes
@@ -280,7 +304,7 @@ impl Engine {
             if Some(slot) == own {
                 continue;
             }
-            let down = node.health.is_down();
+            let down = node.skipped_as_down();
             // A down node is skipped at no cost, but still gets the release
             // (an earlier acquire may have landed), parked until it is
             // back; nobody waits for its answer.

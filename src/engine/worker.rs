@@ -72,6 +72,9 @@ pub(crate) enum Job {
     /// The watched keys changed: subscribe for them before running any
     /// job queued after this one, then answer (like a barrier).
     Listen(Sender<()>),
+    /// Probe the node now if it is marked down (its backend reported a
+    /// recovery): the operations queued after it then go to the node.
+    ProbeNow,
 }
 
 /// One node's executor: its state behind a lock, and the count of jobs
@@ -310,9 +313,12 @@ impl Worker {
     fn run_batch(&mut self, batch: &mut Vec<Job>) {
         let mut start = 0;
         for i in 0..batch.len() {
-            if let Job::Barrier(_) | Job::Listen(_) = batch[i] {
+            if let Job::Barrier(_) | Job::Listen(_) | Job::ProbeNow = batch[i] {
                 self.run_ops(&batch[start..i]);
                 start = i + 1;
+                if matches!(batch[i], Job::ProbeNow) && self.probe_at.is_some() {
+                    self.probe();
+                }
             }
         }
         self.run_ops(&batch[start..]);

@@ -85,6 +85,8 @@ struct Inner {
     unpaused: Condvar,
     round_trips: AtomicU64,
     operations: AtomicU64,
+    /// Times `set_down(false)` brought the node back up.
+    recoveries: AtomicU64,
 }
 
 impl MemoryBackend {
@@ -122,15 +124,22 @@ impl MemoryBackend {
                 }),
                 unpaused: Condvar::new(),
                 round_trips: AtomicU64::new(0),
+                recoveries: AtomicU64::new(0),
                 operations: AtomicU64::new(0),
             }),
         }
     }
 
     /// Takes the node down (every call fails as unreachable, nothing is
-    /// applied) or brings it back up with its keys intact.
+    /// applied) or brings it back up with its keys intact. A manager that
+    /// marked the node down uses it again from its next round.
     pub fn set_down(&self, down: bool) {
-        self.inner.state.lock().down = down;
+        let was_down = std::mem::replace(&mut self.inner.state.lock().down, down);
+        if was_down && !down {
+            // Managers that marked the node down use it again on their
+            // next round (see `Backend::recoveries`).
+            self.inner.recoveries.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// Announces releases to the managers waiting for them (the default),
@@ -389,6 +398,10 @@ impl Backend for MemoryBackend {
             fence,
         };
         self.apply_bool(&op)
+    }
+
+    fn recoveries(&self) -> u64 {
+        self.inner.recoveries.load(Ordering::SeqCst)
     }
 
     fn describe(&self) -> String {
