@@ -390,3 +390,43 @@ fn a_node_marked_down_by_a_direct_run_is_probed_back() {
     });
     assert!(back, "the node was never probed back up");
 }
+
+/// A failed attempt releases on every node its acquire reached, including
+/// the node the caller ran itself whose answer timed out (the acquire may
+/// have been applied): every node here applies the acquire and loses the
+/// reply, the attempt fails, and no key may stay. (The node run directly
+/// was once counted as "never reached" when its run failed, and kept its
+/// key for the TTL.)
+#[test]
+fn a_failed_attempt_releases_on_the_node_the_caller_ran_itself() {
+    let nodes: Vec<MemoryBackend> = (0..3)
+        .map(|i| MemoryBackend::new(format!("mem-{i}")))
+        .collect();
+    let faces: Vec<Face> = nodes
+        .iter()
+        .map(|n| Face::bounded(n.clone(), Duration::from_millis(500)))
+        .collect();
+    let locks = LockManager::builder()
+        .nodes(faces)
+        .quorum(3)
+        .ttl(TTL)
+        .node_timeout(Duration::from_millis(500))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    for round in 0..5 {
+        for node in &nodes {
+            node.lose_replies_next(1);
+        }
+        let err = locks.try_lock(format!("lost-{round}")).unwrap_err();
+        assert!(!err.is_contended(), "{err}");
+        assert!(locks.flush(Duration::from_secs(10)));
+        for node in &nodes {
+            assert_eq!(
+                node.key_count(),
+                0,
+                "round {round}: {node:?} kept a key: {err}"
+            );
+        }
+    }
+}

@@ -296,6 +296,11 @@ impl Engine {
         let deadline = Instant::now().checked_add(wait);
         let (reply, answers) = crossbeam_channel::bounded(n);
         let mut outcomes: Vec<Option<Vote>> = vec![None; n];
+        // Per node: whether the operation went there (queued, or run by
+        // this caller, whatever its outcome: a timed-out run may have been
+        // applied). Only a node skipped as down or refusing the job never
+        // got it.
+        let mut queued = vec![true; n];
         let own = match direct {
             Direct::FastestNode => self.fastest_node(wait),
             Direct::Never => None,
@@ -310,10 +315,14 @@ impl Engine {
             // back; nobody waits for its answer.
             if down && (req.op != Action::Release || node.park_release(req)) {
                 outcomes[slot] = Some((NodeOutcome::Down, None));
+                queued[slot] = false;
                 continue;
             }
             outcomes[slot] = match node.send(req, (!down).then(|| (reply.clone(), slot))) {
-                Err(refused) => Some((not_queued(refused), None)),
+                Err(refused) => {
+                    queued[slot] = false;
+                    Some((not_queued(refused), None))
+                }
                 Ok(()) if down => Some((NodeOutcome::Down, None)),
                 Ok(()) => None,
             };
@@ -333,13 +342,12 @@ impl Engine {
                 None => node
                     .send(req, Some((reply.clone(), slot)))
                     .err()
-                    .map(|refused| (not_queued(refused), None)),
+                    .map(|refused| {
+                        queued[slot] = false;
+                        (not_queued(refused), None)
+                    }),
             };
         }
-        let queued = outcomes
-            .iter()
-            .map(|o| !matches!(o, Some((NodeOutcome::Down | NodeOutcome::Failed(_), _))))
-            .collect();
         Pending {
             outcomes,
             answers,
