@@ -14,6 +14,7 @@ mod notices;
 pub(crate) mod redis;
 
 pub use self::error::{BackendError, BackendErrorKind};
+#[cfg(feature = "redis")]
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::ReleaseListener;
 

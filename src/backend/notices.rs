@@ -14,6 +14,7 @@ use super::BackendError;
 /// The channel (Redis: pub/sub channel) a release of `key` is announced
 /// on: this prefix followed by the key bytes as stored on the server (the
 /// manager's prefix included).
+#[cfg(feature = "redis")]
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorum-lock:released:";
 
 /// One subscriber to a server's release notices, owned by one node thread
