@@ -1,0 +1,93 @@
+//! The engine's own tests: the node queue's bound and what it never
+//! refuses (releases).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::backend::memory::MemoryBackend;
+use crate::clock::MonotonicClock;
+use crate::engine::*;
+
+fn settings(wait: Duration) -> Settings {
+    Settings {
+        quorum: 1,
+        quarantine: None,
+        max_ttl: wait,
+        drain_wait: wait,
+        clock: Arc::new(MonotonicClock),
+        fence_counters: b"{quorum-lock}:fences".to_vec(),
+        accept_eviction: false,
+    }
+}
+
+/// Issue 10, item 8: a node that does not keep up does not grow its
+/// queue without bound; it refuses, and says why.
+#[test]
+fn a_stalled_node_refuses_past_the_queue_bound() {
+    let node = MemoryBackend::new("slow");
+    node.pause();
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
+    let wait = Duration::from_millis(50);
+    let engine = Engine::start(backends, settings(wait)).unwrap();
+    let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+    let token = Token::random().unwrap();
+    // One job is taken by the (paused) node thread, the rest wait.
+    for _ in 0..=MAX_QUEUED {
+        engine.release_detached(&key, token);
+    }
+    let acquire = Request {
+        op: Action::Acquire,
+        key: &key,
+        token,
+        ttl: Duration::from_secs(1),
+    };
+    let outcomes = engine.round(&acquire, Gather::All, wait, Direct::Never);
+    let NodeOutcome::Failed(e) = &outcomes[0] else {
+        panic!("expected a refusal, got {:?}", outcomes[0]);
+    };
+    assert!(e.message().contains("already waiting"), "{e}");
+    node.resume();
+    assert!(engine.flush(Duration::from_secs(30)));
+}
+
+/// Issue 17, hole 7. A full queue refused the release of an acquire
+/// queued before it: the stalled node later applied the acquire and
+/// kept the key for its TTL. A release is never refused while the
+/// acquire it undoes may still run.
+#[test]
+fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
+    let node = MemoryBackend::new("slow");
+    node.pause();
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
+    let wait = Duration::from_millis(50);
+    let engine = Engine::start(backends, settings(wait)).unwrap();
+    let (key, filler): (Arc<[u8]>, Arc<[u8]>) = (Arc::from(&b"k"[..]), Arc::from(&b"f"[..]));
+    let token = Token::random().unwrap();
+    let acquire = |key| Request {
+        op: Action::Acquire,
+        key,
+        token,
+        ttl: Duration::from_secs(60),
+    };
+    drop(engine.scatter(&acquire(&key), wait, Direct::Never));
+    // Fill the queue behind it until the node refuses.
+    let mut full = false;
+    for _ in 0..=MAX_QUEUED + 1 {
+        let outcomes = engine
+            .scatter(&acquire(&filler), Duration::ZERO, Direct::Never)
+            .gather(Gather::All);
+        if matches!(&outcomes[0], NodeOutcome::Failed(e) if e.message().contains("already waiting"))
+        {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the queue never filled");
+    engine.release_detached(&key, token);
+    node.resume();
+    assert!(engine.flush(Duration::from_secs(60)));
+    assert_eq!(
+        node.holder(b"k"),
+        None,
+        "the release was dropped: the queued acquire's key stays for its TTL"
+    );
+}
