@@ -85,7 +85,7 @@ echo "==> cargo doc --no-deps"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 
 echo "==> the real-server tests again, on Valkey ($VALKEY_SERVER)"
-# The same targets with QUORUM_LOCK_SERVER=valkey (tests/support starts
+# The same targets with QUORUM_LOCK_SERVER=valkey (testkit starts
 # valkey-server instead of redis-server; the TLS test stays on Redis).
 export QUORUM_LOCK_SERVER=valkey
 export PATH="$(dirname "$VALKEY_SERVER"):$PATH"

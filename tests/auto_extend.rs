@@ -3,12 +3,10 @@
 //! nothing is extended after a release.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use quorum_lock::{LockManager, LockOptions, RetryPolicy};
-use support::RedisServers;
+use testkit::RedisServers;
 
 const TTL: Duration = Duration::from_millis(600);
 const KEY: &[u8] = b"auto-extend";
@@ -33,7 +31,7 @@ fn auto() -> LockOptions {
 
 /// `EVALSHA` calls the server has run so far (the extend and release
 /// scripts).
-fn script_calls(server: &support::RedisServer) -> u64 {
+fn script_calls(server: &testkit::RedisServer) -> u64 {
     let info: String = server.cmd(redis::cmd("INFO").arg("commandstats"));
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))

@@ -5,14 +5,12 @@
 //! selected and the servers' URLs in its environment.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::process::Command;
 use std::time::Duration;
 
 use quorum_lock::{LockManager, RetryPolicy};
-use support::RedisServers;
-use support::proxy::Proxy;
+use testkit::RedisServers;
+use testkit::proxy::Proxy;
 
 const CHILD_ENV: &str = "QUORUM_LOCK_EXIT_TEST_NODES";
 

@@ -4,12 +4,10 @@
 //! with no expiry, and cost plain locks nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::time::Duration;
 
 use quorum_lock::{LockManager, LockOptions, RetryPolicy};
-use support::{RedisServer, RedisServers, wait_until};
+use testkit::{RedisServer, RedisServers, wait_until};
 
 /// Where every node keeps its fence counters: one hash, a field per lock.
 const COUNTERS: &[u8] = b"{quorum-lock}:fences";

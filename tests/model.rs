@@ -29,6 +29,7 @@ use quorum_lock::{
     Clock, LockGuard, LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy,
     UptimeReport,
 };
+use testkit::Rng;
 
 /// The cluster and timing a run uses.
 #[derive(Debug, Clone, Copy)]
@@ -74,18 +75,6 @@ const HAND_OVER_EVERY: usize = 10;
 /// keys under memory pressure).
 const EVICTING: [&str; 3] = ["volatile-lru", "allkeys-lru", "volatile-ttl"];
 
-/// A small deterministic generator (xorshift64*), so a failing seed replays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 /// The draws a run takes: from the generator (and recorded), or replayed
 /// from a recording, so a failing run can be shrunk and replayed.
 struct Draws {
@@ -97,7 +86,7 @@ struct Draws {
 impl Draws {
     fn random(seed: u64) -> Self {
         Self {
-            rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
+            rng: Rng::new(seed),
             replay: None,
             recorded: Vec::new(),
         }
@@ -106,7 +95,8 @@ impl Draws {
     /// Replays `draws` (then zeros, when a shrunk schedule asks for more).
     fn replaying(draws: Vec<u64>) -> Self {
         Self {
-            rng: Rng(1),
+            // Not drawn from while replaying.
+            rng: Rng::new(0),
             replay: Some(draws.into_iter()),
             recorded: Vec::new(),
         }
@@ -115,7 +105,7 @@ impl Draws {
     fn below(&mut self, n: usize) -> usize {
         let value = match &mut self.replay {
             Some(draws) => draws.next().unwrap_or(0),
-            None => self.rng.next(),
+            None => self.rng.next_u64(),
         };
         self.recorded.push(value);
         (value % n as u64) as usize

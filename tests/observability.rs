@@ -6,15 +6,13 @@
 //! nodes (tests run in parallel).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use quorum_lock::{LockManager, ManualClock, MemoryBackend, NodeState, RetryPolicy};
-use support::faces::Face;
-use support::wait_until;
+use testkit::faces::Face;
+use testkit::wait_until;
 
 /// Every event logged in this test binary.
 struct Capture(Mutex<Vec<(Level, String)>>);
@@ -209,7 +207,7 @@ fn url_port(locks: &LockManager) -> String {
 #[test]
 fn no_password_in_events() {
     capture();
-    let url = format!("redis://:obs-hunter2@127.0.0.1:{}", support::free_port());
+    let url = format!("redis://:obs-hunter2@127.0.0.1:{}", testkit::free_port());
     let locks = LockManager::builder()
         .redis_nodes([url])
         .unwrap()

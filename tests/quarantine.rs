@@ -2,13 +2,11 @@
 //! an injected clock (the real-Redis scenario is in `tests/torture.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use quorum_lock::{Error, LockManager, ManualClock, MemoryBackend, NodeOutcome, RetryPolicy};
-use support::faces::Face;
+use testkit::faces::Face;
 
 const TTL: Duration = Duration::from_secs(5);
 const MAX_TTL: Duration = Duration::from_secs(10);

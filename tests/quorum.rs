@@ -2,12 +2,10 @@
 //! for N = 1..=7, and the cleanup of failed rounds.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::time::Duration;
 
 use quorum_lock::{Backend, Error, LockManager, MemoryBackend, NodeOutcome, RetryPolicy};
-use support::faces::Face;
+use testkit::faces::Face;
 
 const TTL: Duration = Duration::from_secs(10);
 const RESOURCE: &[u8] = b"quorum-test";

@@ -5,14 +5,12 @@
 //! (a right the crate needs, a token the server refuses) breaks this test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::time::Duration;
 
 use quorum_lock::{
     Backend, Error, LockGuard, LockManager, LockOptions, NodeOutcome, RedisBackend, RetryPolicy,
 };
-use support::{RedisServer, RedisServers, wait_until};
+use testkit::{RedisServer, RedisServers, wait_until};
 
 /// The documentation the line is read from (compiled in, so an edit of
 /// the docs rebuilds the test).

@@ -2,16 +2,14 @@
 // Tests fail by panicking; unwrap/expect/panic are how they report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::thread;
 use std::time::{Duration, Instant};
 
 use quorum_lock::RedisBackend;
 use quorum_lock::{Backend, BackendError, BackendErrorKind, Op, Reply};
 
-use support::proxy::Proxy;
-use support::{RedisServer, RedisServers, connect, free_port, wait_until};
+use testkit::proxy::Proxy;
+use testkit::{RedisServer, RedisServers, connect, free_port, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const TTL: Duration = Duration::from_secs(10);

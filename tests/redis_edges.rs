@@ -4,12 +4,10 @@
 //! broke safety (or locked a resource for ever) before its fix (issue 17).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::time::Duration;
 
 use quorum_lock::{Backend, LockManager, NodeState, Op, RedisBackend, RetryPolicy};
-use support::{RedisServer, wait_until};
+use testkit::{RedisServer, wait_until};
 
 const TTL: Duration = Duration::from_secs(5);
 

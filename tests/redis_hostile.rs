@@ -7,15 +7,13 @@
 // Tests fail by panicking; unwrap/expect/panic are how they report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use quorum_lock::RedisBackend;
 use quorum_lock::{Backend, BackendError, BackendErrorKind, LockManager, Op};
 
-use support::fake_server::{Behavior, FakeServer};
-use support::{RedisServers, free_port};
+use testkit::fake_server::{Behavior, FakeServer};
+use testkit::{RedisServers, free_port};
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Generous: 10x the node timeout.

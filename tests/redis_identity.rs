@@ -5,8 +5,6 @@
 // Tests fail by panicking; unwrap/expect/panic are how they report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -15,8 +13,8 @@ use std::time::Duration;
 use quorum_lock::RedisBackend;
 use quorum_lock::{Backend, LockManager, Op, Reply};
 
-use support::RedisServer;
-use support::proxy::Proxy;
+use testkit::RedisServer;
+use testkit::proxy::Proxy;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const TTL: Duration = Duration::from_secs(30);

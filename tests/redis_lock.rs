@@ -5,8 +5,6 @@
 //! Every test ends by checking that no lock key is left on any node.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use quorum_lock::{
@@ -14,7 +12,7 @@ use quorum_lock::{
     Report, RetryPolicy,
 };
 
-use support::{RedisServer, RedisServers, connect, free_port, wait_until};
+use testkit::{RedisServer, RedisServers, connect, free_port, wait_until};
 
 /// Default TTL of the managers here.
 const TTL: Duration = Duration::from_secs(10);

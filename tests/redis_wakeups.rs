@@ -8,13 +8,11 @@
 //! wake-up only has to come well before it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use quorum_lock::{LockManager, LockOptions, RetryPolicy};
 
-use support::{RedisServers, connect};
+use testkit::{RedisServers, connect};
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous for a loaded 2-core machine.
@@ -113,7 +111,7 @@ fn nothing_stays_subscribed_once_the_waiters_are_gone() {
         let waiting = s.spawn(|| waiter.lock_with("gone", &slow_retries()).unwrap());
         // The waiter listens on every node while it waits.
         assert!(
-            support::wait_until(Duration::from_secs(5), || subscribers(&servers) == 3),
+            testkit::wait_until(Duration::from_secs(5), || subscribers(&servers) == 3),
             "the waiter does not listen on every node: {} subscribers",
             subscribers(&servers)
         );
@@ -121,7 +119,7 @@ fn nothing_stays_subscribed_once_the_waiters_are_gone() {
         waiting.join().unwrap().release().unwrap();
     });
     assert!(
-        support::wait_until(Duration::from_secs(5), || subscribers(&servers) == 0),
+        testkit::wait_until(Duration::from_secs(5), || subscribers(&servers) == 0),
         "still subscribed with nobody waiting: {}",
         subscribers(&servers)
     );
@@ -147,7 +145,7 @@ fn a_releaser_lets_the_processes_already_waiting_go_first() {
             other
         });
         assert!(
-            support::wait_until(Duration::from_secs(5), || {
+            testkit::wait_until(Duration::from_secs(5), || {
                 other_listens(&servers, "fair")
             }),
             "the other process never listened"

@@ -5,15 +5,13 @@
 //! they need the watchdog's two-step extend.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use quorum_lock::{
     Backend, LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy, UptimeReport,
 };
-use support::faces::Face;
+use testkit::faces::Face;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -177,7 +175,7 @@ fn a_release_that_failed_for_any_reason_is_retried() {
     drop(guard);
     assert!(locks.flush(Duration::from_secs(5)));
     assert!(
-        support::wait_until(Duration::from_secs(3), || nodes[0].holder(b"r").is_none()),
+        testkit::wait_until(Duration::from_secs(3), || nodes[0].holder(b"r").is_none()),
         "the release that failed once was dropped: the key stays for its TTL ({:?} left)",
         nodes[0].remaining_ttl(b"r")
     );
@@ -210,7 +208,7 @@ fn a_fenced_waiter_is_never_handed_a_plain_lock() {
             })
         };
         assert!(
-            support::wait_until(Duration::from_secs(30), || locks.local_waiters("r") == 1),
+            testkit::wait_until(Duration::from_secs(30), || locks.local_waiters("r") == 1),
             "the waiter never queued"
         );
         let held_token = *held.token();
@@ -266,7 +264,7 @@ fn the_local_line_does_not_wait_behind_an_expired_lease() {
     };
     let (b, b_got) = spawn_waiter(&locks);
     let in_line = || locks.local_waiters("r") == 1;
-    assert!(support::wait_until(Duration::from_secs(30), in_line));
+    assert!(testkit::wait_until(Duration::from_secs(30), in_line));
     clock.advance(ttl + 100 * MS); // the stuck holder's lease is over
     assert!(!stuck.is_valid());
     let b_token = b_got
@@ -281,7 +279,7 @@ fn the_local_line_does_not_wait_behind_an_expired_lease() {
     assert!(b_guard.is_valid(), "B's lock survives the stale drop");
     let (c, c_got) = spawn_waiter(&locks);
     assert!(
-        support::wait_until(Duration::from_secs(30), in_line),
+        testkit::wait_until(Duration::from_secs(30), in_line),
         "C waits in line behind B"
     );
     assert!(c_got.try_recv().is_err(), "C got the lock while B holds it");
@@ -316,14 +314,14 @@ fn the_local_line_does_not_wait_behind_a_lost_lease() {
             guard.map(drop)
         })
     };
-    assert!(support::wait_until(Duration::from_secs(30), || {
+    assert!(testkit::wait_until(Duration::from_secs(30), || {
         locks.local_waiters("r") == 1
     }));
     nodes[0].fail_next(1);
     nodes[1].fail_next(1);
     assert!(holder.extend(ttl).unwrap_err().is_lost());
     assert!(
-        support::wait_until(Duration::from_secs(5), || locks.local_waiters("r") == 0),
+        testkit::wait_until(Duration::from_secs(5), || locks.local_waiters("r") == 0),
         "the waiter was still in line 5 s after the holder's lease was lost"
     );
     // The keys are still there (a lost lock may be held): the waiter gets
@@ -431,7 +429,7 @@ fn auto_extension_follows_the_injected_clock() {
     let lost = guard.lost_signal();
     clock.advance(Duration::from_secs(11));
     assert!(
-        support::wait_until(Duration::from_secs(5), || guard.extensions() >= 1),
+        testkit::wait_until(Duration::from_secs(5), || guard.extensions() >= 1),
         "no extend 5 s after the clock passed the first one's due time"
     );
     assert!(guard.is_valid());

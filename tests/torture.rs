@@ -69,8 +69,6 @@
     clippy::print_stderr
 )] // tests fail by panicking and print their figures
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -79,8 +77,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use quorum_lock::{LockGuard, LockManager, LockOptions, NodeOutcome, RetryPolicy};
 
-use support::RedisServers;
-use support::proxy::Proxy;
+use testkit::proxy::Proxy;
+use testkit::{RedisServers, Rng};
 
 /// Nodes in every scenario.
 const NODES: usize = 5;
@@ -256,7 +254,7 @@ fn deadline_upper_bound(guard: &LockGuard) -> Instant {
     Instant::now() + validity
 }
 
-fn token_on(server: &support::RedisServer) -> Option<Vec<u8>> {
+fn token_on(server: &testkit::RedisServer) -> Option<Vec<u8>> {
     server.get(RESOURCE.as_bytes())
 }
 
@@ -498,33 +496,6 @@ fn quarantine_reads_info_once_per_connection_not_per_request() {
 // ---------------------------------------------------------------------------
 // Randomized runs
 // ---------------------------------------------------------------------------
-
-/// splitmix64: small, seedable, good enough to pick faults.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// Uniform in `lo..=hi` milliseconds.
-    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.below(hi - lo + 1))
-    }
-}
 
 /// Round-robin choice: true on every `period`-th turn, the first time at
 /// turn `period - 1 - offset % period` (clients with different offsets do
@@ -778,7 +749,7 @@ struct Register {
 impl Register {
     fn connect(url: &str) -> Self {
         Self {
-            conn: support::connect(url),
+            conn: testkit::connect(url),
         }
     }
 
@@ -1064,18 +1035,9 @@ fn nap(shared: &Shared, d: Duration) {
 }
 
 /// Polls `done` every 2 ms until it holds (returns true), `limit` has
-/// passed or the run stops (returns what `done` says then).
-fn wait_until(shared: &Shared, limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() >= end || shared.stopping() {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(2));
-    }
+/// passed or the run stops (false).
+fn wait_until(shared: &Shared, limit: Duration, done: impl FnMut() -> bool) -> bool {
+    testkit::wait_until_with(limit, Duration::from_millis(2), || shared.stopping(), done)
 }
 
 /// Locks with the family's options; counts failures.
@@ -1545,7 +1507,7 @@ impl Drop for StopOnDrop<'_> {
 
 /// The servers' current pids, for the hang detector.
 fn record_pids(servers: &RedisServers, pids: &Mutex<Vec<u32>>) {
-    *pids.lock().unwrap() = servers.iter().map(support::RedisServer::pid).collect();
+    *pids.lock().unwrap() = servers.iter().map(testkit::RedisServer::pid).collect();
 }
 
 /// Kills the servers (by pid) and exits the process if the run has not
@@ -1981,7 +1943,7 @@ fn torture(quarantine: bool) -> Figures {
     );
     let mut servers = RedisServers::start(NODES);
     // The fenced register: its own server, never faulted.
-    let register = support::RedisServer::start();
+    let register = testkit::RedisServer::start();
     let register_url = register.url();
     let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();

@@ -35,12 +35,9 @@ fn ops(nodes: &[MemoryBackend]) -> u64 {
 }
 
 /// Waits (bounded) until `f` holds.
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let until = Instant::now() + LONG;
-    while !f() {
-        assert!(Instant::now() < until, "timed out waiting until {what}");
-        std::thread::sleep(MS);
-    }
+fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    let held = testkit::wait_until_with(LONG, MS, || false, f);
+    assert!(held, "timed out waiting until {what}");
 }
 
 #[test]

@@ -3,13 +3,10 @@
 //! forwarding), status, doctor, and bad arguments.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{RedisServers, wait_until};
+use testkit::{RedisServers, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");
 /// Generous bound for a child that must end by itself (a hang detector, not

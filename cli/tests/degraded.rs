@@ -3,15 +3,12 @@
 //! server under two names, and both word a failure the same way.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 mod common;
 
 use std::process::Command;
 
 use common::{BIN, code, output, stderr, stdout, tool_on};
-use support::{RedisServer, RedisServers};
+use testkit::{RedisServer, RedisServers};
 
 #[test]
 fn a_run_without_a_node_names_it_unless_quiet() {

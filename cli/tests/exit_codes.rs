@@ -3,15 +3,12 @@
 //! elsewhere, the command's own status, 128+N after signal N.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 mod common;
 
 use std::process::Command;
 
 use common::{BIN, code, output, stderr, stdout, tool, tool_on};
-use support::{RedisServers, free_port};
+use testkit::{RedisServers, free_port};
 
 #[test]
 fn usage_errors_exit_64() {

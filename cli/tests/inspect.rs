@@ -1,15 +1,12 @@
 //! `status` and the JSON for scripts (issue 19, items 7 and 8).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 mod common;
 
 use std::process::Command;
 
 use common::{BIN, code, output, stdout, tool};
-use support::RedisServers;
+use testkit::RedisServers;
 
 #[test]
 fn status_is_unknown_without_a_quorum_of_answers_and_split_when_they_disagree() {

@@ -2,9 +2,6 @@
 //! before anyone else can hold the lock (issue 19, items 1 and 2).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 mod common;
 
 use std::process::Stdio;
@@ -13,7 +10,7 @@ use common::{
     HANG, Leftover, code, free_everywhere, held_everywhere, output, read_pid, running, stdout,
     tool, wait_output,
 };
-use support::{RedisServers, TempDir, wait_until};
+use testkit::{RedisServers, TempDir, wait_until};
 
 /// `--ttl 3s` and the default `--kill-after 10s`; the servers stall, the
 /// extend fails, and the command takes 8 s to clean up after SIGTERM. A

@@ -2,15 +2,12 @@
 //! item 3).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{code, held_everywhere, lines, output, stderr, tool};
-use support::{RedisServers, TempDir};
+use testkit::{RedisServers, TempDir};
 
 /// Cron on two machines, B a little after A, and a job shorter than the
 /// skew: without `--min-hold` both run it; with it, B finds it held.

@@ -3,9 +3,6 @@
 //! a command that ignores SIGTERM is killed after `--kill-after`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 mod common;
 
 use std::os::unix::process::CommandExt;
@@ -14,7 +11,7 @@ use std::path::Path;
 use common::{
     HANG, Leftover, free_everywhere, held_everywhere, lines, read_pid, send, tool, wait_for,
 };
-use support::{RedisServers, TempDir, wait_until};
+use testkit::{RedisServers, TempDir, wait_until};
 
 /// A command that writes its pid, notes every SIGINT it gets in `log`,
 /// and exits 3 on SIGTERM (after noting it too). Perl (essential on
@@ -149,7 +146,7 @@ fn a_signal_while_waiting_for_the_lock_ends_the_wait_at_once() {
     .unwrap();
     // The tool is waiting once it has tried: a second SET (after the one
     // above) reached a server.
-    let tried = |s: &support::RedisServer| {
+    let tried = |s: &testkit::RedisServer| {
         let stats: String = s.cmd(redis::cmd("INFO").arg("commandstats"));
         stats
             .lines()

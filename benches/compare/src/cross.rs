@@ -20,8 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use quorum_lock::LockManager;
 
-use crate::servers::RedisServer;
 use crate::stats::Spread;
+use testkit::RedisServer;
 
 /// Processes contending (the machine has 2 cores: more would measure the
 /// scheduler).
@@ -69,7 +69,7 @@ fn wall_ns() -> u128 {
 /// returns a markdown table.
 pub fn cross_process(runs: usize) -> Result<String, String> {
     let servers = (0..3)
-        .map(|_| RedisServer::start())
+        .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let mut per_client: Vec<Vec<RunFigures>> = CLIENTS.iter().map(|_| Vec::new()).collect();

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use quorum_lock::{LockManager, LockOptions, RetryPolicy};
 
-use crate::servers::RedisServer;
 use crate::stats::{median, percentile};
+use testkit::RedisServer;
 
 /// Samples per client per run, after the warm-up.
 const SAMPLES: usize = 2_000;
@@ -18,7 +18,7 @@ const WARMUP: usize = 200;
 /// Runs the comparison `runs` times and returns a markdown table.
 pub fn fencing_cost(runs: usize) -> Result<String, String> {
     let servers = (0..3)
-        .map(|_| RedisServer::start())
+        .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let locks = LockManager::builder()

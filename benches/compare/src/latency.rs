@@ -13,7 +13,7 @@ use crate::ours::{self, Direct, Ours};
 use crate::paired::{Arm, Paired, Rounds};
 use crate::peers::{RedlockService, RedsyncService, RslockSingle};
 use crate::plan::Plan;
-use crate::servers::{self, Blackhole};
+use testkit::Blackhole;
 
 /// How long a dropped guard's queued release may take before the next
 /// client's turn (untimed).
@@ -113,10 +113,13 @@ pub fn third_label(third: &str, drop_guard: bool) -> String {
 /// quorum-lock on N=3 with the third node healthy, refused (nothing
 /// listens) or blackholed (accepts, never answers): six arms, interleaved.
 pub fn third_node(urls: &[String], plan: &Plan) -> Result<Paired, String> {
-    let blackhole = Blackhole::start()?;
+    let blackhole = Blackhole::start();
     let thirds = [
         ("healthy", urls[2].clone()),
-        ("refused", servers::dead_url()?),
+        (
+            "refused",
+            format!("redis://127.0.0.1:{}", testkit::free_port()),
+        ),
         ("blackholed", blackhole.url()),
     ];
     let managers = thirds

@@ -32,7 +32,6 @@ mod procfs;
 mod report;
 mod scaling;
 mod scenarios;
-mod servers;
 mod stats;
 mod svg;
 mod targets;
@@ -43,7 +42,7 @@ use std::time::Instant;
 use crate::machine::Machine;
 use crate::plan::{Plan, USAGE};
 use crate::report::Results;
-use crate::servers::RedisServer;
+use testkit::RedisServer;
 
 /// Callers of the auto-extension thread census.
 const CENSUS_CALLERS: usize = 128;
@@ -114,7 +113,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
     log("starting 5 redis-server nodes on loopback");
     // Dropped (killed) at the end of this function, or while unwinding.
     let servers = (0..5)
-        .map(|_| RedisServer::start())
+        .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let mut results = Results::default();

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{RedisServers, wait_until};
+use testkit::{RedisServers, wait_until};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");
 /// Generous bound for something that must happen by itself (a hang

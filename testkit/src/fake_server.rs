@@ -6,15 +6,14 @@
 //! every [`POLL`], writes with a timeout, and sends a bounded number of
 //! bytes ([`MAX_BYTES_PER_CONNECTION`]); all of them stop, and are joined,
 //! when the [`FakeServer`] is dropped.
-#![allow(dead_code, unreachable_pub)]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::acceptor::{Acceptor, Stop};
 
 /// How often blocked threads look at the stop flag.
 const POLL: Duration = Duration::from_millis(10);
@@ -47,112 +46,61 @@ pub enum Behavior {
 #[derive(Debug)]
 struct Shared {
     behavior: Behavior,
-    stop: AtomicBool,
     active: AtomicUsize,
-    accepted: AtomicUsize,
-    workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// A running fake server; stops on drop.
 #[derive(Debug)]
 pub struct FakeServer {
-    port: u16,
-    shared: Arc<Shared>,
-    acceptor: Option<JoinHandle<()>>,
+    acceptor: Acceptor,
 }
 
 impl FakeServer {
+    /// Starts a fake server on a free loopback port.
     pub fn start(behavior: Behavior) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("fake server bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let port = listener.local_addr().expect("fake server addr").port();
         let shared = Arc::new(Shared {
             behavior,
-            stop: AtomicBool::new(false),
             active: AtomicUsize::new(0),
-            accepted: AtomicUsize::new(0),
-            workers: Mutex::new(Vec::new()),
         });
-        let acceptor = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(format!("fake-{port}-accept"))
-                .spawn(move || accept_loop(&listener, &shared))
-                .expect("spawn fake server thread")
-        };
-        Self {
-            port,
-            shared,
-            acceptor: Some(acceptor),
-        }
+        let acceptor = Acceptor::start("fake", move |stream, stop| {
+            if shared.active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                return; // dropped: closed at once
+            }
+            shared.active.fetch_add(1, Ordering::Relaxed);
+            let (shared, worker_stop) = (Arc::clone(&shared), Arc::clone(stop));
+            stop.spawn("fake-conn", move || {
+                serve(stream, &shared, &worker_stop);
+                shared.active.fetch_sub(1, Ordering::Relaxed);
+            });
+        });
+        Self { acceptor }
     }
 
+    /// Its loopback port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.acceptor.port()
     }
 
+    /// `redis://127.0.0.1:PORT/0`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        format!("redis://127.0.0.1:{}/0", self.port())
     }
 
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
-        self.shared.accepted.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for FakeServer {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(acceptor) = self.acceptor.take() {
-            let _ = acceptor.join();
-        }
-        let workers = std::mem::take(&mut *self.shared.workers.lock().unwrap());
-        for worker in workers {
-            let _ = worker.join();
-        }
-    }
-}
-
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    while !shared.stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                shared.accepted.fetch_add(1, Ordering::Relaxed);
-                if shared.active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                    continue; // dropped: closed at once
-                }
-                shared.active.fetch_add(1, Ordering::Relaxed);
-                let worker = {
-                    let shared = Arc::clone(shared);
-                    std::thread::Builder::new()
-                        .name("fake-conn".to_owned())
-                        .spawn(move || {
-                            serve(stream, &shared);
-                            shared.active.fetch_sub(1, Ordering::Relaxed);
-                        })
-                };
-                let mut workers = shared.workers.lock().unwrap();
-                workers.retain(|w| !w.is_finished());
-                if let Ok(worker) = worker {
-                    workers.push(worker);
-                }
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
+        self.acceptor.accepted()
     }
 }
 
 /// Waits for the first request bytes, then plays the behavior.
-fn serve(mut stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_nonblocking(false);
+fn serve(mut stream: TcpStream, shared: &Shared, stop: &Stop) {
     let _ = stream.set_read_timeout(Some(POLL));
     let _ = stream.set_write_timeout(Some(POLL));
     let _ = stream.set_nodelay(true);
     let mut buf = [0u8; 4096];
     // Wait for a request (or give up when stopped / closed).
     loop {
-        if shared.stop.load(Ordering::Relaxed) {
+        if stop.stopped() {
             return;
         }
         match stream.read(&mut buf) {
@@ -164,7 +112,7 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
     }
     let mut out = Sender {
         stream: &mut stream,
-        shared,
+        stop,
         sent: 0,
     };
     match shared.behavior {
@@ -204,7 +152,7 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
         }
         Behavior::Silent => {
             // Read and drop until the client closes or we are stopped.
-            while !shared.stop.load(Ordering::Relaxed) {
+            while !stop.stopped() {
                 match out.stream.read(&mut buf) {
                     Ok(0) => break,
                     Ok(_) => {}
@@ -219,7 +167,7 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
 
 struct Sender<'a> {
     stream: &'a mut TcpStream,
-    shared: &'a Shared,
+    stop: &'a Stop,
     sent: usize,
 }
 
@@ -228,7 +176,7 @@ impl Sender<'_> {
     /// client went away, the server is stopping or the byte budget is spent.
     fn send(&mut self, mut bytes: &[u8]) -> bool {
         while !bytes.is_empty() {
-            if self.shared.stop.load(Ordering::Relaxed) || self.sent >= MAX_BYTES_PER_CONNECTION {
+            if self.stop.stopped() || self.sent >= MAX_BYTES_PER_CONNECTION {
                 return false;
             }
             match self.stream.write(bytes) {
@@ -250,7 +198,7 @@ impl Sender<'_> {
         let end = Instant::now() + d;
         let mut buf = [0u8; 1024];
         loop {
-            if self.shared.stop.load(Ordering::Relaxed) {
+            if self.stop.stopped() {
                 return false;
             }
             if Instant::now() >= end {

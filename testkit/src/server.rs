@@ -7,15 +7,6 @@
 //! missing server binary fails the test loudly, naming the server: these
 //! tests are never skipped.
 //!
-//! Each integration test file does `mod support;` and uses only part of
-//! this, hence the `dead_code` allowance.
-#![allow(dead_code, unreachable_pub)]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
-
-pub mod faces;
-pub mod fake_server;
-pub mod proxy;
-
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -173,6 +164,8 @@ pub struct TempDir {
 }
 
 impl TempDir {
+    /// A new directory under the system's temporary directory, named
+    /// after `prefix`, the pid and a counter.
     pub fn new(prefix: &str) -> Self {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()
@@ -188,6 +181,7 @@ impl TempDir {
         Self { path }
     }
 
+    /// Where it is.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -222,10 +216,23 @@ impl RedisServer {
     pub fn start_with(extra: &[&str]) -> Self {
         let dir = TempDir::new("quorum-lock-redis");
         let args: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
-        Self::start_in(ServerKind::chosen(), dir, args, None)
+        Self::start_in(ServerKind::chosen(), dir, args, None).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn start_in(kind: ServerKind, dir: TempDir, mut args: Vec<String>, tls: Option<()>) -> Self {
+    /// [`start`](Self::start), but a server that will not come up (every
+    /// port tried was taken, or it never answered) is an `Err` rather than
+    /// a panic, for the benchmark. A missing binary still panics.
+    pub fn try_start() -> Result<Self, String> {
+        let dir = TempDir::new("quorum-lock-redis");
+        Self::start_in(ServerKind::chosen(), dir, Vec::new(), None)
+    }
+
+    fn start_in(
+        kind: ServerKind,
+        dir: TempDir,
+        mut args: Vec<String>,
+        tls: Option<()>,
+    ) -> Result<Self, String> {
         let mut last_error = String::new();
         let base_len = args.len();
         for _ in 0..PORT_ATTEMPTS {
@@ -237,22 +244,22 @@ impl RedisServer {
             }
             match spawn(kind, port, &args, dir.path()) {
                 Ok(child) => {
-                    return Self {
+                    return Ok(Self {
                         kind,
                         child: Some(child),
                         port,
                         tls_port,
                         args,
                         dir,
-                    };
+                    });
                 }
                 Err(e) => last_error = e,
             }
         }
-        panic!(
+        Err(format!(
             "could not start {} after {PORT_ATTEMPTS} attempts: {last_error}",
             kind.name()
-        );
+        ))
     }
 
     /// A server that also listens for TLS (self-signed certificate made
@@ -301,7 +308,7 @@ impl RedisServer {
             "--tls-auth-clients".to_owned(),
             "no".to_owned(),
         ];
-        Self::start_in(ServerKind::Redis, dir, args, Some(()))
+        Self::start_in(ServerKind::Redis, dir, args, Some(())).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `rediss://127.0.0.1:<tls port>/0#insecure` (the certificate is
@@ -317,6 +324,7 @@ impl RedisServer {
         Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
     }
 
+    /// Its plain (non-TLS) loopback port.
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -331,6 +339,7 @@ impl RedisServer {
         format!("{} :{}", self.kind.name(), self.port)
     }
 
+    /// `redis://127.0.0.1:<port>/0`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
@@ -340,6 +349,7 @@ impl RedisServer {
         self.child.as_ref().expect("server is not running").id()
     }
 
+    /// Its working directory (append-only file, log).
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -404,10 +414,12 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("{cmd:?} failed on {}: {e}", self.describe()))
     }
 
+    /// `GET key`.
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         self.cmd(redis::cmd("GET").arg(key))
     }
 
+    /// `SET key value`.
     pub fn set(&self, key: &[u8], value: &[u8]) {
         let _: () = self.cmd(redis::cmd("SET").arg(key).arg(value));
     }
@@ -424,6 +436,7 @@ impl RedisServer {
         keys
     }
 
+    /// `FLUSHALL`.
     pub fn flushall(&self) {
         let _: () = self.cmd(&redis::cmd("FLUSHALL"));
     }
@@ -457,12 +470,14 @@ pub struct RedisServers {
 }
 
 impl RedisServers {
+    /// `n` servers, each started like [`RedisServer::start`].
     pub fn start(n: usize) -> Self {
         Self {
             servers: (0..n).map(|_| RedisServer::start()).collect(),
         }
     }
 
+    /// Their URLs, in order.
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(RedisServer::url).collect()
     }
@@ -578,19 +593,4 @@ fn ping(port: u16) -> bool {
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Polls `f` every 10 ms until it holds or `limit` has passed; whether it
-/// held. Bounded waiting for something the test cannot be told about.
-pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }

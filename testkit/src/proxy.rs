@@ -18,15 +18,14 @@
 //! At most [`MAX_CONNECTIONS`] connections at once (two threads each, plus
 //! the accept thread); more are closed at once. Everything stops, and every
 //! thread is joined, on drop.
-#![allow(dead_code, unreachable_pub)]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
+
+use crate::acceptor::{Acceptor, Stop};
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 16;
@@ -50,60 +49,51 @@ struct Shared {
     target_port: AtomicU16,
     /// Bumped by `drop_connections`: pumps of older generations stop.
     generation: AtomicUsize,
-    stop: AtomicBool,
     active: AtomicUsize,
-    accepted: AtomicUsize,
-    workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Shared {
     fn mode(&self) -> Mode {
         *self.mode.lock().unwrap()
     }
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
 }
 
 /// A running proxy; stops on drop.
 #[derive(Debug)]
 pub struct Proxy {
-    port: u16,
     shared: Arc<Shared>,
-    acceptor: Option<JoinHandle<()>>,
+    acceptor: Acceptor,
 }
 
 impl Proxy {
     /// Starts forwarding a free loopback port to `127.0.0.1:target_port`.
     pub fn start(target_port: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let port = listener.local_addr().expect("proxy addr").port();
         let shared = Arc::new(Shared {
             mode: Mutex::new(Mode::Pass),
             target_port: AtomicU16::new(target_port),
             generation: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
             active: AtomicUsize::new(0),
-            accepted: AtomicUsize::new(0),
-            workers: Mutex::new(Vec::new()),
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(format!("proxy-{port}-accept"))
-                .spawn(move || accept_loop(&listener, &shared))
-                .expect("spawn proxy thread")
+            Acceptor::start("proxy", move |client, stop| {
+                if shared.active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                    return; // dropped: closed at once
+                }
+                serve(
+                    client,
+                    shared.target_port.load(Ordering::Relaxed),
+                    &shared,
+                    stop,
+                );
+            })
         };
-        Self {
-            port,
-            shared,
-            acceptor: Some(acceptor),
-        }
+        Self { shared, acceptor }
     }
 
+    /// Its loopback port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.acceptor.port()
     }
 
     /// Where new connections go.
@@ -122,29 +112,34 @@ impl Proxy {
         self.shared.generation.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// `redis://127.0.0.1:PORT/0`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        format!("redis://127.0.0.1:{}/0", self.port())
     }
 
+    /// Switches the mode; applies to data read from now on.
     pub fn set_mode(&self, mode: Mode) {
         *self.shared.mode.lock().unwrap() = mode;
     }
 
+    /// [`Mode::Pass`].
     pub fn pass(&self) {
         self.set_mode(Mode::Pass);
     }
 
+    /// [`Mode::Delay`].
     pub fn delay(&self, per_chunk: Duration) {
         self.set_mode(Mode::Delay(per_chunk));
     }
 
+    /// [`Mode::Blackhole`].
     pub fn blackhole(&self) {
         self.set_mode(Mode::Blackhole);
     }
 
     /// Connections accepted so far (including refused extra ones).
     pub fn accepted(&self) -> usize {
-        self.shared.accepted.load(Ordering::Relaxed)
+        self.acceptor.accepted()
     }
 
     /// Connections being served now.
@@ -153,46 +148,13 @@ impl Proxy {
     }
 }
 
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(acceptor) = self.acceptor.take() {
-            let _ = acceptor.join();
-        }
-        let workers = std::mem::take(&mut *self.shared.workers.lock().unwrap());
-        for worker in workers {
-            let _ = worker.join();
-        }
-    }
-}
-
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    while !shared.stopped() {
-        match listener.accept() {
-            Ok((client, _)) => {
-                shared.accepted.fetch_add(1, Ordering::Relaxed);
-                if shared.active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                    drop(client);
-                    continue;
-                }
-                serve(client, shared.target_port.load(Ordering::Relaxed), shared);
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
-
-fn serve(client: TcpStream, target_port: u16, shared: &Arc<Shared>) {
+fn serve(client: TcpStream, target_port: u16, shared: &Arc<Shared>, stop: &Arc<Stop>) {
     let Ok(upstream) = TcpStream::connect_timeout(
         &([127, 0, 0, 1], target_port).into(),
         Duration::from_secs(1),
     ) else {
         return; // target down: the client sees the connection closed
     };
-    let _ = client.set_nonblocking(false);
     for s in [&client, &upstream] {
         let _ = s.set_read_timeout(Some(POLL));
         let _ = s.set_nodelay(true);
@@ -203,23 +165,15 @@ fn serve(client: TcpStream, target_port: u16, shared: &Arc<Shared>) {
     shared.active.fetch_add(1, Ordering::Relaxed);
     let done = Arc::new(AtomicUsize::new(0));
     let generation = shared.generation.load(Ordering::Relaxed);
-    let mut workers = shared.workers.lock().unwrap();
-    // Forget finished workers so the list stays bounded.
-    workers.retain(|w| !w.is_finished());
     for (from, to, upstream_dir) in [(client, upstream, true), (upstream2, client2, false)] {
-        let shared = Arc::clone(shared);
+        let (shared, worker_stop) = (Arc::clone(shared), Arc::clone(stop));
         let done = Arc::clone(&done);
-        let spawned = std::thread::Builder::new()
-            .name("proxy-pipe".to_owned())
-            .spawn(move || {
-                pump(from, to, upstream_dir, generation, &shared);
-                if done.fetch_add(1, Ordering::Relaxed) == 1 {
-                    shared.active.fetch_sub(1, Ordering::Relaxed);
-                }
-            });
-        if let Ok(handle) = spawned {
-            workers.push(handle);
-        }
+        stop.spawn("proxy-pipe", move || {
+            pump(from, to, upstream_dir, generation, &shared, &worker_stop);
+            if done.fetch_add(1, Ordering::Relaxed) == 1 {
+                shared.active.fetch_sub(1, Ordering::Relaxed);
+            }
+        });
     }
 }
 
@@ -231,9 +185,10 @@ fn pump(
     to_server: bool,
     generation: usize,
     shared: &Shared,
+    stop: &Stop,
 ) {
     let mut buf = [0u8; 16 * 1024];
-    while !shared.stopped() && shared.generation.load(Ordering::Relaxed) == generation {
+    while !stop.stopped() && shared.generation.load(Ordering::Relaxed) == generation {
         let n = match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
@@ -242,7 +197,7 @@ fn pump(
         };
         match shared.mode() {
             Mode::Blackhole => continue,
-            Mode::Delay(d) if to_server && !sleep_unless_stopped(d, shared) => break,
+            Mode::Delay(d) if to_server && !sleep_unless_stopped(d, stop) => break,
             _ => {}
         }
         if to.write_all(&buf[..n]).is_err() {
@@ -254,10 +209,10 @@ fn pump(
 }
 
 /// Sleeps `d` in slices; false when the proxy stopped meanwhile.
-fn sleep_unless_stopped(d: Duration, shared: &Shared) -> bool {
+fn sleep_unless_stopped(d: Duration, stop: &Stop) -> bool {
     let end = std::time::Instant::now() + d;
     loop {
-        if shared.stopped() {
+        if stop.stopped() {
             return false;
         }
         let left = end.saturating_duration_since(std::time::Instant::now());

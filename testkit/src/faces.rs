@@ -11,6 +11,7 @@ use quorum_lock::{Backend, BackendError, BackendErrorKind, MemoryBackend, Op, Re
 /// operation goes to the node itself.
 #[derive(Debug, Clone)]
 pub struct Face {
+    /// The node every lock operation goes to.
     pub node: MemoryBackend,
     /// Reported by `describe` instead of the node's own name.
     pub name: Option<String>,
@@ -21,6 +22,7 @@ pub struct Face {
 }
 
 impl Face {
+    /// The node with its own face (nothing changed yet).
     pub fn of(node: MemoryBackend) -> Self {
         Self {
             node,

@@ -1,0 +1,31 @@
+//! The test harness of `quorum-lock`, shared by the library's integration
+//! tests, the command-line tool's tests and the comparison benchmark.
+//!
+//! * [`server`]: real lock servers (`redis-server`, or `valkey-server` with
+//!   `QUORUM_LOCK_SERVER=valkey`) on free loopback ports: kill -9, SIGSTOP,
+//!   restart in place, TLS. Every server is killed on drop, and a missing
+//!   binary fails the test loudly: these tests are never skipped.
+//! * [`fake_server`]: hostile servers that answer with what no Redis sends.
+//! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, retarget).
+//! * [`blackhole`]: a listener that accepts and never reads nor answers.
+//! * [`faces`]: memory nodes seen through a changed face.
+//! * [`acceptor`]: the one loopback accept loop the three above run on.
+//! * [`rng`]: the one seedable generator, so a failing seed replays.
+//! * [`wait_until`]: bounded polling for what a test cannot be told about.
+//!
+//! Test code: failing loudly (panicking with a message) is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod acceptor;
+pub mod blackhole;
+pub mod faces;
+pub mod fake_server;
+pub mod proxy;
+pub mod rng;
+pub mod server;
+mod wait;
+
+pub use blackhole::Blackhole;
+pub use rng::Rng;
+pub use server::{RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port};
+pub use wait::{wait_until, wait_until_with};
