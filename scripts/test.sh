@@ -91,7 +91,7 @@ export QUORUM_LOCK_SERVER=valkey
 export PATH="$(dirname "$VALKEY_SERVER"):$PATH"
 cargo test --all-features \
   --test redis_acl --test redis_backend --test redis_hostile --test redis_identity \
-  --test redis_lock --test fencing --test torture --test auto_extend --test exit \
+  --test redis_lock --test redis_fencing --test redis_torture --test redis_auto_extend --test redis_exit \
   -- --test-threads=2
 cargo test -p quorum-lock-cli -- --test-threads=2
 
