@@ -75,6 +75,10 @@ echo "==> the command-line tool: clippy and its tests (the real binary on real s
 cargo clippy -p quorum-lock-cli --all-targets -- -D warnings
 cargo test -p quorum-lock-cli -- --test-threads=2
 
+echo "==> the test harness (testkit): clippy and its own tests"
+cargo clippy -p testkit --all-targets -- -D warnings
+cargo test -p testkit -- --test-threads=2
+
 echo "==> cargo clippy --no-default-features (memory backend only)"
 cargo clippy --no-default-features --all-targets -- -D warnings
 
