@@ -11,9 +11,9 @@ pub fn wait_until(limit: Duration, f: impl FnMut() -> bool) -> bool {
     wait_until_with(limit, POLL, || false, f)
 }
 
-/// Polls `done` every `every` until it holds (true), `limit` has passed or
-/// `give_up` says so (then false, after one last look at `done` only if it
-/// is the first poll).
+/// Polls `done` every `every` until it holds (true), or until `limit` has
+/// passed or `give_up` says so (false). `done` is asked first, so a
+/// condition that already holds is seen even with a zero limit.
 pub fn wait_until_with(
     limit: Duration,
     every: Duration,
