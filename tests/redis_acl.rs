@@ -314,6 +314,5 @@ fn the_documented_acl_user_wakes_a_waiter_on_release() {
             "the waiter got the lock {after:?} after the release: not woken"
         );
     });
-    assert!(waiter.health().locks.woken >= 1, "{}", waiter.health());
     assert_keys_under_prefix(&servers);
 }
