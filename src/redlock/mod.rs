@@ -15,6 +15,7 @@ mod owners;
 mod rounds;
 mod turns;
 mod validity;
+mod verdict;
 mod wakeups;
 mod watchdog;
 

@@ -66,11 +66,7 @@ fn lock(rounds: &Rounds) -> Option<Arc<Lease>> {
 
 /// The lease's remaining validity on `rounds`' clock (zero once lost).
 fn validity(rounds: &Rounds, lease: &Lease) -> Duration {
-    let state = lease.state();
-    if state.lost.is_some() {
-        return Duration::ZERO;
-    }
-    state.deadline.saturating_duration_since(rounds.now())
+    lease.state().validity(rounds.now())
 }
 
 /// Issue 9, hole 2. Per-node FIFO makes the extend *begun* last the one the
@@ -115,7 +111,7 @@ fn a_hand_over_during_a_shortening_extend_carries_the_shorter_deadline() {
         fenced: false,
     };
     let handoff = a.handoff(&lease, &want, Streak::default());
-    let deadline = handoff.map(|lease| lease.state().deadline);
+    let deadline = handoff.map(|lease| lease.state().deadline());
     assert!(
         deadline.is_none_or(|d| d <= a.now() + SHORT),
         "handed over with {:?} left while a {SHORT:?} extend is in flight",
@@ -193,5 +189,5 @@ fn the_deadline_starts_before_the_first_send() {
     let before: Instant = a.now();
     let lease = lock(&a).unwrap();
     let drift = super::validity::drift(LONG, 0.01);
-    assert_eq!(lease.state().deadline, before + LONG - drift);
+    assert_eq!(lease.state().deadline(), before + LONG - drift);
 }
