@@ -37,6 +37,7 @@ pub(crate) struct Lease {
 ///
 /// The mutex around it is never held across a network wait: only across
 /// non-blocking sends.
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct LeaseState {
     /// The conservative end of validity, on the manager's clock.
     deadline: Instant,
@@ -60,6 +61,7 @@ pub(crate) struct LeaseState {
 /// place among the lease's extends. Consumed by
 /// [`LeaseState::finish_extend`].
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone, PartialEq, Eq, Hash))]
 pub(crate) struct ExtendTicket {
     start: Instant,
     ttl: Duration,
@@ -92,6 +94,11 @@ impl ExtendTicket {
     /// The validity left when it began: how long its round may take.
     pub(crate) fn remaining(&self) -> Duration {
         self.old_deadline.saturating_duration_since(self.start)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
     }
 }
 
@@ -326,5 +333,17 @@ impl LeaseState {
             }
             None => self.subscribers.push(subscriber),
         }
+    }
+
+    /// A state as `Lease::new` makes it, for the lease explorer.
+    #[cfg(test)]
+    pub(crate) fn for_test(ttl: Duration, deadline: Instant) -> Self {
+        Self::new(ttl, deadline)
+    }
+
+    /// The sequence number of the latest extend begun.
+    #[cfg(test)]
+    pub(crate) fn extends_begun(&self) -> u64 {
+        self.extends_begun
     }
 }

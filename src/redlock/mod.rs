@@ -20,6 +20,8 @@ mod wakeups;
 mod watchdog;
 
 #[cfg(test)]
+mod lease_check;
+#[cfg(test)]
 mod protocol_check;
 #[cfg(test)]
 mod tests;
