@@ -117,30 +117,24 @@ impl LockGuard {
 
     /// The TTL last set on the nodes.
     pub fn ttl(&self) -> Duration {
-        self.lease.state().ttl
+        self.lease.state().ttl()
     }
 
     /// Successful extends so far, manual and automatic.
     pub fn extensions(&self) -> u32 {
-        self.lease.state().extensions
+        self.lease.state().extensions()
     }
 
     /// Why auto-extension stopped (bound reached, extend failed), or `None`
     /// while it runs or when it was never asked for.
     pub fn renewal_stopped(&self) -> Option<String> {
-        self.lease.state().renewal_stopped.clone()
+        self.lease.state().renewal_stopped().map(str::to_owned)
     }
 
     /// Safe time left: zero once the deadline has passed or the lock is
     /// known to be lost. Never longer than what a quorum confirmed.
     pub fn validity(&self) -> Duration {
-        let state = self.lease.state();
-        if state.lost.is_some() {
-            return Duration::ZERO;
-        }
-        state
-            .deadline
-            .saturating_duration_since(self.core.rounds().now())
+        self.lease.state().validity(self.core.rounds().now())
     }
 
     /// Whether the lock is still safe to rely on.
@@ -156,11 +150,11 @@ impl LockGuard {
     /// [`Error::Lost`] once the validity has run out or an extend failed.
     pub fn check(&self) -> Result<()> {
         let state = self.lease.state();
-        if let Some(lost) = &state.lost {
+        if let Some(lost) = state.lost() {
             return Err(lost.clone());
         }
-        if state.deadline <= self.core.rounds().now() {
-            let reason = match &state.renewal_stopped {
+        if state.deadline() <= self.core.rounds().now() {
+            let reason = match state.renewal_stopped() {
                 Some(why) => {
                     format!("the lock's validity ran out after auto-extension stopped ({why})")
                 }
@@ -185,13 +179,7 @@ impl LockGuard {
     /// guards the notice comes from a failed [`extend`](Self::extend).
     pub fn lost_signal(&self) -> LostSignal {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        let mut state = self.lease.state();
-        match &state.lost {
-            Some(lost) => {
-                let _ = tx.try_send(lost.clone());
-            }
-            None => state.subscribers.push(tx),
-        }
+        self.lease.state().subscribe(tx);
         LostSignal::new(rx)
     }
 
@@ -233,7 +221,7 @@ impl LockGuard {
     /// lock expires on its own at its TTL.
     pub fn forget(mut self) {
         self.armed = false;
-        self.lease.state().finished = true;
+        self.lease.state().finish();
         // The turn passes (without a hand-over) as the ticket drops.
         drop(self.turn.take());
     }

@@ -1,6 +1,7 @@
 //! The [`Lease`]: what a held lock is on the servers (key, token) and its
-//! state (deadline, TTL, lost, finished), shared by the guard, the rounds
-//! that extend and release it, and the watchdog.
+//! state (deadline, TTL, lost, finished) as a closed state machine with
+//! named transitions, shared by the guard, the rounds that extend and
+//! release it, and the watchdog.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::{Mutex, MutexGuard};
 
+use super::verdict::{ExtendVerdict, begin_cap, sets_deadline};
 use crate::error::Error;
 use crate::token::Token;
 
@@ -22,28 +24,109 @@ pub(crate) struct Lease {
     state: Mutex<LeaseState>,
 }
 
-/// What may change while the lock is held. The mutex is never held across
-/// a network wait: only across non-blocking sends.
+/// What may change while the lock is held, as a closed state machine:
+/// its fields are private, and the named transitions below are the only
+/// way to change them, so no caller can break what they keep:
+///
+/// - lost is never cleared (the first reason wins);
+/// - nothing extends a finished (released, forgotten, handed-over) lease;
+/// - beginning an extend caps the deadline at what that extend would give
+///   (a node may apply it at any moment, and `PEXPIRE` can shorten a key);
+/// - only the extend begun last sets the deadline when it finishes;
+/// - a hand-over carries the (capped) deadline and finishes this lease.
+///
+/// The mutex around it is never held across a network wait: only across
+/// non-blocking sends.
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct LeaseState {
     /// The conservative end of validity, on the manager's clock.
-    pub(crate) deadline: Instant,
+    deadline: Instant,
     /// The TTL last set on the nodes.
-    pub(crate) ttl: Duration,
+    ttl: Duration,
     /// Set once the lock is known (or feared) to be lost; never cleared.
-    pub(crate) lost: Option<Error>,
-    /// Set when the guard releases or forgets the lock: nothing may extend
-    /// it afterwards.
-    pub(crate) finished: bool,
+    lost: Option<Error>,
+    /// Set when the guard releases, forgets or hands over the lock.
+    finished: bool,
     /// Successful extends so far (manual and automatic).
-    pub(crate) extensions: u32,
-    /// Extends begun so far: the sequence number of the latest one. The
-    /// nodes apply extends in the order they were begun (per-node FIFO),
-    /// so only the latest one begun may set the deadline when it finishes.
-    pub(crate) extends_begun: u64,
+    extensions: u32,
+    /// Extends begun so far: the sequence number of the latest one.
+    extends_begun: u64,
     /// Why auto-extension stopped, once it has.
-    pub(crate) renewal_stopped: Option<String>,
+    renewal_stopped: Option<String>,
     /// Waiting for the loss notification.
-    pub(crate) subscribers: Vec<Sender<Error>>,
+    subscribers: Vec<Sender<Error>>,
+}
+
+/// An extend that has begun on a lease: what its verdict needs, and its
+/// place among the lease's extends. Consumed by
+/// [`LeaseState::finish_extend`].
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone, PartialEq, Eq, Hash))]
+pub(crate) struct ExtendTicket {
+    start: Instant,
+    ttl: Duration,
+    drift: Duration,
+    old_deadline: Instant,
+    seq: u64,
+}
+
+impl ExtendTicket {
+    /// When it began (before the first send).
+    pub(crate) fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// The TTL it sets.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Its drift allowance.
+    pub(crate) fn drift(&self) -> Duration {
+        self.drift
+    }
+
+    /// The lease's deadline when it began (before the cap).
+    pub(crate) fn old_deadline(&self) -> Instant {
+        self.old_deadline
+    }
+
+    /// The validity left when it began: how long its round may take.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.old_deadline.saturating_duration_since(self.start)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// Why an extend may not begin.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The lease is lost, for this reason.
+    Lost(Error),
+    /// The lease was released, forgotten or handed over.
+    Finished,
+    /// The validity ran out before the extend: the caller marks it lost.
+    Expired,
+}
+
+/// How an extend ended, when it did not extend.
+#[derive(Debug)]
+pub(crate) enum NotExtended {
+    /// Its verdict failed: the lease is now lost (`first`: by this call).
+    Failed { error: Error, first: bool },
+    /// Confirmed, but the lease had been marked lost meanwhile.
+    AlreadyLost(Error),
+}
+
+/// What a hand-over gives the next holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Handed {
+    pub(crate) ttl: Duration,
+    pub(crate) deadline: Instant,
 }
 
 impl Lease {
@@ -60,16 +143,7 @@ impl Lease {
             key,
             token,
             fence,
-            state: Mutex::new(LeaseState {
-                deadline,
-                ttl,
-                lost: None,
-                finished: false,
-                extensions: 0,
-                extends_begun: 0,
-                renewal_stopped: None,
-                subscribers: Vec::new(),
-            }),
+            state: Mutex::new(LeaseState::new(ttl, deadline)),
         }
     }
 
@@ -88,23 +162,188 @@ impl fmt::Debug for Lease {
 }
 
 impl LeaseState {
+    fn new(ttl: Duration, deadline: Instant) -> Self {
+        Self {
+            deadline,
+            ttl,
+            lost: None,
+            finished: false,
+            extensions: 0,
+            extends_begun: 0,
+            renewal_stopped: None,
+            subscribers: Vec::new(),
+        }
+    }
+
+    /// The conservative end of validity (also once lost or finished).
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The TTL last set on the nodes.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Why the lock is lost, once it is.
+    pub(crate) fn lost(&self) -> Option<&Error> {
+        self.lost.as_ref()
+    }
+
+    /// Released, forgotten or handed over.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Lost or finished: nothing more will happen to it.
+    pub(crate) fn is_over(&self) -> bool {
+        self.finished || self.lost.is_some()
+    }
+
+    /// Successful extends so far.
+    pub(crate) fn extensions(&self) -> u32 {
+        self.extensions
+    }
+
+    /// Why auto-extension stopped, once it has.
+    pub(crate) fn renewal_stopped(&self) -> Option<&str> {
+        self.renewal_stopped.as_deref()
+    }
+
+    /// Safe time left at `now`: zero once lost or past the deadline.
+    pub(crate) fn validity(&self, now: Instant) -> Duration {
+        if self.lost.is_some() {
+            return Duration::ZERO;
+        }
+        self.deadline.saturating_duration_since(now)
+    }
+
+    /// Begins an extend at `start` with `ttl` (and its `drift`): refused
+    /// on a lost or finished lease, or one whose validity ran out. Caps
+    /// the deadline at what this extend would give.
+    pub(crate) fn begin_extend(
+        &mut self,
+        start: Instant,
+        ttl: Duration,
+        drift: Duration,
+    ) -> Result<ExtendTicket, Refused> {
+        if let Some(lost) = &self.lost {
+            return Err(Refused::Lost(lost.clone()));
+        }
+        if self.finished {
+            return Err(Refused::Finished);
+        }
+        if self.deadline <= start {
+            return Err(Refused::Expired);
+        }
+        let old_deadline = self.deadline;
+        self.deadline = begin_cap(self.deadline, start, ttl, drift);
+        self.extends_begun += 1;
+        Ok(ExtendTicket {
+            start,
+            ttl,
+            drift,
+            old_deadline,
+            seq: self.extends_begun,
+        })
+    }
+
+    /// Finishes the extend `ticket` with its `verdict`: a failed verdict
+    /// marks the lease lost (with the error `failure` makes of its
+    /// reason); a confirmed one counts, and sets the deadline and TTL only
+    /// if it is the extend begun last.
+    pub(crate) fn finish_extend(
+        &mut self,
+        ticket: ExtendTicket,
+        verdict: ExtendVerdict,
+        failure: impl FnOnce(String) -> Error,
+    ) -> Result<(), NotExtended> {
+        let deadline = match verdict {
+            ExtendVerdict::Confirmed { deadline } => deadline,
+            failed => {
+                let error = failure(failed.failure().unwrap_or_default());
+                let first = self.lose(&error);
+                return Err(NotExtended::Failed { error, first });
+            }
+        };
+        if let Some(lost) = &self.lost {
+            return Err(NotExtended::AlreadyLost(lost.clone()));
+        }
+        if sets_deadline(ticket.seq, self.extends_begun) {
+            self.deadline = deadline;
+            self.ttl = ticket.ttl;
+        }
+        self.extensions = self.extensions.saturating_add(1);
+        Ok(())
+    }
+
+    /// Released or forgotten: nothing may extend it from now on.
+    pub(crate) fn finish(&mut self) {
+        self.finished = true;
+    }
+
+    /// Hands the lock to the next local holder that wants `ttl`, if it is
+    /// neither lost nor finished and at least half of its TTL is still
+    /// valid at `now`: finishes this lease and gives its (capped) deadline.
+    pub(crate) fn hand_over(&mut self, now: Instant, ttl: Duration) -> Option<Handed> {
+        let validity = self.deadline.saturating_duration_since(now);
+        if self.is_over() || self.ttl != ttl || validity < self.ttl / 2 {
+            return None;
+        }
+        self.finished = true;
+        Some(Handed {
+            ttl: self.ttl,
+            deadline: self.deadline,
+        })
+    }
+
     /// Marks the lock lost (the first reason wins) and notifies every
-    /// subscriber.
+    /// subscriber. Whether this call was the first to mark it.
+    pub(crate) fn lose(&mut self, error: &Error) -> bool {
+        let first = self.lost.is_none();
+        if first {
+            self.lost = Some(error.clone());
+        }
+        self.notify(error);
+        first
+    }
+
     /// Sends `notice` to every subscriber (each gets at most one), without
     /// marking the lock lost: renewal stopped, the lock ends at its deadline.
     pub(crate) fn notify(&mut self, notice: &Error) {
         for subscriber in self.subscribers.drain(..) {
+            // A subscriber that stopped listening needs no notice.
             let _ = subscriber.try_send(notice.clone());
         }
     }
 
-    pub(crate) fn mark_lost(&mut self, error: &Error) {
-        if self.lost.is_none() {
-            self.lost = Some(error.clone());
+    /// Records why auto-extension stopped (the first reason wins).
+    pub(crate) fn stop_renewal(&mut self, why: String) {
+        if self.renewal_stopped.is_none() {
+            self.renewal_stopped = Some(why);
         }
-        for subscriber in self.subscribers.drain(..) {
-            // A subscriber that stopped listening needs no notice.
-            let _ = subscriber.try_send(error.clone());
+    }
+
+    /// Subscribes `subscriber` to the loss notice; if the lock is already
+    /// lost, the notice is sent at once.
+    pub(crate) fn subscribe(&mut self, subscriber: Sender<Error>) {
+        match &self.lost {
+            Some(lost) => {
+                let _ = subscriber.try_send(lost.clone());
+            }
+            None => self.subscribers.push(subscriber),
         }
+    }
+
+    /// A state as `Lease::new` makes it, for the lease explorer.
+    #[cfg(test)]
+    pub(crate) fn for_test(ttl: Duration, deadline: Instant) -> Self {
+        Self::new(ttl, deadline)
+    }
+
+    /// The sequence number of the latest extend begun.
+    #[cfg(test)]
+    pub(crate) fn extends_begun(&self) -> u64 {
+        self.extends_begun
     }
 }

@@ -15,9 +15,12 @@ mod owners;
 mod rounds;
 mod turns;
 mod validity;
+mod verdict;
 mod wakeups;
 mod watchdog;
 
+#[cfg(test)]
+mod lease_check;
 #[cfg(test)]
 mod protocol_check;
 #[cfg(test)]

@@ -41,7 +41,7 @@ impl Owners {
         };
         leases.iter().filter_map(Weak::upgrade).any(|lease| {
             let state = lease.state();
-            state.lost.is_none() && state.deadline > now
+            state.lost().is_none() && state.deadline() > now
         })
     }
 

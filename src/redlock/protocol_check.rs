@@ -10,8 +10,8 @@
 //! and the fence choice ([`next_fence`]). What is abstracted: a round is
 //! one step (every node answers at once, `elapsed` = 0; slow rounds are
 //! the validity arithmetic's unit tests), nodes are always reachable, and
-//! the extend ordering of one lease is left to the lease tests
-//! (`src/redlock/tests.rs`).
+//! the extend ordering of one lease is left to the lease explorer
+//! (`lease_check.rs`).
 //!
 //! Properties, checked in every state reached: never two valid holders;
 //! fences strictly increase from one grant to the next; a valid guard

@@ -11,10 +11,11 @@ use super::counters::{Counters, Event};
 use super::fencing::{next_fence, wall_micros};
 use parking_lot::MutexGuard;
 
-use super::lease::{Lease, LeaseState};
+use super::lease::{ExtendTicket, Lease, LeaseState, NotExtended, Refused};
 use super::owners::Owners;
 use super::turns::{LocalQueue, Streak, Ticket, Want};
-use super::validity::{check_ttl, drift, validity};
+use super::validity::{check_ttl, drift};
+use super::verdict::{AcquireVerdict, Votes, acquire_verdict, extend_verdict};
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Pending, Request};
 use crate::error::{Error, Result};
@@ -69,14 +70,26 @@ impl Rounds {
     /// go (the lines' lock comes first), tells a thread waiting in the
     /// local line that the holder's lock no longer holds it back.
     pub(crate) fn lose(&self, lease: &Lease, mut state: MutexGuard<'_, LeaseState>, error: &Error) {
-        if state.lost.is_none() {
+        let first = state.lose(error);
+        self.after_loss(lease, state, error, first);
+    }
+
+    /// What follows a loss: counted and logged once (`first`), then the
+    /// local line is nudged with the lease's lock let go.
+    fn after_loss(
+        &self,
+        lease: &Lease,
+        state: MutexGuard<'_, LeaseState>,
+        error: &Error,
+        first: bool,
+    ) {
+        if first {
             self.counters.note(Event::Lost);
             log::warn!(
                 "quorum-lock: the lock on {} may be lost: {error}",
                 Shortened(&String::from_utf8_lossy(&lease.resource))
             );
         }
-        state.mark_lost(error);
         drop(state);
         self.local.nudge(&lease.key);
     }
@@ -158,10 +171,14 @@ impl Rounds {
         let elapsed = self.now().saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
         let report = self.report(Round::Acquire, resource, outcomes, elapsed);
-        let granted = report.granted();
-        if granted >= config.quorum && validity(ttl, elapsed, drift).is_some() {
-            // Conservative: measured from before the first send.
-            let deadline = start + (ttl - drift);
+        let votes = Votes {
+            granted: report.granted(),
+            refused: report.refused(),
+            nodes: report.nodes.len(),
+            quorum: config.quorum,
+        };
+        let verdict = acquire_verdict(votes, ttl, drift, start, elapsed);
+        if let AcquireVerdict::Granted { deadline } = verdict {
             let fence = if fenced {
                 match self.fence(key, token, reads, deadline) {
                     Ok(fence) => Some(fence),
@@ -183,19 +200,11 @@ impl Rounds {
         // that said no, failed or have not answered: any of them may hold
         // our token.
         self.engine.release_detached_where(key, token, &reached);
-        let n = report.nodes.len();
-        let error = if granted >= config.quorum {
-            Error::ValidityExpired {
-                report: Box::new(report),
-            }
-        } else if report.refused() > n - config.quorum {
-            Error::Contended {
-                report: Box::new(report),
-            }
-        } else {
-            Error::NoQuorum {
-                report: Box::new(report),
-            }
+        let report = Box::new(report);
+        let error = match verdict {
+            AcquireVerdict::TooSlow => Error::ValidityExpired { report },
+            AcquireVerdict::Contended => Error::Contended { report },
+            AcquireVerdict::Granted { .. } | AcquireVerdict::NoQuorum => Error::NoQuorum { report },
         };
         self.counters.note_failed_attempt(&error);
         Err(error)
@@ -253,105 +262,79 @@ impl Rounds {
         check_ttl(ttl, config.max_ttl, config.drift_factor)
             .map_err(|reason| Error::InvalidArgument { reason })?;
         let mut state = lease.state();
-        if let Some(lost) = &state.lost {
-            return Err(lost.clone());
-        }
-        if state.finished {
-            return Err(Error::Lost {
-                reason: "the lock was released".into(),
-                report: None,
-            });
-        }
         let start = self.now();
-        let remaining = state.deadline.saturating_duration_since(start);
-        if remaining.is_zero() {
-            let error = Error::Lost {
-                reason: "the lock's validity ran out before the extend".into(),
-                report: None,
-            };
-            self.counters.note(Event::ExtendFailed);
-            self.lose(lease, state, &error);
-            return Err(error);
-        }
+        // Caps the deadline at what this extend would give: from the send
+        // on, a node may apply it at any moment, and `PEXPIRE` can shorten
+        // a key (the lease's lock is held until it is sent, so a hand-over
+        // sees the capped deadline).
+        let ticket = match state.begin_extend(start, ttl, drift(ttl, config.drift_factor)) {
+            Ok(ticket) => ticket,
+            Err(Refused::Lost(lost)) => return Err(lost),
+            Err(Refused::Finished) => {
+                return Err(Error::Lost {
+                    reason: "the lock was released".into(),
+                    report: None,
+                });
+            }
+            Err(Refused::Expired) => {
+                let error = Error::Lost {
+                    reason: "the lock's validity ran out before the extend".into(),
+                    report: None,
+                };
+                self.counters.note(Event::ExtendFailed);
+                self.lose(lease, state, &error);
+                return Err(error);
+            }
+        };
         let request = Request {
             op: Action::Extend,
             key: &lease.key,
             token: lease.token,
             ttl,
         };
-        let pending =
-            self.engine
-                .scatter(&request, config.node_timeout.min(remaining), Direct::Never);
-        // From here on a node may apply this extend at any moment, and
-        // `PEXPIRE` can shorten a key: until it is confirmed, the lease may
-        // claim no more than this extend would give (sent under the lease's
-        // lock, so a hand-over sees the capped deadline).
-        let old_deadline = state.deadline;
-        let bound = start + (ttl - drift(ttl, config.drift_factor));
-        state.deadline = state.deadline.min(bound);
-        state.extends_begun += 1;
-        Ok(ExtendInFlight {
-            pending,
-            start,
-            old_deadline,
-            ttl,
-            seq: state.extends_begun,
-        })
+        let wait = config.node_timeout.min(ticket.remaining());
+        let pending = self.engine.scatter(&request, wait, Direct::Never);
+        drop(state);
+        Ok(ExtendInFlight { pending, ticket })
     }
 
     /// The second half of an extend: gathers the votes and updates the
-    /// lease.
+    /// lease with their verdict.
     pub(crate) fn finish_extend(&self, lease: &Lease, in_flight: ExtendInFlight) -> Result<()> {
         let config = &self.config;
-        let ExtendInFlight {
-            pending,
-            start,
-            old_deadline,
-            ttl,
-            seq,
-        } = in_flight;
+        let ExtendInFlight { pending, ticket } = in_flight;
         let outcomes = pending.gather(Gather::UntilDecided {
             quorum: config.quorum,
         });
         let end = self.now();
-        let elapsed = end.saturating_duration_since(start);
-        let drift = drift(ttl, config.drift_factor);
+        let elapsed = end.saturating_duration_since(ticket.start());
         let report = self.report(Round::Extend, &lease.resource, outcomes, elapsed);
-        let failure = if report.granted() < config.quorum {
-            Some(format!(
-                "only {} of the {} needed nodes confirmed the extend",
-                report.granted(),
-                config.quorum
-            ))
-        } else if end >= old_deadline || validity(ttl, elapsed, drift).is_none() {
-            Some("the extend was confirmed only after the lock's validity ran out".into())
-        } else {
-            None
+        let verdict = extend_verdict(
+            report.granted(),
+            config.quorum,
+            ticket.ttl(),
+            ticket.drift(),
+            ticket.start(),
+            ticket.old_deadline(),
+            end,
+        );
+        let failure = |reason| Error::Lost {
+            reason,
+            report: Some(Box::new(report)),
         };
         let mut state = lease.state();
-        if let Some(reason) = failure {
-            let error = Error::Lost {
-                reason,
-                report: Some(Box::new(report)),
-            };
-            self.counters.note(Event::ExtendFailed);
-            self.lose(lease, state, &error);
-            return Err(error);
+        match state.finish_extend(ticket, verdict, failure) {
+            Ok(()) => {
+                self.counters.note(Event::ExtendOk);
+                Ok(())
+            }
+            Err(NotExtended::AlreadyLost(lost)) => Err(lost),
+            Err(NotExtended::Failed { error, first }) => {
+                self.counters.note(Event::ExtendFailed);
+                self.after_loss(lease, state, &error, first);
+                Err(error)
+            }
         }
-        if let Some(lost) = &state.lost {
-            return Err(lost.clone());
-        }
-        self.counters.note(Event::ExtendOk);
-        // Only the extend begun last sets the deadline: the nodes apply the
-        // later one after this one, so whichever finishes last, the later
-        // one's expiry is what the keys end with. (Its start already capped
-        // the deadline; it sets the deadline when it finishes.)
-        if seq == state.extends_begun {
-            state.deadline = start + (ttl - drift);
-            state.ttl = ttl;
-        }
-        state.extensions = state.extensions.saturating_add(1);
-        Ok(())
     }
 
     /// Releases on every node and waits for their answers (at most the
@@ -367,7 +350,7 @@ impl Rounds {
             token: lease.token,
             ttl: Duration::ZERO,
         };
-        lease.state().finished = true;
+        lease.state().finish();
         let pending = self
             .engine
             .scatter(&request, config.node_timeout, Direct::FastestNode);
@@ -389,7 +372,7 @@ impl Rounds {
     /// Queues the release on every node and returns at once (guard drop).
     pub(crate) fn release_detached(&self, lease: &Lease) {
         let mut state = lease.state();
-        state.finished = true;
+        state.finish();
         self.engine.release_detached(&lease.key, lease.token);
     }
 
@@ -423,23 +406,14 @@ impl Rounds {
         if next.yield_first || lease.fence.is_some() || want.fenced {
             return None;
         }
-        let mut state = lease.state();
-        let validity = state.deadline.saturating_duration_since(self.now());
-        if state.lost.is_some()
-            || state.finished
-            || state.ttl != want.ttl
-            || validity < state.ttl / 2
-        {
-            return None;
-        }
         // The old guard's lease is done: its auto-extension stops.
-        state.finished = true;
+        let handed = lease.state().hand_over(self.now(), want.ttl)?;
         let renamed = Lease::new(
             &lease.resource,
             Arc::clone(&lease.key),
             lease.token,
-            state.ttl,
-            state.deadline,
+            handed.ttl,
+            handed.deadline,
             None,
         );
         self.counters.note(Event::HandOver);
@@ -506,11 +480,7 @@ impl FenceFailure {
 /// An extend that has been sent and not yet gathered.
 pub(crate) struct ExtendInFlight {
     pending: Pending,
-    start: Instant,
-    old_deadline: Instant,
-    ttl: Duration,
-    /// Its place among the lease's extends (see `LeaseState::extends_begun`).
-    seq: u64,
+    ticket: ExtendTicket,
 }
 
 /// `error` of the last attempt, with the count and the whole wait.

@@ -315,10 +315,10 @@ impl LocalQueue {
             return Watch::Over;
         };
         let state = lease.state();
-        if state.lost.is_some() || self.clock.now() >= state.deadline {
+        if state.lost().is_some() || self.clock.now() >= state.deadline() {
             Watch::Over
         } else {
-            Watch::Until(state.deadline)
+            Watch::Until(state.deadline())
         }
     }
 

@@ -183,7 +183,7 @@ impl Timer {
             }
             let stop = {
                 let state = lease.state();
-                if state.finished || state.lost.is_some() {
+                if state.is_over() {
                     continue;
                 }
                 entry.plan.exhausted(rounds.now(), entry.renewed)
@@ -192,7 +192,7 @@ impl Timer {
                 // Tell the holder now, not a TTL later when the validity
                 // runs out: from here on the lock ends at its deadline.
                 let mut state = lease.state();
-                let left = state.deadline.saturating_duration_since(rounds.now());
+                let left = state.deadline().saturating_duration_since(rounds.now());
                 state.notify(&Error::Lost {
                     reason: format!(
                         "auto-extension stopped ({why}); the lock ends at its deadline, \
@@ -206,7 +206,7 @@ impl Timer {
                      deadline in {left:?}",
                     crate::report::Shortened(&String::from_utf8_lossy(&lease.resource))
                 );
-                state.renewal_stopped = Some(why);
+                state.stop_renewal(why);
                 drop(state);
                 entry.expiring = true;
                 self.watch_expiry(rounds, entry, &lease);
@@ -234,12 +234,12 @@ impl Timer {
     fn watch_expiry(&mut self, rounds: &Rounds, entry: Entry, lease: &Arc<Lease>) {
         let now = rounds.now();
         let state = lease.state();
-        if state.finished || state.lost.is_some() {
+        if state.is_over() {
             return;
         }
-        let left = state.deadline.saturating_duration_since(now);
+        let left = state.deadline().saturating_duration_since(now);
         if left.is_zero() {
-            let why = state.renewal_stopped.clone().unwrap_or_default();
+            let why = state.renewal_stopped().unwrap_or_default().to_owned();
             rounds.lose(
                 lease,
                 state,
@@ -259,8 +259,8 @@ impl Timer {
 
 fn stop_renewal(lease: &Lease, error: &Error) {
     let mut state = lease.state();
-    if !state.finished && state.renewal_stopped.is_none() {
-        state.renewal_stopped = Some(format!("an extend failed: {error}"));
+    if !state.is_finished() {
+        state.stop_renewal(format!("an extend failed: {error}"));
     }
     // A failed extend already marked the lease lost; anything else (the
     // guard finished meanwhile) needs no notice.
