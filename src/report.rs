@@ -73,16 +73,7 @@ impl NodeOutcome {
             (Self::Failed(e), _) => {
                 // Backend messages name their node; the report line already
                 // does, so it is not said twice.
-                let message = e.message();
-                let message = message
-                    .strip_prefix(node)
-                    .and_then(|rest| rest.strip_prefix(": "))
-                    .unwrap_or(message);
-                if message.is_empty() {
-                    format!("failed ({})", e.kind())
-                } else {
-                    format!("failed ({}: {message})", e.kind())
-                }
+                format!("failed ({})", e.reason(node))
             }
             (Self::TimedOut, _) => "timed out".into(),
             (Self::NotAwaited, _) => "not awaited".into(),

@@ -262,14 +262,7 @@ fn listening(servers: &RedisServers, resource: &str) -> i64 {
     let channel = format!("quorum-lock:released:{PREFIX}{resource}");
     servers
         .iter()
-        .map(|server| {
-            let counts: Vec<redis::Value> =
-                server.cmd(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel));
-            match counts.get(1) {
-                Some(redis::Value::Int(n)) => *n,
-                other => panic!("PUBSUB NUMSUB: {other:?}"),
-            }
-        })
+        .map(|server| server.subscribers(&channel))
         .sum()
 }
 

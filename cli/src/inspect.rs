@@ -38,9 +38,7 @@ impl Node {
     /// worded as in `run`'s reports (`authentication failed: WRONGPASS
     /// ...`, `unreachable: ...`), without the node's name.
     pub(crate) fn probe(&self) -> Result<ServerInfo, String> {
-        self.backend
-            .server_info()
-            .map_err(|e| crate::notice::failure(&e, &self.name))
+        self.backend.server_info().map_err(|e| e.reason(&self.name))
     }
 
     /// A connection, and how long connecting took.

@@ -4,22 +4,7 @@
 
 use std::time::Duration;
 
-use quorum_lock::{BackendError, LockManager, NodeState};
-
-/// A node's failure as one phrase: `authentication failed: WRONGPASS ...`,
-/// without the node's name (the caller names it once).
-pub(crate) fn failure(e: &BackendError, node: &str) -> String {
-    let message = e.message();
-    let message = message
-        .strip_prefix(node)
-        .and_then(|rest| rest.strip_prefix(": "))
-        .unwrap_or(message);
-    if message.is_empty() {
-        e.kind().to_string()
-    } else {
-        format!("{}: {message}", e.kind())
-    }
-}
+use quorum_lock::{LockManager, NodeState};
 
 /// Names the nodes that did not grant `name`'s lock, waiting at most
 /// `within` for the slow ones to answer first. The manager is this run's
@@ -35,7 +20,7 @@ pub(crate) fn degraded_run(locks: &LockManager, name: &str, within: Duration) {
         .iter()
         .filter_map(|node| {
             let why = match &node.state {
-                NodeState::Up => failure(node.last_error.as_ref()?, &node.name),
+                NodeState::Up => node.last_error.as_ref()?.reason(&node.name),
                 NodeState::DuplicateOf(other) => format!("the same server as {other}"),
                 other => other.to_string(),
             };

@@ -108,6 +108,22 @@ impl BackendError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// The error in words for a line that already names `node`: the kind
+    /// and the message, without the node's name that a backend's message
+    /// may start with (`authentication failed: WRONGPASS ...`).
+    pub fn reason(&self, node: &str) -> String {
+        let message = self
+            .message
+            .strip_prefix(node)
+            .and_then(|rest| rest.strip_prefix(": "))
+            .unwrap_or(&self.message);
+        if message.is_empty() {
+            self.kind.to_string()
+        } else {
+            format!("{}: {message}", self.kind)
+        }
+    }
 }
 
 impl fmt::Debug for BackendError {

@@ -359,8 +359,14 @@ impl Worker {
     fn execute(&mut self, items: &[Item<'_>]) -> Vec<Vote> {
         let down = self.probe_at.is_some();
         let mut known: Vec<Option<Vote>> = Vec::with_capacity(items.len());
-        let shared = Arc::clone(&self.shared);
-        let counter = &shared.fence_counters[..];
+        // The counters' key, borrowed by the ops while `self` is borrowed
+        // mutably below: held through a clone of the shared settings, taken
+        // only for a batch with a fenced op (no work on the plain path).
+        let fenced = items
+            .iter()
+            .any(|i| matches!(i.op, Action::AcquireFenced | Action::RaiseFence(_)));
+        let shared = fenced.then(|| Arc::clone(&self.shared));
+        let counter = shared.as_ref().map_or(&[][..], |s| &s.fence_counters[..]);
         let mut ops: Vec<Op<'_>> = Vec::with_capacity(items.len());
         for item in items {
             // A down node skips acquires and extends at no cost. Its

@@ -419,6 +419,15 @@ impl RedisServer {
         self.cmd(redis::cmd("GET").arg(key))
     }
 
+    /// Subscribers to `channel` (`PUBSUB NUMSUB`).
+    pub fn subscribers(&self, channel: &str) -> i64 {
+        let counts: Vec<redis::Value> = self.cmd(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel));
+        match counts.get(1) {
+            Some(redis::Value::Int(n)) => *n,
+            other => panic!("PUBSUB NUMSUB {channel} on {}: {other:?}", self.describe()),
+        }
+    }
+
     /// `SET key value`.
     pub fn set(&self, key: &[u8], value: &[u8]) {
         let _: () = self.cmd(redis::cmd("SET").arg(key).arg(value));
