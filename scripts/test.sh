@@ -85,6 +85,12 @@ cargo clippy --no-default-features --all-targets -- -D warnings
 echo "==> cargo test --no-default-features (memory backend only)"
 cargo test --no-default-features --lib --tests -- --test-threads=2
 
+echo "==> loom: every interleaving of the engine's gate (src/engine/gate.rs)"
+# Its own target dir: --cfg loom rebuilds the dependencies, and must not
+# evict the normal build's artifacts.
+RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib \
+  --target-dir target/loom gate -- --nocapture --test-threads=2
+
 echo "==> cargo doc --no-deps"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 

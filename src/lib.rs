@@ -157,6 +157,7 @@ mod manager;
 mod options;
 mod redlock;
 mod report;
+mod sync;
 mod token;
 
 pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};

@@ -8,6 +8,7 @@
 //! even when that acquire's answer came too late to count.
 
 mod action;
+mod gate;
 mod health;
 mod identity;
 mod notices;

@@ -2,15 +2,15 @@
 //! runs them on the backend in FIFO order, and tracks the node's health,
 //! identity and unfinished releases.
 //!
-//! The node's state sits behind one lock (the executor). The node's thread
-//! takes it to run a batch; a caller may take it to run its own operation
-//! directly when the node is idle (nothing queued, nothing running), which
-//! saves two thread hand-offs and keeps the FIFO order: an operation only
-//! runs directly when every operation queued before it has finished.
+//! The node's state sits behind its gate (src/engine/gate.rs). The node's
+//! thread takes it to run a batch; a caller may take it to run its own
+//! operation directly when the node is idle (nothing queued, nothing
+//! running), which saves two thread hand-offs and keeps the FIFO order: an
+//! operation only runs directly when every operation queued before it has
+//! finished (the gate's rule, checked by loom).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use super::action::Action;
+use super::gate::Gate;
 use super::health::{RetryRelease, Vitals};
 use super::identity::{Identity, Registry, Standing};
 use super::notices::NodeNotices;
@@ -77,11 +78,10 @@ pub(crate) enum Job {
     ProbeNow,
 }
 
-/// One node's executor: its state behind a lock, and the count of jobs
-/// queued for it and not yet run.
+/// One node's executor: its state behind the gate that orders direct runs
+/// after the jobs queued before them.
 pub(crate) struct NodeExec {
-    state: Mutex<Worker>,
-    queued: AtomicUsize,
+    gate: Gate<Worker>,
     /// The backend's bound on one call, if it has one.
     call_timeout: Option<Duration>,
 }
@@ -98,17 +98,12 @@ impl NodeExec {
         // by the operations the queue accepted, and dropping one would
         // leave the key of an acquire that may still run.
         let bounded = matches!(job, Job::Op { op, .. } if op != Action::Release);
-        if bounded && self.queued.load(Ordering::Relaxed) >= MAX_QUEUED {
+        if bounded && self.gate.queued() >= MAX_QUEUED {
             return Err(Refused::Full);
         }
-        // Counted before it is visible in the queue, so a caller that sees
-        // zero knows nothing is waiting.
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        if jobs.send(job).is_ok() {
-            return Ok(());
-        }
-        self.queued.fetch_sub(1, Ordering::SeqCst);
-        Err(Refused::Gone)
+        self.gate
+            .admit(|| jobs.send(job))
+            .map_err(|_| Refused::Gone)
     }
 
     /// Whether a caller that waits at most `wait` may run this node's
@@ -129,8 +124,8 @@ impl NodeExec {
         token: Token,
         ttl: Duration,
     ) -> Option<(Vote, bool)> {
-        let mut worker = self.state.try_lock()?;
-        if self.queued.load(Ordering::SeqCst) != 0 || worker.probe_at.is_some() {
+        let mut worker = self.gate.try_idle()?;
+        if worker.probe_at.is_some() {
             return None;
         }
         let before = worker.next_wake();
@@ -160,7 +155,7 @@ pub(crate) fn spawn(
     let call_timeout = backend.call_timeout();
     let exec = Arc::new(NodeExec {
         call_timeout,
-        state: Mutex::new(Worker {
+        gate: Gate::new(Worker {
             index,
             backend,
             health,
@@ -175,7 +170,6 @@ pub(crate) fn spawn(
             published_eviction: None,
             notices: NodeNotices::default(),
         }),
-        queued: AtomicUsize::new(0),
     });
     let thread_exec = Arc::clone(&exec);
     thread::Builder::new().name(name).spawn(move || {
@@ -191,7 +185,7 @@ pub(crate) fn spawn(
 fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     loop {
-        let wake = exec.state.lock().next_wake();
+        let wake = exec.gate.lock().next_wake();
         let received = match wake {
             Some(at) => jobs.recv_deadline(at),
             None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -203,7 +197,7 @@ fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
             // retries are abandoned, their keys expire with the TTL.
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        let mut worker = exec.state.lock();
+        let mut worker = exec.gate.lock();
         worker.housekeeping();
         let Some(first) = first else {
             continue;
@@ -218,7 +212,7 @@ fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
         let ran = batch.len();
         worker.run_batch(&mut batch);
         // Still under the lock: a caller that sees zero sees the results.
-        exec.queued.fetch_sub(ran, Ordering::SeqCst);
+        exec.gate.finish(worker, ran);
     }
 }
 
