@@ -157,6 +157,7 @@ mod manager;
 mod options;
 mod redlock;
 mod report;
+mod semaphore;
 mod sync;
 mod token;
 
@@ -177,6 +178,7 @@ pub use lost::LostSignal;
 pub use manager::LockManager;
 pub use options::{LockOptions, RetryPolicy};
 pub use report::{NodeOutcome, NodeReport, Report, Round};
+pub use semaphore::{MAX_PERMITS, Semaphore};
 pub use token::Token;
 
 // The Markdown guides' Rust examples run as doctests too.

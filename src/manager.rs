@@ -59,6 +59,11 @@ impl LockManager {
         }
     }
 
+    /// The default retry policy (the semaphore waits by it too).
+    pub(crate) fn retry(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
     /// Acquires `resource` with the default TTL, waiting for it as
     /// `Mutex::lock` does: as long as someone else holds it, up to the
     /// manager's [`RetryPolicy`] limit, by default **60 seconds** with no

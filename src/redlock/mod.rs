@@ -24,6 +24,8 @@ mod lease_check;
 #[cfg(test)]
 mod protocol_check;
 #[cfg(test)]
+mod semaphore_check;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
