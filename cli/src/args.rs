@@ -78,6 +78,17 @@ pub(crate) struct RunArgs {
     /// machine whose cron fired after the first run ended.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) min_hold: Option<Duration>,
+    /// Take one of K permits of the semaphore NAME instead of the lock: at
+    /// most K commands run at once across machines (the permits are the
+    /// locks NAME:0 .. NAME:K-1; the command gets its slot as
+    /// `QUORUM_LOCK_PERMIT`).
+    #[arg(
+        short = 'n',
+        long = "permits",
+        value_name = "K",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(quorum_lock::MAX_PERMITS))
+    )]
+    pub(crate) permits: Option<u32>,
     /// Exit code when the lock is held elsewhere.
     #[arg(short = 'E', long, default_value_t = crate::exit::CONFLICT)]
     pub(crate) conflict_exit_code: u8,

@@ -55,13 +55,24 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
         .fencing(args.fencing)
         .cancellation(&token);
     let waiting = signals.cancel_on_signal(&token);
-    let taken = locks.lock_with(&args.name, &options);
+    let taken = match args.permits {
+        Some(permits) => locks
+            .semaphore(&args.name, permits)
+            .and_then(|semaphore| semaphore.acquire_with(&options)),
+        None => locks.lock_with(&args.name, &options),
+    };
     drop(waiting);
     let guard = match taken {
         Ok(guard) => guard,
         Err(e) if e.is_cancelled() => return interrupted_wait(&signals, &args.name),
         Err(e) if e.is_contended() => {
-            warn(&format!("{} is held elsewhere", args.name));
+            match args.permits {
+                Some(k) => warn(&format!(
+                    "all {k} permits of {} are held elsewhere",
+                    args.name
+                )),
+                None => warn(&format!("{} is held elsewhere", args.name)),
+            }
             return args.conflict_exit_code;
         }
         Err(e) => {
@@ -83,6 +94,15 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
         .env("QUORUM_LOCK_NAME", &args.name);
     if let Some(fence) = guard.fence() {
         command.env("QUORUM_LOCK_FENCE", fence.to_string());
+    }
+    if args.permits.is_some() {
+        // The slot is what follows the last ':' of the permit's lock name.
+        let slot = guard
+            .resource()
+            .rsplit(|b| *b == b':')
+            .next()
+            .unwrap_or_default();
+        command.env("QUORUM_LOCK_PERMIT", String::from_utf8_lossy(slot).as_ref());
     }
     let mut held = Held::new(guard, args.ttl);
     let mut child = match Child::spawn(command) {

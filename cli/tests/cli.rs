@@ -57,6 +57,66 @@ fn free_everywhere(servers: &RedisServers, key: &[u8]) -> bool {
 }
 
 #[test]
+fn run_with_permits_lets_k_commands_run_and_the_next_one_conflicts() {
+    let servers = RedisServers::start(3);
+    let dir = std::env::temp_dir().join(format!("quorum-lock-permits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let go = dir.join("go");
+    let _ = std::fs::remove_file(&go);
+    // Each holder writes its slot, then waits for the test's go-ahead.
+    let script = format!(
+        "echo $QUORUM_LOCK_PERMIT > {dir}/slot-$$; while [ ! -e {go} ]; do sleep 0.02; done",
+        dir = dir.display(),
+        go = go.display()
+    );
+    let holders: Vec<Child> = (0..2)
+        .map(|_| {
+            tool(
+                &servers,
+                &["run", "-n", "2", "pool", "--", "sh", "-c", &script],
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    assert!(wait_until(HANG, || {
+        held_everywhere(&servers, b"pool:0") && held_everywhere(&servers, b"pool:1")
+    }));
+    let third = output(&mut tool(
+        &servers,
+        &["run", "-n", "2", "pool", "--", "true"],
+    ));
+    assert_eq!(code(&third), 1, "{third:?}");
+    assert!(
+        String::from_utf8_lossy(&third.stderr).contains("all 2 permits of pool are held elsewhere"),
+        "{third:?}"
+    );
+    std::fs::write(&go, b"").unwrap();
+    for holder in holders {
+        assert_eq!(wait_for(holder), 0);
+    }
+    let mut slots: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("slot-")
+                .then(|| std::fs::read_to_string(e.path()).unwrap().trim().to_owned())
+        })
+        .collect();
+    slots.sort();
+    assert_eq!(slots, ["0", "1"], "each command got its own permit");
+    assert!(free_everywhere(&servers, b"pool:0") && free_everywhere(&servers, b"pool:1"));
+    let zero = output(&mut tool(
+        &servers,
+        &["run", "-n", "0", "pool", "--", "true"],
+    ));
+    assert_eq!(code(&zero), 64, "zero permits is a usage error: {zero:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_second_run_conflicts_and_the_first_passes_its_status_through() {
     let servers = RedisServers::start(3);
     let first = tool(
