@@ -108,7 +108,9 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`Error::Contended`] when every slot was held (its report is the
-    /// last slot's); otherwise as [`LockManager::try_lock`].
+    /// last slot's); a slot that could not be judged (too few nodes
+    /// answered) gives that slot's error instead; otherwise as
+    /// [`LockManager::try_lock`].
     pub fn try_acquire(&self) -> Result<LockGuard> {
         self.acquire_with(&LockOptions::new().retry(RetryPolicy::none()))
     }
@@ -169,7 +171,9 @@ impl Semaphore {
     /// or `stop` passes (at least one slot is always tried).
     fn scan(&self, once: &LockOptions, stop: Option<Instant>) -> Result<LockGuard> {
         let first = random_below(self.permits);
-        let mut last = None;
+        // The semaphore is full only if every slot tried was held: a slot
+        // that could not be judged (no quorum) makes the answer "unknown".
+        let (mut held, mut unknown) = (None, None);
         for i in 0..self.permits {
             if i > 0 && stop.is_some_and(|stop| Instant::now() >= stop) {
                 break;
@@ -177,11 +181,14 @@ impl Semaphore {
             let slot = (first + i) % self.permits;
             match self.locks.lock_with(self.slot_resource(slot), once) {
                 Ok(guard) => return Ok(guard),
-                Err(e) if e.is_retryable() => last = Some(e),
+                Err(e) if e.is_contended() => held = Some(e),
+                Err(e) if e.is_retryable() => unknown = Some(e),
                 Err(e) => return Err(e),
             }
         }
-        Err(last.unwrap_or_else(|| invalid("no slot was tried".into())))
+        Err(unknown
+            .or(held)
+            .unwrap_or_else(|| invalid("no slot was tried".into())))
     }
 }
 

@@ -62,13 +62,18 @@ const TIGHT: Shape = Shape {
 };
 const CLIENTS: usize = 3;
 const RESOURCES: [&str; 2] = ["alpha", "beta"];
+/// The semaphore of the walk, and its permits: three clients holding up
+/// to two permits each contend for two.
+const SEMAPHORE: &str = "gamma";
+const PERMITS: u32 = 2;
 const STEPS: usize = 300;
 
 const SEEDS: u64 = 12;
 
 /// Every this many steps the walk forces a hand-over (a held guard dropped
-/// while another thread of its manager waits for it), so the ingredient
-/// never depends on the draw.
+/// while another thread of its manager waits for it), and halfway between
+/// two of them every client scans the semaphore, so these ingredients
+/// never depend on the draw.
 const HAND_OVER_EVERY: usize = 10;
 
 /// The evicting policies the nodes may report (any of them drops idle lock
@@ -141,6 +146,14 @@ struct World {
     clients: Vec<LockManager>,
     /// held[client][resource]
     held: Vec<Vec<Option<LockGuard>>>,
+    /// The semaphore's permits each client holds.
+    permits: Vec<Vec<LockGuard>>,
+    /// The permits each client asks for (`PERMITS` unless a canary says
+    /// otherwise).
+    asks_permits: Vec<u32>,
+    /// Permits taken, and scans that found every slot held.
+    permits_taken: u64,
+    semaphore_full: u64,
     /// When each node last restarted (on the clock), and its wall-clock
     /// steps since.
     restarted_at: Vec<Option<Instant>>,
@@ -189,6 +202,10 @@ impl World {
             held: (0..CLIENTS)
                 .map(|_| (0..RESOURCES.len()).map(|_| None).collect())
                 .collect(),
+            permits: (0..CLIENTS).map(|_| Vec::new()).collect(),
+            asks_permits: vec![PERMITS; CLIENTS],
+            permits_taken: 0,
+            semaphore_full: 0,
             restarted_at: vec![None; shape.nodes],
             wall_steps: vec![Duration::ZERO; shape.nodes],
             log: Vec::new(),
@@ -217,6 +234,7 @@ impl World {
     /// Every oracle, after a step.
     fn check(&mut self, seed: u64) {
         self.check_exclusive(seed);
+        self.check_permits(seed);
         self.check_deadlines(seed);
         self.check_fences(seed);
     }
@@ -279,10 +297,31 @@ impl World {
         if step % HAND_OVER_EVERY == HAND_OVER_EVERY - 1 {
             return self.forced_hand_over(rng);
         }
+        if step % HAND_OVER_EVERY == HAND_OVER_EVERY / 2 {
+            // Scheduled: every client scans the semaphore's slots, so that
+            // it fills up (three clients, two permits) whenever a quorum
+            // of nodes can grant.
+            for c in 0..CLIENTS {
+                self.take_permit(c, rng);
+            }
+            return;
+        }
         let c = rng.below(CLIENTS);
         let r = rng.below(RESOURCES.len());
         let n = rng.below(self.shape.nodes);
-        match rng.below(16) {
+        match rng.below(18) {
+            16 => self.take_permit(c, rng),
+            17 => {
+                // Release or drop (at random) one of the client's permits.
+                if !self.permits[c].is_empty() {
+                    let which = rng.below(self.permits[c].len());
+                    let permit = self.permits[c].remove(which);
+                    let released = rng.below(2) == 0 && permit.release().is_ok();
+                    self.log.push(format!(
+                        "client {c} lets a permit go (released: {released})"
+                    ));
+                }
+            }
             0 | 1 => {
                 let ms = rng.below(self.shape.max_advance_ms) as u64;
                 self.clock.advance(Duration::from_millis(ms));
@@ -385,6 +424,60 @@ impl World {
         }
     }
 
+    /// One scan of the semaphore's slots by client `c` (plain or fenced,
+    /// as a lock would be), unless it holds two permits already.
+    fn take_permit(&mut self, c: usize, rng: &mut Draws) {
+        if self.permits[c].len() >= 2 {
+            return;
+        }
+        let ask = self.ask(rng);
+        let once = ask.options(LockOptions::new().retry(RetryPolicy::none()));
+        let semaphore = self.clients[c]
+            .semaphore(SEMAPHORE, self.asks_permits[c])
+            .unwrap();
+        let got = semaphore.acquire_with(&once);
+        self.log.push(format!(
+            "client {c} permit ({ask:?}): {:?}",
+            got.as_ref()
+                .map(|g| String::from_utf8_lossy(g.resource()).into_owned())
+        ));
+        match got {
+            Ok(permit) => {
+                ask.check(&permit, &self.log);
+                self.permits_taken += 1;
+                self.permits[c].push(permit);
+            }
+            Err(e) if e.is_contended() => self.semaphore_full += 1,
+            Err(_) => {}
+        }
+    }
+
+    /// The semaphore's oracle: at most `PERMITS` valid permits, and never
+    /// two valid permits on one slot.
+    fn check_permits(&self, seed: u64) {
+        let valid: Vec<(usize, Vec<u8>)> = (0..CLIENTS)
+            .flat_map(|c| {
+                self.permits[c]
+                    .iter()
+                    .filter(|p| p.is_valid())
+                    .map(move |p| (c, p.resource().to_vec()))
+            })
+            .collect();
+        let mut slots: Vec<&[u8]> = valid.iter().map(|(_, slot)| &slot[..]).collect();
+        slots.sort();
+        slots.dedup();
+        assert!(
+            valid.len() <= PERMITS as usize && slots.len() == valid.len(),
+            "seed {seed}: {} valid permits of a {PERMITS}-permit semaphore: {:?}; last steps: {:?}",
+            valid.len(),
+            valid
+                .iter()
+                .map(|(c, slot)| format!("client {c} on {}", String::from_utf8_lossy(slot)))
+                .collect::<Vec<_>>(),
+            &self.log[self.log.len().saturating_sub(12)..]
+        );
+    }
+
     /// The scheduled hand-over: the first held guard (or, if none is held,
     /// a fresh plain lock of client 0) is dropped while another thread of
     /// its manager waits for it.
@@ -480,7 +573,7 @@ impl World {
     fn check_deadlines(&self, seed: u64) {
         let now = self.clock.now();
         for (c, held) in self.held.iter().enumerate() {
-            for guard in held.iter().flatten() {
+            for guard in held.iter().flatten().chain(&self.permits[c]) {
                 let validity = guard.validity();
                 if validity.is_zero() {
                     continue;
@@ -527,6 +620,9 @@ impl World {
     fn heal_and_check_liveness(&mut self, seed: u64) {
         for held in &mut self.held {
             held.iter_mut().for_each(|g| drop(g.take()));
+        }
+        for permits in &mut self.permits {
+            permits.clear();
         }
         for node in &self.nodes {
             node.set_down(false);
@@ -637,6 +733,8 @@ impl Mode {
 struct Coverage {
     hand_overs: u64,
     evicting_worlds: u64,
+    permits_taken: u64,
+    semaphore_full: u64,
 }
 
 fn run(shape: Shape) {
@@ -645,6 +743,10 @@ fn run(shape: Shape) {
     assert!(
         coverage.evicting_worlds > 0,
         "no evicting node: {coverage:?}"
+    );
+    assert!(
+        coverage.permits_taken > 0 && coverage.semaphore_full > 0,
+        "the semaphore was not taken, or never full: {coverage:?}"
     );
 }
 
@@ -673,6 +775,8 @@ fn run_with(shape: Shape, mode: Mode) -> Coverage {
         }
         coverage.hand_overs += world.hand_overs();
         coverage.evicting_worlds += u64::from(world.evicting.contains(&true));
+        coverage.permits_taken += world.permits_taken;
+        coverage.semaphore_full += world.semaphore_full;
         world.heal_and_check_liveness(seed);
     }
     coverage
@@ -941,6 +1045,21 @@ fn the_oracle_catches_a_forgetful_majority() {
     let caught =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_exclusive(0)));
     assert!(caught.is_err(), "the oracle missed two holders");
+}
+
+/// The semaphore's oracle can fail: a client that asks for more permits
+/// than the others (one more slot) gets a third permit while two are held.
+#[test]
+fn the_permit_oracle_catches_more_holders_than_permits() {
+    let mut world = World::new(WIDE, true, &mut Draws::random(1)).without_eviction();
+    world.asks_permits[2] = PERMITS + 1;
+    let mut rng = Draws::random(2);
+    for c in 0..CLIENTS {
+        world.take_permit(c, &mut rng);
+    }
+    assert_eq!(world.permits.iter().map(Vec::len).sum::<usize>(), 3);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_permits(0)));
+    assert!(caught.is_err(), "the oracle missed a third permit holder");
 }
 
 /// The deadline oracle can fail: a guard whose keys vanished from a
