@@ -184,6 +184,14 @@ enum Watch {
     Over,
 }
 
+/// What joining the line gave.
+enum Joined {
+    /// Nobody held it: the turn is this thread's.
+    Mine(Ticket),
+    /// In line, as waiter `id`; the turn will come on `grant`.
+    Waiting { id: u64, grant: Receiver<Grant> },
+}
+
 /// What a look at the line found.
 enum Look {
     /// The turn (or the lock) is this waiter's.
@@ -203,6 +211,12 @@ impl LocalQueue {
     /// Waits until it is this thread's turn for `key` (asking for `want`),
     /// or `deadline` (`None`: as long as it takes), or until `alarm`
     /// reports a cancellation.
+    ///
+    /// Every step that reads or changes the line is one critical section
+    /// under the lines' lock ([`join`](Self::join), [`look`](Self::look),
+    /// [`leave_line`](Self::leave_line)); between them this thread only
+    /// blocks or takes a message from its own channel. The line explorer
+    /// (`line_check.rs`) runs these very steps in every order.
     pub(crate) fn wait_turn(
         self: &Arc<Self>,
         key: &Arc<[u8]>,
@@ -210,23 +224,9 @@ impl LocalQueue {
         deadline: Option<Instant>,
         alarm: &Alarm,
     ) -> Turn {
-        let (id, grant) = {
-            let mut lines = self.lines.lock();
-            let id = lines.next_id;
-            lines.next_id += 1;
-            let Some(line) = lines.by_key.get_mut(key) else {
-                lines
-                    .by_key
-                    .insert(Arc::clone(key), Line::held_by(id, Streak::default()));
-                return Turn::Mine(self.ticket(key, id, Streak::default()));
-            };
-            let (tx, rx) = crossbeam_channel::unbounded();
-            line.waiting.push_back(Waiter {
-                id,
-                want,
-                grant: tx,
-            });
-            (id, rx)
+        let (id, grant) = match self.join(key, want) {
+            Joined::Mine(ticket) => return Turn::Mine(ticket),
+            Joined::Waiting { id, grant } => (id, grant),
         };
         let mut select = Select::new();
         let on_grant = select.recv(&grant);
@@ -266,6 +266,28 @@ impl LocalQueue {
         }
     }
 
+    /// The first step: the turn at once when nobody holds the line for
+    /// `key`, else a place at the back of it (and the channel on which the
+    /// turn, or a nudge to look again, will come).
+    fn join(self: &Arc<Self>, key: &Arc<[u8]>, want: Want) -> Joined {
+        let mut lines = self.lines.lock();
+        let id = lines.next_id;
+        lines.next_id += 1;
+        let Some(line) = lines.by_key.get_mut(key) else {
+            lines
+                .by_key
+                .insert(Arc::clone(key), Line::held_by(id, Streak::default()));
+            return Joined::Mine(self.ticket(key, id, Streak::default()));
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        line.waiting.push_back(Waiter {
+            id,
+            want,
+            grant: tx,
+        });
+        Joined::Waiting { id, grant: rx }
+    }
+
     /// Under the lines' lock: the grant if it came; else, for the first
     /// waiter, the turn if the holder's lock is over, or when to look again.
     fn look(&self, key: &Arc<[u8]>, id: u64, grant: &Receiver<Grant>) -> Look {
@@ -286,7 +308,14 @@ impl LocalQueue {
         if line.waiting.front().is_none_or(|w| w.id != id) {
             return Look::Wait(None);
         }
-        match self.watch(&line.holder) {
+        #[cfg(test)]
+        let watched = match self.watch(&line.holder) {
+            Watch::Until(_) if canary::get().ignore_validity => Watch::Over,
+            watched => watched,
+        };
+        #[cfg(not(test))]
+        let watched = self.watch(&line.holder);
+        match watched {
             Watch::Busy => Look::Wait(None),
             Watch::Until(at) => Look::Wait(wake_at(&*self.clock, at)),
             Watch::Over => {
@@ -350,7 +379,11 @@ impl LocalQueue {
         outcome: Turn,
     ) -> Turn {
         let mut lines = self.lines.lock();
-        while let Ok(message) = grant.try_recv() {
+        #[cfg(test)]
+        let check = !canary::get().leave_ignores_turns;
+        #[cfg(not(test))]
+        let check = true;
+        while check && let Ok(message) = grant.try_recv() {
             if let Grant::Given(given) = message {
                 drop(lines);
                 return self.turn(key, id, given);
@@ -401,7 +434,11 @@ impl LocalQueue {
             let _ = offer(None);
             return false;
         };
-        if line.holder.ticket != id {
+        #[cfg(test)]
+        let stale = line.holder.ticket != id && !canary::get().stale_tickets_pass;
+        #[cfg(not(test))]
+        let stale = line.holder.ticket != id;
+        if stale {
             // A stale ticket: the line gave the turn to someone else after
             // this holder's lock ran out. Nothing to pass, nothing to hand.
             let _ = offer(None);
@@ -490,5 +527,13 @@ impl Drop for Ticket {
 }
 
 #[cfg(test)]
+#[path = "turns_canary.rs"]
+pub(crate) mod canary;
+
+#[cfg(test)]
 #[path = "turns_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "line_check.rs"]
+mod line_check;
