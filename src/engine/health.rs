@@ -9,13 +9,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::retries::{RetryRelease, push_bounded};
 use crate::backend::BackendError;
 use crate::health::{NodeHealth, NodeState};
 use crate::token::Token;
-
-/// Most releases kept for retry per node; beyond that the oldest are left
-/// to expire with their TTL.
-const MAX_RELEASE_RETRIES: usize = 10_000;
 
 /// The node's vitals. The down flag is read on every round; the rest only
 /// by `health()` snapshots, so it is written without any coordination
@@ -69,7 +66,7 @@ impl Vitals {
     /// back. Returns `false` if the node came back meanwhile (the caller
     /// then queues the release as usual; a second release is harmless).
     pub(crate) fn park(&self, key: &Arc<[u8]>, token: Token) -> bool {
-        if RetryRelease::push(&mut self.parked.lock(), key, token) {
+        if push_bounded(&mut self.parked.lock(), key, token, Instant::now()) {
             self.note_abandoned(1);
         }
         self.is_down()
@@ -166,37 +163,5 @@ impl Vitals {
             releases_abandoned: self.abandoned.load(Ordering::Relaxed),
             eviction: status.eviction,
         }
-    }
-}
-
-/// A release that did not reach the node (it failed, or the node was
-/// down): it may be needed to undo an acquire that still sits in the
-/// node's socket (a frozen server runs it when it wakes up), so it is sent
-/// again until the key must have expired.
-#[derive(Debug)]
-pub(super) struct RetryRelease {
-    pub(super) key: Arc<[u8]>,
-    pub(super) token: Token,
-    /// When the release was first due; it is dropped once
-    /// [`Shared::release_retry_window`](super::worker::Shared) has passed
-    /// since.
-    pub(super) since: Instant,
-}
-
-impl RetryRelease {
-    /// Appends a release to `list`, dropping the oldest beyond
-    /// [`MAX_RELEASE_RETRIES`] (they expire with their TTL). Whether one
-    /// was dropped.
-    pub(super) fn push(list: &mut VecDeque<RetryRelease>, key: &Arc<[u8]>, token: Token) -> bool {
-        let full = list.len() >= MAX_RELEASE_RETRIES;
-        if full {
-            list.pop_front();
-        }
-        list.push_back(RetryRelease {
-            key: Arc::clone(key),
-            token,
-            since: Instant::now(),
-        });
-        full
     }
 }

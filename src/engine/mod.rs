@@ -8,11 +8,14 @@
 //! even when that acquire's answer came too late to count.
 
 mod action;
+mod announce;
 mod gate;
 mod health;
 mod identity;
+mod liveness;
 mod notices;
 mod pending;
+mod retries;
 mod tally;
 mod upkeep;
 mod waiters;

@@ -92,7 +92,7 @@ impl Worker {
     /// Brings the subscription in line with the watched keys.
     fn subscribe(&mut self) {
         let (generation, keys) = self.shared.waiters.keys();
-        if self.probe_at.is_some() && !keys.is_empty() {
+        if self.liveness.is_down() && !keys.is_empty() {
             // Down: no subscription attempt per change; once it is back.
             self.notices.lose_subscriptions(true);
             self.notices.synced = generation;

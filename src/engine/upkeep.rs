@@ -1,15 +1,17 @@
-//! A node's upkeep between rounds: marking it down after failed round
-//! trips and back up when a probe answers, releases kept for retry, and
-//! publishing (and logging) what its identity says, for `health()`.
+//! A node's upkeep between rounds, wired to the backend, the shared
+//! status and the log: the decisions are the state machines' (liveness in
+//! `liveness.rs`, release retries in `retries.rs`, the identity's news in
+//! `announce.rs`); this file runs their calls and says what they decided.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::health::RetryRelease;
+use super::announce::Verdict;
 use super::identity::Standing;
-use super::worker::{FIRST_BACKOFF, RELEASE_RETRY_EVERY, Worker};
+use super::liveness::Change;
+use super::worker::Worker;
 use crate::backend::{BackendError, BackendErrorKind, Op, Reply, ServerInfo};
 use crate::token::Token;
 
@@ -20,12 +22,6 @@ use crate::token::Token;
 fn release_outcome_unknown(error: &BackendError) -> bool {
     error.kind() != BackendErrorKind::WrongType
 }
-
-/// Consecutive failed round trips (all connectivity errors) before a node is
-/// marked down.
-const DOWN_AFTER: u32 = 2;
-/// Longest wait before probing a down node again.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 impl Worker {
     /// Keeps a release whose outcome is unknown for another try: any
@@ -45,7 +41,7 @@ impl Worker {
 
     /// Adds a release to the retry list (bounded: the oldest go first).
     pub(super) fn keep(&mut self, key: &Arc<[u8]>, token: Token) {
-        if RetryRelease::push(&mut self.retries, key, token) {
+        if self.retries.keep(key, token, Instant::now()) {
             self.health.note_abandoned(1);
         }
         self.health.note_retrying(self.retries.len());
@@ -54,11 +50,7 @@ impl Worker {
     /// Sends the pending releases again, as one batch; keeps those that
     /// still cannot reach the node and have not expired.
     pub(super) fn retry_releases(&mut self) {
-        let now = Instant::now();
-        let window = self.shared.release_retry_window;
-        let before = self.retries.len();
-        self.retries.retain(|r| r.since + window > now);
-        let expired = before - self.retries.len();
+        let expired = self.retries.expire(Instant::now());
         if expired > 0 {
             self.health.note_abandoned(expired as u64);
             log::warn!(
@@ -78,7 +70,7 @@ impl Worker {
         );
         let ops: Vec<Op<'_>> = self
             .retries
-            .iter()
+            .pending()
             .map(|r| Op::Release {
                 key: &r.key,
                 token: r.token.as_bytes(),
@@ -86,12 +78,10 @@ impl Worker {
             .collect();
         let (results, _) = self.call_backend(&ops);
         self.note_health(&results);
-        let mut results = results.into_iter();
-        self.retries.retain(|_| {
-            results
-                .next()
-                .is_some_and(|r| r.as_ref().is_err_and(release_outcome_unknown))
-        });
+        let unknown = results
+            .iter()
+            .map(|r| r.as_ref().is_err_and(release_outcome_unknown));
+        self.retries.after_attempt(unknown, Instant::now());
         self.health.note_retrying(self.retries.len());
     }
 
@@ -99,32 +89,12 @@ impl Worker {
     /// towards marking the node down; any answer from the server resets it.
     pub(super) fn note_health(&mut self, results: &[Result<Reply, BackendError>]) {
         self.health.note_results(results);
-        let unreachable = results
+        let reached = !results
             .iter()
             .all(|r| r.as_ref().is_err_and(|e| e.kind().is_connectivity()));
-        if !unreachable {
-            self.mark_up();
-            return;
-        }
-        self.failures = self.failures.saturating_add(1);
-        if self.failures >= DOWN_AFTER && self.probe_at.is_none() {
-            let now = Instant::now();
-            let probe_at = now + self.backoff;
-            self.health.down.store(true, Ordering::Release);
-            self.probe_at = Some(probe_at);
-            self.health.update(|s| {
-                s.down_since = Some(now);
-                s.next_probe = Some(probe_at);
-            });
-            let cause = results.iter().find_map(|r| r.as_ref().err());
-            log::warn!(
-                "quorum-lock: node {} marked down after {} failed round trips: {}; \
-                 probing it in the background",
-                self.name(),
-                self.failures,
-                cause.map_or_else(String::new, ToString::to_string)
-            );
-        }
+        let change = self.liveness.on_round_trip(reached, Instant::now());
+        let cause = results.iter().find_map(|r| r.as_ref().err());
+        self.announce_liveness(change, cause);
     }
 
     pub(super) fn probe(&mut self) {
@@ -133,44 +103,59 @@ impl Worker {
             catch_unwind(AssertUnwindSafe(|| backend.server_info())),
             Ok(Ok(_))
         );
-        if healthy {
-            self.mark_up();
-        } else {
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-            let probe_at = Instant::now() + self.backoff;
-            self.probe_at = Some(probe_at);
-            self.health.update(|s| s.next_probe = Some(probe_at));
-            log::debug!(
-                "quorum-lock: node {} still down; next probe in {:?}",
-                self.name(),
-                self.backoff
-            );
-        }
+        let change = self.liveness.on_probe(healthy, Instant::now());
+        self.announce_liveness(change, None);
     }
 
-    pub(super) fn mark_up(&mut self) {
-        self.failures = 0;
-        self.backoff = FIRST_BACKOFF;
-        if self.probe_at.take().is_some() {
-            self.health.down.store(false, Ordering::Release);
-            let mut since = None;
-            self.health.update(|s| {
-                since = s.down_since.take();
-                s.next_probe = None;
-            });
-            // The releases parked while down go out with the next retry,
-            // after whatever is already queued (an acquire queued before
-            // the node went down runs first, then its release).
-            let parked = std::mem::take(&mut *self.health.parked.lock());
-            log::info!(
-                "quorum-lock: node {} is back up after {:?} down; sending {} parked releases",
-                self.name(),
-                since.map(|at| at.elapsed()).unwrap_or_default(),
-                parked.len()
-            );
-            self.retries.extend(parked);
-            self.health.note_retrying(self.retries.len());
-            self.retry_at = Instant::now() + RELEASE_RETRY_EVERY;
+    /// Publishes and logs what the liveness machine decided; a node back
+    /// up gets the releases parked while it was down.
+    fn announce_liveness(&mut self, change: Option<Change>, cause: Option<&BackendError>) {
+        match change {
+            None => {}
+            Some(Change::WentDown {
+                failures,
+                since,
+                probe_at,
+            }) => {
+                self.health.down.store(true, Ordering::Release);
+                self.health.update(|s| {
+                    s.down_since = Some(since);
+                    s.next_probe = Some(probe_at);
+                });
+                log::warn!(
+                    "quorum-lock: node {} marked down after {failures} failed round trips: {}; \
+                     probing it in the background",
+                    self.name(),
+                    cause.map_or_else(String::new, ToString::to_string)
+                );
+            }
+            Some(Change::StillDown { backoff, probe_at }) => {
+                self.health.update(|s| s.next_probe = Some(probe_at));
+                log::debug!(
+                    "quorum-lock: node {} still down; next probe in {backoff:?}",
+                    self.name()
+                );
+            }
+            Some(Change::CameUp { since }) => {
+                self.health.down.store(false, Ordering::Release);
+                self.health.update(|s| {
+                    s.down_since = None;
+                    s.next_probe = None;
+                });
+                // The releases parked while down go out with the next
+                // retry, after whatever is already queued (an acquire
+                // queued before the node went down runs first, then its
+                // release).
+                let parked = std::mem::take(&mut *self.health.parked.lock());
+                log::info!(
+                    "quorum-lock: node {} is back up after {:?} down; sending {} parked releases",
+                    self.name(),
+                    since.elapsed(),
+                    parked.len()
+                );
+                self.retries.take_parked(parked, Instant::now());
+                self.health.note_retrying(self.retries.len());
+            }
         }
     }
 
@@ -185,47 +170,40 @@ impl Worker {
     /// its changes (quarantine entered or over, duplicate found).
     pub(super) fn publish_identity(&mut self, standing: Standing) {
         self.publish_eviction();
-        let until = self.identity.quarantined_until();
-        let duplicate = self.identity.duplicate_of();
-        let unidentified = standing == Standing::Unverified;
-        let (was_until, was_duplicate, was_unidentified) = self.published;
-        let quarantine_over = was_until.is_some() && standing == Standing::Voting;
+        let verdict = Verdict {
+            quarantined_until: self.identity.quarantined_until(),
+            duplicate_of: self.identity.duplicate_of(),
+            unidentified: standing == Standing::Unverified,
+        };
         // Called after every batch: the shared status is written (under its
         // lock) only when something changed.
-        if (until, duplicate, unidentified) == self.published && !quarantine_over {
-            return;
+        let news = self.announced.verdict(verdict, standing);
+        if let Some(published) = news.publish {
+            self.health.update(|s| {
+                s.quarantined_until = published.quarantined_until;
+                s.duplicate_of = published.duplicate_of;
+                s.unidentified = published.unidentified;
+            });
         }
-        self.published = (until, duplicate, unidentified);
-        self.health.update(|s| {
-            s.quarantined_until = until;
-            s.duplicate_of = duplicate;
-            s.unidentified = unidentified;
-        });
         let name = self.name().to_owned();
-        if until != was_until
-            && let Standing::Quarantined(left) = standing
-        {
+        if let Some(left) = news.quarantined_for {
             log::info!(
                 "quorum-lock: node {name} quarantined for {left:?}: its server started or \
                  restarted less than max_ttl + drift ago and may have forgotten locks"
             );
         }
-        if quarantine_over && until == was_until {
-            self.health.update(|s| s.quarantined_until = None);
+        if news.quarantine_over {
             self.identity.clear_quarantine();
-            self.published.0 = None;
             log::info!("quorum-lock: node {name}'s quarantine is over: its grants count again");
         }
-        if duplicate != was_duplicate
-            && let Some(owner) = duplicate
-        {
+        if let Some(owner) = news.duplicate_of {
             let other = self.shared.names.get(owner).map_or("?", String::as_str);
             log::warn!(
                 "quorum-lock: node {name} is the same server as {other} (same run id): \
                  only {other} votes"
             );
         }
-        if unidentified && !was_unidentified {
+        if news.unidentified {
             log::warn!(
                 "quorum-lock: node {name} answered without a server identity (run_id): with \
                  restart quarantine on, its grants do not count"
@@ -236,11 +214,9 @@ impl Worker {
     /// Publishes the server's eviction settings for `health()` and warns
     /// once when they appear.
     fn publish_eviction(&mut self) {
-        let eviction = self.identity.eviction();
-        if eviction == self.published_eviction.as_deref() {
+        let Some(eviction) = self.announced.eviction(self.identity.eviction()) else {
             return;
-        }
-        let eviction = eviction.map(str::to_owned);
+        };
         if let Some(setting) = &eviction {
             let verdict = if self.shared.accept_eviction {
                 "its grants count because the manager accepts the eviction risk"
@@ -253,8 +229,7 @@ impl Worker {
                 self.name()
             );
         }
-        self.health.update(|s| s.eviction.clone_from(&eviction));
-        self.published_eviction = eviction;
+        self.health.update(|s| s.eviction = eviction);
     }
 }
 

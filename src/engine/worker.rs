@@ -9,7 +9,6 @@
 //! operation only runs directly when every operation queued before it has
 //! finished (the gate's rule, checked by loom).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -18,9 +17,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use super::action::Action;
+use super::announce::Announced;
 use super::gate::Gate;
-use super::health::{RetryRelease, Vitals};
+use super::health::Vitals;
 use super::identity::{Identity, Registry, Standing};
+use super::liveness::Liveness;
+use super::retries::RetryList;
 use super::notices::NodeNotices;
 use super::waiters::Waiters;
 use crate::backend::{Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
@@ -30,10 +32,6 @@ use crate::token::Token;
 
 /// Most operations handed to the backend in one batch (one round trip).
 const MAX_BATCH: usize = 512;
-/// First wait before probing a down node again (it doubles up to a bound).
-pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// How often releases that could not reach the node are sent again.
-pub(super) const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(100);
 
 /// Most operations queued for one node and not yet run.
 pub(crate) const MAX_QUEUED: usize = 100_000;
@@ -125,7 +123,7 @@ impl NodeExec {
         ttl: Duration,
     ) -> Option<(Vote, bool)> {
         let mut worker = self.gate.try_idle()?;
-        if worker.probe_at.is_some() {
+        if worker.liveness.is_down() {
             return None;
         }
         let before = worker.next_wake();
@@ -159,15 +157,11 @@ pub(crate) fn spawn(
             index,
             backend,
             health,
+            retries: RetryList::new(shared.release_retry_window, Instant::now()),
             shared,
             identity,
-            retries: VecDeque::new(),
-            retry_at: Instant::now(),
-            failures: 0,
-            backoff: FIRST_BACKOFF,
-            probe_at: None,
-            published: (None, None, false),
-            published_eviction: None,
+            liveness: Liveness::default(),
+            announced: Announced::default(),
             notices: NodeNotices::default(),
         }),
     });
@@ -258,19 +252,12 @@ pub(super) struct Worker {
     pub(super) health: Arc<Vitals>,
     pub(super) shared: Arc<Shared>,
     pub(super) identity: Identity,
-    /// Releases to send again (see [`RetryRelease`]).
-    pub(super) retries: VecDeque<RetryRelease>,
-    /// When to send the pending releases again.
-    pub(super) retry_at: Instant,
-    pub(super) failures: u32,
-    pub(super) backoff: Duration,
-    /// Set while the node is down: when to probe it next.
-    pub(super) probe_at: Option<Instant>,
-    /// The identity verdict last written to the shared status (quarantined
-    /// until, duplicate of, unidentified).
-    pub(super) published: (Option<Instant>, Option<usize>, bool),
-    /// The eviction settings last written to the shared status.
-    pub(super) published_eviction: Option<String>,
+    /// Releases to send again.
+    pub(super) retries: RetryList,
+    /// Up, or down and when to probe it.
+    pub(super) liveness: Liveness,
+    /// What was last published and logged of the identity's verdicts.
+    pub(super) announced: Announced,
     /// The node's subscription to release notices.
     pub(super) notices: NodeNotices,
 }
@@ -279,10 +266,10 @@ impl Worker {
     /// When the thread must wake up without work: for a probe while down,
     /// or for pending release retries while up.
     fn next_wake(&self) -> Option<Instant> {
-        let work = match (self.probe_at, self.retries.is_empty()) {
-            (Some(at), _) => Some(at),
-            (None, false) => Some(self.retry_at),
-            (None, true) => None,
+        // While down only the probe is due; the releases wait for it.
+        let work = match self.liveness.probe_at() {
+            Some(at) => Some(at),
+            None => self.retries.next_wake(),
         };
         match (work, self.notices.next_wake()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -293,12 +280,11 @@ impl Worker {
     /// Probes a down node and retries releases, when due; looks after the
     /// release notices.
     fn housekeeping(&mut self) {
-        if self.probe_at.is_some_and(|at| Instant::now() >= at) {
+        if self.liveness.probe_due(Instant::now()) {
             self.probe();
         }
-        if self.probe_at.is_none() && !self.retries.is_empty() && Instant::now() >= self.retry_at {
+        if !self.liveness.is_down() && self.retries.due(Instant::now()) {
             self.retry_releases();
-            self.retry_at = Instant::now() + RELEASE_RETRY_EVERY;
         }
         self.tend_notices();
     }
@@ -310,7 +296,7 @@ impl Worker {
             if let Job::Barrier(_) | Job::Listen(_) | Job::ProbeNow = batch[i] {
                 self.run_ops(&batch[start..i]);
                 start = i + 1;
-                if matches!(batch[i], Job::ProbeNow) && self.probe_at.is_some() {
+                if matches!(batch[i], Job::ProbeNow) && self.liveness.is_down() {
                     self.probe();
                 }
             }
@@ -351,7 +337,7 @@ impl Worker {
 
     /// Runs `items` as one backend batch and returns one vote each.
     fn execute(&mut self, items: &[Item<'_>]) -> Vec<Vote> {
-        let down = self.probe_at.is_some();
+        let down = self.liveness.is_down();
         let mut known: Vec<Option<Vote>> = Vec::with_capacity(items.len());
         // The counters' key, borrowed by the ops while `self` is borrowed
         // mutably below: held through a clone of the shared settings, taken
