@@ -318,6 +318,25 @@ impl LockManagerBuilder {
             .restart_quarantine
             .unwrap_or(true)
             .then(|| max_ttl.saturating_add(drift(max_ttl, drift_factor)));
+        if quarantine.is_some() {
+            let blind: Vec<String> = backends
+                .iter()
+                .filter(|b| !b.reports_identity())
+                .map(|b| b.describe())
+                .collect();
+            if !blind.is_empty() {
+                return Err(config_err(format!(
+                    "node(s) {} cannot report their server's identity \
+                     (Backend::reports_identity is false), so restart quarantine could never \
+                     count their grants: report the server's run_id (Backend::identified_batch \
+                     or server_info) and return true from reports_identity, or switch the \
+                     quarantine off with LockManagerBuilder::restart_quarantine(false) where \
+                     restarts are made safe another way (durable persistence, or restarts \
+                     delayed by max_ttl)",
+                    blind.join(", ")
+                )));
+            }
+        }
         // Dropping the last handle waits up to two node timeouts (a batch
         // in progress, then the queued releases) for the releases to leave.
         let drain_wait = node_timeout.saturating_mul(2);

@@ -172,3 +172,60 @@ fn a_wait_budget_retries_until_it_is_spent() {
     );
     held.release().unwrap();
 }
+
+/// A backend of a user's own: the three lock operations and a name,
+/// nothing about the server behind it.
+struct OwnBackend(MemoryBackend);
+
+impl quorum_lock::Backend for OwnBackend {
+    fn acquire(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, quorum_lock::BackendError> {
+        self.0.acquire(key, token, ttl)
+    }
+    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, quorum_lock::BackendError> {
+        self.0.release(key, token)
+    }
+    fn extend(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, quorum_lock::BackendError> {
+        self.0.extend(key, token, ttl)
+    }
+    fn describe(&self) -> String {
+        format!("own:{}", self.0.describe())
+    }
+}
+
+/// Such a backend cannot have its grants counted under restart quarantine
+/// (on by default): `build()` says so at once, naming the nodes and both
+/// fixes, instead of every lock failing later with "no identity".
+#[test]
+fn a_backend_without_identity_is_refused_at_build_with_quarantine_on() {
+    let own = || nodes().into_iter().map(OwnBackend);
+    let error = LockManager::builder()
+        .nodes(own())
+        .build()
+        .expect_err("quarantine on needs identities");
+    let text = error.to_string();
+    assert!(error.is_invalid(), "{error:?}");
+    assert!(
+        text.contains("own:mem-0, own:mem-1, own:mem-2")
+            && text.contains("reports_identity")
+            && text.contains("restart_quarantine(false)"),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "one line: {text}");
+    // With the quarantine off (restarts made safe another way), it locks.
+    let locks = LockManager::builder()
+        .nodes(own())
+        .restart_quarantine(false)
+        .build()
+        .unwrap();
+    locks.try_lock("job").unwrap().release().unwrap();
+}

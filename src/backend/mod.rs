@@ -239,6 +239,25 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Whether this backend reports the identity of the server behind each
+    /// batch (a `run_id` in [`Answers::server`], through
+    /// [`identified_batch`](Self::identified_batch) or
+    /// [`server_info`](Self::server_info)). Default `false`: a backend of
+    /// your own that says nothing about its server.
+    ///
+    /// With restart quarantine on (the default), a grant counts only when
+    /// the server that gave it is identified, so
+    /// [`LockManagerBuilder::build`](crate::LockManagerBuilder::build)
+    /// refuses a node whose backend returns `false` here, naming the two
+    /// fixes: report the identity (and return `true`), or switch the
+    /// quarantine off where restarts are made safe another way. A backend
+    /// that returns `true` may still fail to learn the identity at run
+    /// time (say, an ACL user without `INFO`); its grants then do not count
+    /// and `health()` shows the node as unidentified.
+    fn reports_identity(&self) -> bool {
+        false
+    }
+
     /// How many times this backend *knows* its server came back after
     /// being unreachable (a fault-injection handle that brought it up, as
     /// [`MemoryBackend::set_down(false)`](crate::MemoryBackend::set_down)
@@ -302,6 +321,9 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
     fn recoveries(&self) -> u64 {
         (**self).recoveries()
+    }
+    fn reports_identity(&self) -> bool {
+        (**self).reports_identity()
     }
 }
 

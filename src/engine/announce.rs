@@ -110,7 +110,11 @@ mod tests {
         assert_eq!(news.quarantined_for, Some(left));
         assert_eq!(news.publish, Some(quarantined(until)));
         let again = announced.verdict(quarantined(until), Standing::Quarantined(left / 2));
-        assert_eq!(again, News::default(), "nothing new: nothing written, nothing logged");
+        assert_eq!(
+            again,
+            News::default(),
+            "nothing new: nothing written, nothing logged"
+        );
         let over = announced.verdict(quarantined(until), Standing::Voting);
         assert!(over.quarantine_over);
         assert_eq!(over.publish, Some(Verdict::default()), "published as over");
@@ -128,7 +132,10 @@ mod tests {
         };
         let news = announced.verdict(duplicate, Standing::DuplicateOf(1));
         assert_eq!(news.duplicate_of, Some(1));
-        assert_eq!(announced.verdict(duplicate, Standing::DuplicateOf(1)), News::default());
+        assert_eq!(
+            announced.verdict(duplicate, Standing::DuplicateOf(1)),
+            News::default()
+        );
         let unidentified = Verdict {
             unidentified: true,
             ..Verdict::default()
@@ -145,7 +152,10 @@ mod tests {
         let mut announced = Announced::default();
         assert_eq!(announced.eviction(None), None);
         let policy = "maxmemory 4194304, maxmemory-policy allkeys-lru";
-        assert_eq!(announced.eviction(Some(policy)), Some(Some(policy.to_owned())));
+        assert_eq!(
+            announced.eviction(Some(policy)),
+            Some(Some(policy.to_owned()))
+        );
         assert_eq!(announced.eviction(Some(policy)), None);
         assert_eq!(announced.eviction(None), Some(None));
     }

@@ -49,7 +49,10 @@ pub(super) enum Change {
         probe_at: Instant,
     },
     /// A probe failed: the next one is at `probe_at`, `backoff` later.
-    StillDown { backoff: Duration, probe_at: Instant },
+    StillDown {
+        backoff: Duration,
+        probe_at: Instant,
+    },
     /// Back up, after being down since `since`.
     CameUp { since: Instant },
 }
@@ -139,7 +142,11 @@ mod tests {
     fn down_after_two_failed_round_trips_then_probed_with_backoff_and_back_up() {
         let t0 = Instant::now();
         let mut node = Liveness::default();
-        assert_eq!(node.on_round_trip(false, t0), None, "one failure is not enough");
+        assert_eq!(
+            node.on_round_trip(false, t0),
+            None,
+            "one failure is not enough"
+        );
         let down = node.on_round_trip(false, t0);
         assert_eq!(
             down,
@@ -180,7 +187,11 @@ mod tests {
         let mut node = Liveness::default();
         node.on_round_trip(false, t0);
         assert_eq!(node.on_round_trip(true, t0), None);
-        assert_eq!(node.on_round_trip(false, t0), None, "the count started over");
+        assert_eq!(
+            node.on_round_trip(false, t0),
+            None,
+            "the count started over"
+        );
         node.on_round_trip(false, t0);
         assert!(node.is_down());
         let before = node;

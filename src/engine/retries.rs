@@ -147,7 +147,11 @@ mod tests {
         assert_eq!(list.len(), 1);
         assert_eq!(list.next_wake(), Some(t0 + RETRY_EVERY));
         assert!(!list.due(t0));
-        assert_eq!(list.expire(t0 + window), 0, "kept at 5 s: within its window");
+        assert_eq!(
+            list.expire(t0 + window),
+            0,
+            "kept at 5 s: within its window"
+        );
         assert_eq!(list.expire(t0 + Duration::from_secs(15)), 1);
         assert!(list.is_empty() && list.next_wake().is_none());
     }
@@ -157,7 +161,9 @@ mod tests {
         let t0 = Instant::now();
         let mut list = RetryList::new(Duration::from_secs(60), t0);
         let key: Arc<[u8]> = b"k".as_slice().into();
-        let dropped = (0..=MAX_KEPT).filter(|_| list.keep(&key, token(), t0)).count();
+        let dropped = (0..=MAX_KEPT)
+            .filter(|_| list.keep(&key, token(), t0))
+            .count();
         assert_eq!((dropped, list.len()), (1, MAX_KEPT), "the oldest went");
         let mut parked = VecDeque::new();
         push_bounded(&mut parked, &key, token(), t0);

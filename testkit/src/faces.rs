@@ -87,4 +87,8 @@ impl Backend for Face {
     fn call_timeout(&self) -> Option<Duration> {
         self.call_timeout
     }
+    /// The node can report (even when this face hides it at run time).
+    fn reports_identity(&self) -> bool {
+        true
+    }
 }

@@ -426,6 +426,10 @@ impl Backend for MemoryBackend {
     /// The node's identity, without a round trip (like Redis' identity
     /// cached per connection). A node that never restarted reports a long
     /// uptime: it has never forgotten a lock, so nothing needs quarantine.
+    fn reports_identity(&self) -> bool {
+        true
+    }
+
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         let state = self.inner.state.lock();
         if state.down {

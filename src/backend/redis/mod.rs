@@ -409,6 +409,10 @@ impl Backend for RedisBackend {
     ///
     /// `Ok` with no `run_id` when the server answers but refuses `INFO`
     /// (e.g. `NOPERM`) or its reply was unreadable.
+    fn reports_identity(&self) -> bool {
+        true
+    }
+
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         let inner = &*self.inner;
         let deadline = inner.deadline();
