@@ -423,13 +423,15 @@ impl Backend for MemoryBackend {
         Answers::new(results, server)
     }
 
-    /// The node's identity, without a round trip (like Redis' identity
-    /// cached per connection). A node that never restarted reports a long
-    /// uptime: it has never forgotten a lock, so nothing needs quarantine.
+    /// Yes: every batch reports the node's identity (unless a test hides
+    /// it with `set_identity_hidden`).
     fn reports_identity(&self) -> bool {
         true
     }
 
+    /// The node's identity, without a round trip (like Redis' identity
+    /// cached per connection). A node that never restarted reports a long
+    /// uptime: it has never forgotten a lock, so nothing needs quarantine.
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         let state = self.inner.state.lock();
         if state.down {

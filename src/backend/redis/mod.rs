@@ -403,16 +403,18 @@ impl Backend for RedisBackend {
         Answers::new(results, server)
     }
 
+    /// Yes: every batch reports the identity its connection read (or
+    /// `None` when the server refused `INFO`).
+    fn reports_identity(&self) -> bool {
+        true
+    }
+
     /// The identity of a connection, after checking that the server
     /// answers on it: a connection that has not read `INFO` yet
     /// asks it now, one that has sends `PING`.
     ///
     /// `Ok` with no `run_id` when the server answers but refuses `INFO`
     /// (e.g. `NOPERM`) or its reply was unreadable.
-    fn reports_identity(&self) -> bool {
-        true
-    }
-
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         let inner = &*self.inner;
         let deadline = inner.deadline();
