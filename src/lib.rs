@@ -166,7 +166,8 @@ pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
 pub use backend::{
-    Answers, Backend, BackendError, BackendErrorKind, Op, ReleaseListener, Reply, ServerInfo,
+    Answers, Backend, BackendError, BackendErrorKind, InFlight, Op, ReleaseListener, Reply,
+    ServerInfo,
 };
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;

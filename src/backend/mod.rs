@@ -4,7 +4,7 @@
 //! engine runs one worker thread per backend and counts their votes.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod error;
 pub(crate) mod memory;
@@ -197,6 +197,23 @@ pub trait Backend: Send + Sync + 'static {
         Answers::new(results, self.server_info().ok())
     }
 
+    /// Starts [`identified_batch`](Self::identified_batch): sends `ops` and
+    /// returns at once, before reading the answers, which
+    /// [`InFlight::finish`] reads (called with the same `ops`).
+    ///
+    /// The engine uses this to run one operation on several nodes from the
+    /// caller's thread: it sends to every idle node first, then reads the
+    /// answers, so the round costs one round trip and no thread hand-off.
+    /// The default runs the whole batch here and keeps the answers for
+    /// `finish`: right for a backend that answers at once (as the memory
+    /// backend does), and for any backend whose calls are not bounded (it
+    /// is never run on a caller's thread then; see
+    /// [`call_timeout`](Self::call_timeout)). Redis writes the pipeline
+    /// here and reads it in `finish`, bounded by its timeout.
+    fn send_batch(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+        Box::new(Answered(self.identified_batch(ops)))
+    }
+
     /// The longest any single call (or batch) can take, when the backend
     /// enforces such a bound; `None` when it does not (the default).
     ///
@@ -324,6 +341,37 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
     fn reports_identity(&self) -> bool {
         (**self).reports_identity()
+    }
+    fn send_batch(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+        (**self).send_batch(ops)
+    }
+}
+
+/// A batch sent by [`Backend::send_batch`] whose answers have not been read.
+pub trait InFlight: Send {
+    /// Waits until the answers have begun to arrive, or `until` passes,
+    /// and says whether they have (or the batch failed: `finish` then says
+    /// how), so that `finish` would not wait long. The engine uses it to
+    /// read first the node that answered first. The default says yes: the
+    /// answers were known when the batch was sent.
+    fn wait(&mut self, until: Instant) -> bool {
+        let _ = until;
+        true
+    }
+
+    /// Reads the answers, within the backend's bound on one call. `ops`
+    /// must be the ops the batch was sent with (a backend may need them to
+    /// read the answers, or to run some again).
+    fn finish(self: Box<Self>, ops: &[Op<'_>]) -> Answers;
+}
+
+/// Answers already known when the batch was sent (the default
+/// [`Backend::send_batch`]).
+struct Answered(Answers);
+
+impl InFlight for Answered {
+    fn finish(self: Box<Self>, _ops: &[Op<'_>]) -> Answers {
+        self.0
     }
 }
 

@@ -9,6 +9,8 @@
 
 mod action;
 mod announce;
+mod drive;
+mod execute;
 mod gate;
 mod health;
 mod identity;
@@ -22,7 +24,7 @@ mod waiters;
 mod worker;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
@@ -37,6 +39,7 @@ use self::waiters::Waiters;
 pub(crate) use self::waiters::Watch;
 // The protocol check (src/redlock/protocol_check.rs) runs the engine's own
 // vote count and identity judgement.
+use self::execute::Item;
 #[cfg(test)]
 pub(crate) use self::identity::{Identity, Registry, Standing};
 #[cfg(test)]
@@ -54,8 +57,6 @@ use crate::token::Token;
 /// drop waits for that, at most [`Engine::drain_wait`].
 pub(crate) struct Engine {
     nodes: Vec<Node>,
-    /// Rotates which node a caller runs directly, to spread the work.
-    next_direct: AtomicUsize,
     /// Disconnected once every worker thread has exited.
     exited: Receiver<()>,
     /// How long dropping the engine waits for the workers to send what is
@@ -131,8 +132,9 @@ impl Node {
 pub(crate) enum Direct {
     /// Queue every operation to the node threads (never blocks).
     Never,
-    /// Run the fastest idle node's operation on the caller's thread.
-    FastestNode,
+    /// Drive the round on the caller's thread on every idle node (see
+    /// `drive.rs`).
+    IdleNodes,
 }
 
 /// One operation for every node.
@@ -237,17 +239,11 @@ impl Engine {
             .collect();
         Ok(Self {
             nodes,
-            next_direct: AtomicUsize::new(0),
             exited,
             drain_wait,
             accept_eviction,
             shared,
         })
-    }
-
-    /// Number of nodes.
-    pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
     }
 
     /// Each node's snapshot, in configuration order: no call to any node,
@@ -278,7 +274,7 @@ impl Engine {
         wait: Duration,
         direct: Direct,
     ) -> Vec<NodeOutcome> {
-        self.scatter(req, wait, direct).gather(gather)
+        self.scatter(req, wait, direct, gather).gather(gather)
     }
 
     /// Sends `req` to every node; the answers are collected by
@@ -287,30 +283,41 @@ impl Engine {
     ///
     /// With [`Direct::Never`] it only queues, never blocks, and may be called
     /// under a short lock (the watchdog does, to order an extend against a
-    /// concurrent release). With [`Direct::FastestNode`] the caller first
-    /// queues the other nodes' operations, then runs the fastest idle
-    /// node's operation itself, but only on a node whose backend bounds its
-    /// calls within `wait`: the caller never waits longer than the round
-    /// would. That saves two thread hand-offs, and the other answers are
-    /// usually waiting in the channel when it is done. The price: while
-    /// that node is busy the caller cannot decide early; a node that just
-    /// stalled has a high smoothed latency and is not picked again.
-    pub(crate) fn scatter(&self, req: &Request<'_>, wait: Duration, direct: Direct) -> Pending {
+    /// concurrent release). With [`Direct::IdleNodes`] the caller drives
+    /// the round itself on every idle node whose backend bounds its calls
+    /// within `wait` (see `drive.rs`): it sends there first, queues to the
+    /// other nodes, then reads the answers it drives until the round is
+    /// decided per `gather`, and hands what it has not read to the node
+    /// threads. It never waits longer than the round would.
+    pub(crate) fn scatter(
+        &self,
+        req: &Request<'_>,
+        wait: Duration,
+        direct: Direct,
+        gather: Gather,
+    ) -> Pending {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
         let (reply, answers) = crossbeam_channel::bounded(n);
         let mut outcomes: Vec<Option<Vote>> = vec![None; n];
-        // Per node: whether the operation went there (queued, or run by
+        // Per node: whether the operation went there (queued, or sent by
         // this caller, whatever its outcome: a timed-out run may have been
         // applied). Only a node skipped as down or refusing the job never
         // got it.
         let mut queued = vec![true; n];
-        let own = match direct {
-            Direct::FastestNode => self.fastest_node(wait),
-            Direct::Never => None,
+        let item = Item {
+            op: req.op,
+            key: req.key,
+            token: req.token,
+            ttl: req.ttl,
         };
+        let mut driven = Vec::new();
         for (slot, node) in self.nodes.iter().enumerate() {
-            if Some(slot) == own {
+            let drivable = direct == Direct::IdleNodes
+                && !node.health.is_down()
+                && node.exec.can_run_within(wait);
+            if drivable && let Some(d) = node.exec.begin_if_idle(slot, &item) {
+                driven.push(d);
                 continue;
             }
             let down = node.skipped_as_down();
@@ -331,47 +338,16 @@ impl Engine {
                 Ok(()) => None,
             };
         }
-        if let Some(slot) = own {
-            let node = &self.nodes[slot];
-            outcomes[slot] = match node.exec.run_now(req.op, req.key, req.token, req.ttl) {
-                Some((outcome, wake)) => {
-                    // The node's thread sleeps until a job arrives: tell it
-                    // that it now has a probe or a retry to schedule.
-                    if wake {
-                        let _ = node.enqueue(Job::Wake);
-                    }
-                    Some(outcome)
-                }
-                // Busy: queue it like the others.
-                None => node
-                    .send(req, Some((reply.clone(), slot)))
-                    .err()
-                    .map(|refused| {
-                        queued[slot] = false;
-                        (not_queued(refused), None)
-                    }),
-            };
-        }
-        Pending {
+        let mut round = Pending {
             outcomes,
             answers,
             deadline,
             queued,
+        };
+        if !driven.is_empty() {
+            self.drive(driven, &item, gather, &reply, &mut round);
         }
-    }
-
-    /// The node a caller should run itself: up, bounded within `wait`, and
-    /// the lowest smoothed round-trip time (ties rotate, to spread work).
-    fn fastest_node(&self, wait: Duration) -> Option<usize> {
-        let n = self.nodes.len();
-        let start = self.next_direct.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .map(|i| (start + i) % n)
-            .filter(|&i| {
-                let node = &self.nodes[i];
-                !node.health.is_down() && node.exec.can_run_within(wait)
-            })
-            .min_by_key(|&i| self.nodes[i].health.latency())
+        round
     }
 
     /// Queues a release of `key` on every node (down or not) and returns at

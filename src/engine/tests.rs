@@ -68,12 +68,17 @@ fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
         token,
         ttl: Duration::from_secs(60),
     };
-    drop(engine.scatter(&acquire(&key), wait, Direct::Never));
+    drop(engine.scatter(&acquire(&key), wait, Direct::Never, Gather::All));
     // Fill the queue behind it until the node refuses.
     let mut full = false;
     for _ in 0..=MAX_QUEUED + 1 {
         let outcomes = engine
-            .scatter(&acquire(&filler), Duration::ZERO, Direct::Never)
+            .scatter(
+                &acquire(&filler),
+                Duration::ZERO,
+                Direct::Never,
+                Gather::All,
+            )
             .gather(Gather::All);
         if matches!(&outcomes[0], NodeOutcome::Failed(e) if e.message().contains("already waiting"))
         {

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::announce::Verdict;
+use super::execute::counted;
 use super::identity::Standing;
 use super::liveness::Change;
 use super::worker::Worker;
@@ -243,25 +244,13 @@ impl Worker {
     ) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
         let backend = &self.backend;
         let answers = catch_unwind(AssertUnwindSafe(|| backend.identified_batch(ops)));
-        let (mut results, server) = match answers {
+        let (results, server) = match answers {
             Ok(answers) => answers.into_parts(),
             Err(_) => {
                 let e = BackendError::new(BackendErrorKind::Panicked, "the backend panicked");
                 return (vec![Err(e); ops.len()], None);
             }
         };
-        if results.len() != ops.len() {
-            let e = BackendError::new(
-                BackendErrorKind::Protocol,
-                format!(
-                    "backend returned {} results for {} ops",
-                    results.len(),
-                    ops.len()
-                ),
-            );
-            results.truncate(ops.len());
-            results.resize(ops.len(), Err(e));
-        }
-        (results, server)
+        (counted(results, ops.len()), server)
     }
 }

@@ -18,14 +18,15 @@ use parking_lot::Mutex;
 
 use super::action::Action;
 use super::announce::Announced;
+use super::execute::{Begun, Item};
 use super::gate::Gate;
 use super::health::Vitals;
-use super::identity::{Identity, Registry, Standing};
+use super::identity::{Identity, Registry};
 use super::liveness::Liveness;
 use super::notices::NodeNotices;
 use super::retries::RetryList;
 use super::waiters::Waiters;
-use crate::backend::{Backend, BackendError, BackendErrorKind, Op, Reply, ServerInfo};
+use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::report::NodeOutcome;
 use crate::token::Token;
@@ -74,12 +75,26 @@ pub(crate) enum Job {
     /// Probe the node now if it is marked down (its backend reported a
     /// recovery): the operations queued after it then go to the node.
     ProbeNow,
+    /// A batch a caller sent to the node and no longer waits for (its
+    /// round was decided): read its answer and pass it on, before any job
+    /// queued after it (per-node FIFO).
+    Finish(Box<Handed>),
+}
+
+/// A batch a caller sent and handed to the node's thread ([`Job::Finish`]).
+pub(crate) struct Handed {
+    pub(super) begun: Begun,
+    pub(super) op: Action,
+    pub(super) key: Arc<[u8]>,
+    pub(super) token: Token,
+    pub(super) ttl: Duration,
+    pub(super) reply: Option<ReplyTo>,
 }
 
 /// One node's executor: its state behind the gate that orders direct runs
 /// after the jobs queued before them.
 pub(crate) struct NodeExec {
-    gate: Gate<Worker>,
+    pub(super) gate: Gate<Worker>,
     /// The backend's bound on one call, if it has one.
     call_timeout: Option<Duration>,
 }
@@ -108,33 +123,6 @@ impl NodeExec {
     /// operation itself: only when the backend bounds its calls within it.
     pub(crate) fn can_run_within(&self, wait: Duration) -> bool {
         self.call_timeout.is_some_and(|bound| bound <= wait)
-    }
-
-    /// Runs one operation on the caller's thread, if the node is idle and
-    /// up: nothing queued, no batch running. `None` otherwise (the caller
-    /// then queues it). The flag says whether the node's thread must be
-    /// woken ([`Job::Wake`]): the run changed when it has to act on its own
-    /// (a probe after the node was marked down, or a release to retry).
-    pub(crate) fn run_now(
-        &self,
-        op: Action,
-        key: &Arc<[u8]>,
-        token: Token,
-        ttl: Duration,
-    ) -> Option<(Vote, bool)> {
-        let mut worker = self.gate.try_idle()?;
-        if worker.liveness.is_down() {
-            return None;
-        }
-        let before = worker.next_wake();
-        let item = Item {
-            op,
-            key,
-            token,
-            ttl,
-        };
-        let outcome = worker.execute(std::slice::from_ref(&item)).pop()?;
-        Some((outcome, worker.next_wake() != before))
     }
 }
 
@@ -210,14 +198,6 @@ fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
     }
 }
 
-/// One operation as the executor runs it.
-struct Item<'a> {
-    op: Action,
-    key: &'a Arc<[u8]>,
-    token: Token,
-    ttl: Duration,
-}
-
 /// What every worker of one engine shares.
 pub(crate) struct Shared {
     /// The manager's clock, for quarantine times.
@@ -265,7 +245,7 @@ pub(super) struct Worker {
 impl Worker {
     /// When the thread must wake up without work: for a probe while down,
     /// or for pending release retries while up.
-    fn next_wake(&self) -> Option<Instant> {
+    pub(super) fn next_wake(&self) -> Option<Instant> {
         // While down only the probe is due; the releases wait for it.
         let work = match self.liveness.probe_at() {
             Some(at) => Some(at),
@@ -293,11 +273,17 @@ impl Worker {
     fn run_batch(&mut self, batch: &mut Vec<Job>) {
         let mut start = 0;
         for i in 0..batch.len() {
-            if let Job::Barrier(_) | Job::Listen(_) | Job::ProbeNow = batch[i] {
+            if let Job::Barrier(_) | Job::Listen(_) | Job::ProbeNow | Job::Finish { .. } = batch[i]
+            {
                 self.run_ops(&batch[start..i]);
                 start = i + 1;
                 if matches!(batch[i], Job::ProbeNow) && self.liveness.is_down() {
                     self.probe();
+                }
+                if let Job::Finish(_) = batch[i]
+                    && let Job::Finish(handed) = std::mem::replace(&mut batch[i], Job::Wake)
+                {
+                    self.finish_handed(*handed);
                 }
             }
         }
@@ -306,6 +292,27 @@ impl Worker {
             if let Job::Barrier(ack) | Job::Listen(ack) = job {
                 let _ = ack.send(());
             }
+        }
+    }
+
+    /// Reads the answer of a batch a caller handed over, and passes it on.
+    fn finish_handed(&mut self, handed: Handed) {
+        let Handed {
+            begun,
+            op,
+            key,
+            token,
+            ttl,
+            reply,
+        } = handed;
+        let item = Item {
+            op,
+            key: &key,
+            token,
+            ttl,
+        };
+        for vote in self.complete(begun, std::slice::from_ref(&item)) {
+            reply_to(reply.as_ref(), vote);
         }
     }
 
@@ -334,180 +341,12 @@ impl Worker {
             reply_to(reply.as_ref(), outcome);
         }
     }
-
-    /// Runs `items` as one backend batch and returns one vote each.
-    fn execute(&mut self, items: &[Item<'_>]) -> Vec<Vote> {
-        let down = self.liveness.is_down();
-        let mut known: Vec<Option<Vote>> = Vec::with_capacity(items.len());
-        // The counters' key, borrowed by the ops while `self` is borrowed
-        // mutably below: held through a clone of the shared settings, taken
-        // only for a batch with a fenced op (no work on the plain path).
-        let fenced = items
-            .iter()
-            .any(|i| matches!(i.op, Action::AcquireFenced | Action::RaiseFence(_)));
-        let shared = fenced.then(|| Arc::clone(&self.shared));
-        let counter = shared.as_ref().map_or(&[][..], |s| &s.fence_counters[..]);
-        let mut ops: Vec<Op<'_>> = Vec::with_capacity(items.len());
-        for item in items {
-            // A down node skips acquires and extends at no cost. Its
-            // releases are kept and sent once it is back: an earlier
-            // acquire may have landed there.
-            if down {
-                if item.op == Action::Release {
-                    self.keep(item.key, item.token);
-                }
-                known.push(Some((NodeOutcome::Down, None)));
-                continue;
-            }
-            known.push(None);
-            let (key, token, ttl) = (&item.key[..], item.token.as_bytes(), item.ttl);
-            ops.push(match item.op {
-                Action::Acquire => Op::Acquire { key, token, ttl },
-                Action::AcquireFenced => Op::AcquireFenced {
-                    key,
-                    token,
-                    ttl,
-                    counter,
-                },
-                Action::Extend => Op::Extend { key, token, ttl },
-                Action::Release => Op::Release { key, token },
-                Action::RaiseFence(fence) => Op::RaiseFence {
-                    key,
-                    token,
-                    counter,
-                    fence,
-                },
-            });
-        }
-        let mut results = Vec::new().into_iter();
-        let mut standing = Standing::Voting;
-        let mut identified = false;
-        if !ops.is_empty() {
-            let started = Instant::now();
-            let (answers, server) = self.call_backend(&ops);
-            self.health.note_latency(started.elapsed());
-            self.note_health(&answers);
-            standing = self.standing(&answers, server.as_ref());
-            identified = server.is_some_and(|s| s.run_id.is_some());
-            results = answers.into_iter();
-        }
-        items
-            .iter()
-            .zip(known)
-            .map(|(item, known)| {
-                if let Some(vote) = known {
-                    return vote;
-                }
-                let result = results.next().unwrap_or_else(|| {
-                    Err(BackendError::new(
-                        BackendErrorKind::Protocol,
-                        "no result for this op",
-                    ))
-                });
-                if item.op == Action::Release {
-                    self.keep_for_retry(item.key, item.token, &result);
-                    if let Ok(reply) = result {
-                        self.note_release(item.key, reply);
-                    }
-                }
-                match result {
-                    Ok(Reply::No) => (NodeOutcome::Refused, None),
-                    // Our token already there: another name of this server
-                    // set it. That server votes once: here only when it is
-                    // identified and this node is the name it votes under
-                    // (its other name's grant then counts as a duplicate's,
-                    // i.e. not at all), and not for a fenced acquire, whose
-                    // vote must carry the counter it read.
-                    Ok(Reply::AlreadyOurs)
-                        if identified
-                            && standing == Standing::Voting
-                            && item.op == Action::Acquire =>
-                    {
-                        (NodeOutcome::Granted, None)
-                    }
-                    Ok(Reply::AlreadyOurs) => (NodeOutcome::Failed(already_ours()), None),
-                    // Releases count whoever answers: undoing needs no vote.
-                    Ok(_) if item.op == Action::Release => (NodeOutcome::Granted, None),
-                    Ok(Reply::Fenced(read)) => {
-                        let outcome = self.grant(standing);
-                        let fence = outcome.is_granted().then_some(read);
-                        (outcome, fence)
-                    }
-                    Ok(_) => (self.grant(standing), None),
-                    Err(e) => (NodeOutcome::Failed(e), None),
-                }
-            })
-            .collect()
-    }
-
-    /// What the grants of a batch count for, judged by the identity of the
-    /// server that answered it (reported with the answers, never a cache
-    /// another connection may have refreshed).
-    fn standing(
-        &mut self,
-        results: &[Result<Reply, BackendError>],
-        server: Option<&ServerInfo>,
-    ) -> Standing {
-        if !results.iter().any(Result::is_ok) {
-            return Standing::Voting; // nothing was granted
-        }
-        let now = self.shared.clock.now();
-        let standing = self.identity.judge(server, now, &self.shared.registry);
-        self.publish_identity(standing);
-        standing
-    }
-
-    /// The outcome of a grant from a node in `standing`.
-    fn grant(&self, standing: Standing) -> NodeOutcome {
-        match standing {
-            Standing::Voting => NodeOutcome::Granted,
-            Standing::Quarantined(remaining) => NodeOutcome::Quarantined { remaining },
-            Standing::Unverified => NodeOutcome::Failed(BackendError::new(
-                BackendErrorKind::Protocol,
-                "the server's identity (run_id in INFO server) is unknown, so a restart \
-                 cannot be ruled out: with restart quarantine on, its grant does not count",
-            )),
-            Standing::MayEvict => NodeOutcome::Failed(BackendError::new(
-                BackendErrorKind::Config,
-                format!(
-                    "{}: the server may evict lock keys under memory pressure, and a lock \
-                     whose keys were evicted can be taken by a second holder: set \
-                     `maxmemory-policy noeviction` (or no maxmemory), or accept the risk \
-                     with LockManagerBuilder::accept_eviction_risk",
-                    self.identity
-                        .eviction()
-                        .unwrap_or("maxmemory with an evicting policy")
-                ),
-            )),
-            Standing::DuplicateOf(owner) => {
-                let other = self
-                    .shared
-                    .names
-                    .get(owner)
-                    .map_or("another node", String::as_str);
-                NodeOutcome::Failed(BackendError::new(
-                    BackendErrorKind::Config,
-                    format!("the same server as {other} (same run id): one server casts one vote"),
-                ))
-            }
-        }
-    }
 }
 
-fn reply_to(reply: Option<&ReplyTo>, vote: Vote) {
+pub(super) fn reply_to(reply: Option<&ReplyTo>, vote: Vote) {
     if let Some((tx, slot)) = reply {
         // The round may have been decided and its receiver dropped: a late
         // answer is simply not needed any more.
         let _ = tx.send((*slot, vote));
     }
-}
-
-/// The outcome of an acquire that found our token already there: the same
-/// server reached under another name, whose vote counted under that name.
-fn already_ours() -> BackendError {
-    BackendError::new(
-        BackendErrorKind::Config,
-        "the key already held this attempt's token: the same server as another configured \
-         node (one server casts one vote)",
-    )
 }

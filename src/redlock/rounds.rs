@@ -150,19 +150,14 @@ impl Rounds {
             token,
             ttl,
         };
-        // Running a node on this thread costs the early decision while that
-        // node answers; only worth it when every node must grant anyway.
-        // (Measured for N = 3 and 5 with quorum N/2+1: no gain beyond the
-        // noise, see docs/benchmarks.md.)
-        let direct = if config.quorum == self.engine.len() {
-            Direct::FastestNode
-        } else {
-            Direct::Never
-        };
+        // The caller drives the round on every idle node (no thread
+        // hand-off), reading the fastest first and deciding early.
         let gather = Gather::UntilDecided {
             quorum: config.quorum,
         };
-        let pending = self.engine.scatter(&request, config.node_timeout, direct);
+        let pending = self
+            .engine
+            .scatter(&request, config.node_timeout, Direct::IdleNodes, gather);
         // Only nodes that got the acquire need its release.
         let reached = pending.reached();
         let votes = pending.gather_votes(gather);
@@ -293,7 +288,10 @@ impl Rounds {
             ttl,
         };
         let wait = config.node_timeout.min(ticket.remaining());
-        let pending = self.engine.scatter(&request, wait, Direct::Never);
+        let gather = Gather::UntilDecided {
+            quorum: config.quorum,
+        };
+        let pending = self.engine.scatter(&request, wait, Direct::Never, gather);
         drop(state);
         Ok(ExtendInFlight { pending, ticket })
     }
@@ -351,9 +349,12 @@ impl Rounds {
             ttl: Duration::ZERO,
         };
         lease.state().finish();
-        let pending = self
-            .engine
-            .scatter(&request, config.node_timeout, Direct::FastestNode);
+        let pending = self.engine.scatter(
+            &request,
+            config.node_timeout,
+            Direct::IdleNodes,
+            Gather::All,
+        );
         // The next local waiter's acquire now queues behind this release.
         drop(turn);
         let outcomes = pending.gather(Gather::All);

@@ -43,6 +43,18 @@ enum First {
     NoScript,
 }
 
+/// What the first round trip of a batch carried, for reading its replies.
+pub(super) struct FirstSent {
+    /// `INFO` went first (a new connection).
+    want_info: bool,
+    /// The four `SCRIPT LOAD`s followed.
+    load_scripts: bool,
+    /// The ops sent, by index.
+    sent: Vec<usize>,
+    /// Replies to read.
+    expected: usize,
+}
+
 /// What one op needs in the second round trip.
 #[derive(Clone, Copy)]
 enum Followup {
@@ -68,6 +80,22 @@ impl Inner {
         server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
+        let first = self.send_first(c, ops, ttls, results, deadline)?;
+        self.finish_batch(c, &first, ops, ttls, results, server, deadline)
+    }
+
+    /// The first half of [`run_batch`](Self::run_batch): packs the ops
+    /// whose `results` slot is empty (behind `INFO` on a new connection,
+    /// and `SCRIPT LOAD`s while the digests are unknown) and writes them,
+    /// without reading anything.
+    pub(super) fn send_first(
+        &self,
+        c: &mut Checkout,
+        ops: &[Op<'_>],
+        ttls: &[u64],
+        results: &[Option<Result<Reply, BackendError>>],
+        deadline: Instant,
+    ) -> Result<FirstSent, Failure> {
         let want_info = c.conn.needs_info();
         let digests = self.digests.lock().clone();
         let sent: Vec<usize> = (0..ops.len()).filter(|&i| results[i].is_none()).collect();
@@ -88,9 +116,40 @@ impl Inner {
             self.pack_op(&ops[i], ttls[i], digests.as_ref(), &mut buf);
         }
         let expected = sent.len() + usize::from(want_info) + 4 * usize::from(load_scripts);
+        c.conn
+            .send(&buf, deadline)
+            .map_err(|fault| self.failure(&fault, 0))?;
+        Ok(FirstSent {
+            want_info,
+            load_scripts,
+            sent,
+            expected,
+        })
+    }
+
+    /// The second half of [`run_batch`](Self::run_batch): reads the first
+    /// round trip's replies and runs the follow-up round trip if one is
+    /// needed, filling `results` and `server`.
+    #[allow(clippy::too_many_arguments)] // the batch's state, passed through
+    pub(super) fn finish_batch(
+        &self,
+        c: &mut Checkout,
+        first: &FirstSent,
+        ops: &[Op<'_>],
+        ttls: &[u64],
+        results: &mut [Option<Result<Reply, BackendError>>],
+        server: &mut Option<ServerInfo>,
+        deadline: Instant,
+    ) -> Result<(), Failure> {
+        let FirstSent {
+            want_info,
+            load_scripts,
+            ref sent,
+            expected,
+        } = *first;
         let replies = c
             .conn
-            .exchange(&buf, expected, deadline)
+            .receive(expected, deadline)
             .map_err(|(fault, read)| self.failure(&fault, read))?;
         let mut replies = replies.into_iter();
         if want_info {
@@ -135,7 +194,7 @@ impl Inner {
             return Ok(());
         }
 
-        buf.clear();
+        let mut buf = Vec::new();
         let mut expected = 0;
         for &(pos, followup) in &followups {
             let op = &ops[sent[pos]];

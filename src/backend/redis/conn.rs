@@ -144,6 +144,23 @@ impl Conn {
         Ok(replies)
     }
 
+    /// Reads `n` replies by `deadline` (those of a request sent with
+    /// [`send`](Self::send)). On failure, also says how many were read.
+    pub(super) fn receive(
+        &mut self,
+        n: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Value>, (Fault, usize)> {
+        let mut replies = Vec::with_capacity(n);
+        while replies.len() < n {
+            let reply = self
+                .read_reply(deadline, Phase::Request)
+                .map_err(|fault| (fault, replies.len()))?;
+            replies.push(reply);
+        }
+        Ok(replies)
+    }
+
     /// Writes `request` by `deadline`, without reading anything (the
     /// subscriber's commands, whose confirmations come among notices).
     pub(super) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), Fault> {
@@ -153,6 +170,38 @@ impl Conn {
     /// Reads one whole reply (within the size limits) by `deadline`.
     pub(super) fn read(&mut self, deadline: Instant) -> Result<Value, Fault> {
         self.read_reply(deadline, Phase::Request)
+    }
+
+    /// Waits until a whole reply is buffered, or `until` passes (reading
+    /// what has arrived even then). Whether one is, or the connection
+    /// failed (the next read reports how): the caller may read now
+    /// without waiting long.
+    pub(super) fn wait_reply(&mut self, until: Instant) -> bool {
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            let pending = &self.buf[self.start..];
+            if !matches!(frame::scan(pending), Scan::Incomplete { .. }) {
+                return true; // complete, or invalid (the read says so)
+            }
+            let Ok(room) = self.room() else {
+                return true;
+            };
+            let n = match self.io.read_some(&mut chunk[..room], until, Phase::Request) {
+                Ok(n) => n,
+                Err(Fault::Timeout { .. }) => {
+                    match self.io.read_now(&mut chunk[..room], Phase::Request) {
+                        Ok(Some(n)) => n,
+                        Ok(None) => return false,
+                        Err(_) => return true,
+                    }
+                }
+                Err(_) => return true,
+            };
+            if n == 0 {
+                return true;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
     }
 
     /// The whole replies that have already arrived, at most `max`, without
@@ -190,8 +239,14 @@ impl Conn {
             let received = self.buf.len() - self.start;
             let n = match self.io.read_some(&mut chunk[..room], deadline, phase) {
                 Ok(n) => n,
+                // What arrived by now still counts: a caller that reads
+                // several nodes one after the other may come to this one
+                // after its deadline, with the reply waiting in the socket.
                 Err(Fault::Timeout { phase, .. }) => {
-                    return Err(Fault::Timeout { phase, received });
+                    match self.io.read_now(&mut chunk[..room], phase)? {
+                        Some(n) => n,
+                        None => return Err(Fault::Timeout { phase, received }),
+                    }
                 }
                 Err(other) => return Err(other),
             };

@@ -32,7 +32,7 @@ pub(super) struct IdleConn {
 pub(super) struct Checkout {
     pub(super) conn: Conn,
     /// Taken from the idle list (as opposed to freshly connected).
-    reused: bool,
+    pub(super) reused: bool,
 }
 
 /// Why a round trip failed; the connection is dropped in every case.
@@ -51,9 +51,28 @@ impl Inner {
     pub(super) fn with_conn<T>(
         &self,
         deadline: Instant,
+        f: impl FnMut(&mut Checkout) -> Result<T, Failure>,
+    ) -> Result<T, BackendError> {
+        self.with_conn_from(deadline, false, f)
+    }
+
+    /// [`with_conn`](Self::with_conn) on a freshly opened connection only
+    /// (a pooled one just turned out stale).
+    pub(super) fn with_fresh_conn<T>(
+        &self,
+        deadline: Instant,
+        f: impl FnMut(&mut Checkout) -> Result<T, Failure>,
+    ) -> Result<T, BackendError> {
+        self.idle.lock().clear();
+        self.with_conn_from(deadline, true, f)
+    }
+
+    fn with_conn_from<T>(
+        &self,
+        deadline: Instant,
+        mut fresh_only: bool,
         mut f: impl FnMut(&mut Checkout) -> Result<T, Failure>,
     ) -> Result<T, BackendError> {
-        let mut fresh_only = false;
         loop {
             let mut c = self.checkout(deadline, fresh_only)?;
             match f(&mut c) {
@@ -82,7 +101,11 @@ impl Inner {
         }
     }
 
-    fn checkout(&self, deadline: Instant, fresh_only: bool) -> Result<Checkout, BackendError> {
+    pub(super) fn checkout(
+        &self,
+        deadline: Instant,
+        fresh_only: bool,
+    ) -> Result<Checkout, BackendError> {
         if !fresh_only {
             let mut idle = self.idle.lock();
             while let Some(c) = idle.pop() {
@@ -106,7 +129,7 @@ impl Inner {
         }
     }
 
-    fn checkin(&self, c: Checkout) {
+    pub(super) fn checkin(&self, c: Checkout) {
         if c.conn.has_unread_bytes() {
             // More than was asked for: never read it as a later answer.
             return;

@@ -1,0 +1,177 @@
+//! Rounds the caller drives: the caller sends its operation to every idle
+//! node itself, then reads the answers, so a round costs one round trip
+//! and no thread hand-off (the node threads stay for what no caller waits
+//! for).
+//!
+//! A node is driven only when its gate says it is idle (nothing queued,
+//! nothing running; `gate.rs`, checked by loom), and only while the caller
+//! holds its state: every operation queued for it afterwards waits behind
+//! this one (per-node FIFO). Gates are taken with `try_lock` only, so a
+//! caller never blocks on one node while holding another.
+//!
+//! The caller reads first the nodes whose answers are in, waiting in
+//! short slices for the fastest (by smoothed round trip) when none is,
+//! and folds in the answers of the nodes it queued to as they come.
+//! Once the round is decided (a quorum of grants, or too few nodes left),
+//! or its deadline has passed, the batches it has not read yet are handed
+//! to their node threads ([`Job::Finish`]), still under their gates: the
+//! node thread reads the late answer and passes it on, and a release
+//! queued later (say, of the acquire that lost) runs after it.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use super::execute::{Begun, Item};
+use super::gate::Gate;
+use super::pending::Pending;
+use super::tally::Tally;
+use super::worker::{Handed, Job, NodeExec, Vote, Worker};
+use super::{Engine, Gather};
+use crate::sync::MutexGuard;
+
+/// The shortest wait for one node's answer before the others are looked
+/// at again.
+const MIN_SLICE: Duration = Duration::from_micros(500);
+
+/// A node this caller drives: its state held, its batch sent.
+pub(super) struct Driven<'a> {
+    pub(super) slot: usize,
+    worker: MutexGuard<'a, Worker>,
+    begun: Begun,
+    /// When the node's thread had to wake before: a changed wake time
+    /// (a probe, a release to retry) must be told to it.
+    wake_before: Option<Instant>,
+}
+
+impl NodeExec {
+    /// Sends `item` to the node from the caller's thread, if the node is
+    /// idle and up; `None` otherwise (the caller queues it instead).
+    pub(super) fn begin_if_idle(&self, slot: usize, item: &Item<'_>) -> Option<Driven<'_>> {
+        let mut worker = Gate::try_idle(&self.gate)?;
+        if worker.liveness.is_down() {
+            return None;
+        }
+        let wake_before = worker.next_wake();
+        let begun = worker.begin(std::slice::from_ref(item));
+        Some(Driven {
+            slot,
+            worker,
+            begun,
+            wake_before,
+        })
+    }
+}
+
+impl Driven<'_> {
+    /// Reads the answer. The flag says whether the node's thread must be
+    /// woken ([`Job::Wake`]) to act on its own.
+    fn finish(self, item: &Item<'_>) -> Option<(Vote, bool)> {
+        let Self {
+            mut worker,
+            begun,
+            wake_before,
+            ..
+        } = self;
+        let vote = worker.complete(begun, std::slice::from_ref(item)).pop()?;
+        Some((vote, worker.next_wake() != wake_before))
+    }
+}
+
+impl Engine {
+    /// Reads the answers of the `driven` nodes (see the module's text)
+    /// into `round`, with the queued nodes' answers that arrive meanwhile
+    /// (the node threads answer on `reply`).
+    pub(super) fn drive(
+        &self,
+        mut driven: Vec<Driven<'_>>,
+        item: &Item<'_>,
+        gather: Gather,
+        reply: &Sender<(usize, Vote)>,
+        round: &mut Pending,
+    ) {
+        let Pending {
+            outcomes,
+            answers,
+            deadline,
+            ..
+        } = round;
+        let deadline = *deadline;
+        let n = outcomes.len();
+        let quorum = match gather {
+            Gather::UntilDecided { quorum } => quorum,
+            Gather::All => n,
+        };
+        let mut tally = Tally::new(n, quorum);
+        outcomes
+            .iter()
+            .flatten()
+            .for_each(|(o, _)| tally.record(o.is_granted()));
+        driven.sort_by_key(|d| self.nodes[d.slot].health.latency());
+        while !driven.is_empty() {
+            while let Ok((slot, vote)) = answers.try_recv() {
+                tally.record(vote.0.is_granted());
+                outcomes[slot] = Some(vote);
+            }
+            let now = Instant::now();
+            let decided = gather != Gather::All && tally.decided();
+            if decided || deadline.is_some_and(|d| now >= d) {
+                for node in driven.drain(..) {
+                    self.hand_over(node, item, reply);
+                }
+                break;
+            }
+            // Read a node whose answer is in, if any; else wait a little
+            // for the fastest one and look at all of them again (a node
+            // that stalls must not hold up a round the others decide).
+            let pos = match driven.iter_mut().position(|d| d.begun.ready(now)) {
+                Some(pos) => pos,
+                None => {
+                    let latency = self.nodes[driven[0].slot].health.latency();
+                    let slice = Duration::from_nanos(latency.saturating_mul(2)).max(MIN_SLICE);
+                    let until = deadline.map_or(now + slice, |d| d.min(now + slice));
+                    if !driven[0].begun.ready(until) {
+                        continue;
+                    }
+                    0
+                }
+            };
+            let node = driven.remove(pos);
+            let slot = node.slot;
+            let Some((vote, wake)) = node.finish(item) else {
+                continue;
+            };
+            if wake {
+                let _ = self.nodes[slot].enqueue(Job::Wake);
+            }
+            tally.record(vote.0.is_granted());
+            outcomes[slot] = Some(vote);
+        }
+    }
+
+    /// Hands a driven node's unread batch to its thread, under its gate:
+    /// the thread reads the answer (and sends it on `reply`, where the
+    /// round may still count it) before anything queued later.
+    fn hand_over(&self, driven: Driven<'_>, item: &Item<'_>, reply: &Sender<(usize, Vote)>) {
+        let Driven {
+            slot,
+            worker,
+            begun,
+            ..
+        } = driven;
+        let node = &self.nodes[slot];
+        let job = Job::Finish(Box::new(Handed {
+            begun,
+            op: item.op,
+            key: std::sync::Arc::clone(item.key),
+            token: item.token,
+            ttl: item.ttl,
+            reply: Some((reply.clone(), slot)),
+        }));
+        // Gone: the node's thread has stopped; the batch is dropped with
+        // the job (its connection closes) and the round counts the node as
+        // not answering.
+        let _ = node.enqueue(job);
+        drop(worker);
+    }
+}
