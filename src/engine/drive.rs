@@ -175,3 +175,7 @@ impl Engine {
         drop(worker);
     }
 }
+
+#[cfg(test)]
+#[path = "drive_tests.rs"]
+mod tests;

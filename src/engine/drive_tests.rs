@@ -1,0 +1,190 @@
+//! Rounds the caller drives, on nodes whose answers come late: the round
+//! is decided without a slow node, a caller gives up at its deadline, and
+//! the node threads read what the caller left (per-node FIFO kept).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::thread;
+
+use parking_lot::Mutex;
+
+use crate::backend::memory::MemoryBackend;
+use crate::backend::{Answers, InFlight, Op};
+use crate::clock::MonotonicClock;
+use crate::engine::*;
+
+/// A memory node behind a slow wire: it promises answers within `bound`
+/// (so callers drive it), but answers `delay` after a batch is sent. With
+/// `apply_late`, the node also applies the batch only then, as a frozen
+/// server that reads its socket when it wakes up.
+#[derive(Clone)]
+struct Wire {
+    node: MemoryBackend,
+    delay: Duration,
+    bound: Duration,
+    apply_late: bool,
+    /// The thread that read each answer.
+    readers: Arc<Mutex<Vec<String>>>,
+}
+
+struct Flight {
+    wire: Wire,
+    ready: Instant,
+    answers: Option<Answers>,
+}
+
+impl InFlight for Flight {
+    fn wait(&mut self, until: Instant) -> bool {
+        thread::sleep(
+            until
+                .min(self.ready)
+                .saturating_duration_since(Instant::now()),
+        );
+        Instant::now() >= self.ready
+    }
+
+    fn finish(self: Box<Self>, ops: &[Op<'_>]) -> Answers {
+        thread::sleep(self.ready.saturating_duration_since(Instant::now()));
+        let name = thread::current().name().unwrap_or_default().to_owned();
+        let reader = if name.starts_with("quorum-lock-node") {
+            name
+        } else {
+            "a caller".to_owned()
+        };
+        self.wire.readers.lock().push(reader);
+        self.answers
+            .unwrap_or_else(|| self.wire.node.identified_batch(ops))
+    }
+}
+
+impl Backend for Wire {
+    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        self.node.acquire(key, token, ttl)
+    }
+    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
+        self.node.release(key, token)
+    }
+    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        self.node.extend(key, token, ttl)
+    }
+    fn describe(&self) -> String {
+        self.node.describe()
+    }
+    fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
+        self.send_batch(ops).finish(ops)
+    }
+    fn send_batch(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+        Box::new(Flight {
+            wire: self.clone(),
+            ready: Instant::now() + self.delay,
+            answers: (!self.apply_late).then(|| self.node.identified_batch(ops)),
+        })
+    }
+    fn call_timeout(&self) -> Option<Duration> {
+        Some(self.bound)
+    }
+}
+
+fn wires(delays: [Duration; 3], bound: Duration, apply_late: bool) -> Vec<Wire> {
+    delays
+        .iter()
+        .enumerate()
+        .map(|(i, &delay)| Wire {
+            node: MemoryBackend::new(format!("wire-{i}")),
+            delay,
+            bound,
+            apply_late,
+            readers: Arc::default(),
+        })
+        .collect()
+}
+
+fn engine(wires: &[Wire], quorum: usize) -> Engine {
+    let backends = wires
+        .iter()
+        .map(|w| Arc::new(w.clone()) as Arc<dyn Backend>)
+        .collect();
+    let settings = Settings {
+        quorum,
+        quarantine: None,
+        max_ttl: Duration::from_secs(60),
+        drain_wait: Duration::from_secs(10),
+        clock: Arc::new(MonotonicClock),
+        fence_counters: b"{quorum-lock}:fences".to_vec(),
+        accept_eviction: false,
+    };
+    Engine::start(backends, settings).unwrap()
+}
+
+fn acquire<'a>(key: &'a Arc<[u8]>, token: Token) -> Request<'a> {
+    Request {
+        op: Action::Acquire,
+        key,
+        token,
+        ttl: Duration::from_secs(30),
+    }
+}
+
+const SLOW: Duration = Duration::from_millis(1500);
+
+/// Two fast nodes decide the round: the caller read them itself and left
+/// the slow node's answer to that node's thread.
+#[test]
+fn a_round_decided_without_a_slow_node_leaves_its_answer_to_the_node_thread() {
+    let wires = wires([SLOW, Duration::ZERO, Duration::ZERO], SLOW * 2, false);
+    let engine = engine(&wires, 2);
+    let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+    let gather = Gather::UntilDecided { quorum: 2 };
+    let outcomes = engine.round(
+        &acquire(&key, Token::random().unwrap()),
+        gather,
+        SLOW * 2,
+        Direct::IdleNodes,
+    );
+    assert!(
+        matches!(outcomes[0], NodeOutcome::NotAwaited),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes[1..].iter().all(NodeOutcome::is_granted),
+        "{outcomes:?}"
+    );
+    assert!(engine.flush(Duration::from_secs(30)));
+    let readers = |i: usize| wires[i].readers.lock().clone();
+    assert_eq!(readers(1), ["a caller"], "the caller drove the fast nodes");
+    assert_eq!(readers(2), ["a caller"]);
+    assert_eq!(
+        readers(0),
+        ["quorum-lock-node0"],
+        "the node thread read the late answer"
+    );
+}
+
+/// The deadline passes with every answer still out: the caller returns
+/// (all timed out), the node threads read the answers, and a frozen
+/// server that applies the acquire late still gets the release queued
+/// after it, after it (per-node FIFO): no key is left.
+#[test]
+fn a_caller_that_gives_up_at_its_deadline_leaves_no_key_behind() {
+    let wait = Duration::from_millis(100);
+    let wires = wires([SLOW; 3], wait, true);
+    let engine = engine(&wires, 2);
+    let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+    let token = Token::random().unwrap();
+    let gather = Gather::UntilDecided { quorum: 2 };
+    let pending = engine.scatter(&acquire(&key, token), wait, Direct::IdleNodes, gather);
+    let reached = pending.reached();
+    let outcomes = pending.gather(gather);
+    assert!(outcomes.iter().all(|o| !o.is_granted()), "{outcomes:?}");
+    assert!(reached.iter().all(|r| *r), "every node got the acquire");
+    // The failed attempt's release, as the rounds queue it.
+    engine.release_detached_where(&key, token, &reached);
+    assert!(engine.flush(Duration::from_secs(30)));
+    for (i, wire) in wires.iter().enumerate() {
+        assert_eq!(
+            wire.node.holder(&key),
+            None,
+            "node {i} kept the key: its release overtook the late acquire"
+        );
+        assert_eq!(wire.readers.lock()[0], format!("quorum-lock-node{i}"));
+    }
+}
