@@ -45,25 +45,27 @@ pub(super) struct Driven<'a> {
 }
 
 impl NodeExec {
-    /// Sends `item` to the node from the caller's thread, if the node is
-    /// idle and up; `None` otherwise (the caller queues it instead).
-    pub(super) fn begin_if_idle(&self, slot: usize, item: &Item<'_>) -> Option<Driven<'_>> {
-        let mut worker = Gate::try_idle(&self.gate)?;
-        if worker.liveness.is_down() {
-            return None;
-        }
+    /// The node's state, if the node is idle and up: the caller may drive
+    /// it ([`Driven::begin`]); `None` otherwise.
+    pub(super) fn idle(&self) -> Option<MutexGuard<'_, Worker>> {
+        let worker = Gate::try_idle(&self.gate)?;
+        (!worker.liveness.is_down()).then_some(worker)
+    }
+}
+
+impl<'a> Driven<'a> {
+    /// Sends `item` to the node whose idle state the caller holds.
+    pub(super) fn begin(slot: usize, mut worker: MutexGuard<'a, Worker>, item: &Item<'_>) -> Self {
         let wake_before = worker.next_wake();
         let begun = worker.begin(std::slice::from_ref(item));
-        Some(Driven {
+        Self {
             slot,
             worker,
             begun,
             wake_before,
-        })
+        }
     }
-}
 
-impl Driven<'_> {
     /// Reads the answer. The flag says whether the node's thread must be
     /// woken ([`Job::Wake`]) to act on its own.
     fn finish(self, item: &Item<'_>) -> Option<(Vote, bool)> {
@@ -116,8 +118,18 @@ impl Engine {
             let now = Instant::now();
             let decided = gather != Gather::All && tally.decided();
             if decided || deadline.is_some_and(|d| now >= d) {
-                for node in driven.drain(..) {
-                    self.hand_over(node, item, reply);
+                // An answer already in costs nothing to read (and spares
+                // the node's thread a wake-up); the others go to it.
+                for mut node in driven.drain(..) {
+                    if node.begun.ready(now) {
+                        let slot = node.slot;
+                        if let Some((vote, wake)) = node.finish(item) {
+                            self.wake_if(slot, wake);
+                            outcomes[slot] = Some(vote);
+                        }
+                    } else {
+                        self.hand_over(node, item, reply);
+                    }
                 }
                 break;
             }
@@ -141,11 +153,17 @@ impl Engine {
             let Some((vote, wake)) = node.finish(item) else {
                 continue;
             };
-            if wake {
-                let _ = self.nodes[slot].enqueue(Job::Wake);
-            }
+            self.wake_if(slot, wake);
             tally.record(vote.0.is_granted());
             outcomes[slot] = Some(vote);
+        }
+    }
+
+    /// Tells node `slot`'s thread, if `wake`, that it has something to
+    /// do on its own now (a probe, a release to retry).
+    fn wake_if(&self, slot: usize, wake: bool) {
+        if wake {
+            let _ = self.nodes[slot].enqueue(Job::Wake);
         }
     }
 

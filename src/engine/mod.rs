@@ -39,6 +39,7 @@ use self::waiters::Waiters;
 pub(crate) use self::waiters::Watch;
 // The protocol check (src/redlock/protocol_check.rs) runs the engine's own
 // vote count and identity judgement.
+use self::drive::Driven;
 use self::execute::Item;
 #[cfg(test)]
 pub(crate) use self::identity::{Identity, Registry, Standing};
@@ -311,15 +312,31 @@ impl Engine {
             token: req.token,
             ttl: req.ttl,
         };
+        // The caller drives the round only when every node is idle (and
+        // bounds its calls): then no thread hand-off is left. With a node
+        // busy, the others' threads batch the contending callers' work
+        // better than callers holding several nodes each would.
+        let idle: Vec<_> = match direct {
+            Direct::IdleNodes => self
+                .nodes
+                .iter()
+                .map_while(|node| {
+                    node.exec
+                        .can_run_within(wait)
+                        .then(|| node.exec.idle())
+                        .flatten()
+                })
+                .collect(),
+            Direct::Never => Vec::new(),
+        };
         let mut driven = Vec::new();
-        for (slot, node) in self.nodes.iter().enumerate() {
-            let drivable = direct == Direct::IdleNodes
-                && !node.health.is_down()
-                && node.exec.can_run_within(wait);
-            if drivable && let Some(d) = node.exec.begin_if_idle(slot, &item) {
-                driven.push(d);
-                continue;
+        if idle.len() == n {
+            for (slot, worker) in idle.into_iter().enumerate() {
+                driven.push(Driven::begin(slot, worker, &item));
             }
+        }
+        let queue_all = driven.is_empty();
+        for (slot, node) in self.nodes.iter().enumerate().filter(|_| queue_all) {
             let down = node.skipped_as_down();
             // A down node is skipped at no cost, but still gets the release
             // (an earlier acquire may have landed), parked until it is
