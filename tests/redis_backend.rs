@@ -662,3 +662,57 @@ fn tls_url_without_the_feature_is_a_config_error() {
     assert!(err.to_string().contains("tls"), "{err}");
     assert_no_secret(&err.to_string());
 }
+
+/// `send_batch` writes to a node and returns before any answer is read,
+/// so a caller can write to every node first: the answers `finish` reads
+/// are each node's own, the same as `identified_batch` gives, identity
+/// included; a server killed between the halves fails the batch with a
+/// connectivity error, not a hang or another batch's answer.
+#[test]
+fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
+    let mut servers = RedisServers::start(3);
+    let backends: Vec<RedisBackend> = servers
+        .urls()
+        .iter()
+        .map(|u| backend(u, Duration::from_secs(2)))
+        .collect();
+    let (mine, theirs) = (token(1), token(2));
+    // Node 1 already holds the key for someone else.
+    backends[1]
+        .acquire(b"k", &theirs, Duration::from_secs(30))
+        .unwrap();
+    let ops = [Op::Acquire {
+        key: b"k",
+        token: &mine,
+        ttl: Duration::from_secs(30),
+    }];
+    let flights: Vec<_> = backends.iter().map(|b| b.send_batch(&ops)).collect();
+    let answers: Vec<_> = flights.into_iter().map(|f| f.finish(&ops)).collect();
+    let replies: Vec<_> = answers.iter().map(|a| a.results()[0].clone()).collect();
+    assert_eq!(
+        replies
+            .iter()
+            .map(|r| *r.as_ref().unwrap())
+            .collect::<Vec<_>>(),
+        [Reply::Yes, Reply::No, Reply::Yes],
+        "{replies:?}"
+    );
+    for (answer, server) in answers.iter().zip(servers.iter()) {
+        let info = answer
+            .server()
+            .expect("the identity of the connection that answered");
+        assert_eq!(info.run_id.as_deref(), Some(server.run_id().as_str()));
+    }
+    // A server that dies between the two halves (frozen first, so it
+    // cannot have answered before it dies).
+    let release = [Op::Release {
+        key: b"k",
+        token: &mine,
+    }];
+    servers[2].pause();
+    let flight = backends[2].send_batch(&release);
+    servers[2].kill9();
+    let answer = flight.finish(&release);
+    let error = answer.results()[0].clone().unwrap_err();
+    assert!(error.kind().is_connectivity(), "{error}");
+}
