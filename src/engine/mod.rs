@@ -334,6 +334,10 @@ impl Engine {
             for (slot, worker) in idle.into_iter().enumerate() {
                 driven.push(Driven::begin(slot, worker, &item));
             }
+        } else {
+            // Let go of the idle nodes at once: their threads run what
+            // this round queues for them.
+            drop(idle);
         }
         let queue_all = driven.is_empty();
         for (slot, node) in self.nodes.iter().enumerate().filter(|_| queue_all) {
