@@ -50,6 +50,8 @@ pub struct LockGuard {
     /// This guard's entry among the manager's live guards, so the thread
     /// that took it gets `Error::Deadlock` if it asks for the key again.
     _owned: Owned,
+    /// When the guard was made (real time), for the hold-time metric.
+    since: std::time::Instant,
 }
 
 impl LockGuard {
@@ -61,6 +63,7 @@ impl LockGuard {
             armed: true,
             turn: None,
             _owned: owned,
+            since: std::time::Instant::now(),
         }
     }
 
@@ -229,6 +232,8 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        // Every guard ends here (`release` and `forget` too).
+        crate::metrics::held(self.since.elapsed());
         if !self.armed {
             return;
         }

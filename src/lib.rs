@@ -127,6 +127,9 @@
 //!   code. Connections are pooled by the crate itself (no `r2d2`:
 //!   `docs/design.md` says why).
 //! * `tls`: `rediss://` URLs, via rustls with the `ring` provider.
+//! * `metrics`: counters, timings and node gauges through the
+//!   [`metrics`](https://docs.rs/metrics) facade (names in
+//!   `docs/operations.md`); nothing is recorded without it.
 //!
 //! Features only add items; none changes behaviour. Without `redis` the
 //! crate is the engine and [`MemoryBackend`], for your own [`Backend`]s.
@@ -154,6 +157,7 @@ mod guard;
 mod health;
 mod lost;
 mod manager;
+mod metrics;
 mod options;
 mod redlock;
 mod report;

@@ -139,7 +139,16 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         options: &LockOptions,
     ) -> Result<LockGuard> {
-        let resource = resource.as_ref();
+        let started = Instant::now();
+        let mut rounds = 0;
+        let taken = self.take(resource.as_ref(), options, &mut rounds);
+        crate::metrics::acquire(outcome(&taken), started.elapsed(), rounds);
+        taken
+    }
+
+    /// [`lock_with`](Self::lock_with), counting the acquire rounds it
+    /// makes in `made` (for the metrics).
+    fn take(&self, resource: &[u8], options: &LockOptions, made: &mut u32) -> Result<LockGuard> {
         let config = &self.core.rounds().config();
         let ttl = options.ttl.unwrap_or(config.ttl);
         self.check_resource(resource)?;
@@ -168,6 +177,7 @@ impl LockManager {
             return Err(cancelled(started));
         }
         if retry.single_attempt() {
+            *made = 1;
             let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
             return self.deliver(guard, ttl, options, &alarm, started);
         }
@@ -194,6 +204,7 @@ impl LockManager {
             }
             Turn::TimedOut => {
                 // One honest attempt, so the error carries a real report.
+                *made = 1;
                 let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
                 return self.deliver(guard, ttl, options, &alarm, started);
             }
@@ -211,14 +222,14 @@ impl LockManager {
         let mut watch = retry
             .next_delay(1, started.elapsed())
             .and_then(|pause| rounds.yield_to_waiters(&key, pause, Some(alarm.receiver())));
-        let mut attempts = 0u32;
         loop {
             // Checked before every attempt: a sleep ends early when the
             // token is cancelled.
             if alarm.is_cancelled() {
                 return Err(cancelled(started));
             }
-            attempts = attempts.saturating_add(1);
+            *made = made.saturating_add(1);
+            let attempts = *made;
             let error = match rounds.acquire_once(resource, &key, ttl, fenced) {
                 Ok(lease) => {
                     let guard = self.guard(lease).with_turn(turn);
@@ -472,6 +483,20 @@ impl LockManager {
             });
         }
         Ok(())
+    }
+}
+
+/// The outcome label of a call that takes a lock, for the metrics.
+fn outcome(taken: &Result<LockGuard>) -> &'static str {
+    match taken {
+        Ok(_) => "acquired",
+        Err(Error::Contended { .. }) => "contended",
+        Err(Error::NoQuorum { .. }) => "no_quorum",
+        Err(Error::ValidityExpired { .. }) => "validity_expired",
+        Err(Error::Cancelled { .. }) => "cancelled",
+        Err(Error::Deadlock { .. }) => "deadlock",
+        Err(Error::InvalidArgument { .. }) => "invalid",
+        Err(_) => "error",
     }
 }
 

@@ -109,7 +109,9 @@ impl Worker {
             let shared = Arc::clone(&self.shared);
             let ops = ops_for(items, &known, &shared.fence_counters);
             let (answers, server) = finish(in_flight, &ops);
-            self.health.note_latency(started.elapsed());
+            let took = started.elapsed();
+            self.health.note_latency(took);
+            crate::metrics::round_trip(self.name(), took);
             self.note_health(&answers);
             standing = self.standing(&answers, server.as_ref());
             identified = server.is_some_and(|s| s.run_id.is_some());

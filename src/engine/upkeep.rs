@@ -119,6 +119,7 @@ impl Worker {
                 probe_at,
             }) => {
                 self.health.down.store(true, Ordering::Release);
+                crate::metrics::node_up(self.name(), false);
                 self.health.update(|s| {
                     s.down_since = Some(since);
                     s.next_probe = Some(probe_at);
@@ -139,6 +140,7 @@ impl Worker {
             }
             Some(Change::CameUp { since }) => {
                 self.health.down.store(false, Ordering::Release);
+                crate::metrics::node_up(self.name(), true);
                 self.health.update(|s| {
                     s.down_since = None;
                     s.next_probe = None;
@@ -180,6 +182,7 @@ impl Worker {
         // lock) only when something changed.
         let news = self.announced.verdict(verdict, standing);
         if let Some(published) = news.publish {
+            crate::metrics::node_quarantined(self.name(), published.quarantined_until.is_some());
             self.health.update(|s| {
                 s.quarantined_until = published.quarantined_until;
                 s.duplicate_of = published.duplicate_of;

@@ -138,6 +138,9 @@ pub(crate) fn spawn(
 ) -> std::io::Result<Arc<NodeExec>> {
     let name = format!("quorum-lock-node{index}");
     let identity = Identity::new(index, shared.quarantine, shared.accept_eviction);
+    if let Some(node) = shared.names.get(index) {
+        crate::metrics::node_up(node, true);
+    }
     let call_timeout = backend.call_timeout();
     let exec = Arc::new(NodeExec {
         call_timeout,

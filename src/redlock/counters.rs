@@ -36,26 +36,28 @@ pub(crate) enum Event {
 
 impl Counters {
     pub(crate) fn note(&self, event: Event) {
-        let counter = match event {
-            Event::Acquired => &self.acquired,
-            Event::Lost => &self.lost,
-            Event::ExtendOk => &self.extends_ok,
-            Event::ExtendFailed => &self.extends_failed,
-            Event::HandOver => &self.hand_overs,
-            Event::Woken => &self.woken,
-            Event::Yielded => &self.yielded,
+        let (counter, field) = match event {
+            Event::Acquired => (&self.acquired, "acquired"),
+            Event::Lost => (&self.lost, "lost"),
+            Event::ExtendOk => (&self.extends_ok, "extends_ok"),
+            Event::ExtendFailed => (&self.extends_failed, "extends_failed"),
+            Event::HandOver => (&self.hand_overs, "hand_overs"),
+            Event::Woken => (&self.woken, "woken"),
+            Event::Yielded => (&self.yielded, "yielded"),
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::count(field);
     }
 
     /// Counts a failed acquire attempt by its kind.
     pub(crate) fn note_failed_attempt(&self, error: &Error) {
-        let counter = match error {
-            Error::Contended { .. } => &self.contended,
-            Error::ValidityExpired { .. } => &self.validity_expired,
-            _ => &self.no_quorum,
+        let (counter, field) = match error {
+            Error::Contended { .. } => (&self.contended, "contended"),
+            Error::ValidityExpired { .. } => (&self.validity_expired, "validity_expired"),
+            _ => (&self.no_quorum, "no_quorum"),
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::count(field);
     }
 
     pub(crate) fn snapshot(&self) -> LockCounters {
