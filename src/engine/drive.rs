@@ -9,9 +9,9 @@
 //! this one (per-node FIFO). Gates are taken with `try_lock` only, so a
 //! caller never blocks on one node while holding another.
 //!
-//! The caller reads first the nodes whose answers are in, waiting in
-//! short slices for the fastest (by smoothed round trip) when none is,
-//! and folds in the answers of the nodes it queued to as they come.
+//! The caller reads the nodes fastest first (by smoothed round trip),
+//! waiting for each at most a short slice before passing it over for the
+//! next, and folds in the answers of the nodes it queued to as they come.
 //! Once the round is decided (a quorum of grants, or too few nodes left),
 //! or its deadline has passed, the batches it has not read yet are handed
 //! to their node threads ([`Job::Finish`]), still under their gates: the
@@ -110,6 +110,7 @@ impl Engine {
             .flatten()
             .for_each(|(o, _)| tally.record(o.is_granted()));
         driven.sort_by_key(|d| self.nodes[d.slot].health.latency());
+        let mut next = 0;
         while !driven.is_empty() {
             while let Ok((slot, vote)) = answers.try_recv() {
                 tally.record(vote.0.is_granted());
@@ -133,22 +134,23 @@ impl Engine {
                 }
                 break;
             }
-            // Read a node whose answer is in, if any; else wait a little
-            // for the fastest one and look at all of them again (a node
-            // that stalls must not hold up a round the others decide).
-            let pos = match driven.iter_mut().position(|d| d.begun.ready(now)) {
-                Some(pos) => pos,
-                None => {
-                    let latency = self.nodes[driven[0].slot].health.latency();
-                    let slice = Duration::from_nanos(latency.saturating_mul(2)).max(MIN_SLICE);
-                    let until = deadline.map_or(now + slice, |d| d.min(now + slice));
-                    if !driven[0].begun.ready(until) {
-                        continue;
-                    }
-                    0
-                }
-            };
+            // Wait a little for the next node (fastest first: they were
+            // all sent at once, so the next answer is usually in and the
+            // read returns at once); a node whose answer is not in by
+            // then is passed over for now, so a node that stalls does not
+            // hold up a round the others decide.
+            let latency = self.nodes[driven[next].slot].health.latency();
+            let slice = Duration::from_nanos(latency.saturating_mul(2)).max(MIN_SLICE);
+            let until = deadline.map_or(now + slice, |d| d.min(now + slice));
+            if !driven[next].begun.ready(until) {
+                next = (next + 1) % driven.len();
+                continue;
+            }
+            let pos = next;
             let node = driven.remove(pos);
+            if next >= driven.len() {
+                next = 0;
+            }
             let slot = node.slot;
             let Some((vote, wake)) = node.finish(item) else {
                 continue;
