@@ -51,6 +51,7 @@ pub struct LockGuard {
     /// that took it gets `Error::Deadlock` if it asks for the key again.
     _owned: Owned,
     /// When the guard was made (real time), for the hold-time metric.
+    #[cfg(feature = "metrics")]
     since: std::time::Instant,
 }
 
@@ -63,6 +64,7 @@ impl LockGuard {
             armed: true,
             turn: None,
             _owned: owned,
+            #[cfg(feature = "metrics")]
             since: std::time::Instant::now(),
         }
     }
@@ -233,6 +235,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         // Every guard ends here (`release` and `forget` too).
+        #[cfg(feature = "metrics")]
         crate::metrics::held(self.since.elapsed());
         if !self.armed {
             return;
