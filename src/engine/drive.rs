@@ -24,8 +24,7 @@ use crossbeam_channel::Sender;
 
 use super::execute::{Begun, Item};
 use super::gate::Gate;
-use super::pending::Pending;
-use super::tally::Tally;
+use super::pending::{Pending, known_tally};
 use super::worker::{Handed, Job, NodeExec, Vote, Worker};
 use super::{Engine, Gather};
 use crate::sync::MutexGuard;
@@ -99,16 +98,7 @@ impl Engine {
             ..
         } = round;
         let deadline = *deadline;
-        let n = outcomes.len();
-        let quorum = match gather {
-            Gather::UntilDecided { quorum } => quorum,
-            Gather::All => n,
-        };
-        let mut tally = Tally::new(n, quorum);
-        outcomes
-            .iter()
-            .flatten()
-            .for_each(|(o, _)| tally.record(o.is_granted()));
+        let mut tally = known_tally(gather, outcomes);
         driven.sort_by_key(|d| self.nodes[d.slot].health.latency());
         let mut next = 0;
         while !driven.is_empty() {

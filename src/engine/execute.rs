@@ -256,20 +256,30 @@ fn finish(
     in_flight: Box<dyn InFlight>,
     ops: &[Op<'_>],
 ) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
-    let answers = catch_unwind(AssertUnwindSafe(|| in_flight.finish(ops)));
-    let (results, server) = match answers {
-        Ok(answers) => answers.into_parts(),
+    contained(ops.len(), || in_flight.finish(ops))
+}
+
+/// The answers to `n` ops that `call` gets from a backend, with a panic
+/// contained (every op failed) and the result count checked.
+pub(super) fn contained(
+    n: usize,
+    call: impl FnOnce() -> Answers,
+) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(answers) => {
+            let (results, server) = answers.into_parts();
+            (counted(results, n), server)
+        }
         Err(_) => {
             let e = BackendError::new(BackendErrorKind::Panicked, "the backend panicked");
-            return (vec![Err(e); ops.len()], None);
+            (vec![Err(e); n], None)
         }
-    };
-    (counted(results, ops.len()), server)
+    }
 }
 
 /// `results` made exactly `n` long: missing ones (or extra ones) are a
 /// protocol error of the backend.
-pub(super) fn counted(
+fn counted(
     mut results: Vec<Result<Reply, BackendError>>,
     n: usize,
 ) -> Vec<Result<Reply, BackendError>> {

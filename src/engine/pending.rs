@@ -48,16 +48,7 @@ impl Pending {
             deadline,
             queued: _,
         } = self;
-        let n = outcomes.len();
-        let quorum = match gather {
-            Gather::UntilDecided { quorum } => quorum,
-            Gather::All => n,
-        };
-        let mut tally = Tally::new(n, quorum);
-        outcomes
-            .iter()
-            .flatten()
-            .for_each(|(o, _)| tally.record(o.is_granted()));
+        let mut tally = known_tally(gather, &outcomes);
         let mut timed_out = false;
         while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
             let answer = match deadline {
@@ -81,4 +72,20 @@ impl Pending {
             .map(|o| o.unwrap_or_else(|| (missing.clone(), None)))
             .collect()
     }
+}
+
+/// The count for a round gathered per `gather`, with the votes already
+/// known in `outcomes`.
+pub(super) fn known_tally(gather: Gather, outcomes: &[Option<Vote>]) -> Tally {
+    let n = outcomes.len();
+    let quorum = match gather {
+        Gather::UntilDecided { quorum } => quorum,
+        Gather::All => n,
+    };
+    let mut tally = Tally::new(n, quorum);
+    outcomes
+        .iter()
+        .flatten()
+        .for_each(|(o, _)| tally.record(o.is_granted()));
+    tally
 }

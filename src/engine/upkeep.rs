@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::announce::Verdict;
-use super::execute::counted;
+use super::execute::contained;
 use super::identity::Standing;
 use super::liveness::Change;
 use super::worker::Worker;
@@ -245,15 +245,6 @@ impl Worker {
         &self,
         ops: &[Op<'_>],
     ) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
-        let backend = &self.backend;
-        let answers = catch_unwind(AssertUnwindSafe(|| backend.identified_batch(ops)));
-        let (results, server) = match answers {
-            Ok(answers) => answers.into_parts(),
-            Err(_) => {
-                let e = BackendError::new(BackendErrorKind::Panicked, "the backend panicked");
-                return (vec![Err(e); ops.len()], None);
-            }
-        };
-        (counted(results, ops.len()), server)
+        contained(ops.len(), || self.backend.identified_batch(ops))
     }
 }
