@@ -86,6 +86,7 @@ mod clients;
 mod config;
 mod faults;
 mod recorder;
+mod semaphore;
 
 use checker::*;
 use clients::*;
