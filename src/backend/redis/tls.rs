@@ -231,7 +231,7 @@ struct OneRead<'a, S> {
 
 impl<S: Socket> Read for OneRead<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        read_bounded(self.sock, buf, self.deadline, self.phase).map_err(|fault| {
+        read_bounded(self.sock, buf, self.deadline, self.phase, &mut None).map_err(|fault| {
             self.fault = Some(fault);
             io::Error::other("read failed")
         })

@@ -85,11 +85,12 @@ impl Fault {
     }
 }
 
-/// An open socket.
+/// An open socket. A TCP or Unix socket remembers the read and write
+/// timeouts last set on it ([`Timeouts`]).
 pub(super) enum Transport {
-    Tcp(TcpStream),
+    Tcp(TcpStream, Timeouts),
     #[cfg(unix)]
-    Unix(UnixStream),
+    Unix(UnixStream, Timeouts),
     #[cfg(feature = "tls")]
     Tls(Box<TlsStream>),
 }
@@ -101,7 +102,10 @@ impl Transport {
     /// a Unix socket connect is local and does not wait for a peer.
     pub(super) fn connect(target: &Target, deadline: Instant) -> Result<Self, Fault> {
         match target {
-            Target::Tcp { host, port } => Ok(Self::Tcp(connect_tcp(host, *port, deadline)?)),
+            Target::Tcp { host, port } => Ok(Self::Tcp(
+                connect_tcp(host, *port, deadline)?,
+                Timeouts::default(),
+            )),
             #[cfg(feature = "tls")]
             Target::Tls { host, port, config } => {
                 let tcp = connect_tcp(host, *port, deadline)?;
@@ -110,7 +114,7 @@ impl Transport {
             }
             #[cfg(unix)]
             Target::Unix(path) => UnixStream::connect(path)
-                .map(Self::Unix)
+                .map(|s| Self::Unix(s, Timeouts::default()))
                 .map_err(|e| Fault::io(Phase::Connect, e)),
         }
     }
@@ -124,9 +128,9 @@ impl Transport {
         phase: Phase,
     ) -> Result<usize, Fault> {
         match self {
-            Self::Tcp(s) => read_bounded(s, buf, deadline, phase),
+            Self::Tcp(s, set) => read_bounded(s, buf, deadline, phase, &mut set.read),
             #[cfg(unix)]
-            Self::Unix(s) => read_bounded(s, buf, deadline, phase),
+            Self::Unix(s, set) => read_bounded(s, buf, deadline, phase, &mut set.read),
             #[cfg(feature = "tls")]
             Self::Tls(s) => s.read_some(buf, deadline, phase),
         }
@@ -142,9 +146,9 @@ impl Transport {
         phase: Phase,
     ) -> Result<Option<usize>, Fault> {
         match self {
-            Self::Tcp(s) => read_nonblocking(s, buf, phase),
+            Self::Tcp(s, _) => read_nonblocking(s, buf, phase),
             #[cfg(unix)]
-            Self::Unix(s) => read_nonblocking(s, buf, phase),
+            Self::Unix(s, _) => read_nonblocking(s, buf, phase),
             #[cfg(feature = "tls")]
             Self::Tls(s) => s.read_now(buf, phase),
         }
@@ -158,13 +162,24 @@ impl Transport {
         phase: Phase,
     ) -> Result<(), Fault> {
         match self {
-            Self::Tcp(s) => write_bounded(s, data, deadline, phase),
+            Self::Tcp(s, set) => write_bounded(s, data, deadline, phase, &mut set.write),
             #[cfg(unix)]
-            Self::Unix(s) => write_bounded(s, data, deadline, phase),
+            Self::Unix(s, set) => write_bounded(s, data, deadline, phase, &mut set.write),
             #[cfg(feature = "tls")]
             Self::Tls(s) => s.write_all(data, deadline, phase),
         }
     }
+}
+
+/// The timeouts last set on a socket. A read or write whose deadline
+/// leaves at least that long keeps it (it ends by the deadline anyway)
+/// instead of setting it again: one system call less per read and per
+/// write. One that runs out early is followed by a read or write with the
+/// exact time left.
+#[derive(Debug, Default)]
+pub(super) struct Timeouts {
+    read: Option<Duration>,
+    write: Option<Duration>,
 }
 
 /// A socket whose timeouts can be set (TCP or Unix).
@@ -224,39 +239,52 @@ pub(super) fn remaining(deadline: Instant) -> Option<Duration> {
     (!left.is_zero()).then_some(left)
 }
 
-/// One `read()` on `s` bounded by `deadline`.
+/// One `read()` on `s` bounded by `deadline`. `set` is the read timeout
+/// already set on `s`, if known (see [`Timeouts`]).
 pub(super) fn read_bounded<S: Socket>(
     s: &mut S,
     buf: &mut [u8],
     deadline: Instant,
     phase: Phase,
+    set: &mut Option<Duration>,
 ) -> Result<usize, Fault> {
+    let mut exact = false;
     loop {
         let left = remaining(deadline).ok_or(Fault::Timeout { phase, received: 0 })?;
-        s.read_timeout(left).map_err(|e| Fault::io(phase, e))?;
+        if exact || set.is_none_or(|t| t > left) {
+            s.read_timeout(left).map_err(|e| Fault::io(phase, e))?;
+            *set = Some(left);
+        }
         match s.read(buf) {
             Ok(n) => return Ok(n),
-            // Timed out (or woke early): the loop checks the deadline.
-            Err(e) if is_wait(e.kind()) => {}
+            // Timed out (or woke early): the loop checks the deadline,
+            // and reads again with the exact time left.
+            Err(e) if is_wait(e.kind()) => exact = true,
             Err(e) => return Err(Fault::io(phase, e)),
         }
     }
 }
 
-/// Writes all of `data` to `s` by `deadline`.
+/// Writes all of `data` to `s` by `deadline`. `set` is the write timeout
+/// already set on `s`, if known (see [`Timeouts`]).
 pub(super) fn write_bounded<S: Socket>(
     s: &mut S,
     mut data: &[u8],
     deadline: Instant,
     phase: Phase,
+    set: &mut Option<Duration>,
 ) -> Result<(), Fault> {
+    let mut exact = false;
     while !data.is_empty() {
         let left = remaining(deadline).ok_or(Fault::Timeout { phase, received: 0 })?;
-        s.write_timeout(left).map_err(|e| Fault::io(phase, e))?;
+        if exact || set.is_none_or(|t| t > left) {
+            s.write_timeout(left).map_err(|e| Fault::io(phase, e))?;
+            *set = Some(left);
+        }
         match s.write(data) {
             Ok(0) => return Err(Fault::Closed { phase }),
             Ok(n) => data = &data[n..],
-            Err(e) if is_wait(e.kind()) => {}
+            Err(e) if is_wait(e.kind()) => exact = true,
             Err(e) => return Err(Fault::io(phase, e)),
         }
     }
