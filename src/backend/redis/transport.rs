@@ -344,3 +344,84 @@ pub(super) fn is_dropped(kind: io::ErrorKind) -> bool {
             | io::ErrorKind::NotConnected
     )
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use std::cell::RefCell;
+
+    use super::*;
+
+    /// A socket that records the read timeouts set on it and answers each
+    /// read from a script: `None` is a timeout, `Some(n)` reads n bytes.
+    struct Scripted {
+        sets: RefCell<Vec<Duration>>,
+        reads: Vec<Option<usize>>,
+    }
+
+    impl Read for Scripted {
+        fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+            match self.reads.remove(0) {
+                Some(n) => Ok(n),
+                None => Err(io::ErrorKind::WouldBlock.into()),
+            }
+        }
+    }
+
+    impl Write for Scripted {
+        fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Socket for Scripted {
+        fn read_timeout(&self, t: Duration) -> io::Result<()> {
+            self.sets.borrow_mut().push(t);
+            Ok(())
+        }
+        fn write_timeout(&self, _: Duration) -> io::Result<()> {
+            Ok(())
+        }
+        fn nonblocking(&self, _: bool) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A kept timeout never outlasts the deadline: it is kept only when
+    /// the deadline leaves at least that long, set anew when it leaves
+    /// less, and set to the exact time left after it ran out early.
+    #[test]
+    fn a_kept_timeout_never_outlasts_the_deadline() {
+        let mut sock = Scripted {
+            sets: RefCell::new(Vec::new()),
+            reads: vec![Some(1), Some(1), Some(1), None, Some(1)],
+        };
+        let mut set = None;
+        let read = |sock: &mut Scripted, set: &mut Option<Duration>, left_ms| {
+            let deadline = Instant::now() + Duration::from_millis(left_ms);
+            read_bounded(sock, &mut [0u8; 4], deadline, Phase::Request, set).unwrap()
+        };
+        read(&mut sock, &mut set, 100); // first read: set
+        read(&mut sock, &mut set, 200); // 100 ms kept (it ends before 200)
+        assert_eq!(
+            sock.sets.borrow().len(),
+            1,
+            "kept: {:?}",
+            sock.sets.borrow()
+        );
+        read(&mut sock, &mut set, 10); // 10 ms left: must shrink
+        let sets = sock.sets.borrow().clone();
+        assert_eq!(sets.len(), 2);
+        assert!(sets[1] <= Duration::from_millis(10), "{sets:?}");
+        // The 10 ms kept runs out early on a 500 ms deadline: the read
+        // goes on with the exact time left.
+        read(&mut sock, &mut set, 500);
+        let sets = sock.sets.borrow().clone();
+        assert_eq!(sets.len(), 3, "{sets:?}");
+        assert!(sets[2] > Duration::from_millis(400), "{sets:?}");
+    }
+}
