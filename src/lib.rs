@@ -170,8 +170,8 @@ pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
 pub use backend::{
-    Answers, Backend, BackendError, BackendErrorKind, InFlight, Op, ReleaseListener, Reply,
-    ServerInfo,
+    Answers, Backend, BackendError, BackendErrorKind, InFlight, Op, OpKind, ReleaseListener, Reply,
+    ServerInfo, unsupported,
 };
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;

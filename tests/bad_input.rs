@@ -173,32 +173,19 @@ fn a_wait_budget_retries_until_it_is_spent() {
     held.release().unwrap();
 }
 
-/// A backend of a user's own: the three lock operations and a name,
-/// nothing about the server behind it.
+/// A backend of a user's own: a name and one batch call (here over a
+/// memory node), nothing about the server behind it.
 struct OwnBackend(MemoryBackend);
 
 impl quorum_lock::Backend for OwnBackend {
-    fn acquire(
-        &self,
-        key: &[u8],
-        token: &[u8],
-        ttl: Duration,
-    ) -> Result<bool, quorum_lock::BackendError> {
-        self.0.acquire(key, token, ttl)
-    }
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, quorum_lock::BackendError> {
-        self.0.release(key, token)
-    }
-    fn extend(
-        &self,
-        key: &[u8],
-        token: &[u8],
-        ttl: Duration,
-    ) -> Result<bool, quorum_lock::BackendError> {
-        self.0.extend(key, token, ttl)
-    }
     fn describe(&self) -> String {
         format!("own:{}", self.0.describe())
+    }
+    fn batch(
+        &self,
+        ops: &[quorum_lock::Op<'_>],
+    ) -> Vec<Result<quorum_lock::Reply, quorum_lock::BackendError>> {
+        self.0.batch(ops)
     }
 }
 

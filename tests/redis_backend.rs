@@ -53,11 +53,7 @@ fn acquire_release_extend_semantics() {
     // our token (the same server under another name set it). The batch
     // says so apart from "held elsewhere"; the TTL is left alone.
     assert!(!b.acquire(b"res", &mine, TTL).unwrap());
-    let again = b.batch(&[Op::Acquire {
-        key: b"res",
-        token: &mine,
-        ttl: TTL,
-    }]);
+    let again = b.batch(&[Op::acquire(b"res", &mine, TTL)]);
     assert_eq!(again[0].as_ref().ok(), Some(&Reply::AlreadyOurs));
     assert_eq!(server.get(b"res"), Some(mine.clone()));
 
@@ -126,48 +122,15 @@ fn batch_returns_per_op_results_in_order_with_wrongtype_isolated() {
     let b = backend(&server.url(), TIMEOUT);
     let (t1, t2) = (token(7), token(8));
     let ops = [
-        Op::Acquire {
-            key: b"a",
-            token: &t1,
-            ttl: TTL,
-        },
-        Op::Acquire {
-            key: b"h",
-            token: &t1,
-            ttl: TTL,
-        },
-        Op::Extend {
-            key: b"h",
-            token: &t1,
-            ttl: TTL,
-        },
-        Op::Release {
-            key: b"h",
-            token: &t1,
-        },
-        Op::Acquire {
-            key: b"a",
-            token: &t2,
-            ttl: TTL,
-        },
-        Op::Release {
-            key: b"a",
-            token: &t2,
-        },
-        Op::Extend {
-            key: b"a",
-            token: &t1,
-            ttl: Duration::from_secs(60),
-        },
-        Op::Acquire {
-            key: b"b",
-            token: &t2,
-            ttl: TTL,
-        },
-        Op::Release {
-            key: b"a",
-            token: &t1,
-        },
+        Op::acquire(b"a", &t1, TTL),
+        Op::acquire(b"h", &t1, TTL),
+        Op::extend(b"h", &t1, TTL),
+        Op::release(b"h", &t1),
+        Op::acquire(b"a", &t2, TTL),
+        Op::release(b"a", &t2),
+        Op::extend(b"a", &t1, Duration::from_secs(60)),
+        Op::acquire(b"b", &t2, TTL),
+        Op::release(b"a", &t1),
     ];
     let results = b.batch(&ops);
     assert_eq!(results.len(), ops.len());
@@ -196,14 +159,7 @@ fn batch_is_one_round_trip() {
     proxy.delay(Duration::from_millis(100));
     let t = token(10);
     let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("k{i}").into_bytes()).collect();
-    let ops: Vec<Op<'_>> = keys
-        .iter()
-        .map(|k| Op::Acquire {
-            key: k,
-            token: &t,
-            ttl: TTL,
-        })
-        .collect();
+    let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::acquire(k, &t, TTL)).collect();
     let start = Instant::now();
     let results = b.batch(&ops);
     let elapsed = start.elapsed();
@@ -229,23 +185,10 @@ fn script_flush_then_release_and_extend_still_work() {
     let _: () = server.cmd(redis::cmd("SCRIPT").arg("FLUSH"));
     let other = token(12);
     let results = b.batch(&[
-        Op::Release {
-            key: b"k",
-            token: &other,
-        },
-        Op::Extend {
-            key: b"k",
-            token: &t,
-            ttl: TTL,
-        },
-        Op::Release {
-            key: b"k",
-            token: &t,
-        },
-        Op::Release {
-            key: b"k",
-            token: &t,
-        },
+        Op::release(b"k", &other),
+        Op::extend(b"k", &t, TTL),
+        Op::release(b"k", &t),
+        Op::release(b"k", &t),
     ]);
     let results: Vec<bool> = results.into_iter().map(|r| r.unwrap().is_yes()).collect();
     assert_eq!(results, [false, true, true, false]);
@@ -290,17 +233,7 @@ fn readonly_replica() {
     );
     assert_eq!(kind(&b.extend(b"k", &t, TTL)), BackendErrorKind::ReadOnly);
     assert_eq!(kind(&b.release(b"k", &t)), BackendErrorKind::ReadOnly);
-    let results = b.batch(&[
-        Op::Acquire {
-            key: b"k2",
-            token: &t,
-            ttl: TTL,
-        },
-        Op::Release {
-            key: b"k",
-            token: &t,
-        },
-    ]);
+    let results = b.batch(&[Op::acquire(b"k2", &t, TTL), Op::release(b"k", &t)]);
     assert!(
         results
             .iter()
@@ -428,14 +361,8 @@ fn open_is_lazy_and_refused_port_is_unreachable_fast() {
     );
     assert_eq!(kind(&b.server_info()), BackendErrorKind::Unreachable);
     let results = b.batch(&[
-        Op::Release {
-            key: b"k",
-            token: &token(17),
-        },
-        Op::Release {
-            key: b"k2",
-            token: &token(17),
-        },
+        Op::release(b"k", &token(17)),
+        Op::release(b"k2", &token(17)),
     ]);
     assert!(
         results
@@ -490,18 +417,7 @@ fn blackholed_connection_times_out_then_recovers() {
     let t = token(21);
     assert!(b.acquire(b"k", &t, TTL).unwrap());
     proxy.blackhole();
-    let r = b.batch(&[
-        Op::Extend {
-            key: b"k",
-            token: &t,
-            ttl: TTL,
-        },
-        Op::Acquire {
-            key: b"k2",
-            token: &t,
-            ttl: TTL,
-        },
-    ]);
+    let r = b.batch(&[Op::extend(b"k", &t, TTL), Op::acquire(b"k2", &t, TTL)]);
     assert!(
         r.iter().all(|r| kind(r) == BackendErrorKind::Timeout),
         "{r:?}"
@@ -681,11 +597,7 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
     backends[1]
         .acquire(b"k", &theirs, Duration::from_secs(30))
         .unwrap();
-    let ops = [Op::Acquire {
-        key: b"k",
-        token: &mine,
-        ttl: Duration::from_secs(30),
-    }];
+    let ops = [Op::acquire(b"k", &mine, Duration::from_secs(30))];
     let flights: Vec<_> = backends.iter().map(|b| b.send_batch(&ops)).collect();
     let answers: Vec<_> = flights.into_iter().map(|f| f.finish(&ops)).collect();
     let replies: Vec<_> = answers.iter().map(|a| a.results()[0].clone()).collect();
@@ -705,10 +617,7 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
     }
     // A server that dies between the two halves (frozen first, so it
     // cannot have answered before it dies).
-    let release = [Op::Release {
-        key: b"k",
-        token: &mine,
-    }];
+    let release = [Op::release(b"k", &mine)];
     servers[2].pause();
     let flight = backends[2].send_batch(&release);
     servers[2].kill9();

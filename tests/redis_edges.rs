@@ -157,13 +157,8 @@ fn a_flushed_script_cache_does_not_reorder_a_nodes_pipeline() {
         .unwrap();
     assert!(!node.release(b"warm", token).unwrap());
     let ops = [
-        Op::AcquireFenced {
-            key: b"k",
-            token,
-            ttl: TTL,
-            counter: b"{quorum-lock}:fences",
-        },
-        Op::Release { key: b"k", token },
+        Op::acquire_fenced(b"k", token, TTL, b"{quorum-lock}:fences"),
+        Op::release(b"k", token),
     ];
     let results = node.batch(&ops);
     assert!(results.iter().all(Result::is_ok), "{results:?}");

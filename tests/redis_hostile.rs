@@ -80,17 +80,7 @@ fn hostile_calls(behavior: Behavior, kinds: &[BackendErrorKind]) -> Vec<BackendE
         assert_bounded_error("extend", &node, kinds, || b.extend(b"k", &t, TTL)),
         assert_bounded_error("server_info", &node, kinds, || b.server_info()),
     ];
-    let ops = [
-        Op::Acquire {
-            key: b"a",
-            token: &t,
-            ttl: TTL,
-        },
-        Op::Release {
-            key: b"a",
-            token: &t,
-        },
-    ];
+    let ops = [Op::acquire(b"a", &t, TTL), Op::release(b"a", &t)];
     let start = Instant::now();
     let answers = b.identified_batch(&ops);
     assert!(start.elapsed() < BOUND, "batch took {:?}", start.elapsed());

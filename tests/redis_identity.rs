@@ -33,11 +33,7 @@ fn backend(url: &str) -> RedisBackend {
 /// the grant is the run id of a server that holds the key; returns which.
 fn acquire_and_check(b: &RedisBackend, key: &[u8], servers: &[(&RedisServer, String)]) -> usize {
     let t = token(1);
-    let answers = b.identified_batch(&[Op::Acquire {
-        key,
-        token: &t,
-        ttl: TTL,
-    }]);
+    let answers = b.identified_batch(&[Op::acquire(key, &t, TTL)]);
     assert!(
         matches!(answers.results(), [Ok(Reply::Yes)]),
         "{:?}",
@@ -170,11 +166,7 @@ fn refused_info_leaves_the_identity_unknown_and_is_asked_once() {
     let t = token(2);
     for i in 0..5 {
         let key = format!("noinfo:{i}").into_bytes();
-        let answers = b.identified_batch(&[Op::Acquire {
-            key: &key,
-            token: &t,
-            ttl: TTL,
-        }]);
+        let answers = b.identified_batch(&[Op::acquire(&key, &t, TTL)]);
         assert!(matches!(answers.results(), [Ok(Reply::Yes)]), "{answers:?}");
         assert!(answers.server().is_none(), "{:?}", answers.server());
     }

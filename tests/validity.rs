@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{Clock, LockManager, ManualClock, MemoryBackend, Op, RetryPolicy};
+use quorum_lock::{Clock, LockManager, ManualClock, MemoryBackend, Op, OpKind, RetryPolicy};
 
 const MS: Duration = Duration::from_millis(1);
 const TTL: Duration = Duration::from_secs(1);
@@ -25,7 +25,7 @@ fn slow_cluster(
     for node in &nodes {
         let clock = clock.clone();
         node.set_hook(Some(Arc::new(move |op: &Op<'_>| {
-            if matches!(op, Op::Acquire { .. }) {
+            if matches!(op.kind, OpKind::Acquire { .. }) {
                 clock.advance(slow);
             }
         })));

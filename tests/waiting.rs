@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use quorum_lock::{CancellationToken, LockManager, LockOptions, MemoryBackend, Op, RetryPolicy};
+use quorum_lock::{
+    CancellationToken, LockManager, LockOptions, MemoryBackend, Op, OpKind, RetryPolicy,
+};
 
 const MS: Duration = Duration::from_millis(1);
 /// A generous bound for "a few milliseconds" on a loaded machine.
@@ -136,7 +138,7 @@ fn a_lock_won_by_a_round_in_flight_when_cancelled_is_released() {
     for node in &nodes {
         let token = token.clone();
         node.set_hook(Some(Arc::new(move |op: &Op<'_>| {
-            if matches!(op, Op::Acquire { .. }) {
+            if matches!(op.kind, OpKind::Acquire { .. }) {
                 token.cancel();
             }
         })));

@@ -59,7 +59,11 @@ pub trait Backend: Send + Sync + 'static {
     /// # Errors
     ///
     /// Any failure to get a definite answer from the server.
-    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError>;
+    ///
+    /// Provided: one [`batch`](Self::batch) of [`Op::acquire`].
+    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        single(self, Op::acquire(key, token, ttl)).map(Reply::is_yes)
+    }
 
     /// Deletes `key` only if it still holds `token` (compare-and-delete).
     ///
@@ -69,7 +73,11 @@ pub trait Backend: Send + Sync + 'static {
     /// # Errors
     ///
     /// Any failure to get a definite answer from the server.
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError>;
+    ///
+    /// Provided: one [`batch`](Self::batch) of [`Op::release`].
+    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
+        single(self, Op::release(key, token)).map(Reply::is_yes)
+    }
 
     /// Sets the expiry of `key` to `ttl` from now, only if it still holds
     /// `token` (compare-and-pexpire). Never creates a missing key.
@@ -80,7 +88,11 @@ pub trait Backend: Send + Sync + 'static {
     /// # Errors
     ///
     /// Any failure to get a definite answer from the server.
-    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError>;
+    ///
+    /// Provided: one [`batch`](Self::batch) of [`Op::extend`].
+    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
+        single(self, Op::extend(key, token, ttl)).map(Reply::is_yes)
+    }
 
     /// [`acquire`](Self::acquire), and when this call set the key, reads
     /// the lock's fence counter (0 when it has none), in the same atomic
@@ -98,8 +110,10 @@ pub trait Backend: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// Any failure to get a definite answer; the default, for backends
-    /// without fencing, is a [`BackendErrorKind::Config`] error saying so.
+    /// Any failure to get a definite answer; a backend without fencing
+    /// answers [`unsupported`] for this kind.
+    ///
+    /// Provided: one [`batch`](Self::batch) of [`Op::acquire_fenced`].
     fn acquire_fenced(
         &self,
         key: &[u8],
@@ -107,8 +121,7 @@ pub trait Backend: Send + Sync + 'static {
         ttl: Duration,
         counter: &[u8],
     ) -> Result<Option<u64>, BackendError> {
-        let _ = (key, token, ttl, counter);
-        Err(no_fencing(self))
+        single(self, Op::acquire_fenced(key, token, ttl, counter)).map(Reply::fence)
     }
 
     /// Raises the lock's fence counter (the field `key` of the hash
@@ -122,6 +135,8 @@ pub trait Backend: Send + Sync + 'static {
     /// # Errors
     ///
     /// As [`acquire_fenced`](Self::acquire_fenced).
+    ///
+    /// Provided: one [`batch`](Self::batch) of [`Op::raise_fence`].
     fn raise_fence(
         &self,
         key: &[u8],
@@ -129,8 +144,7 @@ pub trait Backend: Send + Sync + 'static {
         counter: &[u8],
         fence: u64,
     ) -> Result<bool, BackendError> {
-        let _ = (key, token, counter, fence);
-        Err(no_fencing(self))
+        single(self, Op::raise_fence(key, token, counter, fence)).map(Reply::is_yes)
     }
 
     /// A name for reports and logs, such as `redis://10.0.0.1:6379/0`.
@@ -139,38 +153,42 @@ pub trait Backend: Send + Sync + 'static {
     /// same description are treated as the same server.
     fn describe(&self) -> String;
 
-    /// Runs `ops` in order and returns one result per op, in the same order.
+    /// Runs `ops` in order and returns one result per op, in the same order:
+    /// with [`describe`](Self::describe), the one method a backend must
+    /// implement (the single-op methods are provided on top of it).
     ///
     /// The engine hands over everything queued for the node at once, so a
-    /// backend that overrides this can pipeline many operations into one
-    /// round trip. The default calls the single-op methods one after
-    /// another. An implementation must return exactly `ops.len()` results;
-    /// the engine reports any missing result as an error.
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
-        ops.iter()
-            .map(|op| match *op {
-                Op::Acquire { key, token, ttl } => self.acquire(key, token, ttl).map(Reply::from),
-                Op::Release { key, token } => self.release(key, token).map(Reply::from),
-                Op::Extend { key, token, ttl } => self.extend(key, token, ttl).map(Reply::from),
-                Op::AcquireFenced {
-                    key,
-                    token,
-                    ttl,
-                    counter,
-                } => self
-                    .acquire_fenced(key, token, ttl, counter)
-                    .map(|read| read.map_or(Reply::No, Reply::Fenced)),
-                Op::RaiseFence {
-                    key,
-                    token,
-                    counter,
-                    fence,
-                } => self
-                    .raise_fence(key, token, counter, fence)
-                    .map(Reply::from),
-            })
-            .collect()
-    }
+    /// backend can pipeline many operations into one round trip. An
+    /// implementation must return exactly `ops.len()` results; the engine
+    /// reports any missing result as an error. A kind the backend does not
+    /// support (fencing, say) gets [`unsupported`].
+    ///
+    /// A backend of your own, over some store with compare-and-set:
+    ///
+    /// ```
+    /// use quorum_lock::{Backend, BackendError, Op, OpKind, Reply, unsupported};
+    ///
+    /// struct Mine;
+    ///
+    /// impl Backend for Mine {
+    ///     fn describe(&self) -> String {
+    ///         "mine".into()
+    ///     }
+    ///     fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
+    ///         ops.iter()
+    ///             .map(|op| match op.kind {
+    ///                 // Here: SET NX PX, compare-and-delete, compare-and-expire.
+    ///                 OpKind::Acquire { .. } | OpKind::Release | OpKind::Extend { .. } => {
+    ///                     Ok(Reply::Yes)
+    ///                 }
+    ///                 _ => Err(unsupported(self, op)),
+    ///             })
+    ///             .collect()
+    ///     }
+    /// }
+    /// # assert!(Mine.acquire(b"k", b"t", std::time::Duration::from_secs(1)).unwrap());
+    /// ```
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>>;
 
     /// Runs `ops` like [`batch`](Self::batch) and says which server
     /// answered them: this is what the engine calls.
@@ -375,56 +393,124 @@ impl InFlight for Answered {
     }
 }
 
-/// One operation in a [`Backend::batch`].
+/// One operation on one lock server, in a [`Backend::batch`]: which key,
+/// with whose token, doing what.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorum_lock::{Op, OpKind};
+///
+/// let op = Op::acquire(b"locks:job", b"our-token", Duration::from_secs(10));
+/// assert_eq!(op.kind, OpKind::Acquire { ttl: Duration::from_secs(10) });
+/// assert_eq!(op.ttl(), Some(Duration::from_secs(10)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op<'a> {
-    /// See [`Backend::acquire`].
+pub struct Op<'a> {
+    /// The lock key.
+    pub key: &'a [u8],
+    /// Our token: the value the key holds while the lock is ours.
+    pub token: &'a [u8],
+    /// What to do with the key.
+    pub kind: OpKind<'a>,
+}
+
+/// What an [`Op`] does with its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpKind<'a> {
+    /// Set the key to the token with this expiry, only if it does not
+    /// exist (see [`Backend::acquire`]).
     Acquire {
-        /// The lock key.
-        key: &'a [u8],
-        /// Our token.
-        token: &'a [u8],
         /// Expiry to set.
         ttl: Duration,
     },
-    /// See [`Backend::release`].
-    Release {
-        /// The lock key.
-        key: &'a [u8],
-        /// Our token.
-        token: &'a [u8],
+    /// The same, and read the lock's fence counter in the hash `counter`
+    /// (see [`Backend::acquire_fenced`]).
+    AcquireFenced {
+        /// Expiry to set.
+        ttl: Duration,
+        /// The hash of the fence counters.
+        counter: &'a [u8],
     },
-    /// See [`Backend::extend`].
+    /// Set the expiry, only while the key holds the token (see
+    /// [`Backend::extend`]).
     Extend {
-        /// The lock key.
-        key: &'a [u8],
-        /// Our token.
-        token: &'a [u8],
         /// New expiry, from now.
         ttl: Duration,
     },
-    /// See [`Backend::acquire_fenced`].
-    AcquireFenced {
-        /// The lock key.
-        key: &'a [u8],
-        /// Our token.
-        token: &'a [u8],
-        /// Expiry to set.
-        ttl: Duration,
-        /// The fence counter's key.
-        counter: &'a [u8],
-    },
-    /// See [`Backend::raise_fence`].
+    /// Delete the key, only while it holds the token (see
+    /// [`Backend::release`]).
+    Release,
+    /// Raise the fence counter to at least `fence`, only while the key
+    /// holds the token (see [`Backend::raise_fence`]).
     RaiseFence {
-        /// The lock key.
-        key: &'a [u8],
-        /// Our token.
-        token: &'a [u8],
-        /// The fence counter's key.
+        /// The hash of the fence counters.
         counter: &'a [u8],
         /// The value the counter must reach.
         fence: u64,
     },
+}
+
+impl<'a> Op<'a> {
+    /// An acquire of `key` for `token` with an expiry of `ttl`.
+    pub fn acquire(key: &'a [u8], token: &'a [u8], ttl: Duration) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::Acquire { ttl },
+        }
+    }
+
+    /// A fenced acquire: an acquire that also reads the fence counter.
+    pub fn acquire_fenced(
+        key: &'a [u8],
+        token: &'a [u8],
+        ttl: Duration,
+        counter: &'a [u8],
+    ) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::AcquireFenced { ttl, counter },
+        }
+    }
+
+    /// An extend of `key` to `ttl` from now, while it holds `token`.
+    pub fn extend(key: &'a [u8], token: &'a [u8], ttl: Duration) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::Extend { ttl },
+        }
+    }
+
+    /// A release of `key`, while it holds `token`.
+    pub fn release(key: &'a [u8], token: &'a [u8]) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::Release,
+        }
+    }
+
+    /// A raise of the fence counter of `key` to at least `fence`.
+    pub fn raise_fence(key: &'a [u8], token: &'a [u8], counter: &'a [u8], fence: u64) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::RaiseFence { counter, fence },
+        }
+    }
+
+    /// The expiry the op sets, for the kinds that set one.
+    pub fn ttl(&self) -> Option<Duration> {
+        match self.kind {
+            OpKind::Acquire { ttl }
+            | OpKind::AcquireFenced { ttl, .. }
+            | OpKind::Extend { ttl } => Some(ttl),
+            OpKind::Release | OpKind::RaiseFence { .. } => None,
+        }
+    }
 }
 
 /// A server's definite answer to one [`Op`].
@@ -471,15 +557,33 @@ impl From<bool> for Reply {
     }
 }
 
-/// The error of a backend that does not implement fencing.
-fn no_fencing<B: Backend + ?Sized>(backend: &B) -> BackendError {
+/// The error a backend gives for an op kind it does not support (say,
+/// fencing): a configuration error naming the backend and the kind.
+pub fn unsupported<B: Backend + ?Sized>(backend: &B, op: &Op<'_>) -> BackendError {
+    let kind = match op.kind {
+        OpKind::Acquire { .. } => "acquire",
+        OpKind::AcquireFenced { .. } => "fenced acquire (fencing tokens)",
+        OpKind::Extend { .. } => "extend",
+        OpKind::Release => "release",
+        OpKind::RaiseFence { .. } => "fence raise (fencing tokens)",
+    };
     BackendError::new(
         BackendErrorKind::Config,
         format!(
-            "{}: this backend does not support fencing tokens",
+            "{}: this backend does not support the {kind} operation",
             backend.describe()
         ),
     )
+}
+
+/// One op through [`Backend::batch`].
+fn single<B: Backend + ?Sized>(backend: &B, op: Op<'_>) -> Result<Reply, BackendError> {
+    backend.batch(&[op]).pop().unwrap_or_else(|| {
+        Err(BackendError::new(
+            BackendErrorKind::Protocol,
+            "the backend returned no result for the op",
+        ))
+    })
 }
 
 /// The answers to one [`Backend::identified_batch`]: one result per op, and

@@ -1,16 +1,43 @@
-//! What one round asks each node to do.
+//! What a round asks each node to do: the engine's side of the one
+//! vocabulary for a node operation. A round is an action on one key with
+//! one token; [`Action::op`] makes the backend's [`Op`] of it.
 
-/// What a round asks each node to do.
+use std::time::Duration;
+
+use crate::backend::Op;
+
+/// What a round asks each node to do, with what that needs (the TTL of
+/// an acquire or extend, the fence of a raise). The key and the token
+/// travel beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
     /// `SET NX PX` (or our token already there).
-    Acquire,
+    Acquire { ttl: Duration },
     /// The same, and read the fence counter beside the lock.
-    AcquireFenced,
+    AcquireFenced { ttl: Duration },
     /// Compare-and-pexpire.
-    Extend,
+    Extend { ttl: Duration },
     /// Compare-and-delete.
     Release,
     /// Raise the fence counter to this value while the lock is ours.
     RaiseFence(u64),
+}
+
+impl Action {
+    /// The backend's op for `key` and `token`; the fenced kinds name the
+    /// node's fence counters hash, `counters`.
+    pub(crate) fn op<'a>(self, key: &'a [u8], token: &'a [u8], counters: &'a [u8]) -> Op<'a> {
+        match self {
+            Self::Acquire { ttl } => Op::acquire(key, token, ttl),
+            Self::AcquireFenced { ttl } => Op::acquire_fenced(key, token, ttl, counters),
+            Self::Extend { ttl } => Op::extend(key, token, ttl),
+            Self::Release => Op::release(key, token),
+            Self::RaiseFence(fence) => Op::raise_fence(key, token, counters, fence),
+        }
+    }
+
+    /// Whether the action reads or writes the fence counters.
+    pub(crate) fn is_fenced(self) -> bool {
+        matches!(self, Self::AcquireFenced { .. } | Self::RaiseFence(_))
+    }
 }

@@ -172,10 +172,9 @@ impl Engine {
         let node = &self.nodes[slot];
         let job = Job::Finish(Box::new(Handed {
             begun,
-            op: item.op,
+            action: item.action,
             key: std::sync::Arc::clone(item.key),
             token: item.token,
-            ttl: item.ttl,
             reply: Some((reply.clone(), slot)),
         }));
         // Gone: the node's thread has stopped; the batch is dropped with

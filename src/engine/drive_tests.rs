@@ -8,7 +8,7 @@ use std::thread;
 use parking_lot::Mutex;
 
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{Answers, InFlight, Op};
+use crate::backend::{Answers, InFlight, Op, Reply};
 use crate::clock::MonotonicClock;
 use crate::engine::*;
 
@@ -57,14 +57,8 @@ impl InFlight for Flight {
 }
 
 impl Backend for Wire {
-    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.node.acquire(key, token, ttl)
-    }
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.node.release(key, token)
-    }
-    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.node.extend(key, token, ttl)
+    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
+        self.node.batch(ops)
     }
     fn describe(&self) -> String {
         self.node.describe()
@@ -117,10 +111,11 @@ fn engine(wires: &[Wire], quorum: usize) -> Engine {
 
 fn acquire<'a>(key: &'a Arc<[u8]>, token: Token) -> Request<'a> {
     Request {
-        op: Action::Acquire,
+        action: Action::Acquire {
+            ttl: Duration::from_secs(30),
+        },
         key,
         token,
-        ttl: Duration::from_secs(30),
     }
 }
 

@@ -10,21 +10,20 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::action::Action;
 use super::identity::Standing;
-use super::worker::{Vote, Worker};
+use super::worker::{Shared, Vote, Worker};
 use crate::backend::{Answers, BackendError, BackendErrorKind, InFlight, Op, Reply, ServerInfo};
 use crate::report::NodeOutcome;
 use crate::token::Token;
 
 /// One operation as the executor runs it.
 pub(super) struct Item<'a> {
-    pub(super) op: Action,
+    pub(super) action: Action,
     pub(super) key: &'a Arc<[u8]>,
     pub(super) token: Token,
-    pub(super) ttl: Duration,
 }
 
 /// A batch between its halves: the votes settled without the server, and
@@ -71,7 +70,7 @@ impl Worker {
         let mut known: Vec<Option<Vote>> = Vec::with_capacity(items.len());
         for item in items {
             if down {
-                if item.op == Action::Release {
+                if item.action == Action::Release {
                     self.keep(item.key, item.token);
                 }
                 known.push(Some((NodeOutcome::Down, None)));
@@ -80,8 +79,8 @@ impl Worker {
             }
         }
         let started = Instant::now();
-        let shared = Arc::clone(&self.shared);
-        let ops = ops_for(items, &known, &shared.fence_counters);
+        let shared = self.counters_for(items);
+        let ops = ops_for(items, &known, counters(shared.as_deref()));
         let in_flight = (!ops.is_empty()).then(|| {
             let backend = &self.backend;
             catch_unwind(AssertUnwindSafe(|| backend.send_batch(&ops)))
@@ -92,6 +91,16 @@ impl Worker {
             in_flight,
             started,
         }
+    }
+
+    /// The shared settings, which hold the fence counters' key that the
+    /// ops borrow while `self` is borrowed mutably: cloned only for a
+    /// batch with a fenced op (no work on the plain path).
+    fn counters_for(&self, items: &[Item<'_>]) -> Option<Arc<Shared>> {
+        items
+            .iter()
+            .any(|i| i.action.is_fenced())
+            .then(|| Arc::clone(&self.shared))
     }
 
     /// Reads the answers of a batch `begin` sent with the same `items`, and
@@ -106,8 +115,8 @@ impl Worker {
         let mut standing = Standing::Voting;
         let mut identified = false;
         if let Some(in_flight) = in_flight {
-            let shared = Arc::clone(&self.shared);
-            let ops = ops_for(items, &known, &shared.fence_counters);
+            let shared = self.counters_for(items);
+            let ops = ops_for(items, &known, counters(shared.as_deref()));
             let (answers, server) = finish(in_flight, &ops);
             let took = started.elapsed();
             self.health.note_latency(took);
@@ -130,7 +139,7 @@ impl Worker {
                         "no result for this op",
                     ))
                 });
-                if item.op == Action::Release {
+                if item.action == Action::Release {
                     self.keep_for_retry(item.key, item.token, &result);
                     if let Ok(reply) = result {
                         self.note_release(item.key, reply);
@@ -147,13 +156,13 @@ impl Worker {
                     Ok(Reply::AlreadyOurs)
                         if identified
                             && standing == Standing::Voting
-                            && item.op == Action::Acquire =>
+                            && matches!(item.action, Action::Acquire { .. }) =>
                     {
                         (NodeOutcome::Granted, None)
                     }
                     Ok(Reply::AlreadyOurs) => (NodeOutcome::Failed(already_ours()), None),
                     // Releases count whoever answers: undoing needs no vote.
-                    Ok(_) if item.op == Action::Release => (NodeOutcome::Granted, None),
+                    Ok(_) if item.action == Action::Release => (NodeOutcome::Granted, None),
                     Ok(Reply::Fenced(read)) => {
                         let outcome = self.grant(standing);
                         let fence = outcome.is_granted().then_some(read);
@@ -220,6 +229,11 @@ impl Worker {
     }
 }
 
+/// The fence counters' key in `shared`, if the batch needs it.
+fn counters(shared: Option<&Shared>) -> &[u8] {
+    shared.map_or(&[][..], |s| &s.fence_counters[..])
+}
+
 /// The backend ops for the items whose vote is not settled yet.
 fn ops_for<'a>(items: &'a [Item<'_>], known: &[Option<Vote>], counter: &'a [u8]) -> Vec<Op<'a>> {
     items
@@ -227,24 +241,8 @@ fn ops_for<'a>(items: &'a [Item<'_>], known: &[Option<Vote>], counter: &'a [u8])
         .zip(known)
         .filter(|(_, known)| known.is_none())
         .map(|(item, _)| {
-            let (key, token, ttl) = (&item.key[..], item.token.as_bytes(), item.ttl);
-            match item.op {
-                Action::Acquire => Op::Acquire { key, token, ttl },
-                Action::AcquireFenced => Op::AcquireFenced {
-                    key,
-                    token,
-                    ttl,
-                    counter,
-                },
-                Action::Extend => Op::Extend { key, token, ttl },
-                Action::Release => Op::Release { key, token },
-                Action::RaiseFence(fence) => Op::RaiseFence {
-                    key,
-                    token,
-                    counter,
-                    fence,
-                },
-            }
+            item.action
+                .op(&item.key[..], item.token.as_bytes(), counter)
         })
         .collect()
 }

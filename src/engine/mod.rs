@@ -105,10 +105,9 @@ impl Node {
     /// Queues `req` for this node's thread.
     fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> Result<(), Refused> {
         self.enqueue(Job::Op {
-            op: req.op,
+            action: req.action,
             key: Arc::clone(req.key),
             token: req.token,
-            ttl: req.ttl,
             reply,
         })
     }
@@ -140,10 +139,9 @@ pub(crate) enum Direct {
 
 /// One operation for every node.
 pub(crate) struct Request<'a> {
-    pub(crate) op: Action,
+    pub(crate) action: Action,
     pub(crate) key: &'a Arc<[u8]>,
     pub(crate) token: Token,
-    pub(crate) ttl: Duration,
 }
 
 /// How long a round gathers answers.
@@ -307,10 +305,9 @@ impl Engine {
         // got it.
         let mut queued = vec![true; n];
         let item = Item {
-            op: req.op,
+            action: req.action,
             key: req.key,
             token: req.token,
-            ttl: req.ttl,
         };
         // The caller drives the round only when every node is idle (and
         // bounds its calls): then no thread hand-off is left. With a node
@@ -345,7 +342,7 @@ impl Engine {
             // A down node is skipped at no cost, but still gets the release
             // (an earlier acquire may have landed), parked until it is
             // back; nobody waits for its answer.
-            if down && (req.op != Action::Release || node.park_release(req)) {
+            if down && (req.action != Action::Release || node.park_release(req)) {
                 outcomes[slot] = Some((NodeOutcome::Down, None));
                 queued[slot] = false;
                 continue;
@@ -383,10 +380,9 @@ impl Engine {
     /// release.
     pub(crate) fn release_detached_where(&self, key: &Arc<[u8]>, token: Token, reached: &[bool]) {
         let req = Request {
-            op: Action::Release,
+            action: Action::Release,
             key,
             token,
-            ttl: Duration::ZERO,
         };
         for (node, _) in self.nodes.iter().zip(reached).filter(|(_, r)| **r) {
             // A release is never refused for a full queue (the bound is

@@ -35,10 +35,11 @@ fn a_stalled_node_refuses_past_the_queue_bound() {
         engine.release_detached(&key, token);
     }
     let acquire = Request {
-        op: Action::Acquire,
+        action: Action::Acquire {
+            ttl: Duration::from_secs(1),
+        },
         key: &key,
         token,
-        ttl: Duration::from_secs(1),
     };
     let outcomes = engine.round(&acquire, Gather::All, wait, Direct::Never);
     let NodeOutcome::Failed(e) = &outcomes[0] else {
@@ -63,10 +64,11 @@ fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
     let (key, filler): (Arc<[u8]>, Arc<[u8]>) = (Arc::from(&b"k"[..]), Arc::from(&b"f"[..]));
     let token = Token::random().unwrap();
     let acquire = |key| Request {
-        op: Action::Acquire,
+        action: Action::Acquire {
+            ttl: Duration::from_secs(60),
+        },
         key,
         token,
-        ttl: Duration::from_secs(60),
     };
     drop(engine.scatter(&acquire(&key), wait, Direct::Never, Gather::All));
     // Fill the queue behind it until the node refuses.

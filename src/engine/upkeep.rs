@@ -72,10 +72,7 @@ impl Worker {
         let ops: Vec<Op<'_>> = self
             .retries
             .pending()
-            .map(|r| Op::Release {
-                key: &r.key,
-                token: r.token.as_bytes(),
-            })
+            .map(|r| Op::release(&r.key, r.token.as_bytes()))
             .collect();
         let (results, _) = self.call_backend(&ops);
         self.note_health(&results);

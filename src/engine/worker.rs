@@ -58,10 +58,9 @@ pub(crate) type Vote = (NodeOutcome, Option<u64>);
 pub(crate) enum Job {
     /// A lock operation. `reply` is `None` for fire-and-forget releases.
     Op {
-        op: Action,
+        action: Action,
         key: Arc<[u8]>,
         token: Token,
-        ttl: Duration,
         reply: Option<ReplyTo>,
     },
     /// Answered once every job queued before it has run.
@@ -84,10 +83,9 @@ pub(crate) enum Job {
 /// A batch a caller sent and handed to the node's thread ([`Job::Finish`]).
 pub(crate) struct Handed {
     pub(super) begun: Begun,
-    pub(super) op: Action,
+    pub(super) action: Action,
     pub(super) key: Arc<[u8]>,
     pub(super) token: Token,
-    pub(super) ttl: Duration,
     pub(super) reply: Option<ReplyTo>,
 }
 
@@ -110,7 +108,7 @@ impl NodeExec {
         // rounds release only where the acquire went), so they are bounded
         // by the operations the queue accepted, and dropping one would
         // leave the key of an acquire that may still run.
-        let bounded = matches!(job, Job::Op { op, .. } if op != Action::Release);
+        let bounded = matches!(job, Job::Op { action, .. } if action != Action::Release);
         if bounded && self.gate.queued() >= MAX_QUEUED {
             return Err(Refused::Full);
         }
@@ -302,17 +300,15 @@ impl Worker {
     fn finish_handed(&mut self, handed: Handed) {
         let Handed {
             begun,
-            op,
+            action,
             key,
             token,
-            ttl,
             reply,
         } = handed;
         let item = Item {
-            op,
+            action,
             key: &key,
             token,
-            ttl,
         };
         for vote in self.complete(begun, std::slice::from_ref(&item)) {
             reply_to(reply.as_ref(), vote);
@@ -324,18 +320,16 @@ impl Worker {
         let mut replies = Vec::with_capacity(jobs.len());
         for job in jobs {
             if let Job::Op {
-                op,
+                action,
                 key,
                 token,
-                ttl,
                 reply,
             } = job
             {
                 items.push(Item {
-                    op: *op,
+                    action: *action,
                     key,
                     token: *token,
-                    ttl: *ttl,
                 });
                 replies.push(reply);
             }

@@ -141,14 +141,13 @@ impl Rounds {
         let token = Token::random()?;
         let start = self.now();
         let request = Request {
-            op: if fenced {
-                Action::AcquireFenced
+            action: if fenced {
+                Action::AcquireFenced { ttl }
             } else {
-                Action::Acquire
+                Action::Acquire { ttl }
             },
             key,
             token,
-            ttl,
         };
         // The caller drives the round on every idle node (no thread
         // hand-off), reading the fastest first and deciding early.
@@ -220,10 +219,9 @@ impl Rounds {
         let left = deadline.saturating_duration_since(self.now());
         let wait = self.config.node_timeout.min(left);
         let request = Request {
-            op: Action::RaiseFence(fence),
+            action: Action::RaiseFence(fence),
             key,
             token,
-            ttl: Duration::ZERO,
         };
         let quorum = self.config.quorum;
         let outcomes = self.engine.round(
@@ -282,10 +280,9 @@ impl Rounds {
             }
         };
         let request = Request {
-            op: Action::Extend,
+            action: Action::Extend { ttl },
             key: &lease.key,
             token: lease.token,
-            ttl,
         };
         let wait = config.node_timeout.min(ticket.remaining());
         let gather = Gather::UntilDecided {
@@ -343,10 +340,9 @@ impl Rounds {
         let config = &self.config;
         let start = self.now();
         let request = Request {
-            op: Action::Release,
+            action: Action::Release,
             key: &lease.key,
             token: lease.token,
-            ttl: Duration::ZERO,
         };
         lease.state().finish();
         let pending = self.engine.scatter(

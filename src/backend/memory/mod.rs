@@ -353,17 +353,17 @@ impl MemoryBackend {
 impl Backend for MemoryBackend {
     fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply_bool(&Op::Acquire { key, token, ttl })
+        self.apply_bool(&Op::acquire(key, token, ttl))
     }
 
     fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply_bool(&Op::Release { key, token })
+        self.apply_bool(&Op::release(key, token))
     }
 
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply_bool(&Op::Extend { key, token, ttl })
+        self.apply_bool(&Op::extend(key, token, ttl))
     }
 
     fn acquire_fenced(
@@ -374,13 +374,8 @@ impl Backend for MemoryBackend {
         counter: &[u8],
     ) -> Result<Option<u64>, BackendError> {
         self.round_trip();
-        let op = Op::AcquireFenced {
-            key,
-            token,
-            ttl,
-            counter,
-        };
-        self.apply(&op).map(Reply::fence)
+        self.apply(&Op::acquire_fenced(key, token, ttl, counter))
+            .map(Reply::fence)
     }
 
     fn raise_fence(
@@ -391,13 +386,7 @@ impl Backend for MemoryBackend {
         fence: u64,
     ) -> Result<bool, BackendError> {
         self.round_trip();
-        let op = Op::RaiseFence {
-            key,
-            token,
-            counter,
-            fence,
-        };
-        self.apply_bool(&op)
+        self.apply_bool(&Op::raise_fence(key, token, counter, fence))
     }
 
     fn recoveries(&self) -> u64 {

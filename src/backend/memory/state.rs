@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::notices::Inbox;
 use super::{CallHook, UptimeReport};
-use crate::backend::{BackendError, BackendErrorKind, Op, Reply};
+use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply};
 
 /// What a key holds.
 pub(super) enum Value {
@@ -121,14 +121,10 @@ impl State {
 
     /// Applies one operation at `now` (the faults were checked before).
     pub(super) fn apply(&mut self, op: &Op<'_>, now: Instant) -> Result<Reply, BackendError> {
-        Ok(match *op {
-            Op::Acquire { key, token, ttl } => self.acquire(key, token, ttl, now)?,
-            Op::AcquireFenced {
-                key,
-                token,
-                ttl,
-                counter,
-            } => {
+        let Op { key, token, kind } = *op;
+        Ok(match kind {
+            OpKind::Acquire { ttl } => self.acquire(key, token, ttl, now)?,
+            OpKind::AcquireFenced { ttl, counter } => {
                 // Read first: a foreign value there fails before any write.
                 let read = self.counter(counter, key, now)?;
                 match self.acquire(key, token, ttl, now)? {
@@ -136,12 +132,7 @@ impl State {
                     other => other,
                 }
             }
-            Op::RaiseFence {
-                key,
-                token,
-                counter,
-                fence,
-            } => {
+            OpKind::RaiseFence { counter, fence } => {
                 let ours = self.holds(key, token, now)?;
                 if ours {
                     self.counter(counter, key, now)?;
@@ -156,7 +147,7 @@ impl State {
                 }
                 Reply::from(ours)
             }
-            Op::Release { key, token } => {
+            OpKind::Release => {
                 if !self.holds(key, token, now)? {
                     return Ok(Reply::No);
                 }
@@ -166,7 +157,7 @@ impl State {
                     heard => Reply::Notified(heard),
                 }
             }
-            Op::Extend { key, token, ttl } => {
+            OpKind::Extend { ttl } => {
                 if !self.holds(key, token, now)? {
                     return Ok(Reply::No);
                 }

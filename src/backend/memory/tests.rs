@@ -53,20 +53,9 @@ fn faults() {
 fn batch_is_one_round_trip() {
     let node = MemoryBackend::new("m");
     let ops = [
-        Op::Acquire {
-            key: b"a",
-            token: b"t",
-            ttl: TTL,
-        },
-        Op::Acquire {
-            key: b"a",
-            token: b"u",
-            ttl: TTL,
-        },
-        Op::Release {
-            key: b"a",
-            token: b"t",
-        },
+        Op::acquire(b"a", b"t", TTL),
+        Op::acquire(b"a", b"u", TTL),
+        Op::release(b"a", b"t"),
     ];
     let results: Vec<bool> = node
         .batch(&ops)

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{BackendError, BackendErrorKind, Op, Reply, ServerInfo};
+use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
 use super::conn::{pack_info, value_text};
@@ -200,15 +200,13 @@ impl Inner {
             let op = &ops[sent[pos]];
             match followup {
                 Followup::Get => {
-                    redis::cmd("GET")
-                        .arg(op_key(op))
-                        .write_packed_command(&mut buf);
+                    redis::cmd("GET").arg(op.key).write_packed_command(&mut buf);
                     expected += 1;
                 }
                 Followup::Rerun => {
                     self.pack_op(op, ttls[sent[pos]], None, &mut buf);
-                    if let Op::Acquire { key, .. } = op {
-                        redis::cmd("GET").arg(*key).write_packed_command(&mut buf);
+                    if let OpKind::Acquire { .. } = op.kind {
+                        redis::cmd("GET").arg(op.key).write_packed_command(&mut buf);
                         expected += 1;
                     }
                     expected += 1;
@@ -227,14 +225,14 @@ impl Inner {
             let i = sent[pos];
             let op = &ops[i];
             let mut next = || replies.next().unwrap_or(Value::Nil);
-            let answer = match (followup, op) {
+            let answer = match (followup, op.kind) {
                 (Followup::Get, _) => self.refused_acquire(op, next()),
-                (Followup::Rerun, Op::Acquire { .. }) => {
+                (Followup::Rerun, OpKind::Acquire { .. }) => {
                     let (set, get) = (next(), next());
                     match set {
                         Value::Okay => Ok(Reply::Yes),
                         Value::Nil => self.refused_acquire(op, get),
-                        Value::ServerError(e) => Err(self.server_error(&e, Some(op_token(op)))),
+                        Value::ServerError(e) => Err(self.server_error(&e, Some(op.token))),
                         other => Err(self.protocol_error("SET NX", &other)),
                     }
                 }
@@ -260,13 +258,15 @@ impl Inner {
 
     /// The first round trip's reply to `op`.
     fn first_answer(&self, op: &Op<'_>, reply: Value) -> First {
-        match (op, reply) {
-            (Op::Acquire { .. }, Value::Okay) => First::Done(Ok(Reply::Yes)),
-            (Op::Acquire { .. }, Value::Nil) => First::NeedsGet,
+        match (op.kind, reply) {
+            (OpKind::Acquire { .. }, Value::Okay) => First::Done(Ok(Reply::Yes)),
+            (OpKind::Acquire { .. }, Value::Nil) => First::NeedsGet,
             (_, Value::ServerError(e)) if e.code() == "NOSCRIPT" => First::NoScript,
             (_, Value::ServerError(e)) => First::Done(Err(self.op_server_error(op, &e))),
-            (Op::Acquire { .. }, other) => First::Done(Err(self.protocol_error("SET NX", &other))),
-            (op, value) => First::Done(self.script_reply(op, value)),
+            (OpKind::Acquire { .. }, other) => {
+                First::Done(Err(self.protocol_error("SET NX", &other)))
+            }
+            (_, value) => First::Done(self.script_reply(op, value)),
         }
     }
 
@@ -276,7 +276,7 @@ impl Inner {
     /// another type (`SET NX` on a hash answers nil, `GET` fails).
     fn refused_acquire(&self, op: &Op<'_>, get: Value) -> Result<Reply, BackendError> {
         match get {
-            Value::BulkString(held) if held == op_token(op) => Ok(Reply::AlreadyOurs),
+            Value::BulkString(held) if held == op.token => Ok(Reply::AlreadyOurs),
             Value::BulkString(_) | Value::Nil => Ok(Reply::No),
             Value::ServerError(e) => Err(self.op_server_error(op, &e)),
             other => Err(self.protocol_error("GET", &other)),
@@ -288,18 +288,18 @@ impl Inner {
     /// holds a value that is not ours to use.
     fn op_server_error(&self, op: &Op<'_>, e: &redis::ServerError) -> BackendError {
         if e.code() != "WRONGTYPE" {
-            return self.server_error(e, Some(op_token(op)));
+            return self.server_error(e, Some(op.token));
         }
-        let what = match op {
-            Op::AcquireFenced { counter, .. } | Op::RaiseFence { counter, .. } => format!(
+        let what = match op.kind {
+            OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } => format!(
                 "key {} or the fence counters {} hold a value quorum-lock did not write \
                  (WRONGTYPE): something else uses these names",
-                show_key(op_key(op)),
+                show_key(op.key),
                 show_key(counter)
             ),
             _ => format!(
                 "key {} holds a value that is not a string (WRONGTYPE), not a lock",
-                show_key(op_key(op))
+                show_key(op.key)
             ),
         };
         self.node_error(BackendErrorKind::WrongType, &what, None)
@@ -309,20 +309,18 @@ impl Inner {
     /// the subscribers its notice reached, for release; the counter, -1
     /// (held elsewhere) or -2 (already ours) for a fenced acquire.
     fn script_reply(&self, op: &Op<'_>, value: Value) -> Result<Reply, BackendError> {
-        match (op, value) {
-            (Op::AcquireFenced { .. }, Value::Int(-1)) => Ok(Reply::No),
-            (Op::AcquireFenced { .. }, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
-            (Op::AcquireFenced { .. }, Value::Int(n)) if n >= 0 => {
+        match (op.kind, value) {
+            (OpKind::AcquireFenced { .. }, Value::Int(-1)) => Ok(Reply::No),
+            (OpKind::AcquireFenced { .. }, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
+            (OpKind::AcquireFenced { .. }, Value::Int(n)) if n >= 0 => {
                 Ok(Reply::Fenced(n.unsigned_abs()))
             }
-            (Op::Release { .. }, Value::Int(n)) if n > 1 => {
-                Ok(Reply::Notified(n.unsigned_abs() - 1))
-            }
+            (OpKind::Release, Value::Int(n)) if n > 1 => Ok(Reply::Notified(n.unsigned_abs() - 1)),
             (
-                Op::Release { .. } | Op::Extend { .. } | Op::RaiseFence { .. },
+                OpKind::Release | OpKind::Extend { .. } | OpKind::RaiseFence { .. },
                 Value::Int(n @ (0 | 1)),
             ) => Ok(Reply::from(n == 1)),
-            (op, other) => Err(self.protocol_error(op_name(op), &other)),
+            (_, other) => Err(self.protocol_error(op_name(op), &other)),
         }
     }
 
@@ -330,8 +328,9 @@ impl Inner {
     /// `EVALSHA` when its digest is known (`digests`), else by `EVAL` with
     /// its text.
     fn pack_op(&self, op: &Op<'_>, ttl_ms: u64, digests: Option<&Digests>, buf: &mut Vec<u8>) {
-        let (script, keys, args): (Script, [&[u8]; 2], [Vec<u8>; 2]) = match *op {
-            Op::Acquire { key, token, .. } => {
+        let Op { key, token, kind } = *op;
+        let (script, keys, args): (Script, [&[u8]; 2], [Vec<u8>; 2]) = match kind {
+            OpKind::Acquire { .. } => {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(token)
@@ -341,28 +340,18 @@ impl Inner {
                     .write_packed_command(buf);
                 return;
             }
-            Op::Release { key, token } => (Script::Release, [key, &[]], [token.to_vec(), vec![]]),
-            Op::Extend { key, token, .. } => (
+            OpKind::Release => (Script::Release, [key, &[]], [token.to_vec(), vec![]]),
+            OpKind::Extend { .. } => (
                 Script::Extend,
                 [key, &[]],
                 [token.to_vec(), ttl_ms.to_string().into_bytes()],
             ),
-            Op::AcquireFenced {
-                key,
-                token,
-                counter,
-                ..
-            } => (
+            OpKind::AcquireFenced { counter, .. } => (
                 Script::AcquireFenced,
                 [key, counter],
                 [token.to_vec(), ttl_ms.to_string().into_bytes()],
             ),
-            Op::RaiseFence {
-                key,
-                token,
-                counter,
-                fence,
-            } => (
+            OpKind::RaiseFence { counter, fence } => (
                 Script::RaiseFence,
                 [key, counter],
                 [token.to_vec(), fence.to_string().into_bytes()],
@@ -394,12 +383,12 @@ impl Inner {
 
 /// The script behind `op`, if it runs one.
 fn script_of(op: &Op<'_>) -> Option<Script> {
-    match op {
-        Op::Acquire { .. } => None,
-        Op::Release { .. } => Some(Script::Release),
-        Op::Extend { .. } => Some(Script::Extend),
-        Op::AcquireFenced { .. } => Some(Script::AcquireFenced),
-        Op::RaiseFence { .. } => Some(Script::RaiseFence),
+    match op.kind {
+        OpKind::Acquire { .. } => None,
+        OpKind::Release => Some(Script::Release),
+        OpKind::Extend { .. } => Some(Script::Extend),
+        OpKind::AcquireFenced { .. } => Some(Script::AcquireFenced),
+        OpKind::RaiseFence { .. } => Some(Script::RaiseFence),
     }
 }
 
@@ -419,33 +408,13 @@ pub(super) fn ttl_millis(ttl: Duration) -> Result<u64, BackendError> {
     }
 }
 
-fn op_key<'a>(op: &Op<'a>) -> &'a [u8] {
-    match *op {
-        Op::Acquire { key, .. }
-        | Op::Release { key, .. }
-        | Op::Extend { key, .. }
-        | Op::AcquireFenced { key, .. }
-        | Op::RaiseFence { key, .. } => key,
-    }
-}
-
-fn op_token<'a>(op: &Op<'a>) -> &'a [u8] {
-    match *op {
-        Op::Acquire { token, .. }
-        | Op::Release { token, .. }
-        | Op::Extend { token, .. }
-        | Op::AcquireFenced { token, .. }
-        | Op::RaiseFence { token, .. } => token,
-    }
-}
-
 fn op_name(op: &Op<'_>) -> &'static str {
-    match op {
-        Op::Acquire { .. } => "SET NX",
-        Op::Release { .. } => "the release script",
-        Op::Extend { .. } => "the extend script",
-        Op::AcquireFenced { .. } => "the fenced acquire script",
-        Op::RaiseFence { .. } => "the fence script",
+    match op.kind {
+        OpKind::Acquire { .. } => "SET NX",
+        OpKind::Release => "the release script",
+        OpKind::Extend { .. } => "the extend script",
+        OpKind::AcquireFenced { .. } => "the fenced acquire script",
+        OpKind::RaiseFence { .. } => "the fence script",
     }
 }
 

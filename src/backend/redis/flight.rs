@@ -131,12 +131,7 @@ pub(super) fn checked_ttls(ops: &[Op<'_>]) -> (Vec<Option<Result<Reply, BackendE
     let mut results = Vec::with_capacity(ops.len());
     let mut ttls = Vec::with_capacity(ops.len());
     for op in ops {
-        let ttl = match *op {
-            Op::Acquire { ttl, .. } | Op::Extend { ttl, .. } | Op::AcquireFenced { ttl, .. } => {
-                Some(ttl)
-            }
-            Op::Release { .. } | Op::RaiseFence { .. } => None,
-        };
+        let ttl = op.ttl();
         match ttl.map(ttl_millis).transpose() {
             Ok(ms) => {
                 results.push(None);

@@ -286,20 +286,18 @@ impl Backend for RedisBackend {
     /// name); another value, or none (expired in between), is `Ok(false)`;
     /// a key of another type gives [`BackendErrorKind::WrongType`].
     fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.single(Op::Acquire { key, token, ttl })
-            .map(Reply::is_yes)
+        self.single(Op::acquire(key, token, ttl)).map(Reply::is_yes)
     }
 
     /// Compare-and-delete by script.
     fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.single(Op::Release { key, token }).map(Reply::is_yes)
+        self.single(Op::release(key, token)).map(Reply::is_yes)
     }
 
     /// Compare-and-pexpire by script; `ttl` rounded up like
     /// [`acquire`](Backend::acquire). Never creates a missing key.
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.single(Op::Extend { key, token, ttl })
-            .map(Reply::is_yes)
+        self.single(Op::extend(key, token, ttl)).map(Reply::is_yes)
     }
 
     /// One script: `SET NX PX` (or our token already there), then the
@@ -311,13 +309,8 @@ impl Backend for RedisBackend {
         ttl: Duration,
         counter: &[u8],
     ) -> Result<Option<u64>, BackendError> {
-        let op = Op::AcquireFenced {
-            key,
-            token,
-            ttl,
-            counter,
-        };
-        self.single(op).map(Reply::fence)
+        self.single(Op::acquire_fenced(key, token, ttl, counter))
+            .map(Reply::fence)
     }
 
     /// One script: compare the token, then raise the counter.
@@ -328,13 +321,8 @@ impl Backend for RedisBackend {
         counter: &[u8],
         fence: u64,
     ) -> Result<bool, BackendError> {
-        let op = Op::RaiseFence {
-            key,
-            token,
-            counter,
-            fence,
-        };
-        self.single(op).map(Reply::is_yes)
+        self.single(Op::raise_fence(key, token, counter, fence))
+            .map(Reply::is_yes)
     }
 
     fn describe(&self) -> String {
