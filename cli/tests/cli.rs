@@ -52,6 +52,10 @@ fn held_everywhere(servers: &RedisServers, key: &[u8]) -> bool {
     servers.iter().all(|s| s.get(key).is_some())
 }
 
+fn held_by_majority(servers: &RedisServers, key: &[u8]) -> bool {
+    servers.iter().filter(|s| s.get(key).is_some()).count() > servers.len() / 2
+}
+
 fn free_everywhere(servers: &RedisServers, key: &[u8]) -> bool {
     servers.iter().all(|s| s.get(key).is_none())
 }
@@ -79,8 +83,10 @@ fn run_with_permits_lets_k_commands_run_and_the_next_one_conflicts() {
             .unwrap()
         })
         .collect();
+    // On a majority, not everywhere: two holders that start on the same
+    // slot split its nodes, and the winner holds it on the nodes it won.
     assert!(wait_until(HANG, || {
-        held_everywhere(&servers, b"pool:0") && held_everywhere(&servers, b"pool:1")
+        held_by_majority(&servers, b"pool:0") && held_by_majority(&servers, b"pool:1")
     }));
     let third = output(&mut tool(
         &servers,
