@@ -22,6 +22,7 @@ mod counters;
 mod cross;
 mod fencing;
 mod floor;
+mod hog;
 mod latency;
 mod machine;
 mod ours;
@@ -61,6 +62,10 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    if args.first().map(String::as_str) == Some(hog::CHILD_ARG) {
+        hog::spin();
+        return ExitCode::SUCCESS;
     }
     if args.first().map(String::as_str) == Some("--cross-process-child") {
         return match cross::child(&args[1..]) {
@@ -116,6 +121,13 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
         .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    // Killed when dropped, with the servers.
+    let hog = if plan.cpu_hog {
+        log("starting a process that keeps one core busy (--cpu-hog)");
+        Some(hog::CpuHog::start()?)
+    } else {
+        None
+    };
     let mut results = Results::default();
     let started = Instant::now();
 
@@ -159,6 +171,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
         }
     }
     let elapsed = started.elapsed();
+    drop(hog);
     drop(servers);
 
     let command = if args.is_empty() {

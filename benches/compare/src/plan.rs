@@ -26,6 +26,7 @@ Options:
                     (default: all)
   --retry-ms D      contention: pause after a failed attempt, uniform in [0, D) ms (default 4)
   --out DIR         where the SVG charts and results.md go (default: docs/bench of the repository)
+  --cpu-hog         run everything beside a process that keeps one core busy (a loaded host)
   -h, --help        this text
 ";
 
@@ -82,6 +83,8 @@ pub struct Plan {
     pub contention: ContentionPlan,
     pub third: ThirdPlan,
     pub memory: MemoryPlan,
+    /// Whether a process spinning on one core runs beside the measurements.
+    pub cpu_hog: bool,
 }
 
 impl Plan {
@@ -91,6 +94,7 @@ impl Plan {
         let mut clients = Client::ALL.to_vec();
         let mut sections: Vec<String> = SECTIONS.iter().map(|s| s.to_string()).collect();
         let mut retry_ms = 4u64;
+        let mut cpu_hog = false;
         let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/bench");
         let mut it = args.iter();
         while let Some(arg) = it.next() {
@@ -102,6 +106,7 @@ impl Plan {
             match arg.as_str() {
                 "-h" | "--help" => return Ok(None),
                 "--quick" => quick = true,
+                "--cpu-hog" => cpu_hog = true,
                 "--runs" => {
                     let v = value("--runs")?;
                     let r: usize = v.parse().map_err(|_| format!("bad --runs {v:?}"))?;
@@ -200,6 +205,7 @@ impl Plan {
                 },
                 budget: secs(20, 60),
             },
+            cpu_hog,
         }))
     }
 

@@ -97,6 +97,12 @@ pub fn header(plan: &Plan, machine: &Machine, command: &str, elapsed: Duration) 
         machine.nproc, machine.cpu, machine.kernel, machine.redis
     );
     let _ = writeln!(out, "- load average at start: {}", machine.load);
+    if plan.cpu_hog {
+        let _ = writeln!(
+            out,
+            "- with a CPU hog: a process of the benchmark's own spinning on one core throughout (`--cpu-hog`)"
+        );
+    }
     let _ = writeln!(out, "- quorum-lock commit: {}", machine.commit);
     let _ = writeln!(
         out,
