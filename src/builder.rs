@@ -13,6 +13,7 @@ use crate::engine::{Engine, Settings, majority};
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::options::RetryPolicy;
+use crate::owner;
 use crate::redlock::{Config, Core, FENCE_COUNTERS, Rounds, check_ttl, drift};
 
 /// Default lock TTL.
@@ -49,6 +50,7 @@ pub struct LockManagerBuilder {
     restart_quarantine: Option<bool>,
     fencing: bool,
     accept_eviction_risk: bool,
+    owner: Option<String>,
 }
 
 /// A configured node, opened at `build` (Redis URLs then get the final
@@ -190,6 +192,35 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Who this manager's locks name as their holder: the label stored
+    /// with every lock it takes (after the token, see
+    /// [`LockManager::inspect`]) and shown by `quorum-lock status`.
+    /// Default: this host's name and process id, as `host:pid`.
+    ///
+    /// Anyone who can read the lock's key can read the label, so it must
+    /// never carry a secret. At most [`MAX_OWNER_LEN`](crate::MAX_OWNER_LEN)
+    /// bytes of printable ASCII (space included); an empty label stores
+    /// none. [`build`](Self::build) refuses anything else.
+    ///
+    /// ```
+    /// use quorum_lock::{LockManager, MemoryBackend};
+    ///
+    /// let locks = LockManager::builder()
+    ///     .node(MemoryBackend::new("a"))
+    ///     .owner("nightly-report@build-7")
+    ///     .restart_quarantine(false)
+    ///     .build()?;
+    /// let _guard = locks.lock("report")?;
+    /// let seen = locks.inspect("report")?;
+    /// assert_eq!(seen.owner(), Some("nightly-report@build-7"));
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    #[must_use]
+    pub fn owner(mut self, label: impl Into<String>) -> Self {
+        self.owner = Some(label.into());
+        self
+    }
+
     /// Retry policy of [`LockManager::lock`]. Default: [`RetryPolicy::new`]
     /// (retry for up to 60 s, no attempt cap).
     #[must_use]
@@ -298,6 +329,8 @@ impl LockManagerBuilder {
                 "node timeout {node_timeout:?} must be above zero and below the TTL {ttl:?}"
             )));
         }
+        let owner = self.owner.unwrap_or_else(owner::default_label);
+        owner::check_label(&owner)?;
         let fence_counters = [&self.prefix[..], FENCE_COUNTERS].concat();
         let config = Config {
             ttl,
@@ -308,6 +341,7 @@ impl LockManagerBuilder {
             prefix: self.prefix,
             fencing: self.fencing,
             clock: self.clock.unwrap_or_else(|| Arc::new(MonotonicClock)),
+            owner: owner.clone(),
         };
         let backends = self
             .nodes
@@ -348,6 +382,7 @@ impl LockManagerBuilder {
             clock: Arc::clone(&config.clock),
             fence_counters,
             accept_eviction: self.accept_eviction_risk,
+            value_suffix: owner::value_suffix(&owner),
         };
         let engine = Engine::start(backends, settings)?;
         let core = Core::new(Rounds::new(engine, config));

@@ -155,10 +155,12 @@ mod engine;
 mod error;
 mod guard;
 mod health;
+mod inspection;
 mod lost;
 mod manager;
 mod metrics;
 mod options;
+mod owner;
 mod redlock;
 mod report;
 mod semaphore;
@@ -170,8 +172,8 @@ pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
 pub use backend::{
-    Answers, Backend, BackendError, BackendErrorKind, InFlight, Op, OpKind, ReleaseListener, Reply,
-    ServerInfo, unsupported,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, MAX_INSPECTED_VALUE, Op,
+    OpKind, ReleaseListener, Reply, ServerInfo, unsupported,
 };
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;
@@ -179,9 +181,11 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use health::{Health, LockCounters, NodeHealth, NodeState};
+pub use inspection::{Inspection, KeyState, NodeView, Verdict};
 pub use lost::LostSignal;
 pub use manager::LockManager;
 pub use options::{LockOptions, RetryPolicy};
+pub use owner::MAX_OWNER_LEN;
 pub use report::{NodeOutcome, NodeReport, Report, Round};
 pub use semaphore::{MAX_PERMITS, Semaphore};
 pub use token::Token;

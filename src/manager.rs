@@ -59,6 +59,11 @@ impl LockManager {
         }
     }
 
+    /// The shared core (the inspection reads through it).
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
+    }
+
     /// The default retry policy (the semaphore waits by it too).
     pub(crate) fn retry(&self) -> &RetryPolicy {
         &self.retry
@@ -452,6 +457,13 @@ impl LockManager {
         self.core.rounds().config().quorum
     }
 
+    /// The owner label stored with this manager's locks (see
+    /// [`LockManagerBuilder::owner`](crate::LockManagerBuilder::owner));
+    /// empty when none is stored.
+    pub fn owner(&self) -> &str {
+        &self.core.rounds().config().owner
+    }
+
     /// The default TTL of [`lock`](Self::lock).
     pub fn ttl(&self) -> Duration {
         self.core.rounds().config().ttl
@@ -468,7 +480,7 @@ impl LockManager {
         self.core.rounds().key_for(resource.as_ref()).to_vec()
     }
 
-    fn check_resource(&self, resource: &[u8]) -> Result<()> {
+    pub(crate) fn check_resource(&self, resource: &[u8]) -> Result<()> {
         if resource.is_empty() {
             return Err(Error::InvalidArgument {
                 reason: "the resource name is empty".into(),

@@ -32,9 +32,19 @@ impl Token {
         Ok(Self(bytes))
     }
 
-    /// The raw bytes, as stored on every node.
+    /// The raw random bytes. A node stores them first in the lock's value,
+    /// followed by the owner label (see [`matches_stored`](Self::matches_stored)).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// Whether `value`, read from a node, is this token's lock: the token,
+    /// alone or followed by an owner label
+    /// ([`LockManagerBuilder::owner`](crate::LockManagerBuilder::owner)).
+    pub fn matches_stored(&self, value: &[u8]) -> bool {
+        value
+            .strip_prefix(&self.0[..])
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(crate::owner::OWNER_MARK))
     }
 }
 

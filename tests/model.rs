@@ -582,8 +582,9 @@ impl World {
                 let holding = (0..self.shape.nodes)
                     .filter(|&n| {
                         let node = &self.nodes[n];
-                        let ours = node.holder(guard.key()).as_deref()
-                            == Some(guard.token().as_bytes())
+                        let ours = node
+                            .holder(guard.key())
+                            .is_some_and(|v| guard.token().matches_stored(&v))
                             && node.remaining_ttl(guard.key()) >= Some(validity);
                         let covered = self.quarantine
                             && self.restarted_at[n]

@@ -167,11 +167,12 @@ fn the_documented_acl_user_locks_extends_and_releases() {
     let servers = servers_with_user();
     let locks = manager(&servers);
     let mut guard = first_lock(&locks, "job", &LockOptions::new());
-    let token = guard.token().as_bytes().to_vec();
+    let token = *guard.token();
     for server in servers.iter() {
-        assert_eq!(
-            server.get(&key("job")).as_deref(),
-            Some(&token[..]),
+        assert!(
+            server
+                .get(&key("job"))
+                .is_some_and(|v| token.matches_stored(&v)),
             "{}",
             server.describe()
         );
@@ -180,6 +181,11 @@ fn the_documented_acl_user_locks_extends_and_releases() {
         assert_no_node_failed("extend", &e);
         panic!("extend through the documented ACL user: {e}");
     }
+    let seen = locks.inspect("job").unwrap();
+    assert!(
+        seen.is_held() && seen.owner() == Some(locks.owner()),
+        "inspect through the documented ACL user: {seen}"
+    );
     let report = guard
         .release()
         .unwrap_or_else(|e| panic!("release through the documented ACL user: {e}"));

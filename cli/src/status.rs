@@ -1,113 +1,117 @@
-//! `quorum-lock status NAME`: whether the lock's key is held on each node
-//! (and for how long), and the quorum's verdict.
+//! `quorum-lock status NAME`: who holds the lock on each node (its owner
+//! label, and for how long), and the quorum's verdict, through the
+//! library's `LockManager::inspect` (one read-only script per node).
 //!
-//! Verdicts: `held` or `free` when a quorum of nodes says so; `split` when
-//! a quorum of nodes answered but disagree; `unknown` when fewer than a
-//! quorum answered (the others could say anything). Exit codes: 0 held,
-//! 1 free, 3 split, 69 unknown (servers unavailable), 78 for a malformed
-//! node URL.
+//! Verdicts: `held` when a quorum of nodes holds the key for one holder;
+//! `free` when a quorum of nodes does not hold it; `split` when a quorum of
+//! nodes answered but neither is true; `unknown` when fewer than a quorum
+//! answered (the others could say anything). Exit codes: 0 held, 1 free,
+//! 3 split, 69 unknown (servers unavailable), 78 for a malformed node URL.
+
+use std::time::Duration;
+
+use quorum_lock::{Inspection, KeyState, Verdict};
 
 use crate::args::{Global, StatusArgs};
 use crate::exit;
-use crate::inspect::{self, Node};
 use crate::json::Json;
 
-/// What one node says about the key.
-enum KeyState {
-    /// Held, with this many milliseconds left (`None`: no expiry at all,
-    /// which a lock key never has).
-    Held(Option<i64>),
-    Free,
-    /// No answer: why, in one phrase.
-    Unreachable(String),
-}
-
 pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
-    let nodes = match inspect::nodes(&global.nodes, global.node_timeout) {
-        Ok(nodes) => nodes,
+    // The TTL is not used (nothing is locked); the longest one allowed is
+    // valid with any other setting.
+    let seen = match global
+        .manager(global.max_ttl)
+        .and_then(|locks| locks.inspect(&args.name))
+    {
+        Ok(seen) => seen,
         Err(e) => {
             eprintln!("quorum-lock: {e}");
             return exit::CONFIG;
         }
     };
-    let key = [global.prefix.as_bytes(), args.name.as_bytes()].concat();
-    let states: Vec<KeyState> = nodes.iter().map(|node| key_state(node, &key)).collect();
-    let quorum = nodes.len() / 2 + 1;
-    let held = states
-        .iter()
-        .filter(|s| matches!(s, KeyState::Held(_)))
-        .count();
-    let free = states
-        .iter()
-        .filter(|s| matches!(s, KeyState::Free))
-        .count();
-    let (verdict, code) = if held >= quorum {
-        ("held", 0)
-    } else if free >= quorum {
-        ("free", 1)
-    } else if held + free >= quorum {
-        ("split", 3)
-    } else {
-        ("unknown", exit::UNAVAILABLE)
-    };
     if args.json {
-        let per_node = nodes
-            .iter()
-            .zip(&states)
-            .map(|(node, state)| {
-                let (held, pttl, error) = match state {
-                    KeyState::Held(ms) => (Json::Bool(true), (*ms).into(), Json::Null),
-                    KeyState::Free => (Json::Bool(false), Json::Null, Json::Null),
-                    KeyState::Unreachable(e) => (Json::Null, Json::Null, e.clone().into()),
-                };
-                Json::Obj(vec![
-                    ("node", node.name.clone().into()),
-                    ("held", held),
-                    ("pttl_ms", pttl),
-                    ("error", error),
-                ])
-            })
-            .collect();
-        let out = Json::Obj(vec![
-            ("name", args.name.clone().into()),
-            ("verdict", verdict.into()),
-            ("quorum", quorum.into()),
-            ("nodes", Json::Arr(per_node)),
-        ]);
-        println!("{out}");
+        println!("{}", json(&seen));
     } else {
-        for (node, state) in nodes.iter().zip(&states) {
-            let text = match state {
-                KeyState::Held(Some(ms)) => format!("held, expires in {ms} ms"),
-                KeyState::Held(None) => "held, without expiry (not a lock key?)".to_owned(),
-                KeyState::Free => "free".to_owned(),
-                KeyState::Unreachable(e) => e.clone(),
-            };
-            println!("{}: {text}", node.name);
+        for node in seen.nodes() {
+            println!("{}: {}", node.node(), node_text(node.state(), node.node()));
         }
-        println!(
-            "{}: {verdict} (held on {held}, free on {free} of {} nodes; {quorum} needed)",
-            args.name,
-            nodes.len()
-        );
+        println!("{seen}");
     }
-    code
+    match seen.verdict() {
+        Verdict::Held => 0,
+        Verdict::Free => 1,
+        Verdict::Split => 3,
+        _ => exit::UNAVAILABLE,
+    }
 }
 
-fn key_state(node: &Node, key: &[u8]) -> KeyState {
-    // First contact through the library, for its words ("unreachable: ...",
-    // "authentication failed: ..."), the same as in `run`'s reports.
-    if let Err(e) = node.probe() {
-        return KeyState::Unreachable(e);
+fn node_text(state: &KeyState, node: &str) -> String {
+    match state {
+        KeyState::Held { owner, ttl, .. } => {
+            let by = owner
+                .as_deref()
+                .map_or_else(String::new, |o| format!(" by {o}"));
+            match ttl {
+                Some(ttl) => format!("held{by}, expires in {} ms", ttl.as_millis()),
+                None => format!("held{by}, without expiry (not a lock key?)"),
+            }
+        }
+        KeyState::Free => "free".to_owned(),
+        KeyState::Failed(e) => e.reason(node),
+        _ => "unknown state".to_owned(),
     }
-    let mut conn = match node.connect() {
-        Ok((conn, _)) => conn,
-        Err(e) => return KeyState::Unreachable(format!("unreachable: {e}")),
+}
+
+fn verdict_word(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Held => "held",
+        Verdict::Free => "free",
+        Verdict::Split => "split",
+        _ => "unknown",
+    }
+}
+
+fn json(seen: &Inspection) -> Json {
+    let per_node = seen
+        .nodes()
+        .iter()
+        .map(|node| {
+            let (held, owner, pttl, error) = match node.state() {
+                KeyState::Held { owner, ttl, .. } => (
+                    Json::Bool(true),
+                    owner.clone().into(),
+                    ttl.map(Json::millis).into(),
+                    Json::Null,
+                ),
+                KeyState::Free => (Json::Bool(false), Json::Null, Json::Null, Json::Null),
+                KeyState::Failed(e) => (
+                    Json::Null,
+                    Json::Null,
+                    Json::Null,
+                    e.reason(node.node()).into(),
+                ),
+                _ => (Json::Null, Json::Null, Json::Null, Json::Null),
+            };
+            Json::Obj(vec![
+                ("node", node.node().into()),
+                ("held", held),
+                ("owner", owner),
+                ("pttl_ms", pttl),
+                ("error", error),
+            ])
+        })
+        .collect();
+    let time_left = match seen.time_left() {
+        Duration::MAX => Json::Null,
+        left if seen.is_held() => Json::millis(left),
+        _ => Json::Null,
     };
-    match node.query::<i64>(&mut conn, redis::cmd("PTTL").arg(key)) {
-        Ok(-2) => KeyState::Free,
-        Ok(-1) => KeyState::Held(None),
-        Ok(ms) => KeyState::Held(Some(ms)),
-        Err(e) => KeyState::Unreachable(format!("PTTL failed: {e}")),
-    }
+    Json::Obj(vec![
+        ("name", seen.resource().into()),
+        ("verdict", verdict_word(seen.verdict()).into()),
+        ("owner", seen.owner().into()),
+        ("time_left_ms", time_left),
+        ("quorum", seen.quorum().into()),
+        ("nodes", Json::Arr(per_node)),
+    ])
 }

@@ -5,8 +5,8 @@ mod common;
 
 use std::process::Command;
 
-use common::{BIN, code, output, stdout, tool};
-use testkit::RedisServers;
+use common::{BIN, HANG, code, output, stdout, tool, wait_for};
+use testkit::{RedisServers, wait_until};
 
 #[test]
 fn status_is_unknown_without_a_quorum_of_answers_and_split_when_they_disagree() {
@@ -27,6 +27,40 @@ fn status_is_unknown_without_a_quorum_of_answers_and_split_when_they_disagree() 
     assert!(text.contains("job: unknown"), "{text}");
     assert!(!text.contains("split"), "{text}");
     assert_eq!(code(&unknown), 69, "servers unavailable: {text}");
+}
+
+#[test]
+fn status_names_the_owner_of_a_running_lock() {
+    let servers = RedisServers::start(3);
+    let holder = tool(&servers, &["run", "job", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    // The default owner label of the holding process: host:pid.
+    let label_end = format!(":{} ", holder.id());
+    assert!(
+        wait_until(HANG, || code(&output(&mut tool(
+            &servers,
+            &["status", "job"]
+        ))) == 0),
+        "the lock was never held"
+    );
+    let text = stdout(&output(&mut tool(&servers, &["status", "job"])));
+    assert!(text.contains("job: held by "), "{text}");
+    assert!(
+        text.contains(&label_end.replace(' ', ",")),
+        "per node: {text}"
+    );
+    let json = stdout(&output(&mut tool(&servers, &["status", "--json", "job"])));
+    assert!(
+        json.contains(&format!(r#":{}""#, holder.id())) && json.contains(r#""time_left_ms":"#),
+        "{json}"
+    );
+    // SIGTERM: the run stops its command and releases.
+    let pid = holder.id().to_string();
+    assert!(Command::new("kill").arg(&pid).status().unwrap().success());
+    wait_for(holder);
+    let free = output(&mut tool(&servers, &["status", "job"]));
+    assert_eq!(code(&free), 1, "{}", stdout(&free));
 }
 
 #[test]

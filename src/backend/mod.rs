@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod error;
+mod holding;
 pub(crate) mod memory;
 mod notices;
 #[cfg(feature = "redis")]
@@ -14,6 +15,7 @@ mod notices;
 pub(crate) mod redis;
 
 pub use self::error::{BackendError, BackendErrorKind};
+pub use self::holding::{Holding, MAX_INSPECTED_VALUE};
 #[cfg(feature = "redis")]
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::ReleaseListener;
@@ -261,6 +263,29 @@ pub trait Backend: Send + Sync + 'static {
         Ok(ServerInfo::default())
     }
 
+    /// Reads what `key` holds, changing nothing: its value and time left,
+    /// in one atomic step (Redis: `GET` and `PTTL` in one script). For
+    /// [`LockManager::inspect`](crate::LockManager::inspect).
+    ///
+    /// `Ok(None)`: the key does not exist. A key of another type is a
+    /// [`BackendErrorKind::WrongType`] error.
+    ///
+    /// # Errors
+    ///
+    /// Any failure to get a definite answer; the default (a backend that
+    /// cannot inspect) is a [`BackendErrorKind::Config`] error that says
+    /// so.
+    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
+        let _ = key;
+        Err(BackendError::new(
+            BackendErrorKind::Config,
+            format!(
+                "{}: this backend does not support inspection (Backend::inspect)",
+                self.describe()
+            ),
+        ))
+    }
+
     /// A new subscriber to this server's release notices (see
     /// [`ReleaseListener`]), or `None` when the backend has none (the
     /// default): waiters then retry on their timer alone.
@@ -347,6 +372,9 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         (**self).server_info()
+    }
+    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
+        (**self).inspect(key)
     }
     fn call_timeout(&self) -> Option<Duration> {
         (**self).call_timeout()

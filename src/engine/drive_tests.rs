@@ -105,6 +105,7 @@ fn engine(wires: &[Wire], quorum: usize) -> Engine {
         clock: Arc::new(MonotonicClock),
         fence_counters: b"{quorum-lock}:fences".to_vec(),
         accept_eviction: false,
+        value_suffix: Box::default(),
     };
     Engine::start(backends, settings).unwrap()
 }

@@ -16,8 +16,9 @@ use super::action::Action;
 use super::identity::Standing;
 use super::worker::{Shared, Vote, Worker};
 use crate::backend::{Answers, BackendError, BackendErrorKind, InFlight, Op, Reply, ServerInfo};
+use crate::owner;
 use crate::report::NodeOutcome;
-use crate::token::Token;
+use crate::token::{TOKEN_LEN, Token};
 
 /// One operation as the executor runs it.
 pub(super) struct Item<'a> {
@@ -79,8 +80,9 @@ impl Worker {
             }
         }
         let started = Instant::now();
+        let values = self.values_for(items, &known);
         let shared = self.counters_for(items);
-        let ops = ops_for(items, &known, counters(shared.as_deref()));
+        let ops = ops_for(items, &known, &values, counters(shared.as_deref()));
         let in_flight = (!ops.is_empty()).then(|| {
             let backend = &self.backend;
             catch_unwind(AssertUnwindSafe(|| backend.send_batch(&ops)))
@@ -103,6 +105,17 @@ impl Worker {
             .then(|| Arc::clone(&self.shared))
     }
 
+    /// The values the unsettled items store (each token followed by the
+    /// owner label, see src/owner.rs), packed in one buffer in item order.
+    fn values_for(&self, items: &[Item<'_>], known: &[Option<Vote>]) -> Vec<u8> {
+        let suffix = &self.shared.value_suffix;
+        let mut values = Vec::with_capacity(items.len() * (TOKEN_LEN + suffix.len()));
+        for (item, _) in items.iter().zip(known).filter(|(_, k)| k.is_none()) {
+            owner::push_value(&item.token, suffix, &mut values);
+        }
+        values
+    }
+
     /// Reads the answers of a batch `begin` sent with the same `items`, and
     /// returns one vote each.
     pub(super) fn complete(&mut self, begun: Begun, items: &[Item<'_>]) -> Vec<Vote> {
@@ -115,8 +128,9 @@ impl Worker {
         let mut standing = Standing::Voting;
         let mut identified = false;
         if let Some(in_flight) = in_flight {
+            let values = self.values_for(items, &known);
             let shared = self.counters_for(items);
-            let ops = ops_for(items, &known, counters(shared.as_deref()));
+            let ops = ops_for(items, &known, &values, counters(shared.as_deref()));
             let (answers, server) = finish(in_flight, &ops);
             let took = started.elapsed();
             self.health.note_latency(took);
@@ -234,16 +248,23 @@ fn counters(shared: Option<&Shared>) -> &[u8] {
     shared.map_or(&[][..], |s| &s.fence_counters[..])
 }
 
-/// The backend ops for the items whose vote is not settled yet.
-fn ops_for<'a>(items: &'a [Item<'_>], known: &[Option<Vote>], counter: &'a [u8]) -> Vec<Op<'a>> {
+/// The backend ops for the items whose vote is not settled yet; `values`
+/// holds their stored values, all of one length, in order
+/// ([`Worker::values_for`]).
+fn ops_for<'a>(
+    items: &'a [Item<'_>],
+    known: &[Option<Vote>],
+    values: &'a [u8],
+    counter: &'a [u8],
+) -> Vec<Op<'a>> {
+    let unsettled = known.iter().filter(|k| k.is_none()).count();
+    let len = values.len().checked_div(unsettled).unwrap_or(0);
     items
         .iter()
         .zip(known)
         .filter(|(_, known)| known.is_none())
-        .map(|(item, _)| {
-            item.action
-                .op(&item.key[..], item.token.as_bytes(), counter)
-        })
+        .zip(values.chunks(len.max(1)))
+        .map(|((item, _), value)| item.action.op(&item.key[..], value, counter))
         .collect()
 }
 

@@ -16,6 +16,7 @@ fn settings(wait: Duration) -> Settings {
         clock: Arc::new(MonotonicClock),
         fence_counters: b"{quorum-lock}:fences".to_vec(),
         accept_eviction: false,
+        value_suffix: Box::default(),
     }
 }
 

@@ -14,6 +14,7 @@ use super::identity::Standing;
 use super::liveness::Change;
 use super::worker::Worker;
 use crate::backend::{BackendError, BackendErrorKind, Op, Reply, ServerInfo};
+use crate::owner;
 use crate::token::Token;
 
 /// Whether a release that failed with `error` may still be needed: every
@@ -69,10 +70,17 @@ impl Worker {
             self.name(),
             self.retries.len()
         );
+        let suffix = &self.shared.value_suffix;
+        let mut values = Vec::new();
+        for r in self.retries.pending() {
+            owner::push_value(&r.token, suffix, &mut values);
+        }
+        let len = values.len() / self.retries.len();
         let ops: Vec<Op<'_>> = self
             .retries
             .pending()
-            .map(|r| Op::release(&r.key, r.token.as_bytes()))
+            .zip(values.chunks(len.max(1)))
+            .map(|(r, value)| Op::release(&r.key, value))
             .collect();
         let (results, _) = self.call_backend(&ops);
         self.note_health(&results);

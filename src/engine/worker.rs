@@ -9,6 +9,7 @@
 //! operation only runs directly when every operation queued before it has
 //! finished (the gate's rule, checked by loom).
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ use super::liveness::Liveness;
 use super::notices::NodeNotices;
 use super::retries::RetryList;
 use super::waiters::Waiters;
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError, BackendErrorKind, Holding};
 use crate::clock::Clock;
 use crate::report::NodeOutcome;
 use crate::token::Token;
@@ -78,7 +79,16 @@ pub(crate) enum Job {
     /// round was decided): read its answer and pass it on, before any job
     /// queued after it (per-node FIFO).
     Finish(Box<Handed>),
+    /// Read what a key holds ([`Backend::inspect`]), after every job queued
+    /// before this one, and answer on the channel with this node's slot.
+    Inspect {
+        key: Arc<[u8]>,
+        reply: (Sender<Inspected>, usize),
+    },
 }
+
+/// One node's answer to an inspection, with its slot.
+pub(crate) type Inspected = (usize, Result<Option<Holding>, BackendError>);
 
 /// A batch a caller sent and handed to the node's thread ([`Job::Finish`]).
 pub(crate) struct Handed {
@@ -108,7 +118,8 @@ impl NodeExec {
         // rounds release only where the acquire went), so they are bounded
         // by the operations the queue accepted, and dropping one would
         // leave the key of an acquire that may still run.
-        let bounded = matches!(job, Job::Op { action, .. } if action != Action::Release);
+        let bounded = matches!(job, Job::Op { action, .. } if action != Action::Release)
+            || matches!(job, Job::Inspect { .. });
         if bounded && self.gate.queued() >= MAX_QUEUED {
             return Err(Refused::Full);
         }
@@ -214,6 +225,9 @@ pub(crate) struct Shared {
     pub(crate) release_retry_window: Duration,
     /// The key of the fence counters' hash on every node.
     pub(crate) fence_counters: Vec<u8>,
+    /// What follows the token in every value stored: the owner label
+    /// (src/owner.rs), or nothing.
+    pub(crate) value_suffix: Box<[u8]>,
     /// Count grants of servers that may evict lock keys.
     pub(crate) accept_eviction: bool,
     /// Who waits for which key's release (wake-ups).
@@ -274,12 +288,19 @@ impl Worker {
     fn run_batch(&mut self, batch: &mut Vec<Job>) {
         let mut start = 0;
         for i in 0..batch.len() {
-            if let Job::Barrier(_) | Job::Listen(_) | Job::ProbeNow | Job::Finish { .. } = batch[i]
+            if let Job::Barrier(_)
+            | Job::Listen(_)
+            | Job::ProbeNow
+            | Job::Finish { .. }
+            | Job::Inspect { .. } = batch[i]
             {
                 self.run_ops(&batch[start..i]);
                 start = i + 1;
                 if matches!(batch[i], Job::ProbeNow) && self.liveness.is_down() {
                     self.probe();
+                }
+                if let Job::Inspect { key, reply } = &batch[i] {
+                    let _ = reply.0.send((reply.1, self.inspect(key)));
                 }
                 if let Job::Finish(_) = batch[i]
                     && let Job::Finish(handed) = std::mem::replace(&mut batch[i], Job::Wake)
@@ -294,6 +315,24 @@ impl Worker {
                 let _ = ack.send(());
             }
         }
+    }
+
+    /// What `key` holds on this node (a node marked down is not asked; a
+    /// panic in the backend is contained).
+    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
+        if self.liveness.is_down() {
+            return Err(BackendError::new(
+                BackendErrorKind::Unreachable,
+                "node is marked down (being probed in the background)",
+            ));
+        }
+        let backend = &self.backend;
+        catch_unwind(AssertUnwindSafe(|| backend.inspect(key))).unwrap_or_else(|_| {
+            Err(BackendError::new(
+                BackendErrorKind::Panicked,
+                "the backend panicked",
+            ))
+        })
     }
 
     /// Reads the answer of a batch a caller handed over, and passes it on.

@@ -34,6 +34,8 @@ pub(crate) struct Config {
     /// Locks get fencing tokens unless the call says otherwise.
     pub(crate) fencing: bool,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The owner label stored with every lock (src/owner.rs).
+    pub(crate) owner: String,
 }
 
 /// The node workers and what the rounds over them share: the settings, the

@@ -36,6 +36,7 @@ fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
         clock: clock.clone(),
         fence_counters: FENCE_COUNTERS.to_vec(),
         accept_eviction: false,
+        value_suffix: Box::default(),
     };
     let engine = Engine::start(backends, settings).unwrap();
     let config = Config {
@@ -47,6 +48,7 @@ fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
         prefix: Vec::new(),
         fencing: false,
         clock,
+        owner: String::new(),
     };
     Rounds::new(engine, config)
 }

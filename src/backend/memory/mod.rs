@@ -12,7 +12,8 @@ use parking_lot::{Condvar, Mutex};
 use self::notices::MemoryListener;
 use self::state::State;
 use super::{
-    Answers, Backend, BackendError, BackendErrorKind, Op, ReleaseListener, Reply, ServerInfo,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, Op, ReleaseListener, Reply,
+    ServerInfo,
 };
 use crate::clock::{Clock, MonotonicClock};
 
@@ -391,6 +392,22 @@ impl Backend for MemoryBackend {
 
     fn recoveries(&self) -> u64 {
         self.inner.recoveries.load(Ordering::SeqCst)
+    }
+
+    /// Honours the pause, the latency and a node marked down, as every
+    /// call does; consumes no injected failure (those are for the lock
+    /// operations).
+    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
+        self.round_trip();
+        let now = self.inner.clock.now();
+        let mut state = self.inner.state.lock();
+        if state.down {
+            return Err(BackendError::new(
+                BackendErrorKind::Unreachable,
+                "node is down (injected)",
+            ));
+        }
+        state.inspect(key, now)
     }
 
     fn describe(&self) -> String {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::notices::Inbox;
 use super::{CallHook, UptimeReport};
-use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply};
+use crate::backend::{BackendError, BackendErrorKind, Holding, Op, OpKind, Reply};
 
 /// What a key holds.
 pub(super) enum Value {
@@ -116,6 +116,22 @@ impl State {
             None => Ok(0),
             Some(Value::Counters(map)) => Ok(map.get(key).copied().unwrap_or(0)),
             Some(Value::Str(_)) => Err(wrong_type(counters, "a string, not the fence counters")),
+        }
+    }
+
+    /// What `key` holds at `now`, read-only (`WRONGTYPE` for a hash).
+    pub(super) fn inspect(
+        &mut self,
+        key: &[u8],
+        now: Instant,
+    ) -> Result<Option<Holding>, BackendError> {
+        let Some(entry) = self.live(key, now) else {
+            return Ok(None);
+        };
+        let ttl = entry.expires_at.map(|at| at.saturating_duration_since(now));
+        match entry.token() {
+            Some(value) => Ok(Some(Holding::new(value, value.len(), ttl))),
+            None => Err(wrong_type(key, "a hash, not a lock")),
         }
     }
 

@@ -50,6 +50,7 @@ mod conn;
 mod errors;
 mod flight;
 mod frame;
+mod inspect;
 mod notices;
 mod pool;
 mod redact;
@@ -66,8 +67,8 @@ use parking_lot::Mutex;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use crate::backend::{
-    Answers, Backend, BackendError, BackendErrorKind, InFlight, Op, ReleaseListener, Reply,
-    ServerInfo,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Op, ReleaseListener,
+    Reply, ServerInfo,
 };
 
 use self::conn::{Setup, pack_info, value_text};
@@ -420,6 +421,13 @@ impl Backend for RedisBackend {
     /// are in `docs/operations.md`.
     fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
         Some(Box::new(notices::Subscriber::new(Arc::clone(&self.inner))))
+    }
+
+    /// `GET` and `PTTL` in one `EVAL` (the first
+    /// [`MAX_INSPECTED_VALUE`](crate::MAX_INSPECTED_VALUE) bytes of the
+    /// value only).
+    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
+        self.inner.inspect(key)
     }
 }
 

@@ -1,0 +1,71 @@
+//! What a node holds under a lock's key: the answer to
+//! [`Backend::inspect`](super::Backend::inspect).
+
+use std::fmt;
+use std::time::Duration;
+
+/// At most this many bytes of a stored value are read back by an
+/// inspection (a lock's own value is far shorter): a key that some other
+/// program filled with megabytes costs no more than this.
+pub const MAX_INSPECTED_VALUE: usize = 256;
+
+/// A key's value (its first [`MAX_INSPECTED_VALUE`] bytes) and time left,
+/// read in one atomic step.
+///
+/// `Debug` shows the value's length only: a value holds a lock's whole
+/// token, which never goes into text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Holding {
+    value: Vec<u8>,
+    len: usize,
+    ttl: Option<Duration>,
+}
+
+impl Holding {
+    /// A key holding `value` (its whole length `len` in bytes; only the
+    /// first [`MAX_INSPECTED_VALUE`] bytes of `value` are kept) that
+    /// expires in `ttl` (`None`: no expiry).
+    pub fn new(value: &[u8], len: usize, ttl: Option<Duration>) -> Self {
+        let value = value[..value.len().min(MAX_INSPECTED_VALUE)].to_vec();
+        Self {
+            len: len.max(value.len()),
+            value,
+            ttl,
+        }
+    }
+
+    /// The value, or its first [`MAX_INSPECTED_VALUE`] bytes.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// The value's whole length, in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the value is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Time left before the key expires; `None` when it has no expiry
+    /// (which a lock key never lacks).
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl
+    }
+
+    /// Whether `other` holds the same value (the same holder).
+    pub(crate) fn same_holder(&self, other: &Self) -> bool {
+        self.len == other.len && self.value == other.value
+    }
+}
+
+impl fmt::Debug for Holding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Holding")
+            .field("len", &self.len)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
