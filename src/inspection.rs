@@ -8,7 +8,7 @@
 //! must act alone takes the lock.
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::backend::{BackendError, Holding};
 use crate::error::Result;
@@ -70,11 +70,12 @@ impl LockManager {
         let rounds = self.core().rounds();
         let config = rounds.config();
         let key = rounds.key_for(resource);
-        let started = Instant::now();
+        // On the manager's clock, as the nodes' expiries are.
+        let started = rounds.now();
         let answers = rounds
             .engine()
             .inspect(&key, config.node_timeout.saturating_mul(2));
-        let took = started.elapsed();
+        let took = rounds.now().saturating_duration_since(started);
         let named = rounds
             .engine()
             .node_names()

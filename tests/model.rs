@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorum_lock::{
-    Clock, LockGuard, LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy,
-    UptimeReport,
+    Answers, Backend, BackendError, Clock, Holding, KeyState, LockGuard, LockManager, LockOptions,
+    ManualClock, MemoryBackend, Op, Reply, RetryPolicy, ServerInfo, UptimeReport, Verdict,
 };
 use testkit::Rng;
 
@@ -154,6 +154,9 @@ struct World {
     /// Permits taken, and scans that found every slot held.
     permits_taken: u64,
     semaphore_full: u64,
+    /// Inspections that saw a verified holder's lock held (the oracle
+    /// checked its owner and time left).
+    inspected_held: std::cell::Cell<u64>,
     /// When each node last restarted (on the clock), and its wall-clock
     /// steps since.
     restarted_at: Vec<Option<Instant>>,
@@ -206,11 +209,12 @@ impl World {
             asks_permits: vec![PERMITS; CLIENTS],
             permits_taken: 0,
             semaphore_full: 0,
+            inspected_held: std::cell::Cell::new(0),
             restarted_at: vec![None; shape.nodes],
             wall_steps: vec![Duration::ZERO; shape.nodes],
             log: Vec::new(),
         };
-        world.clients = (0..CLIENTS).map(|_| world.manager()).collect();
+        world.clients = (0..CLIENTS).map(|c| world.manager(c)).collect();
         world
     }
 
@@ -227,7 +231,7 @@ impl World {
                 *evicting = true;
             }
         }
-        self.clients = (0..CLIENTS).map(|_| self.manager()).collect();
+        self.clients = (0..CLIENTS).map(|c| self.manager(c)).collect();
         self
     }
 
@@ -237,6 +241,7 @@ impl World {
         self.check_permits(seed);
         self.check_deadlines(seed);
         self.check_fences(seed);
+        self.check_inspection(seed);
     }
 
     /// The same world with no evicting node (for the directed canaries).
@@ -245,13 +250,16 @@ impl World {
             node.set_maxmemory(0, "noeviction");
         }
         self.evicting.fill(false);
-        self.clients = (0..CLIENTS).map(|_| self.manager()).collect();
+        self.clients = (0..CLIENTS).map(|c| self.manager(c)).collect();
         self
     }
 
-    fn manager(&self) -> LockManager {
+    /// A manager for client `c`, whose locks carry the owner label
+    /// `client-<c>` (the inspection oracle tells holders apart by it).
+    fn manager(&self, c: usize) -> LockManager {
         LockManager::builder()
             .nodes(self.nodes.iter().cloned())
+            .owner(format!("client-{c}"))
             .clock(Arc::new(self.clock.clone()))
             .ttl(self.shape.ttl)
             .max_ttl(self.shape.max_ttl)
@@ -389,7 +397,7 @@ impl World {
                 // node is now, after whatever restarts happened. Guards of
                 // the old manager stay held (they keep it alive).
                 self.hand_overs += self.clients[c].health().locks.hand_overs;
-                self.clients[c] = self.manager();
+                self.clients[c] = self.manager(c);
                 self.log.push(format!("client {c} new manager"));
             }
             12 => {
@@ -602,6 +610,63 @@ impl World {
         }
     }
 
+    /// The inspection oracle. When a client holds a resource validly and
+    /// a quorum of nodes holds its key at least as long as its guard
+    /// claims (not only quarantine covering for restarted nodes), an
+    /// inspection never sees the resource free, nor held by another owner;
+    /// and when every such node answered, the time left it reports falls
+    /// short of the guard's validity by no more than the drift and the time
+    /// the inspection took.
+    fn check_inspection(&self, seed: u64) {
+        let quorum = self.shape.nodes / 2 + 1;
+        for (r, name) in RESOURCES.iter().enumerate() {
+            let seen = self.clients[0].inspect(name).unwrap();
+            let Some((c, guard)) = (0..CLIENTS).find_map(|c| {
+                self.held[c][r]
+                    .as_ref()
+                    .filter(|g| g.is_valid())
+                    .map(|g| (c, g))
+            }) else {
+                continue;
+            };
+            let validity = guard.validity();
+            let ours: Vec<usize> = (0..self.shape.nodes)
+                .filter(|&n| {
+                    let node = &self.nodes[n];
+                    node.holder(guard.key())
+                        .is_some_and(|v| guard.token().matches_stored(&v))
+                        && node.remaining_ttl(guard.key()) >= Some(validity)
+                })
+                .collect();
+            if ours.len() < quorum {
+                continue;
+            }
+            let label = format!("client-{c}");
+            let context = || {
+                format!(
+                    "seed {seed}: client {c} holds {name} ({validity:?} left) but the \
+                     inspection says: {seen}; last steps: {:?}",
+                    &self.log[self.log.len().saturating_sub(12)..]
+                )
+            };
+            assert!(!matches!(seen.verdict(), Verdict::Free), "{}", context());
+            if !seen.is_held() {
+                continue; // split or unknown: nodes that did not answer
+            }
+            assert_eq!(seen.owner(), Some(label.as_str()), "{}", context());
+            self.inspected_held.set(self.inspected_held.get() + 1);
+            let all_answered = ours
+                .iter()
+                .all(|&n| !matches!(seen.nodes()[n].state(), KeyState::Failed(_)));
+            let slack = self.clients[0].drift_for(self.shape.max_ttl) + seen.took();
+            assert!(
+                !all_answered || seen.time_left() + slack >= validity,
+                "{}",
+                context()
+            );
+        }
+    }
+
     /// The oracle: per resource, at most one valid holder.
     fn check_exclusive(&self, seed: u64) {
         for (r, name) in RESOURCES.iter().enumerate() {
@@ -736,10 +801,12 @@ struct Coverage {
     evicting_worlds: u64,
     permits_taken: u64,
     semaphore_full: u64,
+    inspected_held: u64,
 }
 
 fn run(shape: Shape) {
     let coverage = run_with(shape, Mode::default());
+    eprintln!("coverage: {coverage:?}");
     assert!(coverage.hand_overs > 0, "no hand-over: {coverage:?}");
     assert!(
         coverage.evicting_worlds > 0,
@@ -748,6 +815,10 @@ fn run(shape: Shape) {
     assert!(
         coverage.permits_taken > 0 && coverage.semaphore_full > 0,
         "the semaphore was not taken, or never full: {coverage:?}"
+    );
+    assert!(
+        coverage.inspected_held > 0,
+        "no inspection saw a held lock: {coverage:?}"
     );
 }
 
@@ -778,6 +849,7 @@ fn run_with(shape: Shape, mode: Mode) -> Coverage {
         coverage.evicting_worlds += u64::from(world.evicting.contains(&true));
         coverage.permits_taken += world.permits_taken;
         coverage.semaphore_full += world.semaphore_full;
+        coverage.inspected_held += world.inspected_held.get();
         world.heal_and_check_liveness(seed);
     }
     coverage
@@ -1048,6 +1120,53 @@ fn the_oracle_catches_a_forgetful_majority() {
     assert!(caught.is_err(), "the oracle missed two holders");
 }
 
+/// The inspection oracle can fail: when the nodes' answers to an
+/// inspection are wrong (here: a node wrapper that reports every key
+/// absent), it sees a validly held resource as free.
+#[test]
+fn the_inspection_oracle_catches_a_wrong_answer() {
+    /// A node that runs every lock operation but answers inspections
+    /// with "absent".
+    struct Blind(MemoryBackend);
+
+    impl Backend for Blind {
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+        fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
+            self.0.batch(ops)
+        }
+        fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
+            self.0.identified_batch(ops)
+        }
+        fn server_info(&self) -> Result<ServerInfo, BackendError> {
+            self.0.server_info()
+        }
+        fn reports_identity(&self) -> bool {
+            true
+        }
+        fn inspect(&self, _key: &[u8]) -> Result<Option<Holding>, BackendError> {
+            Ok(None)
+        }
+    }
+
+    let mut world = World::new(WIDE, true, &mut Draws::random(1)).without_eviction();
+    world.clients[0] = LockManager::builder()
+        .nodes(world.nodes.iter().cloned().map(Blind))
+        .clock(Arc::new(world.clock.clone()))
+        .build()
+        .unwrap();
+    world.check_inspection(0); // nothing held: nothing to catch
+    world.held[1][0] = Some(world.clients[1].try_lock(RESOURCES[0]).unwrap());
+    assert!(world.clients[1].flush(Duration::from_secs(10)));
+    let caught =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_inspection(0)));
+    assert!(
+        caught.is_err(),
+        "the inspection oracle missed a held lock seen as free"
+    );
+}
+
 /// The semaphore's oracle can fail: a client that asks for more permits
 /// than the others (one more slot) gets a third permit while two are held.
 #[test]
@@ -1108,7 +1227,7 @@ fn a_late_first_contact_never_lets_a_second_holder_in() {
         world
             .clock
             .advance(Duration::from_millis(rng.below(1000) as u64));
-        let late = world.manager();
+        let late = world.manager(CLIENTS);
         while a.is_valid() {
             if let Ok(b) = late.try_lock(RESOURCES[0]) {
                 assert!(
