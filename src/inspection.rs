@@ -31,7 +31,10 @@ impl LockManager {
     ///
     /// **Stale by construction**: the lock may change hands as soon as the
     /// nodes were read. Show it to people; never use it to decide that the
-    /// caller may act alone (take the lock for that).
+    /// caller may act alone (take the lock for that). Restart quarantine is
+    /// not applied: a node that restarted empty answers "absent" for a
+    /// lock it forgot, so a lock that only quarantine still protects reads
+    /// free or split.
     ///
     /// Each node is read after whatever this manager queued there before
     /// (so a lock this thread just took is seen), and answers within twice
