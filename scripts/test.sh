@@ -102,7 +102,7 @@ export PATH="$(dirname "$VALKEY_SERVER"):$PATH"
 cargo test --all-features \
   --test redis_acl --test redis_backend --test redis_hostile --test redis_identity \
   --test redis_lock --test redis_fencing --test redis_torture --test redis_auto_extend --test redis_exit \
-  --test redis_edges --test redis_wakeups --test redis_inspect \
+  --test redis_edges --test redis_wakeups --test redis_inspect --test redis_lock_all \
   -- --test-threads=2
 cargo test -p quorum-lock-cli -- --test-threads=2
 

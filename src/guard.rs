@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::KeySet;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::redlock::{Core, Lease, Owned, Ticket};
@@ -81,12 +82,26 @@ impl LockGuard {
         &self.lease
     }
 
-    /// The resource as given to `lock`.
+    /// The resource as given to `lock`. For a guard of several resources
+    /// ([`LockManager::lock_all`](crate::LockManager::lock_all)), the set's
+    /// internal name: use [`resources`](Self::resources).
     pub fn resource(&self) -> &[u8] {
         &self.lease.resource
     }
 
-    /// The key on the nodes (prefix + resource).
+    /// Every resource this guard holds: the one given to `lock`, or the set
+    /// given to [`LockManager::lock_all`](crate::LockManager::lock_all)
+    /// (sorted, without duplicates).
+    pub fn resources(&self) -> Vec<&[u8]> {
+        match KeySet::of(&self.lease.resource) {
+            Some(set) => set.iter().collect(),
+            None => vec![&self.lease.resource[..]],
+        }
+    }
+
+    /// The key on the nodes (prefix + resource). For a guard of several
+    /// resources, the set's internal name (each resource's key is the
+    /// prefix followed by the resource).
     pub fn key(&self) -> &[u8] {
         &self.lease.key
     }
@@ -252,7 +267,10 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("resource", &String::from_utf8_lossy(&self.lease.resource))
+            .field(
+                "resource",
+                &crate::backend::show_resource(&self.lease.resource),
+            )
             .field("token", &self.lease.token)
             .field("validity", &self.validity())
             .finish_non_exhaustive()

@@ -156,6 +156,7 @@ mod error;
 mod guard;
 mod health;
 mod inspection;
+mod lock_all;
 mod lost;
 mod manager;
 mod metrics;
@@ -172,8 +173,8 @@ pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
 pub use backend::{
-    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, MAX_INSPECTED_VALUE, Op,
-    OpKind, ReleaseListener, Reply, ServerInfo, unsupported,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, KeySet,
+    MAX_INSPECTED_VALUE, MAX_SET_SIZE, Op, OpKind, ReleaseListener, Reply, ServerInfo, unsupported,
 };
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::SET_MARK;
 use crate::cancel::Alarm;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -154,9 +155,22 @@ impl LockManager {
     /// [`lock_with`](Self::lock_with), counting the acquire rounds it
     /// makes in `made` (for the metrics).
     fn take(&self, resource: &[u8], options: &LockOptions, made: &mut u32) -> Result<LockGuard> {
+        self.check_resource(resource)?;
+        let key = self.core.rounds().key_for(resource);
+        self.take_key(resource, key, options, made)
+    }
+
+    /// [`take`](Self::take) of a checked `resource` (or a set of them, see
+    /// `lock_all.rs`) whose key on the nodes is `key`.
+    pub(crate) fn take_key(
+        &self,
+        resource: &[u8],
+        key: Arc<[u8]>,
+        options: &LockOptions,
+        made: &mut u32,
+    ) -> Result<LockGuard> {
         let config = &self.core.rounds().config();
         let ttl = options.ttl.unwrap_or(config.ttl);
-        self.check_resource(resource)?;
         check_ttl(ttl, config.max_ttl, config.drift_factor)
             .map_err(|reason| Error::InvalidArgument { reason })?;
         if ttl <= config.node_timeout {
@@ -174,7 +188,6 @@ impl LockManager {
             None => retry,
         };
         let rounds = self.core.rounds();
-        let key = rounds.key_for(resource);
         let fenced = options.fencing.unwrap_or(config.fencing);
         let started = Instant::now();
         let alarm = Alarm::new(options.cancellation.as_ref());
@@ -191,7 +204,7 @@ impl LockManager {
         // servers say, as `Mutex::try_lock` does on a mutex its thread holds.)
         if rounds.owners().held_by_me(&key, rounds.now()) {
             return Err(Error::Deadlock {
-                resource: String::from_utf8_lossy(resource).into_owned(),
+                resource: crate::backend::show_resource(resource),
             });
         }
         // Threads of this manager that want the same key take turns: only
@@ -486,6 +499,13 @@ impl LockManager {
                 reason: "the resource name is empty".into(),
             });
         }
+        if resource.starts_with(SET_MARK) {
+            return Err(Error::InvalidArgument {
+                reason: "a resource name may not start with the byte 0xff followed by \
+                         \"quorum-lock:set\": the crate marks sets of resources so"
+                    .into(),
+            });
+        }
         if resource == FENCE_COUNTERS {
             return Err(Error::InvalidArgument {
                 reason: format!(
@@ -499,7 +519,7 @@ impl LockManager {
 }
 
 /// The outcome label of a call that takes a lock, for the metrics.
-fn outcome(taken: &Result<LockGuard>) -> &'static str {
+pub(crate) fn outcome(taken: &Result<LockGuard>) -> &'static str {
     match taken {
         Ok(_) => "acquired",
         Err(Error::Contended { .. }) => "contended",

@@ -806,7 +806,6 @@ struct Coverage {
 
 fn run(shape: Shape) {
     let coverage = run_with(shape, Mode::default());
-    eprintln!("coverage: {coverage:?}");
     assert!(coverage.hand_overs > 0, "no hand-over: {coverage:?}");
     assert!(
         coverage.evicting_worlds > 0,

@@ -186,6 +186,19 @@ fn the_documented_acl_user_locks_extends_and_releases() {
         seen.is_held() && seen.owner() == Some(locks.owner()),
         "inspect through the documented ACL user: {seen}"
     );
+    // The set scripts (lock_all) need no other right.
+    let mut set = locks
+        .lock_all(["set:a", "set:b"], &LockOptions::new())
+        .unwrap_or_else(|e| {
+            assert_no_node_failed("lock_all", &e);
+            panic!("lock_all through the documented ACL user: {e}")
+        });
+    set.extend(TTL)
+        .unwrap_or_else(|e| panic!("extend of a set through the documented ACL user: {e}"));
+    let report = set
+        .release()
+        .unwrap_or_else(|e| panic!("release of a set through the documented ACL user: {e}"));
+    assert_eq!(report.granted(), 3, "{report}");
     let report = guard
         .release()
         .unwrap_or_else(|e| panic!("release through the documented ACL user: {e}"));

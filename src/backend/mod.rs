@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 mod error;
 mod holding;
+mod keyset;
 pub(crate) mod memory;
 mod notices;
 #[cfg(feature = "redis")]
@@ -16,6 +17,8 @@ pub(crate) mod redis;
 
 pub use self::error::{BackendError, BackendErrorKind};
 pub use self::holding::{Holding, MAX_INSPECTED_VALUE};
+pub use self::keyset::{KeySet, MAX_SET_SIZE};
+pub(crate) use self::keyset::{SET_MARK, compose as compose_keys, show as show_resource};
 #[cfg(feature = "redis")]
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::ReleaseListener;
@@ -477,6 +480,35 @@ pub enum OpKind<'a> {
         /// The value the counter must reach.
         fence: u64,
     },
+    /// Set every key of `keys` to the token with this expiry, in one atomic
+    /// step, only if none of them exists: all or nothing
+    /// ([`LockManager::lock_all`](crate::LockManager::lock_all)). The op's
+    /// `key` is the set's composite name, never a key to store.
+    /// [`Reply::Yes`]: all set; [`Reply::No`]: some key is held by another
+    /// value and nothing was written; [`Reply::AlreadyOurs`]: some key
+    /// already holds the token (another name of this server set them) and
+    /// nothing was written.
+    AcquireAll {
+        /// Expiry to set.
+        ttl: Duration,
+        /// The keys.
+        keys: KeySet<'a>,
+    },
+    /// Set the expiry of every key of `keys`, only while each holds the
+    /// token (one atomic step; else nothing is changed and the answer is
+    /// [`Reply::No`]).
+    ExtendAll {
+        /// New expiry, from now.
+        ttl: Duration,
+        /// The keys.
+        keys: KeySet<'a>,
+    },
+    /// Delete every key of `keys` that holds the token. [`Reply::Yes`]
+    /// when at least one was deleted.
+    ReleaseAll {
+        /// The keys.
+        keys: KeySet<'a>,
+    },
 }
 
 impl<'a> Op<'a> {
@@ -535,8 +567,10 @@ impl<'a> Op<'a> {
         match self.kind {
             OpKind::Acquire { ttl }
             | OpKind::AcquireFenced { ttl, .. }
-            | OpKind::Extend { ttl } => Some(ttl),
-            OpKind::Release | OpKind::RaiseFence { .. } => None,
+            | OpKind::Extend { ttl }
+            | OpKind::AcquireAll { ttl, .. }
+            | OpKind::ExtendAll { ttl, .. } => Some(ttl),
+            OpKind::Release | OpKind::RaiseFence { .. } | OpKind::ReleaseAll { .. } => None,
         }
     }
 }
@@ -594,6 +628,9 @@ pub fn unsupported<B: Backend + ?Sized>(backend: &B, op: &Op<'_>) -> BackendErro
         OpKind::Extend { .. } => "extend",
         OpKind::Release => "release",
         OpKind::RaiseFence { .. } => "fence raise (fencing tokens)",
+        OpKind::AcquireAll { .. } => "acquire of several keys (lock_all)",
+        OpKind::ExtendAll { .. } => "extend of several keys (lock_all)",
+        OpKind::ReleaseAll { .. } => "release of several keys (lock_all)",
     };
     BackendError::new(
         BackendErrorKind::Config,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::backend::Op;
+use crate::backend::{KeySet, Op, OpKind};
 
 /// What a round asks each node to do, with what that needs (the TTL of
 /// an acquire or extend, the fence of a raise). The key and the token
@@ -26,7 +26,21 @@ pub(crate) enum Action {
 impl Action {
     /// The backend's op for `key` and `token`; the fenced kinds name the
     /// node's fence counters hash, `counters`.
+    /// A composite key (several resources locked as one, see
+    /// `backend/keyset.rs`) makes the set kind of the op: every key or
+    /// none. Sets are never fenced (`lock_all` refuses fencing).
     pub(crate) fn op<'a>(self, key: &'a [u8], token: &'a [u8], counters: &'a [u8]) -> Op<'a> {
+        if let Some(keys) = KeySet::of(key) {
+            debug_assert!(!self.is_fenced(), "a set of keys is never fenced");
+            let kind = match self {
+                Self::Acquire { ttl } | Self::AcquireFenced { ttl } => {
+                    OpKind::AcquireAll { ttl, keys }
+                }
+                Self::Extend { ttl } => OpKind::ExtendAll { ttl, keys },
+                Self::Release | Self::RaiseFence(_) => OpKind::ReleaseAll { keys },
+            };
+            return Op { key, token, kind };
+        }
         match self {
             Self::Acquire { ttl } => Op::acquire(key, token, ttl),
             Self::AcquireFenced { ttl } => Op::acquire_fenced(key, token, ttl, counters),

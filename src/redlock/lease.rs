@@ -155,7 +155,7 @@ impl Lease {
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("resource", &String::from_utf8_lossy(&self.resource))
+            .field("resource", &crate::backend::show_resource(&self.resource))
             .field("token", &self.token)
             .finish_non_exhaustive()
     }

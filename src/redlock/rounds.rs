@@ -89,7 +89,7 @@ impl Rounds {
             self.counters.note(Event::Lost);
             log::warn!(
                 "quorum-lock: the lock on {} may be lost: {error}",
-                Shortened(&String::from_utf8_lossy(&lease.resource))
+                Shortened(&crate::backend::show_resource(&lease.resource))
             );
         }
         drop(state);
@@ -428,7 +428,7 @@ impl Rounds {
     ) -> Report {
         Report {
             round: operation,
-            resource: String::from_utf8_lossy(resource).into_owned(),
+            resource: crate::backend::show_resource(resource),
             quorum: self.config.quorum,
             nodes: self
                 .engine

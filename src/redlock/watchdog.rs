@@ -204,7 +204,7 @@ impl Timer {
                 log::info!(
                     "quorum-lock: auto-extension of {} stopped ({why}); it ends at its \
                      deadline in {left:?}",
-                    crate::report::Shortened(&String::from_utf8_lossy(&lease.resource))
+                    crate::report::Shortened(&crate::backend::show_resource(&lease.resource))
                 );
                 state.stop_renewal(why);
                 drop(state);

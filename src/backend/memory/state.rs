@@ -177,15 +177,67 @@ impl State {
                 if !self.holds(key, token, now)? {
                     return Ok(Reply::No);
                 }
-                let expires_at = now.checked_add(ttl).ok_or_else(|| {
-                    BackendError::new(BackendErrorKind::Other, "invalid expire time")
-                })?;
-                if let Some(entry) = self.keys.get_mut(key) {
-                    entry.expires_at = Some(expires_at);
+                self.expire(key, ttl, now)?;
+                Reply::Yes
+            }
+            OpKind::AcquireAll { ttl, keys } => {
+                // Read every key first: all or nothing, as the script does.
+                let mut ours = false;
+                for k in keys.iter() {
+                    if self.live(k, now).is_some() {
+                        if !self.holds(k, token, now)? {
+                            return Ok(Reply::No);
+                        }
+                        ours = true;
+                    }
+                }
+                if ours {
+                    return Ok(Reply::AlreadyOurs);
+                }
+                for k in keys.iter() {
+                    self.acquire(k, token, ttl, now)?;
                 }
                 Reply::Yes
             }
+            OpKind::ExtendAll { ttl, keys } => {
+                for k in keys.iter() {
+                    if !self.holds(k, token, now)? {
+                        return Ok(Reply::No);
+                    }
+                }
+                for k in keys.iter() {
+                    self.expire(k, ttl, now)?;
+                }
+                Reply::Yes
+            }
+            OpKind::ReleaseAll { keys } => {
+                let mut released = false;
+                let mut heard = 0;
+                for k in keys.iter() {
+                    if self.holds(k, token, now)? {
+                        self.keys.remove(k);
+                        heard += self.announce(k);
+                        released = true;
+                    }
+                }
+                match (released, heard) {
+                    (false, _) => Reply::No,
+                    (true, 0) => Reply::Yes,
+                    (true, heard) => Reply::Notified(heard),
+                }
+            }
         })
+    }
+
+    /// Sets the expiry of an existing `key` to `ttl` from `now`.
+    fn expire(&mut self, key: &[u8], ttl: Duration, now: Instant) -> Result<(), BackendError> {
+        let expires_at = now
+            .checked_add(ttl)
+            .ok_or_else(|| BackendError::new(BackendErrorKind::Other, "invalid expire time"))?;
+        if let Some(entry) = self.keys.get_mut(key) {
+            entry.expires_at = Some(expires_at);
+        }
+        Ok(())
     }
 
     /// `SET key token NX PX ttl`: `Yes` when set by this call, `AlreadyOurs`

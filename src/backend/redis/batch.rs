@@ -115,7 +115,8 @@ impl Inner {
         for &i in &sent {
             self.pack_op(&ops[i], ttls[i], digests.as_ref(), &mut buf);
         }
-        let expected = sent.len() + usize::from(want_info) + 4 * usize::from(load_scripts);
+        let expected =
+            sent.len() + usize::from(want_info) + Script::ALL.len() * usize::from(load_scripts);
         c.conn
             .send(&buf, deadline)
             .map_err(|fault| self.failure(&fault, 0))?;
@@ -160,7 +161,8 @@ impl Inner {
         if load_scripts {
             // A refused SCRIPT LOAD (an ACL without it) leaves the digests
             // unknown: the scripts then go by text, which needs none.
-            let loaded = (0..4)
+            let loaded = Script::ALL
+                .iter()
                 .map(|_| replies.next().as_ref().and_then(value_text))
                 .collect();
             if let Some(learned) = Digests::from_replies(loaded) {
@@ -315,9 +317,17 @@ impl Inner {
             (OpKind::AcquireFenced { .. }, Value::Int(n)) if n >= 0 => {
                 Ok(Reply::Fenced(n.unsigned_abs()))
             }
-            (OpKind::Release, Value::Int(n)) if n > 1 => Ok(Reply::Notified(n.unsigned_abs() - 1)),
+            (OpKind::AcquireAll { .. }, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
+            (OpKind::Release | OpKind::ReleaseAll { .. }, Value::Int(n)) if n > 1 => {
+                Ok(Reply::Notified(n.unsigned_abs() - 1))
+            }
             (
-                OpKind::Release | OpKind::Extend { .. } | OpKind::RaiseFence { .. },
+                OpKind::Release
+                | OpKind::Extend { .. }
+                | OpKind::RaiseFence { .. }
+                | OpKind::AcquireAll { .. }
+                | OpKind::ExtendAll { .. }
+                | OpKind::ReleaseAll { .. },
                 Value::Int(n @ (0 | 1)),
             ) => Ok(Reply::from(n == 1)),
             (_, other) => Err(self.protocol_error(op_name(op), &other)),
@@ -329,7 +339,8 @@ impl Inner {
     /// its text.
     fn pack_op(&self, op: &Op<'_>, ttl_ms: u64, digests: Option<&Digests>, buf: &mut Vec<u8>) {
         let Op { key, token, kind } = *op;
-        let (script, keys, args): (Script, [&[u8]; 2], [Vec<u8>; 2]) = match kind {
+        let ttl_arg = || ttl_ms.to_string().into_bytes();
+        let (script, keys, args): (Script, Vec<&[u8]>, [Vec<u8>; 2]) = match kind {
             OpKind::Acquire { .. } => {
                 redis::cmd("SET")
                     .arg(key)
@@ -340,21 +351,32 @@ impl Inner {
                     .write_packed_command(buf);
                 return;
             }
-            OpKind::Release => (Script::Release, [key, &[]], [token.to_vec(), vec![]]),
-            OpKind::Extend { .. } => (
-                Script::Extend,
-                [key, &[]],
-                [token.to_vec(), ttl_ms.to_string().into_bytes()],
-            ),
+            OpKind::Release => (Script::Release, vec![key], [token.to_vec(), vec![]]),
+            OpKind::Extend { .. } => (Script::Extend, vec![key], [token.to_vec(), ttl_arg()]),
             OpKind::AcquireFenced { counter, .. } => (
                 Script::AcquireFenced,
-                [key, counter],
-                [token.to_vec(), ttl_ms.to_string().into_bytes()],
+                vec![key, counter],
+                [token.to_vec(), ttl_arg()],
             ),
             OpKind::RaiseFence { counter, fence } => (
                 Script::RaiseFence,
-                [key, counter],
+                vec![key, counter],
                 [token.to_vec(), fence.to_string().into_bytes()],
+            ),
+            OpKind::AcquireAll { keys, .. } => (
+                Script::AcquireAll,
+                keys.iter().collect(),
+                [token.to_vec(), ttl_arg()],
+            ),
+            OpKind::ExtendAll { keys, .. } => (
+                Script::ExtendAll,
+                keys.iter().collect(),
+                [token.to_vec(), ttl_arg()],
+            ),
+            OpKind::ReleaseAll { keys } => (
+                Script::ReleaseAll,
+                keys.iter().collect(),
+                [token.to_vec(), vec![]],
             ),
         };
         let mut cmd = match digests {
@@ -369,10 +391,9 @@ impl Inner {
                 cmd
             }
         };
-        let two_keys = matches!(script, Script::AcquireFenced | Script::RaiseFence);
-        cmd.arg(if two_keys { 2 } else { 1 }).arg(keys[0]);
-        if two_keys {
-            cmd.arg(keys[1]);
+        cmd.arg(keys.len());
+        for key in keys {
+            cmd.arg(key);
         }
         for arg in args.iter().filter(|a| !a.is_empty()) {
             cmd.arg(arg.as_slice());
@@ -389,6 +410,9 @@ fn script_of(op: &Op<'_>) -> Option<Script> {
         OpKind::Extend { .. } => Some(Script::Extend),
         OpKind::AcquireFenced { .. } => Some(Script::AcquireFenced),
         OpKind::RaiseFence { .. } => Some(Script::RaiseFence),
+        OpKind::AcquireAll { .. } => Some(Script::AcquireAll),
+        OpKind::ExtendAll { .. } => Some(Script::ExtendAll),
+        OpKind::ReleaseAll { .. } => Some(Script::ReleaseAll),
     }
 }
 
@@ -415,6 +439,9 @@ fn op_name(op: &Op<'_>) -> &'static str {
         OpKind::Extend { .. } => "the extend script",
         OpKind::AcquireFenced { .. } => "the fenced acquire script",
         OpKind::RaiseFence { .. } => "the fence script",
+        OpKind::AcquireAll { .. } => "the set acquire script",
+        OpKind::ExtendAll { .. } => "the set extend script",
+        OpKind::ReleaseAll { .. } => "the set release script",
     }
 }
 

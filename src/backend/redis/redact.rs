@@ -17,6 +17,14 @@ impl Inner {
 
 /// A key for messages: escaped, at most 64 bytes shown.
 pub(super) fn show_key(key: &[u8]) -> String {
+    if crate::backend::KeySet::of(key).is_some() {
+        // A set of keys (lock_all): its members, as text.
+        let shown = crate::backend::show_resource(key);
+        return match shown.char_indices().nth(200) {
+            Some((cut, _)) => format!("{}... ({} bytes)", &shown[..cut], key.len()),
+            None => shown,
+        };
+    }
     let shown: String = key
         .iter()
         .take(64)

@@ -43,6 +43,46 @@ const RAISE_FENCE: &str = "\
      if n < tonumber(ARGV[2]) then redis.call('hset', KEYS[2], KEYS[1], ARGV[2]) end \
      return 1";
 
+/// Takes every key of `KEYS` for `ARGV[1]` with a `PX` of `ARGV[2]`, or
+/// none: each key is read first (a key of another type fails there, before
+/// any write). Returns 1 when all were set, 0 when one is held by another
+/// value, -2 when one already holds `ARGV[1]` (another name of the same
+/// server set them): nothing is written in either case.
+const ACQUIRE_ALL: &str = "\
+     local ours = false \
+     for _, k in ipairs(KEYS) do \
+       local v = redis.call('get', k) \
+       if v then if v ~= ARGV[1] then return 0 end ours = true end \
+     end \
+     if ours then return -2 end \
+     for _, k in ipairs(KEYS) do redis.call('set', k, ARGV[1], 'PX', ARGV[2]) end \
+     return 1";
+
+/// Sets the expiry of every key of `KEYS` to `ARGV[2]` ms, only if each
+/// holds `ARGV[1]`; else changes nothing. Returns 1 or 0.
+const EXTEND_ALL: &str = "\
+     for _, k in ipairs(KEYS) do \
+       if redis.call('get', k) ~= ARGV[1] then return 0 end \
+     end \
+     for _, k in ipairs(KEYS) do redis.call('pexpire', k, ARGV[2]) end \
+     return 1";
+
+/// Deletes every key of `KEYS` that holds `ARGV[1]`, announcing each as
+/// [`RELEASE`] does. Returns 0 when none was ours; else 1 plus the
+/// subscribers the notices reached.
+const RELEASE_ALL: &str = "\
+     local deleted, heard = 0, 0 \
+     for _, k in ipairs(KEYS) do \
+       if redis.call('get', k) == ARGV[1] then \
+         redis.call('del', k) \
+         deleted = deleted + 1 \
+         local n = redis.pcall('publish', 'quorum-lock:released:' .. k, '') \
+         if type(n) == 'number' then heard = heard + n end \
+       end \
+     end \
+     if deleted == 0 then return 0 end \
+     return 1 + heard";
+
 /// One of the scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Script {
@@ -50,15 +90,21 @@ pub(super) enum Script {
     Extend,
     AcquireFenced,
     RaiseFence,
+    AcquireAll,
+    ExtendAll,
+    ReleaseAll,
 }
 
 impl Script {
     /// Every script, in the order of [`Digests`].
-    pub(super) const ALL: [Self; 4] = [
+    pub(super) const ALL: [Self; 7] = [
         Self::Release,
         Self::Extend,
         Self::AcquireFenced,
         Self::RaiseFence,
+        Self::AcquireAll,
+        Self::ExtendAll,
+        Self::ReleaseAll,
     ];
 
     pub(super) fn text(self) -> &'static str {
@@ -67,6 +113,9 @@ impl Script {
             Self::Extend => EXTEND,
             Self::AcquireFenced => ACQUIRE_FENCED,
             Self::RaiseFence => RAISE_FENCE,
+            Self::AcquireAll => ACQUIRE_ALL,
+            Self::ExtendAll => EXTEND_ALL,
+            Self::ReleaseAll => RELEASE_ALL,
         }
     }
 
@@ -78,11 +127,11 @@ impl Script {
 /// The digest of every script, as a server's `SCRIPT LOAD` returned it
 /// (the same on every server: it names the text).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Digests([String; 4]);
+pub(super) struct Digests([String; 7]);
 
 impl Digests {
     /// The digests from `SCRIPT LOAD` replies in [`Script::ALL`] order;
-    /// `None` unless all four are there.
+    /// `None` unless all are there.
     pub(super) fn from_replies(replies: Vec<Option<String>>) -> Option<Self> {
         let digests: Vec<String> = replies.into_iter().collect::<Option<_>>()?;
         Some(Self(digests.try_into().ok()?))
@@ -102,5 +151,7 @@ mod tests {
     fn the_release_script_publishes_on_the_release_channel() {
         let publish = format!("'{}' .. KEYS[1]", crate::backend::RELEASE_CHANNEL_PREFIX);
         assert!(RELEASE.contains(&publish), "{RELEASE}");
+        let publish = format!("'{}' .. k", crate::backend::RELEASE_CHANNEL_PREFIX);
+        assert!(RELEASE_ALL.contains(&publish), "{RELEASE_ALL}");
     }
 }

@@ -1,0 +1,123 @@
+//! Several resources locked at once, all or nothing
+//! ([`LockManager::lock_all`]).
+//!
+//! The set is one lock: one token, one validity, one round per attempt.
+//! On each node one script takes every key or none (the node votes for
+//! the whole set), and the quorum rule is the same as for one key. Any two
+//! majorities share a node, and that node applied the two scripts
+//! atomically in some order, so two overlapping sets (or a set and a
+//! single lock on one of its resources) are never both held: the second
+//! script found a key of the first. Nothing is held while waiting: a
+//! failed attempt releases what it took on every node, like a single lock.
+//!
+//! Inside the engine the set travels as one composite key (see
+//! `backend/keyset.rs`), so the local line, hand-overs, auto-extension,
+//! retries of releases and every deadline work as for one key.
+
+use std::time::Instant;
+
+use crate::backend::{MAX_SET_SIZE, compose_keys};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::manager::{LockManager, outcome};
+use crate::options::LockOptions;
+
+impl LockManager {
+    /// Locks every resource of `resources` at once, all or nothing, with
+    /// per-call options; the guard holds them together: it extends,
+    /// releases and is lost as one lock ([`LockGuard::resources`] lists
+    /// them).
+    ///
+    /// Each node takes every key of the set or none in one atomic script,
+    /// and votes for the set as for one key. A single-resource lock on any
+    /// of them contends with the set, and so do overlapping sets: never
+    /// two holders of one resource, and no deadlock, since nothing is held
+    /// while waiting (a failed attempt releases what it took; jittered
+    /// retries settle two sets that keep colliding). Duplicates are
+    /// removed; one resource is the same as [`lock_with`](Self::lock_with).
+    ///
+    /// ```
+    /// use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
+    ///
+    /// let locks = LockManager::builder()
+    ///     .nodes((0..3).map(|i| MemoryBackend::new(format!("n{i}"))))
+    ///     .restart_quarantine(false)
+    ///     .build()?;
+    /// let both = locks.lock_all(["account:7", "account:9"], &LockOptions::new())?;
+    /// assert_eq!(both.resources(), [&b"account:7"[..], b"account:9"]);
+    /// // Either account alone is taken while the pair is held.
+    /// assert!(locks.try_lock("account:9").unwrap_err().is_contended());
+    /// both.release()?;
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    ///
+    /// Limits of this version: no fencing tokens for a set (asking for
+    /// them, or a manager with fencing on by default, is
+    /// [`Error::InvalidArgument`]); a thread holding a set that then waits
+    /// for one of its resources alone is not told
+    /// [`Error::Deadlock`](crate::Error::Deadlock) (it waits until its
+    /// retry policy gives up); waiting for a set retries on its timer, not
+    /// on release notices; [`inspect`](Self::inspect) looks at one
+    /// resource at a time.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with`](Self::lock_with); [`Error::InvalidArgument`] for
+    /// no resources, more than [`MAX_SET_SIZE`], a resource no lock can
+    /// have, or fencing, before any node is contacted.
+    pub fn lock_all<R: AsRef<[u8]>>(
+        &self,
+        resources: impl IntoIterator<Item = R>,
+        options: &LockOptions,
+    ) -> Result<LockGuard> {
+        let started = Instant::now();
+        let mut rounds = 0;
+        let taken = self.take_all(resources, options, &mut rounds);
+        crate::metrics::acquire(outcome(&taken), started.elapsed(), rounds);
+        taken
+    }
+
+    fn take_all<R: AsRef<[u8]>>(
+        &self,
+        resources: impl IntoIterator<Item = R>,
+        options: &LockOptions,
+        made: &mut u32,
+    ) -> Result<LockGuard> {
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        for resource in resources {
+            if names.len() > MAX_SET_SIZE * 4 {
+                break; // enough to say the set is too large
+            }
+            names.push(resource.as_ref().to_vec());
+        }
+        names.sort();
+        names.dedup();
+        let invalid = |reason: String| Err(Error::InvalidArgument { reason });
+        if names.is_empty() {
+            return invalid("lock_all needs at least one resource".into());
+        }
+        if names.len() > MAX_SET_SIZE {
+            return invalid(format!(
+                "lock_all takes at most {MAX_SET_SIZE} resources at once, not {} or more",
+                names.len()
+            ));
+        }
+        for name in &names {
+            self.check_resource(name)?;
+        }
+        if names.len() == 1 {
+            return self.lock_with(&names[0], options);
+        }
+        let rounds = self.core().rounds();
+        if options.fencing.unwrap_or(rounds.config().fencing) {
+            return invalid(
+                "lock_all does not give fencing tokens yet: ask for the set with \
+                 LockOptions::fencing(false)"
+                    .into(),
+            );
+        }
+        let keys: Vec<_> = names.iter().map(|n| rounds.key_for(n)).collect();
+        let key = compose_keys(&keys).into();
+        self.take_key(&compose_keys(&names), key, options, made)
+    }
+}
