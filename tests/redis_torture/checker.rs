@@ -184,6 +184,7 @@ pub(crate) struct Figures {
     pub(crate) ended_by_drop: u64,
     pub(crate) ended_by_release: u64,
     pub(crate) late_managers: u64,
+    pub(crate) set_holds: u64,
     pub(crate) stalls: u64,
     pub(crate) stalls_overtaken: u64,
     pub(crate) fenced_pauses: u64,

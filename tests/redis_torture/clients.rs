@@ -233,15 +233,25 @@ pub(crate) fn wait_until(shared: &Shared, limit: Duration, done: impl FnMut() ->
     testkit::wait_until_with(limit, Duration::from_millis(2), || shared.stopping(), done)
 }
 
-/// Locks with the family's options; counts failures.
+/// Locks with the family's options, `resource` alone or together with
+/// `side` (as a set, without fencing); counts failures.
 pub(crate) fn acquire(
     id: usize,
     locks: &LockManager,
     resource: &str,
+    side: Option<&str>,
     options: &LockOptions,
     shared: &Shared,
 ) -> Option<LockGuard> {
-    match locks.lock_with(resource, options) {
+    let taken = match side {
+        Some(side) => locks
+            .lock_all([resource, side], &options.clone().fencing(false))
+            .inspect(|_| {
+                shared.counts.set_holds.fetch_add(1, Ordering::Relaxed);
+            }),
+        None => locks.lock_with(resource, options),
+    };
+    match taken {
         Ok(guard) => Some(guard),
         Err(e) if e.is_retryable() => {
             shared.counts.failed_locks.fetch_add(1, Ordering::Relaxed);
@@ -315,7 +325,9 @@ pub(crate) fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &
             Family::LateManager => unreachable!("the late-manager client builds its own managers"),
             Family::Fenced => unreachable!("fenced clients run `fenced_client`"),
         };
-        let Some(guard) = acquire(id, locks, RESOURCE, &options, shared) else {
+        let side = (matches!(spec.family, Family::Plain | Family::AutoExtend) && holds % 3 == 0)
+            .then(|| SIDES[usize::from((holds / 3) % 2 == 1)]);
+        let Some(guard) = acquire(id, locks, RESOURCE, side, &options, shared) else {
             continue;
         };
         let mut plan = plan;
@@ -374,7 +386,7 @@ pub(crate) fn late_client(
                 break;
             }
             let options = LockOptions::new().wait(PATIENT_WAIT);
-            let Some(guard) = acquire(id, &locks, RESOURCE, &options, shared) else {
+            let Some(guard) = acquire(id, &locks, RESOURCE, None, &options, shared) else {
                 continue;
             };
             let plan = HoldPlan {
@@ -410,7 +422,7 @@ pub(crate) fn fenced_client(
     };
     let mut holds = 0u64;
     while !shared.stopping() {
-        let Some(guard) = acquire(id, locks, FENCED_RESOURCE, &options, shared) else {
+        let Some(guard) = acquire(id, locks, FENCED_RESOURCE, None, &options, shared) else {
             continue;
         };
         let first = !shared.fenced_opened.swap(true, Ordering::SeqCst);

@@ -44,6 +44,10 @@ pub(crate) const LATE_CONTACT_MAX: Duration = Duration::from_millis(1200);
 pub(crate) const DEFAULT_SECS: u64 = 15;
 /// The one resource everybody fights over.
 pub(crate) const RESOURCE: &str = "torture:resource";
+/// Every third hold of a plain or auto-extended client (its first one
+/// included) takes the resource together with one of these (`lock_all`): sets that overlap each other
+/// on a side resource, and every single lock of the resource, contend.
+pub(crate) const SIDES: [&str; 2] = ["torture:side-a", "torture:side-b"];
 /// The lock of the fenced clients: their own resource (the fenced register
 /// is what it protects), so that they get the lock often enough, on the
 /// same nodes and under the same faults as the others.

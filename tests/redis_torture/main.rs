@@ -502,6 +502,7 @@ fn torture(quarantine: bool) -> Figures {
         ended_by_drop: load(&c.ended_by_drop),
         ended_by_release: load(&c.ended_by_release),
         late_managers: load(&c.late_managers),
+        set_holds: load(&c.set_holds),
         stalls: load(&c.stalls),
         stalls_overtaken: load(&c.stalls_overtaken),
         fenced_pauses: load(&c.fenced_pauses),
@@ -523,7 +524,8 @@ fn torture(quarantine: bool) -> Figures {
          \x20 acquisitions {} (opening turns done {}/{}; lock calls that gave up: {}, releases \
          without quorum: {}): \
          plain {}, auto-extended {}, manual-extend {}, shared-manager {} (by hand-over {}), \
-         late-manager {} ({} managers built after a restart)\n\
+         late-manager {} ({} managers built after a restart); held as a set with a side \
+         resource {}\n\
          \x20 extends: manual ok {}, manual failed {}, automatic (watchdog) ok {}; holds cut short \
          by an invalid guard {}; holds ended by drop {}, by release {}\n\
          \x20 faults {}: kill -9 + restart of one node {}, of three nodes {} ({} while a holder \
@@ -549,6 +551,7 @@ fn torture(quarantine: bool) -> Figures {
         figures.hand_overs,
         figures.of(Family::LateManager),
         figures.late_managers,
+        figures.set_holds,
         figures.manual_extends_ok,
         figures.manual_extends_failed,
         figures.auto_extends,
@@ -690,6 +693,10 @@ fn randomized_faults_with_quarantine_never_overlap() {
     assert!(
         figures.late_managers > 0,
         "no manager was built after a restart: {figures:?}"
+    );
+    assert!(
+        figures.set_holds > 0,
+        "no client held the resource as part of a set (lock_all): {figures:?}"
     );
     assert!(
         figures.manual_extends_ok + figures.manual_extends_failed > 0 && figures.auto_extends > 0,

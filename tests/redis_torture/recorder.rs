@@ -174,6 +174,8 @@ pub(crate) struct Counts {
     pub(crate) ended_by_drop: AtomicU64,
     pub(crate) ended_by_release: AtomicU64,
     pub(crate) late_managers: AtomicU64,
+    /// Holds of the resource together with a side resource (`lock_all`).
+    pub(crate) set_holds: AtomicU64,
     /// Holders stalled between a check and a write past their deadline.
     pub(crate) stalls: AtomicU64,
     /// ...of which another client wrote the counter during the stall.
