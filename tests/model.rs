@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use quorum_lock::{
     Answers, Backend, BackendError, Clock, Holding, KeyState, LockGuard, LockManager, LockOptions,
-    ManualClock, MemoryBackend, Op, Reply, RetryPolicy, ServerInfo, UptimeReport, Verdict,
+    ManualClock, MemoryBackend, Op, OpKind, Reply, RetryPolicy, ServerInfo, UptimeReport, Verdict,
 };
 use testkit::Rng;
 
@@ -144,10 +144,18 @@ struct World {
     nodes: Vec<MemoryBackend>,
     quarantine: bool,
     clients: Vec<LockManager>,
+    /// A manager of its own for the inspection oracle: its jobs keep
+    /// only its own node threads busy, so the clients' rounds run as they
+    /// would without it (the walks stay reproducible).
+    inspector: Option<LockManager>,
     /// held[client][resource]
     held: Vec<Vec<Option<LockGuard>>>,
     /// The semaphore's permits each client holds.
     permits: Vec<Vec<LockGuard>>,
+    /// A set of every resource (`lock_all`) each client holds.
+    sets: Vec<Option<LockGuard>>,
+    /// Sets taken so far.
+    sets_taken: u64,
     /// The permits each client asks for (`PERMITS` unless a canary says
     /// otherwise).
     asks_permits: Vec<u32>,
@@ -202,10 +210,13 @@ impl World {
             nodes,
             quarantine,
             clients: Vec::new(),
+            inspector: None,
             held: (0..CLIENTS)
                 .map(|_| (0..RESOURCES.len()).map(|_| None).collect())
                 .collect(),
             permits: (0..CLIENTS).map(|_| Vec::new()).collect(),
+            sets: (0..CLIENTS).map(|_| None).collect(),
+            sets_taken: 0,
             asks_permits: vec![PERMITS; CLIENTS],
             permits_taken: 0,
             semaphore_full: 0,
@@ -215,6 +226,7 @@ impl World {
             log: Vec::new(),
         };
         world.clients = (0..CLIENTS).map(|c| world.manager(c)).collect();
+        world.inspector = Some(world.manager(CLIENTS));
         world
     }
 
@@ -317,7 +329,8 @@ impl World {
         let c = rng.below(CLIENTS);
         let r = rng.below(RESOURCES.len());
         let n = rng.below(self.shape.nodes);
-        match rng.below(18) {
+        match rng.below(19) {
+            18 => self.take_or_let_go_set(c, rng),
             16 => self.take_permit(c, rng),
             17 => {
                 // Release or drop (at random) one of the client's permits.
@@ -432,6 +445,34 @@ impl World {
         }
     }
 
+    /// Client `c` takes every resource as one set (`lock_all`), in line or
+    /// in one attempt, unless it holds one of them or the set already;
+    /// else lets the set go (release or drop).
+    fn take_or_let_go_set(&mut self, c: usize, rng: &mut Draws) {
+        if let Some(set) = self.sets[c].take() {
+            let released = rng.below(2) == 0 && set.release().is_ok();
+            self.log
+                .push(format!("client {c} lets its set go (released: {released})"));
+            return;
+        }
+        if self.held[c].iter().any(Option::is_some) {
+            return;
+        }
+        let queued = rng.below(2) == 0;
+        let options = if queued {
+            Self::in_line()
+        } else {
+            LockOptions::new().retry(RetryPolicy::none())
+        };
+        let got = self.clients[c].lock_all(RESOURCES, &options.fencing(false));
+        self.log.push(format!(
+            "client {c} lock_all {RESOURCES:?} (in line: {queued}): {}",
+            got.is_ok()
+        ));
+        self.sets_taken += u64::from(got.is_ok());
+        self.sets[c] = got.ok();
+    }
+
     /// One scan of the semaphore's slots by client `c` (plain or fenced,
     /// as a lock would be), unless it holds two permits already.
     fn take_permit(&mut self, c: usize, rng: &mut Draws) {
@@ -490,6 +531,16 @@ impl World {
     /// a fresh plain lock of client 0) is dropped while another thread of
     /// its manager waits for it.
     fn forced_hand_over(&mut self, rng: &mut Draws) {
+        // A set holds every resource: let it go first, or nothing could be
+        // taken to hand over.
+        for c in 0..CLIENTS {
+            if let Some(set) = self.sets[c].take() {
+                let released = set.release().is_ok();
+                self.log.push(format!(
+                    "client {c} releases its set (released: {released})"
+                ));
+            }
+        }
         let held = (0..CLIENTS)
             .flat_map(|c| (0..RESOURCES.len()).map(move |r| (c, r)))
             .find(|&(c, r)| self.held[c][r].is_some());
@@ -497,7 +548,10 @@ impl World {
             Some(slot) => slot,
             None => {
                 let r = rng.below(RESOURCES.len());
-                let plain = LockOptions::new().retry(RetryPolicy::none()).fencing(false);
+                // In line, so that the guard holds the line's turn (a lock
+                // taken in one attempt skips the line: nobody queues
+                // behind it, and nothing can be handed over).
+                let plain = Self::in_line().fencing(false);
                 let got = self.clients[0].lock_with(RESOURCES[r], &plain);
                 self.log.push(format!(
                     "client 0 lock {r} (for a hand-over): {}",
@@ -581,31 +635,45 @@ impl World {
     fn check_deadlines(&self, seed: u64) {
         let now = self.clock.now();
         for (c, held) in self.held.iter().enumerate() {
-            for guard in held.iter().flatten().chain(&self.permits[c]) {
+            let guards = held
+                .iter()
+                .flatten()
+                .chain(&self.permits[c])
+                .chain(&self.sets[c]);
+            for guard in guards {
                 let validity = guard.validity();
                 if validity.is_zero() {
                     continue;
                 }
                 let deadline = now + validity;
-                let holding = (0..self.shape.nodes)
-                    .filter(|&n| {
-                        let node = &self.nodes[n];
-                        let ours = node
-                            .holder(guard.key())
-                            .is_some_and(|v| guard.token().matches_stored(&v))
-                            && node.remaining_ttl(guard.key()) >= Some(validity);
-                        let covered = self.quarantine
-                            && self.restarted_at[n]
-                                .is_some_and(|at| at + self.shape.max_ttl >= deadline);
-                        ours || covered
-                    })
-                    .count();
-                assert!(
-                    holding > self.shape.nodes / 2,
-                    "seed {seed}: client {c}'s guard claims {validity:?} but only {holding} nodes \
-                     hold its key that long; last steps: {:?}",
-                    &self.log[self.log.len().saturating_sub(12)..]
-                );
+                // A set's guard holds each resource's key (no prefix here).
+                for key in guard.resources() {
+                    let key = if guard.resources().len() > 1 {
+                        key
+                    } else {
+                        guard.key()
+                    };
+                    let holding = (0..self.shape.nodes)
+                        .filter(|&n| {
+                            let node = &self.nodes[n];
+                            let ours = node
+                                .holder(key)
+                                .is_some_and(|v| guard.token().matches_stored(&v))
+                                && node.remaining_ttl(key) >= Some(validity);
+                            let covered = self.quarantine
+                                && self.restarted_at[n]
+                                    .is_some_and(|at| at + self.shape.max_ttl >= deadline);
+                            ours || covered
+                        })
+                        .count();
+                    assert!(
+                        holding > self.shape.nodes / 2,
+                        "seed {seed}: client {c}'s guard claims {validity:?} but only {holding} \
+                         nodes hold its key {} that long; last steps: {:?}",
+                        String::from_utf8_lossy(key),
+                        &self.log[self.log.len().saturating_sub(12)..]
+                    );
+                }
             }
         }
     }
@@ -620,22 +688,21 @@ impl World {
     fn check_inspection(&self, seed: u64) {
         let quorum = self.shape.nodes / 2 + 1;
         for (r, name) in RESOURCES.iter().enumerate() {
-            let seen = self.clients[0].inspect(name).unwrap();
-            let Some((c, guard)) = (0..CLIENTS).find_map(|c| {
-                self.held[c][r]
-                    .as_ref()
-                    .filter(|g| g.is_valid())
-                    .map(|g| (c, g))
-            }) else {
+            let inspector = self.inspector.as_ref().expect("built with the world");
+            let seen = inspector.inspect(name).unwrap();
+            let Some((c, guard)) = (0..CLIENTS).find_map(|c| self.holder_of(c, r).map(|g| (c, g)))
+            else {
                 continue;
             };
             let validity = guard.validity();
+            // The resource's key (no prefix here), also for a set.
+            let key = name.as_bytes();
             let ours: Vec<usize> = (0..self.shape.nodes)
                 .filter(|&n| {
                     let node = &self.nodes[n];
-                    node.holder(guard.key())
+                    node.holder(key)
                         .is_some_and(|v| guard.token().matches_stored(&v))
-                        && node.remaining_ttl(guard.key()) >= Some(validity)
+                        && node.remaining_ttl(key) >= Some(validity)
                 })
                 .collect();
             if ours.len() < quorum {
@@ -658,7 +725,7 @@ impl World {
             let all_answered = ours
                 .iter()
                 .all(|&n| !matches!(seen.nodes()[n].state(), KeyState::Failed(_)));
-            let slack = self.clients[0].drift_for(self.shape.max_ttl) + seen.took();
+            let slack = inspector.drift_for(self.shape.max_ttl) + seen.took();
             assert!(
                 !all_answered || seen.time_left() + slack >= validity,
                 "{}",
@@ -667,11 +734,20 @@ impl World {
         }
     }
 
+    /// Client `c`'s valid guard on resource `r`: a lock of it alone, or
+    /// the set of every resource.
+    fn holder_of(&self, c: usize, r: usize) -> Option<&LockGuard> {
+        self.held[c][r]
+            .as_ref()
+            .or(self.sets[c].as_ref())
+            .filter(|g| g.is_valid())
+    }
+
     /// The oracle: per resource, at most one valid holder.
     fn check_exclusive(&self, seed: u64) {
         for (r, name) in RESOURCES.iter().enumerate() {
             let holders: Vec<usize> = (0..CLIENTS)
-                .filter(|&c| self.held[c][r].as_ref().is_some_and(LockGuard::is_valid))
+                .filter(|&c| self.holder_of(c, r).is_some())
                 .collect();
             assert!(
                 holders.len() <= 1,
@@ -690,6 +766,7 @@ impl World {
         for permits in &mut self.permits {
             permits.clear();
         }
+        self.sets.iter_mut().for_each(|s| drop(s.take()));
         for node in &self.nodes {
             node.set_down(false);
             node.fail_next(0);
@@ -802,6 +879,7 @@ struct Coverage {
     permits_taken: u64,
     semaphore_full: u64,
     inspected_held: u64,
+    sets_taken: u64,
 }
 
 fn run(shape: Shape) {
@@ -819,6 +897,7 @@ fn run(shape: Shape) {
         coverage.inspected_held > 0,
         "no inspection saw a held lock: {coverage:?}"
     );
+    assert!(coverage.sets_taken > 0, "no set was taken: {coverage:?}");
 }
 
 fn run_with(shape: Shape, mode: Mode) -> Coverage {
@@ -849,6 +928,7 @@ fn run_with(shape: Shape, mode: Mode) -> Coverage {
         coverage.permits_taken += world.permits_taken;
         coverage.semaphore_full += world.semaphore_full;
         coverage.inspected_held += world.inspected_held.get();
+        coverage.sets_taken += world.sets_taken;
         world.heal_and_check_liveness(seed);
     }
     coverage
@@ -1150,11 +1230,13 @@ fn the_inspection_oracle_catches_a_wrong_answer() {
     }
 
     let mut world = World::new(WIDE, true, &mut Draws::random(1)).without_eviction();
-    world.clients[0] = LockManager::builder()
-        .nodes(world.nodes.iter().cloned().map(Blind))
-        .clock(Arc::new(world.clock.clone()))
-        .build()
-        .unwrap();
+    world.inspector = Some(
+        LockManager::builder()
+            .nodes(world.nodes.iter().cloned().map(Blind))
+            .clock(Arc::new(world.clock.clone()))
+            .build()
+            .unwrap(),
+    );
     world.check_inspection(0); // nothing held: nothing to catch
     world.held[1][0] = Some(world.clients[1].try_lock(RESOURCES[0]).unwrap());
     assert!(world.clients[1].flush(Duration::from_secs(10)));
@@ -1163,6 +1245,62 @@ fn the_inspection_oracle_catches_a_wrong_answer() {
     assert!(
         caught.is_err(),
         "the inspection oracle missed a held lock seen as free"
+    );
+}
+
+/// The set oracle can fail: a node that takes a set's keys one by one and
+/// votes for the set when it got some of them (not all or nothing) lets a
+/// set in while another client holds one of its resources.
+#[test]
+fn the_oracle_catches_a_set_taken_piecemeal() {
+    /// A node whose set acquire is not all or nothing.
+    struct Piecemeal(MemoryBackend);
+
+    impl Backend for Piecemeal {
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+        fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
+            ops.iter()
+                .map(|op| match op.kind {
+                    OpKind::AcquireAll { ttl, keys } => {
+                        let singles: Vec<Op<'_>> =
+                            keys.iter().map(|k| Op::acquire(k, op.token, ttl)).collect();
+                        let got = self.0.batch(&singles);
+                        Ok(Reply::from(got.iter().any(|r| matches!(r, Ok(Reply::Yes)))))
+                    }
+                    _ => self.0.batch(std::slice::from_ref(op)).remove(0),
+                })
+                .collect()
+        }
+        fn server_info(&self) -> Result<ServerInfo, BackendError> {
+            self.0.server_info()
+        }
+        fn reports_identity(&self) -> bool {
+            true
+        }
+    }
+
+    let mut world = World::new(WIDE, true, &mut Draws::random(1)).without_eviction();
+    world.held[1][0] = Some(world.clients[1].try_lock(RESOURCES[0]).unwrap());
+    assert!(world.clients[1].flush(Duration::from_secs(10)));
+    world.check_exclusive(0); // one holder: fine
+    let piecemeal = LockManager::builder()
+        .nodes(world.nodes.iter().cloned().map(Piecemeal))
+        .clock(Arc::new(world.clock.clone()))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    world.sets[2] = Some(
+        piecemeal
+            .lock_all(RESOURCES, &LockOptions::new())
+            .expect("the piecemeal nodes vote for the set"),
+    );
+    let caught =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_exclusive(0)));
+    assert!(
+        caught.is_err(),
+        "the oracle missed a set over a held resource"
     );
 }
 

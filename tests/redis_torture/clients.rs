@@ -325,8 +325,9 @@ pub(crate) fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &
             Family::LateManager => unreachable!("the late-manager client builds its own managers"),
             Family::Fenced => unreachable!("fenced clients run `fenced_client`"),
         };
-        let side = (matches!(spec.family, Family::Plain | Family::AutoExtend) && holds % 3 == 0)
-            .then(|| SIDES[usize::from((holds / 3) % 2 == 1)]);
+        let side = (matches!(spec.family, Family::Plain | Family::AutoExtend)
+            && holds.is_multiple_of(3))
+        .then(|| SIDES[usize::from((holds / 3) % 2 == 1)]);
         let Some(guard) = acquire(id, locks, RESOURCE, side, &options, shared) else {
             continue;
         };
