@@ -51,9 +51,13 @@ impl LockManager {
     /// # Ok::<(), quorum_lock::Error>(())
     /// ```
     ///
-    /// Limits of this version: no fencing tokens for a set (asking for
-    /// them, or a manager with fencing on by default, is
-    /// [`Error::InvalidArgument`]); a thread holding a set that then waits
+    /// With fencing ([`LockOptions::fencing`], or the manager's default),
+    /// the set gets one fence that serves every member: it exceeds every
+    /// fence any of them had, and each member's counter is raised to it on
+    /// a quorum, so each resource still sees its fences increase from one
+    /// holder (set or single) to the next. [`LockGuard::fence`] gives it.
+    ///
+    /// Limits of this version: a thread holding a set that then waits
     /// for one of its resources alone is not told
     /// [`Error::Deadlock`](crate::Error::Deadlock) (it waits until its
     /// retry policy gives up); waiting for a set retries on its timer, not
@@ -63,8 +67,8 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock_with`](Self::lock_with); [`Error::InvalidArgument`] for
-    /// no resources, more than [`MAX_SET_SIZE`], a resource no lock can
-    /// have, or fencing, before any node is contacted.
+    /// no resources, more than [`MAX_SET_SIZE`], or a resource no lock can
+    /// have, before any node is contacted.
     pub fn lock_all<R: AsRef<[u8]>>(
         &self,
         resources: impl IntoIterator<Item = R>,
@@ -109,13 +113,6 @@ impl LockManager {
             return self.lock_with(&names[0], options);
         }
         let rounds = self.core().rounds();
-        if options.fencing.unwrap_or(rounds.config().fencing) {
-            return invalid(
-                "lock_all does not give fencing tokens yet: ask for the set with \
-                 LockOptions::fencing(false)"
-                    .into(),
-            );
-        }
         let keys: Vec<_> = names.iter().map(|n| rounds.key_for(n)).collect();
         let key = compose_keys(&keys).into();
         self.take_key(&compose_keys(&names), key, options, made)

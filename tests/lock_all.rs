@@ -179,6 +179,35 @@ fn overlapping_sets_from_many_threads_never_share_a_resource_and_all_finish() {
 }
 
 #[test]
+fn a_fenced_set_gets_one_fence_above_each_members_and_raises_them_all() {
+    let nodes = nodes("all-fenced");
+    let locks = builder(&nodes).fencing(true).build().unwrap();
+    let fenced = LockOptions::new().retry(RetryPolicy::none());
+    // Each member has a history of its own: a is far ahead of b.
+    let mut a_fence = 0;
+    for _ in 0..3 {
+        let a = locks.lock_with("a", &fenced).unwrap();
+        a_fence = a.fence().unwrap();
+        a.release().unwrap();
+    }
+    let b = locks.lock_with("b", &fenced).unwrap();
+    let b_fence = b.fence().unwrap();
+    b.release().unwrap();
+    let set = locks.lock_all(["a", "b"], &fenced).unwrap();
+    let set_fence = set.fence().expect("a fenced set has a fence");
+    assert!(set_fence > a_fence && set_fence > b_fence);
+    set.release().unwrap();
+    // Each member's next holder, alone or in a set, gets a higher fence.
+    for member in ["a", "b"] {
+        let next = locks.lock_with(member, &fenced).unwrap();
+        assert!(next.fence().unwrap() > set_fence, "{member}");
+        next.release().unwrap();
+    }
+    let again = locks.lock_all(["b", "c"], &fenced).unwrap();
+    assert!(again.fence().unwrap() > set_fence);
+}
+
+#[test]
 fn bad_sets_are_refused_before_any_node_is_asked() {
     let nodes = nodes("all-bad");
     let locks = builder(&nodes).build().unwrap();
@@ -197,11 +226,6 @@ fn bad_sets_are_refused_before_any_node_is_asked() {
             "set mark",
             locks.lock_all([&b"a"[..], b"\xffquorum-lock:set\xffx"], &once()),
         ),
-        (
-            "fencing asked",
-            locks.lock_all(["a", "b"], &once().fencing(true)),
-        ),
-        ("fencing by default", fenced.lock_all(["a", "b"], &once())),
     ];
     for (case, result) in cases {
         let err = result.unwrap_err();
@@ -216,6 +240,8 @@ fn bad_sets_are_refused_before_any_node_is_asked() {
     // A fenced manager may still lock a set without fences, when asked.
     let set = fenced.lock_all(["a", "b"], &once().fencing(false)).unwrap();
     assert!(set.fence().is_none());
+    drop(set);
+    assert!(fenced.flush(FLUSH));
     // One resource is a plain lock.
     let one = locks.lock_all(["solo", "solo"], &once()).unwrap();
     assert_eq!(one.key(), b"solo");

@@ -464,13 +464,14 @@ impl World {
         } else {
             LockOptions::new().retry(RetryPolicy::none())
         };
-        let got = self.clients[c].lock_all(RESOURCES, &options.fencing(false));
+        let ask = self.ask(rng);
+        let got = self.clients[c].lock_all(RESOURCES, &ask.options(options));
         self.log.push(format!(
-            "client {c} lock_all {RESOURCES:?} (in line: {queued}): {}",
+            "client {c} lock_all {RESOURCES:?} (in line: {queued}, {ask:?}): {}",
             got.is_ok()
         ));
         self.sets_taken += u64::from(got.is_ok());
-        self.sets[c] = got.ok();
+        self.sets[c] = got.ok().inspect(|g| ask.check(g, &self.log));
     }
 
     /// One scan of the semaphore's slots by client `c` (plain or fenced,
@@ -624,6 +625,23 @@ impl World {
                     &self.log[self.log.len().saturating_sub(12)..]
                 );
                 assert!(fence < 1 << 53);
+                self.fences[r] = fence;
+            }
+        }
+        // A set's one fence serves every resource: it must exceed each
+        // one's fences so far.
+        for set in self.sets.iter().flatten() {
+            let Some(fence) = set.fence() else { continue };
+            if !self.checked.insert(set.token().as_bytes().to_vec()) {
+                continue;
+            }
+            for (r, name) in RESOURCES.iter().enumerate() {
+                assert!(
+                    fence > self.fences[r],
+                    "seed {seed}: a set got fence {fence} after {} of {name}; last steps: {:?}",
+                    self.fences[r],
+                    &self.log[self.log.len().saturating_sub(12)..]
+                );
                 self.fences[r] = fence;
             }
         }
@@ -1053,8 +1071,12 @@ fn fences_strictly_increase_from_one_holder_to_the_next() {
         fencing: true,
         ..Mode::default()
     };
-    run_with(WIDE, fenced);
-    run_with(TIGHT, fenced);
+    let wide = run_with(WIDE, fenced);
+    let tight = run_with(TIGHT, fenced);
+    assert!(
+        wide.sets_taken + tight.sets_taken > 0,
+        "no fenced set was taken: {wide:?} {tight:?}"
+    );
 }
 
 /// Issue 17, hole 2: plain and fenced locks of one resource meet in one

@@ -75,6 +75,31 @@ fn a_set_is_taken_extended_and_released_as_one_on_real_servers() {
 }
 
 #[test]
+fn a_fenced_set_raises_every_members_counter_on_real_servers() {
+    let servers = RedisServers::start(3);
+    let locks = builder(&servers).fencing(true).build().unwrap();
+    let single = locks.try_lock("a").unwrap();
+    let a_fence = single.fence().unwrap();
+    single.release().unwrap();
+    let set = locks.lock_all(["a", "b"], &once()).unwrap();
+    let fence = set.fence().expect("a fenced set has a fence");
+    assert!(fence > a_fence);
+    for server in servers.iter() {
+        for member in ["locks:a", "locks:b"] {
+            let counter: u64 = server.cmd(
+                redis::cmd("HGET")
+                    .arg("locks:{quorum-lock}:fences")
+                    .arg(member),
+            );
+            assert_eq!(counter, fence, "{} {member}", server.describe());
+        }
+    }
+    set.release().unwrap();
+    let next = locks.try_lock("b").unwrap();
+    assert!(next.fence().unwrap() > fence);
+}
+
+#[test]
 fn one_member_held_elsewhere_on_a_quorum_refuses_the_whole_set() {
     let servers = RedisServers::start(3);
     let locks = builder(&servers).build().unwrap();

@@ -509,6 +509,29 @@ pub enum OpKind<'a> {
         /// The keys.
         keys: KeySet<'a>,
     },
+    /// [`AcquireAll`](Self::AcquireAll), and when this call set the keys,
+    /// read the highest of their fence counters (fields of the hash
+    /// `counter`, 0 when absent) in the same atomic step:
+    /// [`Reply::Fenced`] with that value. One fence then serves every
+    /// member (see [`RaiseFenceAll`](Self::RaiseFenceAll)).
+    AcquireAllFenced {
+        /// Expiry to set.
+        ttl: Duration,
+        /// The keys.
+        keys: KeySet<'a>,
+        /// The hash of the fence counters.
+        counter: &'a [u8],
+    },
+    /// Raise the fence counter of every key of `keys` to at least `fence`,
+    /// only while every one holds the token (one atomic step).
+    RaiseFenceAll {
+        /// The keys.
+        keys: KeySet<'a>,
+        /// The hash of the fence counters.
+        counter: &'a [u8],
+        /// The value each counter must reach.
+        fence: u64,
+    },
 }
 
 impl<'a> Op<'a> {
@@ -569,8 +592,12 @@ impl<'a> Op<'a> {
             | OpKind::AcquireFenced { ttl, .. }
             | OpKind::Extend { ttl }
             | OpKind::AcquireAll { ttl, .. }
+            | OpKind::AcquireAllFenced { ttl, .. }
             | OpKind::ExtendAll { ttl, .. } => Some(ttl),
-            OpKind::Release | OpKind::RaiseFence { .. } | OpKind::ReleaseAll { .. } => None,
+            OpKind::Release
+            | OpKind::RaiseFence { .. }
+            | OpKind::ReleaseAll { .. }
+            | OpKind::RaiseFenceAll { .. } => None,
         }
     }
 }
@@ -631,6 +658,8 @@ pub fn unsupported<B: Backend + ?Sized>(backend: &B, op: &Op<'_>) -> BackendErro
         OpKind::AcquireAll { .. } => "acquire of several keys (lock_all)",
         OpKind::ExtendAll { .. } => "extend of several keys (lock_all)",
         OpKind::ReleaseAll { .. } => "release of several keys (lock_all)",
+        OpKind::AcquireAllFenced { .. } => "fenced acquire of several keys (lock_all)",
+        OpKind::RaiseFenceAll { .. } => "fence raise of several keys (lock_all)",
     };
     BackendError::new(
         BackendErrorKind::Config,

@@ -28,16 +28,23 @@ impl Action {
     /// node's fence counters hash, `counters`.
     /// A composite key (several resources locked as one, see
     /// `backend/keyset.rs`) makes the set kind of the op: every key or
-    /// none. Sets are never fenced (`lock_all` refuses fencing).
+    /// none; a fenced set reads and raises every member's counter.
     pub(crate) fn op<'a>(self, key: &'a [u8], token: &'a [u8], counters: &'a [u8]) -> Op<'a> {
         if let Some(keys) = KeySet::of(key) {
-            debug_assert!(!self.is_fenced(), "a set of keys is never fenced");
             let kind = match self {
-                Self::Acquire { ttl } | Self::AcquireFenced { ttl } => {
-                    OpKind::AcquireAll { ttl, keys }
-                }
+                Self::Acquire { ttl } => OpKind::AcquireAll { ttl, keys },
+                Self::AcquireFenced { ttl } => OpKind::AcquireAllFenced {
+                    ttl,
+                    keys,
+                    counter: counters,
+                },
                 Self::Extend { ttl } => OpKind::ExtendAll { ttl, keys },
-                Self::Release | Self::RaiseFence(_) => OpKind::ReleaseAll { keys },
+                Self::Release => OpKind::ReleaseAll { keys },
+                Self::RaiseFence(fence) => OpKind::RaiseFenceAll {
+                    keys,
+                    counter: counters,
+                    fence,
+                },
             };
             return Op { key, token, kind };
         }

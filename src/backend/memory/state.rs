@@ -199,6 +199,38 @@ impl State {
                 }
                 Reply::Yes
             }
+            OpKind::AcquireAllFenced { ttl, keys, counter } => {
+                // Read first: a foreign value there fails before any write.
+                let mut read = 0;
+                for k in keys.iter() {
+                    read = read.max(self.counter(counter, k, now)?);
+                }
+                let all = Op {
+                    key,
+                    token,
+                    kind: OpKind::AcquireAll { ttl, keys },
+                };
+                match self.apply(&all, now)? {
+                    Reply::Yes => Reply::Fenced(read),
+                    other => other,
+                }
+            }
+            OpKind::RaiseFenceAll {
+                keys,
+                counter,
+                fence,
+            } => {
+                for k in keys.iter() {
+                    if !self.holds(k, token, now)? {
+                        return Ok(Reply::No);
+                    }
+                }
+                for k in keys.iter() {
+                    let raise = Op::raise_fence(k, token, counter, fence);
+                    self.apply(&raise, now)?;
+                }
+                Reply::Yes
+            }
             OpKind::ExtendAll { ttl, keys } => {
                 for k in keys.iter() {
                     if !self.holds(k, token, now)? {

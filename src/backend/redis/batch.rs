@@ -293,7 +293,10 @@ impl Inner {
             return self.server_error(e, Some(op.token));
         }
         let what = match op.kind {
-            OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } => format!(
+            OpKind::AcquireFenced { counter, .. }
+            | OpKind::RaiseFence { counter, .. }
+            | OpKind::AcquireAllFenced { counter, .. }
+            | OpKind::RaiseFenceAll { counter, .. } => format!(
                 "key {} or the fence counters {} hold a value quorum-lock did not write \
                  (WRONGTYPE): something else uses these names",
                 show_key(op.key),
@@ -312,9 +315,15 @@ impl Inner {
     /// (held elsewhere) or -2 (already ours) for a fenced acquire.
     fn script_reply(&self, op: &Op<'_>, value: Value) -> Result<Reply, BackendError> {
         match (op.kind, value) {
-            (OpKind::AcquireFenced { .. }, Value::Int(-1)) => Ok(Reply::No),
-            (OpKind::AcquireFenced { .. }, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
-            (OpKind::AcquireFenced { .. }, Value::Int(n)) if n >= 0 => {
+            (OpKind::AcquireFenced { .. } | OpKind::AcquireAllFenced { .. }, Value::Int(-1)) => {
+                Ok(Reply::No)
+            }
+            (OpKind::AcquireFenced { .. } | OpKind::AcquireAllFenced { .. }, Value::Int(-2)) => {
+                Ok(Reply::AlreadyOurs)
+            }
+            (OpKind::AcquireFenced { .. } | OpKind::AcquireAllFenced { .. }, Value::Int(n))
+                if n >= 0 =>
+            {
                 Ok(Reply::Fenced(n.unsigned_abs()))
             }
             (OpKind::AcquireAll { .. }, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
@@ -327,7 +336,8 @@ impl Inner {
                 | OpKind::RaiseFence { .. }
                 | OpKind::AcquireAll { .. }
                 | OpKind::ExtendAll { .. }
-                | OpKind::ReleaseAll { .. },
+                | OpKind::ReleaseAll { .. }
+                | OpKind::RaiseFenceAll { .. },
                 Value::Int(n @ (0 | 1)),
             ) => Ok(Reply::from(n == 1)),
             (_, other) => Err(self.protocol_error(op_name(op), &other)),
@@ -378,6 +388,20 @@ impl Inner {
                 keys.iter().collect(),
                 [token.to_vec(), vec![]],
             ),
+            OpKind::AcquireAllFenced { keys, counter, .. } => (
+                Script::AcquireAllFenced,
+                keys.iter().chain([counter]).collect(),
+                [token.to_vec(), ttl_arg()],
+            ),
+            OpKind::RaiseFenceAll {
+                keys,
+                counter,
+                fence,
+            } => (
+                Script::RaiseFenceAll,
+                keys.iter().chain([counter]).collect(),
+                [token.to_vec(), fence.to_string().into_bytes()],
+            ),
         };
         let mut cmd = match digests {
             Some(digests) => {
@@ -413,6 +437,8 @@ fn script_of(op: &Op<'_>) -> Option<Script> {
         OpKind::AcquireAll { .. } => Some(Script::AcquireAll),
         OpKind::ExtendAll { .. } => Some(Script::ExtendAll),
         OpKind::ReleaseAll { .. } => Some(Script::ReleaseAll),
+        OpKind::AcquireAllFenced { .. } => Some(Script::AcquireAllFenced),
+        OpKind::RaiseFenceAll { .. } => Some(Script::RaiseFenceAll),
     }
 }
 
@@ -442,6 +468,8 @@ fn op_name(op: &Op<'_>) -> &'static str {
         OpKind::AcquireAll { .. } => "the set acquire script",
         OpKind::ExtendAll { .. } => "the set extend script",
         OpKind::ReleaseAll { .. } => "the set release script",
+        OpKind::AcquireAllFenced { .. } => "the fenced set acquire script",
+        OpKind::RaiseFenceAll { .. } => "the set fence script",
     }
 }
 

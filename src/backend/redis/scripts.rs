@@ -83,6 +83,43 @@ const RELEASE_ALL: &str = "\
      if deleted == 0 then return 0 end \
      return 1 + heard";
 
+/// [`ACQUIRE_ALL`] for fenced sets. The last key is the hash of the fence
+/// counters, the others the members. Every member's counter is read first
+/// (a foreign value in the hash fails there, before any write). Returns
+/// the highest counter (0 when none) when all members were set; -1 when
+/// one is held by another value, -2 when one already holds `ARGV[1]`.
+const ACQUIRE_ALL_FENCED: &str = "\
+     local hash = KEYS[#KEYS] \
+     local n = 0 \
+     for i = 1, #KEYS - 1 do \
+       local c = tonumber(redis.call('hget', hash, KEYS[i]) or '0') \
+       if not c then return redis.error_reply('WRONGTYPE fence counter is not a number') end \
+       if c > n then n = c end \
+     end \
+     local ours = false \
+     for i = 1, #KEYS - 1 do \
+       local v = redis.call('get', KEYS[i]) \
+       if v then if v ~= ARGV[1] then return -1 end ours = true end \
+     end \
+     if ours then return -2 end \
+     for i = 1, #KEYS - 1 do redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2]) end \
+     return n";
+
+/// [`RAISE_FENCE`] for sets: raises every member's counter (the last key
+/// is the hash) to at least `ARGV[2]`, only while every member holds
+/// `ARGV[1]`. Returns 1, or 0 when some member is not ours.
+const RAISE_FENCE_ALL: &str = "\
+     local hash = KEYS[#KEYS] \
+     for i = 1, #KEYS - 1 do \
+       if redis.call('get', KEYS[i]) ~= ARGV[1] then return 0 end \
+     end \
+     for i = 1, #KEYS - 1 do \
+       local c = tonumber(redis.call('hget', hash, KEYS[i]) or '0') \
+       if not c then return redis.error_reply('WRONGTYPE fence counter is not a number') end \
+       if c < tonumber(ARGV[2]) then redis.call('hset', hash, KEYS[i], ARGV[2]) end \
+     end \
+     return 1";
+
 /// One of the scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Script {
@@ -93,11 +130,13 @@ pub(super) enum Script {
     AcquireAll,
     ExtendAll,
     ReleaseAll,
+    AcquireAllFenced,
+    RaiseFenceAll,
 }
 
 impl Script {
     /// Every script, in the order of [`Digests`].
-    pub(super) const ALL: [Self; 7] = [
+    pub(super) const ALL: [Self; 9] = [
         Self::Release,
         Self::Extend,
         Self::AcquireFenced,
@@ -105,6 +144,8 @@ impl Script {
         Self::AcquireAll,
         Self::ExtendAll,
         Self::ReleaseAll,
+        Self::AcquireAllFenced,
+        Self::RaiseFenceAll,
     ];
 
     pub(super) fn text(self) -> &'static str {
@@ -116,6 +157,8 @@ impl Script {
             Self::AcquireAll => ACQUIRE_ALL,
             Self::ExtendAll => EXTEND_ALL,
             Self::ReleaseAll => RELEASE_ALL,
+            Self::AcquireAllFenced => ACQUIRE_ALL_FENCED,
+            Self::RaiseFenceAll => RAISE_FENCE_ALL,
         }
     }
 
@@ -127,7 +170,7 @@ impl Script {
 /// The digest of every script, as a server's `SCRIPT LOAD` returned it
 /// (the same on every server: it names the text).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Digests([String; 7]);
+pub(super) struct Digests([String; Script::ALL.len()]);
 
 impl Digests {
     /// The digests from `SCRIPT LOAD` replies in [`Script::ALL`] order;
