@@ -26,6 +26,8 @@ mod protocol_check;
 #[cfg(test)]
 mod semaphore_check;
 #[cfg(test)]
+mod set_check;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
