@@ -57,12 +57,13 @@ impl LockManager {
     /// a quorum, so each resource still sees its fences increase from one
     /// holder (set or single) to the next. [`LockGuard::fence`] gives it.
     ///
-    /// Limits of this version: a thread holding a set that then waits
-    /// for one of its resources alone is not told
-    /// [`Error::Deadlock`](crate::Error::Deadlock) (it waits until its
-    /// retry policy gives up); waiting for a set retries on its timer, not
-    /// on release notices; [`inspect`](Self::inspect) looks at one
-    /// resource at a time.
+    /// A thread that holds a set and waits for one of its resources (alone
+    /// or in another set), or holds a resource and waits for a set with
+    /// it, would wait for itself: that is
+    /// [`Error::Deadlock`](crate::Error::Deadlock) at once, as for one
+    /// lock. Limits of this version: waiting for a set retries on its
+    /// timer, not on release notices; [`inspect`](Self::inspect) looks at
+    /// one resource at a time.
     ///
     /// # Errors
     ///

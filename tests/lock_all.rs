@@ -208,6 +208,35 @@ fn a_fenced_set_gets_one_fence_above_each_members_and_raises_them_all() {
 }
 
 #[test]
+fn waiting_for_a_member_of_a_set_this_thread_holds_is_a_deadlock_error() {
+    let nodes = nodes("all-self");
+    let locks = builder(&nodes)
+        .retry(RetryPolicy::new().max_wait(Duration::from_secs(30)))
+        .build()
+        .unwrap();
+    let set = locks.lock_all(["a", "b"], &LockOptions::new()).unwrap();
+    let before: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
+    let err = locks.lock("a").unwrap_err();
+    assert!(err.is_deadlock(), "{err}");
+    let err = locks.lock_all(["b", "c"], &LockOptions::new()).unwrap_err();
+    assert!(err.is_deadlock(), "{err}");
+    let after: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
+    assert_eq!(before, after, "no node was asked");
+    // One attempt reports what the servers say, as for one lock.
+    assert!(locks.try_lock("a").unwrap_err().is_contended());
+    // And the other way round: a member held alone.
+    let single = locks.lock("c").unwrap();
+    let err = locks.lock_all(["c", "d"], &LockOptions::new()).unwrap_err();
+    assert!(err.is_deadlock(), "{err}");
+    // Another thread waits as usual (here: until the set is released).
+    let other = locks.clone();
+    let waiter = std::thread::spawn(move || other.lock("a").map(|g| g.resources().len()));
+    set.release().unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), 1);
+    drop(single);
+}
+
+#[test]
 fn bad_sets_are_refused_before_any_node_is_asked() {
     let nodes = nodes("all-bad");
     let locks = builder(&nodes).build().unwrap();

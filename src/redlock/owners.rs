@@ -18,6 +18,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::lease::Lease;
+use crate::backend::KeySet;
 
 /// The live guards of one manager, by key and acquiring thread.
 #[derive(Debug, Default)]
@@ -36,12 +37,13 @@ impl Owners {
     pub(crate) fn held_by_me(&self, key: &Arc<[u8]>, now: Instant) -> bool {
         let me = thread::current().id();
         let held = self.held.lock();
-        let Some(leases) = held.get(&(Arc::clone(key), me)) else {
-            return false;
-        };
-        leases.iter().filter_map(Weak::upgrade).any(|lease| {
-            let state = lease.state();
-            state.lost().is_none() && state.deadline() > now
+        members(key).any(|member| {
+            held.get(&(member, me)).is_some_and(|leases| {
+                leases.iter().filter_map(Weak::upgrade).any(|lease| {
+                    let state = lease.state();
+                    state.lost().is_none() && state.deadline() > now
+                })
+            })
         })
     }
 
@@ -51,11 +53,13 @@ impl Owners {
         let thread = thread::current().id();
         let key = Arc::clone(&lease.key);
         let lease = Arc::downgrade(lease);
-        self.held
-            .lock()
-            .entry((Arc::clone(&key), thread))
-            .or_default()
-            .push(Weak::clone(&lease));
+        let mut held = self.held.lock();
+        for member in members(&key) {
+            held.entry((member, thread))
+                .or_default()
+                .push(Weak::clone(&lease));
+        }
+        drop(held);
         Owned {
             owners: Arc::clone(self),
             key,
@@ -66,6 +70,16 @@ impl Owners {
 }
 
 /// One live guard's entry in [`Owners`]; removed when dropped.
+/// The keys a lease holds: its key, or each member's key of a set (a
+/// thread that holds a set holds each of its resources, and waiting for
+/// one of them, alone or in another set, would wait for itself).
+fn members(key: &Arc<[u8]>) -> impl Iterator<Item = Arc<[u8]>> {
+    // No allocation for a single key: the hot path.
+    let set: Option<Vec<Arc<[u8]>>> = KeySet::of(key).map(|s| s.iter().map(Arc::from).collect());
+    let single = set.is_none().then(|| Arc::clone(key));
+    single.into_iter().chain(set.into_iter().flatten())
+}
+
 #[derive(Debug)]
 pub(crate) struct Owned {
     owners: Arc<Owners>,
@@ -78,11 +92,13 @@ pub(crate) struct Owned {
 impl Drop for Owned {
     fn drop(&mut self) {
         let mut held = self.owners.held.lock();
-        let entry = (Arc::clone(&self.key), self.thread);
-        if let Some(leases) = held.get_mut(&entry) {
-            leases.retain(|l| !l.ptr_eq(&self.lease));
-            if leases.is_empty() {
-                held.remove(&entry);
+        for member in members(&self.key) {
+            let entry = (member, self.thread);
+            if let Some(leases) = held.get_mut(&entry) {
+                leases.retain(|l| !l.ptr_eq(&self.lease));
+                if leases.is_empty() {
+                    held.remove(&entry);
+                }
             }
         }
     }
