@@ -61,9 +61,9 @@ impl LockManager {
     /// or in another set), or holds a resource and waits for a set with
     /// it, would wait for itself: that is
     /// [`Error::Deadlock`](crate::Error::Deadlock) at once, as for one
-    /// lock. Limits of this version: waiting for a set retries on its
-    /// timer, not on release notices; [`inspect`](Self::inspect) looks at
-    /// one resource at a time.
+    /// lock. A waiter for a set listens for the release of every member:
+    /// any of them wakes it. [`inspect`](Self::inspect) looks at one
+    /// resource at a time.
     ///
     /// # Errors
     ///

@@ -52,6 +52,33 @@ fn wait_behind(holder: &LockManager, waiter: &LockManager, options: &LockOptions
     })
 }
 
+/// A waiter for a set (`lock_all`) listens for each member: the release
+/// of one that another manager held wakes it.
+#[test]
+fn a_set_waiter_wakes_at_the_release_of_a_member() {
+    let nodes = nodes();
+    let (holder, waiter) = (manager(&nodes), manager(&nodes));
+    let guard = holder.try_lock("b").unwrap();
+    let after = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_all(["a", "b"], &retries(RETRY_DELAY)).unwrap();
+            let at = Instant::now();
+            got.release().unwrap();
+            at
+        });
+        std::thread::sleep(HOLD);
+        let released = Instant::now();
+        guard.release().unwrap();
+        waiting.join().unwrap().saturating_duration_since(released)
+    });
+    assert!(
+        after < RETRY_DELAY / 2,
+        "woken {after:?} after the release: it slept out its retry delay"
+    );
+    let locks = waiter.health().locks;
+    assert_eq!((locks.woken, locks.acquired), (1, 1), "{locks:?}");
+}
+
 #[test]
 fn a_waiter_in_another_manager_wakes_at_the_release() {
     let nodes = nodes();

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
+use crate::backend::KeySet;
+
 /// How long a release that others listened for is remembered: the
 /// releaser's next `lock` of that key lets them go first only if it comes
 /// within this time (a loop that locks again at once); later, the others
@@ -115,16 +117,27 @@ impl Waiters {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// The watched keys and the generation they belong to.
+    /// The keys to listen for and the generation they belong to: each
+    /// watched key, or each member of a watched set (`lock_all`), once.
     pub(super) fn keys(&self) -> (u64, Vec<Arc<[u8]>>) {
         let book = self.book.lock();
-        (self.generation(), book.keys.keys().cloned().collect())
+        let mut keys: Vec<Arc<[u8]>> = Vec::with_capacity(book.keys.len());
+        for key in book.keys.keys() {
+            match KeySet::of(key) {
+                Some(set) => keys.extend(set.iter().map(Arc::from)),
+                None => keys.push(Arc::clone(key)),
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        (self.generation(), keys)
     }
 
     /// Takes note of a release notice for `key` from node `node`, and
-    /// wakes the waiters of `key` that have now heard from enough nodes
-    /// (every one of them with `node` = `None`: notices may have been
-    /// missed). Whether some waiter still needs notices from other nodes.
+    /// wakes the waiters of `key` (and of every watched set that has `key`
+    /// as a member) that have now heard from enough nodes (every one of
+    /// them with `node` = `None`: notices may have been missed). Whether
+    /// some waiter still needs notices from other nodes.
     pub(super) fn notify(&self, key: &[u8], node: Option<usize>) -> bool {
         let deaf = self
             .deaf
@@ -134,7 +147,10 @@ impl Waiters {
         let needed = self.quorum.saturating_sub(deaf).max(1);
         let mut book = self.book.lock();
         let mut short = false;
-        for waiter in book.keys.get_mut(key).into_iter().flatten() {
+        let concerned = book.keys.iter_mut().filter(|(watched, _)| {
+            &watched[..] == key || KeySet::of(watched).is_some_and(|s| s.iter().any(|m| m == key))
+        });
+        for waiter in concerned.flat_map(|(_, list)| list.iter_mut()) {
             if let Some(slot) = node.and_then(|n| waiter.heard_from.get_mut(n)) {
                 *slot = true;
             }
