@@ -198,6 +198,9 @@ pub(crate) struct Figures {
     pub(crate) longest_overlap: Duration,
     pub(crate) first_overlap: Option<(Window, Window)>,
     pub(crate) lost: LostUpdates,
+    /// Inspections made, and what they say against the windows.
+    pub(crate) inspections: u64,
+    pub(crate) inspected: Inspections,
 }
 
 impl Figures {
@@ -273,4 +276,40 @@ pub(crate) fn describe_fenced_write(w: &FencedWrite, started: Instant) -> String
         w.at.saturating_duration_since(started),
         w.deadline.saturating_duration_since(started),
     )
+}
+
+/// What the inspections say against the holders' windows: sights checked
+/// (the named holder's window covers the whole inspection), and sights
+/// contradicted: a holder of another manager began within the time left
+/// the inspection gave, while the named holder had not let go yet. The
+/// first contradiction, with the two windows.
+#[derive(Debug, Default)]
+pub(crate) struct Inspections {
+    pub(crate) checked: u64,
+    pub(crate) contradicted: u64,
+    pub(crate) first: Option<(Sight, Window, Window)>,
+}
+
+pub(crate) fn check_inspections(sights: &[Sight], windows: &[Window]) -> Inspections {
+    let mut out = Inspections::default();
+    for sight in sights {
+        let Some(seen) = windows
+            .iter()
+            .find(|w| w.owner == sight.owner && w.start <= sight.start && sight.end <= w.end)
+        else {
+            continue;
+        };
+        out.checked += 1;
+        let Some(until) = sight.end.checked_add(sight.time_left) else {
+            continue;
+        };
+        let next = windows.iter().find(|w| {
+            w.owner != sight.owner && w.start > sight.end && w.start < until && seen.end > w.start
+        });
+        if let Some(next) = next {
+            out.contradicted += 1;
+            out.first.get_or_insert((*sight, *seen, *next));
+        }
+    }
+    out
 }

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::checker::{count_overlaps, fenced_figures, lost_updates};
+use crate::checker::{check_inspections, count_overlaps, fenced_figures, lost_updates};
 use crate::clients::Family;
-use crate::recorder::{FencedWrite, Resource, Seen, Window, Write};
+use crate::recorder::{FencedWrite, Resource, Seen, Sight, Window, Write};
 
 /// `ms` milliseconds after `t0`.
 fn at(t0: Instant, ms: u64) -> Instant {
@@ -26,6 +26,7 @@ fn window(t0: Instant, client: usize, from: u64, to: u64) -> Window {
         extensions: 0,
         manual_extends: 0,
         fence: None,
+        owner: client as u64,
     }
 }
 
@@ -279,4 +280,39 @@ fn fences_are_ordered_only_between_holds_that_follow_each_other() {
         (1, 1),
         "a hold beginning as another ended, with the same fence"
     );
+}
+
+/// An inspection at `[from, to)` ms that named owner `owner` with
+/// `left_ms` of time left.
+fn sight(t0: Instant, owner: u64, from: u64, to: u64, left_ms: u64) -> Sight {
+    Sight {
+        start: at(t0, from),
+        end: at(t0, to),
+        owner,
+        time_left: Duration::from_millis(left_ms),
+    }
+}
+
+#[test]
+fn a_holder_of_another_manager_within_the_time_left_contradicts_an_inspection() {
+    let t0 = Instant::now();
+    let sights = [sight(t0, 0, 100, 110, 500)];
+    // Client 1 starts at 300 while client 0 holds until 400: the
+    // inspection's 500 ms were wrong.
+    let windows = [window(t0, 0, 50, 400), window(t0, 1, 300, 900)];
+    let seen = check_inspections(&sights, &windows);
+    assert_eq!((seen.checked, seen.contradicted), (1, 1), "{seen:?}");
+    assert!(seen.first.is_some());
+}
+
+#[test]
+fn a_holder_after_the_named_one_let_go_or_after_the_time_left_is_fine() {
+    let t0 = Instant::now();
+    let sights = [sight(t0, 0, 100, 110, 500), sight(t0, 0, 100, 110, 100)];
+    // Released early at 400, then client 1 (within the first time left).
+    let windows = [window(t0, 0, 50, 400), window(t0, 1, 450, 900)];
+    assert_eq!(check_inspections(&sights, &windows).contradicted, 0);
+    // A sight no window of its owner covers is not checked.
+    let lone = [sight(t0, 7, 100, 110, 500)];
+    assert_eq!(check_inspections(&lone, &windows).checked, 0);
 }

@@ -124,10 +124,16 @@ pub(crate) fn roster() -> (Vec<ClientSpec>, Vec<bool>) {
     (clients, fenced_by_default)
 }
 
-pub(crate) fn client_manager(urls: &[String], quarantine: bool, fencing: bool) -> LockManager {
+pub(crate) fn client_manager(
+    urls: &[String],
+    quarantine: bool,
+    fencing: bool,
+    owner: u64,
+) -> LockManager {
     LockManager::builder()
         .redis_nodes(urls)
         .unwrap()
+        .owner(owner_label(owner))
         .ttl(TTL)
         .max_ttl(TTL)
         .node_timeout(NODE_TIMEOUT)
@@ -144,10 +150,17 @@ pub(crate) fn client_manager(urls: &[String], quarantine: bool, fencing: bool) -
         .unwrap()
 }
 
+/// The number of `locks`'s owner label (every manager here has one).
+pub(crate) fn owner_of(locks: &LockManager) -> u64 {
+    owner_number(locks.owner()).unwrap_or(u64::MAX)
+}
+
 /// How one hold goes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HoldPlan {
     pub(crate) family: Family,
+    /// The holder's manager (its owner number, see [`owner_of`]).
+    pub(crate) owner: u64,
     /// The client's holds before this one (its round-robin turn).
     pub(crate) turn: u64,
     pub(crate) handed_over: bool,
@@ -184,6 +197,7 @@ impl HoldPlan {
             drop_it: false,
             via_check: false,
             stall: false,
+            owner: u64::MAX,
         }
     }
 }
@@ -331,7 +345,10 @@ pub(crate) fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &
         let Some(guard) = acquire(id, locks, RESOURCE, side, &options, shared) else {
             continue;
         };
-        let mut plan = plan;
+        let mut plan = HoldPlan {
+            owner: owner_of(locks),
+            ..plan
+        };
         if shared.exercised(spec.family) {
             // The plain hold that opens the run stalls: every run has a
             // late writer, and the others compete meanwhile.
@@ -380,7 +397,9 @@ pub(crate) fn late_client(
             nap(shared, rng.millis(0, LATE_CONTACT_MAX.as_millis() as u64));
         }
         built += 1;
-        let locks = client_manager(urls, quarantine, false);
+        // Late managers: numbers apart from the long-lived ones.
+        let number = LATE_OWNERS + id as u64 * 1000 + built;
+        let locks = client_manager(urls, quarantine, false, number);
         shared.counts.late_managers.fetch_add(1, Ordering::Relaxed);
         for _ in 0..LATE_ACQUISITIONS {
             if shared.stopping() {
@@ -392,6 +411,7 @@ pub(crate) fn late_client(
             };
             let plan = HoldPlan {
                 via_check: true,
+                owner: owner_of(&locks),
                 ..HoldPlan::short(Family::LateManager, holds, rng.millis(1, 10))
             };
             hold(id, guard, shared, &mut rng, plan, None);
@@ -530,6 +550,8 @@ pub(crate) fn fenced_hold(
         extensions: guard.extensions(),
         manual_extends: 0,
         fence: Some(fence),
+        // The inspections look at the unfenced resource only.
+        owner: u64::MAX,
     });
     counts.ended_by_release.fetch_add(1, Ordering::Relaxed);
     if guard.release().is_err() {
@@ -665,6 +687,7 @@ pub(crate) fn hold(
         extensions,
         manual_extends: manual_ok,
         fence: None,
+        owner: plan.owner,
     });
     if plan.drop_it {
         if let Some(group) = group {

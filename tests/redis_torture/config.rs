@@ -42,6 +42,15 @@ pub(crate) const LATE_ACQUISITIONS: usize = 2;
 pub(crate) const LATE_CONTACT_MAX: Duration = Duration::from_millis(1200);
 /// Seconds per randomized run unless `QUORUM_LOCK_TORTURE_SECS` says more.
 pub(crate) const DEFAULT_SECS: u64 = 15;
+/// Late managers' owner numbers start here (the long-lived managers are
+/// numbered from 0, the inspector is [`INSPECTOR_OWNER`]).
+pub(crate) const LATE_OWNERS: u64 = 1_000_000;
+pub(crate) const INSPECTOR_OWNER: u64 = 999_999;
+/// How often the inspector looks at the resource, and the most sights it
+/// keeps.
+pub(crate) const INSPECT_EVERY: Duration = Duration::from_millis(20);
+pub(crate) const MAX_SIGHTS: usize = 5_000;
+
 /// The one resource everybody fights over.
 pub(crate) const RESOURCE: &str = "torture:resource";
 /// Every third hold of a plain or auto-extended client (its first one

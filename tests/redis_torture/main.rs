@@ -433,8 +433,11 @@ fn torture(quarantine: bool) -> Figures {
     let shared = Shared::new(clients.len());
     let managers: Vec<LockManager> = fenced_by_default
         .iter()
-        .map(|&fenced| client_manager(&urls, quarantine, fenced))
+        .enumerate()
+        .map(|(m, &fenced)| client_manager(&urls, quarantine, fenced, m as u64))
         .collect();
+    // Looks at the resource all along, as an operator would.
+    let inspector = client_manager(&urls, quarantine, false, INSPECTOR_OWNER);
     let mut rng = Rng::new(seed);
     let client_seeds: Vec<u64> = clients.iter().map(|_| rng.next_u64()).collect();
     let started = Instant::now();
@@ -457,10 +460,16 @@ fn torture(quarantine: bool) -> Figures {
                 })
                 .unwrap();
         }
+        let (shared_ref, inspector) = (&shared, &inspector);
+        thread::Builder::new()
+            .name("torture-inspector".into())
+            .spawn_scoped(scope, move || inspect_all_along(inspector, shared_ref))
+            .unwrap();
         fault_schedule(&mut servers, &proxies, &shared, &mut rng, deadline, &pids)
     });
     let run_time = started.elapsed();
     drop(managers);
+    drop(inspector);
     let _ = hang.send(());
 
     let windows = std::mem::take(&mut *shared.windows.lock().unwrap());
@@ -475,6 +484,7 @@ fn torture(quarantine: bool) -> Figures {
         longest_overlap.max(fenced_longest),
         first_overlap.or(fenced_first),
     );
+    let inspected = check_inspections(&shared.sights.lock().unwrap(), &windows);
     let lost = lost_updates(&shared.resource.lock().unwrap());
     let register_value = register.get(REGISTER_VALUE.as_bytes()).map_or(0, |v| {
         String::from_utf8_lossy(&v)
@@ -515,6 +525,8 @@ fn torture(quarantine: bool) -> Figures {
         longest_overlap,
         first_overlap,
         lost,
+        inspections: load(&shared.inspections),
+        inspected,
     };
     let f = &figures.faults;
     let l = &figures.lost;
@@ -611,6 +623,20 @@ fn torture(quarantine: bool) -> Figures {
             eprintln!("  {what}: {}", describe_fenced_write(&w, started));
         }
     }
+    eprintln!(
+        "  inspections {}: {} seen held by a holder whose window covers them, {} contradicted \
+         by a holder of another manager within the time left they gave",
+        figures.inspections, figures.inspected.checked, figures.inspected.contradicted
+    );
+    if let Some((sight, seen, next)) = &figures.inspected.first {
+        eprintln!(
+            "  first contradicted inspection: {:?} left at {:.1?}, held by\n    {}\n  then\n    {}",
+            sight.time_left,
+            sight.end.saturating_duration_since(started),
+            describe(seen, started),
+            describe(next, started),
+        );
+    }
     if let Some((a, b)) = &figures.first_overlap {
         eprintln!(
             "  first overlap (times from the run's start):\n    {}\n    {}",
@@ -695,6 +721,12 @@ fn randomized_faults_with_quarantine_never_overlap() {
         "no manager was built after a restart: {figures:?}"
     );
     assert!(
+        figures.inspected.checked > 0 && figures.inspected.contradicted == 0,
+        "inspections (who holds the lock, and for how long at least) must hold against the \
+         holders' windows: {:?}",
+        figures.inspected
+    );
+    assert!(
         figures.set_holds > 0,
         "no client held the resource as part of a set (lock_all): {figures:?}"
     );
@@ -759,4 +791,30 @@ fn assert_fencing_holds(figures: &Figures) {
         (0, 0, 0),
         "fences out of order with quarantine on: {figures:?}"
     );
+}
+
+/// The inspector: every [`INSPECT_EVERY`] until the run stops, who holds
+/// the resource and for how long at least (kept when a holder is named).
+fn inspect_all_along(inspector: &LockManager, shared: &Shared) {
+    while !shared.stopping() {
+        let start = Instant::now();
+        let seen = inspector.inspect(RESOURCE);
+        let end = Instant::now();
+        shared.inspections.fetch_add(1, Ordering::Relaxed);
+        if let Ok(seen) = seen
+            && let Some(owner) = seen.owner().and_then(owner_number)
+            && seen.is_held()
+        {
+            let mut sights = shared.sights.lock().unwrap();
+            if sights.len() < MAX_SIGHTS {
+                sights.push(Sight {
+                    start,
+                    end,
+                    owner,
+                    time_left: seen.time_left(),
+                });
+            }
+        }
+        nap(shared, INSPECT_EVERY);
+    }
 }

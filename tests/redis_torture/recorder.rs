@@ -47,6 +47,32 @@ pub(crate) struct Window {
     pub(crate) manual_extends: u32,
     /// The guard's fence (fenced clients).
     pub(crate) fence: Option<u64>,
+    /// The holder's manager, by the number in its owner label
+    /// (`torture-<n>`, see [`owner_label`]).
+    pub(crate) owner: u64,
+}
+
+/// The owner label of the manager numbered `n`.
+pub(crate) fn owner_label(n: u64) -> String {
+    format!("torture-{n}")
+}
+
+/// The number in an owner label made by [`owner_label`].
+pub(crate) fn owner_number(label: &str) -> Option<u64> {
+    label.strip_prefix("torture-")?.parse().ok()
+}
+
+/// What one inspection of the resource saw (only sights of a holder the
+/// inspection named are kept).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sight {
+    /// Before and after the inspection.
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+    /// The holder's manager ([`owner_number`]).
+    pub(crate) owner: u64,
+    /// The time left the inspection gave, from `end`.
+    pub(crate) time_left: Duration,
 }
 
 /// One write of the shared counter.
@@ -193,6 +219,10 @@ pub(crate) struct Counts {
 pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
     pub(crate) windows: Mutex<Vec<Window>>,
+    /// The inspector's sights of a named holder, and how many inspections
+    /// it made.
+    pub(crate) sights: Mutex<Vec<Sight>>,
+    pub(crate) inspections: AtomicU64,
     /// Per client: when its current hold is planned to end.
     pub(crate) holding: Mutex<Vec<Option<Instant>>>,
     /// Set by the fault schedule before it restarts a majority: the next
@@ -225,6 +255,8 @@ impl Shared {
         Self {
             stop: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
+            sights: Mutex::new(Vec::new()),
+            inspections: AtomicU64::new(0),
             holding: Mutex::new(vec![None; clients]),
             want_long_hold: AtomicBool::new(false),
             restarts: AtomicU64::new(0),

@@ -107,7 +107,7 @@ fn the_semaphore_never_has_more_holders_than_permits_under_faults() {
         .map(|id| {
             let (urls, opening, record) = (urls.clone(), Arc::clone(&opening), Arc::clone(&record));
             thread::spawn(move || {
-                let locks = client_manager(&urls, true, false);
+                let locks = client_manager(&urls, true, false, 0);
                 let semaphore = locks.semaphore(NAME, PERMITS).unwrap();
                 let permit = semaphore
                     .acquire_with(&LockOptions::new().wait(Duration::from_secs(10)))
@@ -133,7 +133,14 @@ fn the_semaphore_never_has_more_holders_than_permits_under_faults() {
     let clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
             let (urls, stop, record) = (urls.clone(), Arc::clone(&stop), Arc::clone(&record));
-            thread::spawn(move || client(id, &client_manager(&urls, true, false), &stop, &record))
+            thread::spawn(move || {
+                client(
+                    id,
+                    &client_manager(&urls, true, false, id as u64),
+                    &stop,
+                    &record,
+                )
+            })
         })
         .collect();
     // One node at a time: restarted empty, or frozen for a while.
