@@ -40,6 +40,7 @@ fn a_set_holds_every_member_on_every_node_and_releases_them_together() {
     let nodes = nodes("all-basic");
     let locks = builder(&nodes).prefix("p:").build().unwrap();
     let guard = locks.lock_all(["b", "a", "b", "c"], &once()).unwrap();
+    assert!(locks.flush(FLUSH));
     assert_eq!(guard.resources(), [&b"a"[..], b"b", b"c"]);
     assert!(guard.fence().is_none());
     for node in &nodes {
@@ -91,6 +92,7 @@ fn a_node_where_one_member_is_taken_votes_no_and_writes_nothing() {
     nodes[0].acquire(b"b", b"someone-else", TTL).unwrap();
     let locks = builder(&nodes).build().unwrap();
     let guard = locks.lock_all(["a", "b"], &once()).unwrap();
+    assert!(locks.flush(FLUSH));
     assert_eq!(
         nodes[0].holder(b"a"),
         None,
@@ -118,6 +120,7 @@ fn a_set_extends_all_its_members_together() {
     let locks = builder(&nodes).build().unwrap();
     let mut guard = locks.lock_all(["x", "y"], &once()).unwrap();
     guard.extend(TTL * 3).unwrap();
+    assert!(locks.flush(FLUSH));
     for node in &nodes {
         for key in [&b"x"[..], b"y"] {
             assert!(node.remaining_ttl(key).unwrap() > TTL, "{node:?}");
@@ -215,6 +218,7 @@ fn waiting_for_a_member_of_a_set_this_thread_holds_is_a_deadlock_error() {
         .build()
         .unwrap();
     let set = locks.lock_all(["a", "b"], &LockOptions::new()).unwrap();
+    assert!(locks.flush(FLUSH), "every node's part of the lock is done");
     let before: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
     let err = locks.lock("a").unwrap_err();
     assert!(err.is_deadlock(), "{err}");
