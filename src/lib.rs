@@ -155,6 +155,7 @@ mod engine;
 mod error;
 mod guard;
 mod health;
+mod inspect;
 mod inspection;
 mod lock_all;
 mod lost;

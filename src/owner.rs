@@ -85,6 +85,17 @@ pub(crate) fn push_value(token: &Token, suffix: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(suffix);
 }
 
+impl Token {
+    /// Whether `value`, read from a node, is this token's lock: the token,
+    /// alone or followed by an owner label
+    /// ([`LockManagerBuilder::owner`](crate::LockManagerBuilder::owner)).
+    pub fn matches_stored(&self, value: &[u8]) -> bool {
+        value
+            .strip_prefix(self.as_bytes())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(OWNER_MARK))
+    }
+}
+
 /// The owner label in a stored value, if the value is one of ours with a
 /// label that passes [`check_label`]; `None` for a value of another client
 /// or one stored without a label. Never any part of the token.

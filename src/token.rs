@@ -37,15 +37,6 @@ impl Token {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
-
-    /// Whether `value`, read from a node, is this token's lock: the token,
-    /// alone or followed by an owner label
-    /// ([`LockManagerBuilder::owner`](crate::LockManagerBuilder::owner)).
-    pub fn matches_stored(&self, value: &[u8]) -> bool {
-        value
-            .strip_prefix(&self.0[..])
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(crate::owner::OWNER_MARK))
-    }
 }
 
 impl fmt::Debug for Token {
