@@ -115,5 +115,10 @@ fn one_deaf_node_does_not_stop_the_wake_ups() {
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
     let after = wait_behind(&holder, &waiter, &retries(RETRY_DELAY));
     assert!(after < RETRY_DELAY / 2, "woken {after:?} after the release");
-    assert_eq!(waiter.health().locks.woken, 1);
+    // With one node deaf, one notice is a quorum of the nodes that can
+    // send any: the waiter may wake before the release reached the other
+    // live node, fail, and wake again at that node's notice. Either way
+    // it was woken, not timed out.
+    let locks = waiter.health().locks;
+    assert!(locks.woken >= 1 && locks.acquired == 1, "{locks:?}");
 }
