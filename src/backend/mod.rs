@@ -4,17 +4,22 @@
 //! engine runs one worker thread per backend and counts their votes.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod answers;
 mod error;
 mod holding;
 mod keyset;
 pub(crate) mod memory;
 mod notices;
+mod op;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub(crate) mod redis;
+mod server_info;
 
+use self::answers::Answered;
+pub use self::answers::{Answers, InFlight};
 pub use self::error::{BackendError, BackendErrorKind};
 pub use self::holding::{Holding, MAX_INSPECTED_VALUE};
 pub use self::keyset::{KeySet, MAX_SET_SIZE};
@@ -22,6 +27,8 @@ pub(crate) use self::keyset::{SET_MARK, compose as compose_keys, show as show_re
 #[cfg(feature = "redis")]
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::ReleaseListener;
+pub use self::op::{Op, OpKind, Reply};
+pub use self::server_info::ServerInfo;
 
 /// One lock server (one Redis master, one in-memory node, ...).
 ///
@@ -396,256 +403,6 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
 }
 
-/// A batch sent by [`Backend::send_batch`] whose answers have not been read.
-pub trait InFlight: Send {
-    /// Waits until the answers have begun to arrive, or `until` passes,
-    /// and says whether they have (or the batch failed: `finish` then says
-    /// how), so that `finish` would not wait long. The engine uses it to
-    /// read first the node that answered first. The default says yes: the
-    /// answers were known when the batch was sent.
-    fn wait(&mut self, until: Instant) -> bool {
-        let _ = until;
-        true
-    }
-
-    /// Reads the answers, within the backend's bound on one call. `ops`
-    /// must be the ops the batch was sent with (a backend may need them to
-    /// read the answers, or to run some again).
-    fn finish(self: Box<Self>, ops: &[Op<'_>]) -> Answers;
-}
-
-/// Answers already known when the batch was sent (the default
-/// [`Backend::send_batch`]).
-struct Answered(Answers);
-
-impl InFlight for Answered {
-    fn finish(self: Box<Self>, _ops: &[Op<'_>]) -> Answers {
-        self.0
-    }
-}
-
-/// One operation on one lock server, in a [`Backend::batch`]: which key,
-/// with whose token, doing what.
-///
-/// ```
-/// use std::time::Duration;
-/// use quorum_lock::{Op, OpKind};
-///
-/// let op = Op::acquire(b"locks:job", b"our-token", Duration::from_secs(10));
-/// assert_eq!(op.kind, OpKind::Acquire { ttl: Duration::from_secs(10) });
-/// assert_eq!(op.ttl(), Some(Duration::from_secs(10)));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Op<'a> {
-    /// The lock key.
-    pub key: &'a [u8],
-    /// Our token: the value the key holds while the lock is ours.
-    pub token: &'a [u8],
-    /// What to do with the key.
-    pub kind: OpKind<'a>,
-}
-
-/// What an [`Op`] does with its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OpKind<'a> {
-    /// Set the key to the token with this expiry, only if it does not
-    /// exist (see [`Backend::acquire`]).
-    Acquire {
-        /// Expiry to set.
-        ttl: Duration,
-    },
-    /// The same, and read the lock's fence counter in the hash `counter`
-    /// (see [`Backend::acquire_fenced`]).
-    AcquireFenced {
-        /// Expiry to set.
-        ttl: Duration,
-        /// The hash of the fence counters.
-        counter: &'a [u8],
-    },
-    /// Set the expiry, only while the key holds the token (see
-    /// [`Backend::extend`]).
-    Extend {
-        /// New expiry, from now.
-        ttl: Duration,
-    },
-    /// Delete the key, only while it holds the token (see
-    /// [`Backend::release`]).
-    Release,
-    /// Raise the fence counter to at least `fence`, only while the key
-    /// holds the token (see [`Backend::raise_fence`]).
-    RaiseFence {
-        /// The hash of the fence counters.
-        counter: &'a [u8],
-        /// The value the counter must reach.
-        fence: u64,
-    },
-    /// Set every key of `keys` to the token with this expiry, in one atomic
-    /// step, only if none of them exists: all or nothing
-    /// ([`LockManager::lock_all`](crate::LockManager::lock_all)). The op's
-    /// `key` is the set's composite name, never a key to store.
-    /// [`Reply::Yes`]: all set; [`Reply::No`]: some key is held by another
-    /// value and nothing was written; [`Reply::AlreadyOurs`]: some key
-    /// already holds the token (another name of this server set them) and
-    /// nothing was written.
-    AcquireAll {
-        /// Expiry to set.
-        ttl: Duration,
-        /// The keys.
-        keys: KeySet<'a>,
-    },
-    /// Set the expiry of every key of `keys`, only while each holds the
-    /// token (one atomic step; else nothing is changed and the answer is
-    /// [`Reply::No`]).
-    ExtendAll {
-        /// New expiry, from now.
-        ttl: Duration,
-        /// The keys.
-        keys: KeySet<'a>,
-    },
-    /// Delete every key of `keys` that holds the token. [`Reply::Yes`]
-    /// when at least one was deleted.
-    ReleaseAll {
-        /// The keys.
-        keys: KeySet<'a>,
-    },
-    /// [`AcquireAll`](Self::AcquireAll), and when this call set the keys,
-    /// read the highest of their fence counters (fields of the hash
-    /// `counter`, 0 when absent) in the same atomic step:
-    /// [`Reply::Fenced`] with that value. One fence then serves every
-    /// member (see [`RaiseFenceAll`](Self::RaiseFenceAll)).
-    AcquireAllFenced {
-        /// Expiry to set.
-        ttl: Duration,
-        /// The keys.
-        keys: KeySet<'a>,
-        /// The hash of the fence counters.
-        counter: &'a [u8],
-    },
-    /// Raise the fence counter of every key of `keys` to at least `fence`,
-    /// only while every one holds the token (one atomic step).
-    RaiseFenceAll {
-        /// The keys.
-        keys: KeySet<'a>,
-        /// The hash of the fence counters.
-        counter: &'a [u8],
-        /// The value each counter must reach.
-        fence: u64,
-    },
-}
-
-impl<'a> Op<'a> {
-    /// An acquire of `key` for `token` with an expiry of `ttl`.
-    pub fn acquire(key: &'a [u8], token: &'a [u8], ttl: Duration) -> Self {
-        Self {
-            key,
-            token,
-            kind: OpKind::Acquire { ttl },
-        }
-    }
-
-    /// A fenced acquire: an acquire that also reads the fence counter.
-    pub fn acquire_fenced(
-        key: &'a [u8],
-        token: &'a [u8],
-        ttl: Duration,
-        counter: &'a [u8],
-    ) -> Self {
-        Self {
-            key,
-            token,
-            kind: OpKind::AcquireFenced { ttl, counter },
-        }
-    }
-
-    /// An extend of `key` to `ttl` from now, while it holds `token`.
-    pub fn extend(key: &'a [u8], token: &'a [u8], ttl: Duration) -> Self {
-        Self {
-            key,
-            token,
-            kind: OpKind::Extend { ttl },
-        }
-    }
-
-    /// A release of `key`, while it holds `token`.
-    pub fn release(key: &'a [u8], token: &'a [u8]) -> Self {
-        Self {
-            key,
-            token,
-            kind: OpKind::Release,
-        }
-    }
-
-    /// A raise of the fence counter of `key` to at least `fence`.
-    pub fn raise_fence(key: &'a [u8], token: &'a [u8], counter: &'a [u8], fence: u64) -> Self {
-        Self {
-            key,
-            token,
-            kind: OpKind::RaiseFence { counter, fence },
-        }
-    }
-
-    /// The expiry the op sets, for the kinds that set one.
-    pub fn ttl(&self) -> Option<Duration> {
-        match self.kind {
-            OpKind::Acquire { ttl }
-            | OpKind::AcquireFenced { ttl, .. }
-            | OpKind::Extend { ttl }
-            | OpKind::AcquireAll { ttl, .. }
-            | OpKind::AcquireAllFenced { ttl, .. }
-            | OpKind::ExtendAll { ttl, .. } => Some(ttl),
-            OpKind::Release
-            | OpKind::RaiseFence { .. }
-            | OpKind::ReleaseAll { .. }
-            | OpKind::RaiseFenceAll { .. } => None,
-        }
-    }
-}
-
-/// A server's definite answer to one [`Op`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Reply {
-    /// Done: acquired, released, extended, or the fence raised.
-    Yes,
-    /// Refused: the key is held by another token, or is no longer ours.
-    No,
-    /// A fenced acquire succeeded and the lock's fence counter read this.
-    Fenced(u64),
-    /// An acquire found the key already holding this op's token: the same
-    /// server was reached under another configured name, which already
-    /// counted its vote. Not a vote: one server casts one vote, also when
-    /// the engine cannot tell who the server is.
-    AlreadyOurs,
-    /// A release deleted the key, and its release notice reached this many
-    /// listeners (at least one; the releasing manager's own included, when
-    /// it listens too): others are waiting for this lock. See
-    /// [`ReleaseListener`].
-    Notified(u64),
-}
-
-impl Reply {
-    /// Whether the op was done by this call (a fenced acquire that
-    /// succeeded included; [`AlreadyOurs`](Self::AlreadyOurs) is not).
-    pub fn is_yes(self) -> bool {
-        !matches!(self, Self::No | Self::AlreadyOurs)
-    }
-
-    /// The counter a fenced acquire read, if it succeeded.
-    pub fn fence(self) -> Option<u64> {
-        match self {
-            Self::Fenced(n) => Some(n),
-            _ => None,
-        }
-    }
-}
-
-impl From<bool> for Reply {
-    fn from(yes: bool) -> Self {
-        if yes { Self::Yes } else { Self::No }
-    }
-}
-
 /// The error a backend gives for an op kind it does not support (say,
 /// fencing): a configuration error naming the backend and the kind.
 pub fn unsupported<B: Backend + ?Sized>(backend: &B, op: &Op<'_>) -> BackendError {
@@ -678,101 +435,4 @@ fn single<B: Backend + ?Sized>(backend: &B, op: Op<'_>) -> Result<Reply, Backend
             "the backend returned no result for the op",
         ))
     })
-}
-
-/// The answers to one [`Backend::identified_batch`]: one result per op, and
-/// the server that gave them.
-#[derive(Debug, Clone)]
-pub struct Answers {
-    results: Vec<Result<Reply, BackendError>>,
-    server: Option<ServerInfo>,
-}
-
-impl Answers {
-    /// `results` (one per op, in order) from the server `server` (`None`:
-    /// unknown).
-    pub fn new(results: Vec<Result<Reply, BackendError>>, server: Option<ServerInfo>) -> Self {
-        Self { results, server }
-    }
-
-    /// One result per op, in order.
-    pub fn results(&self) -> &[Result<Reply, BackendError>] {
-        &self.results
-    }
-
-    /// The server that answered, when known.
-    pub fn server(&self) -> Option<&ServerInfo> {
-        self.server.as_ref()
-    }
-
-    /// The results and the server, by value.
-    pub fn into_parts(self) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
-        (self.results, self.server)
-    }
-}
-
-/// What a server says about itself: who it is, how long it has run, and
-/// whether it may evict keys.
-///
-/// `None` fields mean "unknown". Redis reports `run_id` (new at every
-/// start) and `uptime_in_seconds` in `INFO server`, `maxmemory` and
-/// `maxmemory_policy` in `INFO memory`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ServerInfo {
-    /// An identifier that changes whenever the server restarts.
-    pub run_id: Option<String>,
-    /// How long the server has been up. With whole-second reports (Redis'
-    /// `uptime_in_seconds`), the engine credits one second less.
-    pub uptime: Option<Duration>,
-    /// The memory limit in bytes (`maxmemory`; 0: none).
-    pub maxmemory: Option<u64>,
-    /// What the server drops when it reaches `maxmemory`
-    /// (`maxmemory-policy`, e.g. `noeviction` or `volatile-lru`).
-    pub maxmemory_policy: Option<String>,
-}
-
-impl ServerInfo {
-    /// A server that says who it is (`run_id`, new at every start) and how
-    /// long it has been up, when it knows.
-    pub fn new(run_id: impl Into<String>, uptime: Option<Duration>) -> Self {
-        Self {
-            run_id: Some(run_id.into()),
-            uptime,
-            ..Self::default()
-        }
-    }
-
-    /// The same, with the memory limit and the eviction policy.
-    #[must_use]
-    pub fn with_memory(mut self, maxmemory: u64, policy: impl Into<String>) -> Self {
-        self.maxmemory = Some(maxmemory);
-        self.maxmemory_policy = Some(policy.into());
-        self
-    }
-
-    /// The settings that let this server evict lock keys, in words (such as
-    /// `maxmemory 4194304, maxmemory-policy volatile-lru`), or `None` when
-    /// it cannot (no `maxmemory`, or `noeviction`) or does not say.
-    ///
-    /// Lock keys carry an expiry and sit idle once written, so every
-    /// evicting policy, `volatile-*` and `allkeys-*` alike, drops them
-    /// first: the lock is gone on that server while its holder's guard is
-    /// still valid. A policy this crate does not know counts as evicting.
-    ///
-    /// ```
-    /// use quorum_lock::ServerInfo;
-    ///
-    /// let cache = ServerInfo::new("r1", None).with_memory(4 << 20, "volatile-lru");
-    /// assert_eq!(cache.eviction().as_deref(), Some("maxmemory 4194304, maxmemory-policy volatile-lru"));
-    /// assert_eq!(ServerInfo::new("r2", None).with_memory(4 << 20, "noeviction").eviction(), None);
-    /// assert_eq!(ServerInfo::new("r3", None).with_memory(0, "allkeys-lru").eviction(), None);
-    /// ```
-    pub fn eviction(&self) -> Option<String> {
-        let (Some(limit), Some(policy)) = (self.maxmemory, self.maxmemory_policy.as_deref()) else {
-            return None;
-        };
-        (limit > 0 && policy != "noeviction")
-            .then(|| format!("maxmemory {limit}, maxmemory-policy {policy}"))
-    }
 }

@@ -1,0 +1,229 @@
+//! One operation on one lock server ([`Op`], what it does: [`OpKind`]),
+//! and the server's definite answer to it ([`Reply`]): the vocabulary the
+//! engine and every backend share.
+
+use std::time::Duration;
+
+use super::KeySet;
+
+/// One operation on one lock server, in a [`Backend::batch`](super::Backend::batch): which key,
+/// with whose token, doing what.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorum_lock::{Op, OpKind};
+///
+/// let op = Op::acquire(b"locks:job", b"our-token", Duration::from_secs(10));
+/// assert_eq!(op.kind, OpKind::Acquire { ttl: Duration::from_secs(10) });
+/// assert_eq!(op.ttl(), Some(Duration::from_secs(10)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Op<'a> {
+    /// The lock key.
+    pub key: &'a [u8],
+    /// Our token: the value the key holds while the lock is ours.
+    pub token: &'a [u8],
+    /// What to do with the key.
+    pub kind: OpKind<'a>,
+}
+
+/// What an [`Op`] does with its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpKind<'a> {
+    /// Set the key to the token with this expiry, only if it does not
+    /// exist (see [`Backend::acquire`](super::Backend::acquire)).
+    Acquire {
+        /// Expiry to set.
+        ttl: Duration,
+    },
+    /// The same, and read the lock's fence counter in the hash `counter`
+    /// (see [`Backend::acquire_fenced`](super::Backend::acquire_fenced)).
+    AcquireFenced {
+        /// Expiry to set.
+        ttl: Duration,
+        /// The hash of the fence counters.
+        counter: &'a [u8],
+    },
+    /// Set the expiry, only while the key holds the token (see
+    /// [`Backend::extend`](super::Backend::extend)).
+    Extend {
+        /// New expiry, from now.
+        ttl: Duration,
+    },
+    /// Delete the key, only while it holds the token (see
+    /// [`Backend::release`](super::Backend::release)).
+    Release,
+    /// Raise the fence counter to at least `fence`, only while the key
+    /// holds the token (see [`Backend::raise_fence`](super::Backend::raise_fence)).
+    RaiseFence {
+        /// The hash of the fence counters.
+        counter: &'a [u8],
+        /// The value the counter must reach.
+        fence: u64,
+    },
+    /// Set every key of `keys` to the token with this expiry, in one atomic
+    /// step, only if none of them exists: all or nothing
+    /// ([`LockManager::lock_all`](crate::LockManager::lock_all)). The op's
+    /// `key` is the set's composite name, never a key to store.
+    /// [`Reply::Yes`]: all set; [`Reply::No`]: some key is held by another
+    /// value and nothing was written; [`Reply::AlreadyOurs`]: some key
+    /// already holds the token (another name of this server set them) and
+    /// nothing was written.
+    AcquireAll {
+        /// Expiry to set.
+        ttl: Duration,
+        /// The keys.
+        keys: KeySet<'a>,
+    },
+    /// Set the expiry of every key of `keys`, only while each holds the
+    /// token (one atomic step; else nothing is changed and the answer is
+    /// [`Reply::No`]).
+    ExtendAll {
+        /// New expiry, from now.
+        ttl: Duration,
+        /// The keys.
+        keys: KeySet<'a>,
+    },
+    /// Delete every key of `keys` that holds the token. [`Reply::Yes`]
+    /// when at least one was deleted.
+    ReleaseAll {
+        /// The keys.
+        keys: KeySet<'a>,
+    },
+    /// [`AcquireAll`](Self::AcquireAll), and when this call set the keys,
+    /// read the highest of their fence counters (fields of the hash
+    /// `counter`, 0 when absent) in the same atomic step:
+    /// [`Reply::Fenced`] with that value. One fence then serves every
+    /// member (see [`RaiseFenceAll`](Self::RaiseFenceAll)).
+    AcquireAllFenced {
+        /// Expiry to set.
+        ttl: Duration,
+        /// The keys.
+        keys: KeySet<'a>,
+        /// The hash of the fence counters.
+        counter: &'a [u8],
+    },
+    /// Raise the fence counter of every key of `keys` to at least `fence`,
+    /// only while every one holds the token (one atomic step).
+    RaiseFenceAll {
+        /// The keys.
+        keys: KeySet<'a>,
+        /// The hash of the fence counters.
+        counter: &'a [u8],
+        /// The value each counter must reach.
+        fence: u64,
+    },
+}
+
+impl<'a> Op<'a> {
+    /// An acquire of `key` for `token` with an expiry of `ttl`.
+    pub fn acquire(key: &'a [u8], token: &'a [u8], ttl: Duration) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::Acquire { ttl },
+        }
+    }
+
+    /// A fenced acquire: an acquire that also reads the fence counter.
+    pub fn acquire_fenced(
+        key: &'a [u8],
+        token: &'a [u8],
+        ttl: Duration,
+        counter: &'a [u8],
+    ) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::AcquireFenced { ttl, counter },
+        }
+    }
+
+    /// An extend of `key` to `ttl` from now, while it holds `token`.
+    pub fn extend(key: &'a [u8], token: &'a [u8], ttl: Duration) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::Extend { ttl },
+        }
+    }
+
+    /// A release of `key`, while it holds `token`.
+    pub fn release(key: &'a [u8], token: &'a [u8]) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::Release,
+        }
+    }
+
+    /// A raise of the fence counter of `key` to at least `fence`.
+    pub fn raise_fence(key: &'a [u8], token: &'a [u8], counter: &'a [u8], fence: u64) -> Self {
+        Self {
+            key,
+            token,
+            kind: OpKind::RaiseFence { counter, fence },
+        }
+    }
+
+    /// The expiry the op sets, for the kinds that set one.
+    pub fn ttl(&self) -> Option<Duration> {
+        match self.kind {
+            OpKind::Acquire { ttl }
+            | OpKind::AcquireFenced { ttl, .. }
+            | OpKind::Extend { ttl }
+            | OpKind::AcquireAll { ttl, .. }
+            | OpKind::AcquireAllFenced { ttl, .. }
+            | OpKind::ExtendAll { ttl, .. } => Some(ttl),
+            OpKind::Release
+            | OpKind::RaiseFence { .. }
+            | OpKind::ReleaseAll { .. }
+            | OpKind::RaiseFenceAll { .. } => None,
+        }
+    }
+}
+
+/// A server's definite answer to one [`Op`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// Done: acquired, released, extended, or the fence raised.
+    Yes,
+    /// Refused: the key is held by another token, or is no longer ours.
+    No,
+    /// A fenced acquire succeeded and the lock's fence counter read this.
+    Fenced(u64),
+    /// An acquire found the key already holding this op's token: the same
+    /// server was reached under another configured name, which already
+    /// counted its vote. Not a vote: one server casts one vote, also when
+    /// the engine cannot tell who the server is.
+    AlreadyOurs,
+    /// A release deleted the key, and its release notice reached this many
+    /// listeners (at least one; the releasing manager's own included, when
+    /// it listens too): others are waiting for this lock. See
+    /// [`ReleaseListener`](super::ReleaseListener).
+    Notified(u64),
+}
+
+impl Reply {
+    /// Whether the op was done by this call (a fenced acquire that
+    /// succeeded included; [`AlreadyOurs`](Self::AlreadyOurs) is not).
+    pub fn is_yes(self) -> bool {
+        !matches!(self, Self::No | Self::AlreadyOurs)
+    }
+
+    /// The counter a fenced acquire read, if it succeeded.
+    pub fn fence(self) -> Option<u64> {
+        match self {
+            Self::Fenced(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl From<bool> for Reply {
+    fn from(yes: bool) -> Self {
+        if yes { Self::Yes } else { Self::No }
+    }
+}

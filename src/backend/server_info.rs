@@ -1,0 +1,70 @@
+//! What a server says about itself ([`ServerInfo`]): who it is, since when,
+//! and whether it may evict keys.
+
+use std::time::Duration;
+
+/// What a server says about itself: who it is, how long it has run, and
+/// whether it may evict keys.
+///
+/// `None` fields mean "unknown". Redis reports `run_id` (new at every
+/// start) and `uptime_in_seconds` in `INFO server`, `maxmemory` and
+/// `maxmemory_policy` in `INFO memory`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerInfo {
+    /// An identifier that changes whenever the server restarts.
+    pub run_id: Option<String>,
+    /// How long the server has been up. With whole-second reports (Redis'
+    /// `uptime_in_seconds`), the engine credits one second less.
+    pub uptime: Option<Duration>,
+    /// The memory limit in bytes (`maxmemory`; 0: none).
+    pub maxmemory: Option<u64>,
+    /// What the server drops when it reaches `maxmemory`
+    /// (`maxmemory-policy`, e.g. `noeviction` or `volatile-lru`).
+    pub maxmemory_policy: Option<String>,
+}
+
+impl ServerInfo {
+    /// A server that says who it is (`run_id`, new at every start) and how
+    /// long it has been up, when it knows.
+    pub fn new(run_id: impl Into<String>, uptime: Option<Duration>) -> Self {
+        Self {
+            run_id: Some(run_id.into()),
+            uptime,
+            ..Self::default()
+        }
+    }
+
+    /// The same, with the memory limit and the eviction policy.
+    #[must_use]
+    pub fn with_memory(mut self, maxmemory: u64, policy: impl Into<String>) -> Self {
+        self.maxmemory = Some(maxmemory);
+        self.maxmemory_policy = Some(policy.into());
+        self
+    }
+
+    /// The settings that let this server evict lock keys, in words (such as
+    /// `maxmemory 4194304, maxmemory-policy volatile-lru`), or `None` when
+    /// it cannot (no `maxmemory`, or `noeviction`) or does not say.
+    ///
+    /// Lock keys carry an expiry and sit idle once written, so every
+    /// evicting policy, `volatile-*` and `allkeys-*` alike, drops them
+    /// first: the lock is gone on that server while its holder's guard is
+    /// still valid. A policy this crate does not know counts as evicting.
+    ///
+    /// ```
+    /// use quorum_lock::ServerInfo;
+    ///
+    /// let cache = ServerInfo::new("r1", None).with_memory(4 << 20, "volatile-lru");
+    /// assert_eq!(cache.eviction().as_deref(), Some("maxmemory 4194304, maxmemory-policy volatile-lru"));
+    /// assert_eq!(ServerInfo::new("r2", None).with_memory(4 << 20, "noeviction").eviction(), None);
+    /// assert_eq!(ServerInfo::new("r3", None).with_memory(0, "allkeys-lru").eviction(), None);
+    /// ```
+    pub fn eviction(&self) -> Option<String> {
+        let (Some(limit), Some(policy)) = (self.maxmemory, self.maxmemory_policy.as_deref()) else {
+            return None;
+        };
+        (limit > 0 && policy != "noeviction")
+            .then(|| format!("maxmemory {limit}, maxmemory-policy {policy}"))
+    }
+}
