@@ -166,20 +166,29 @@ pub(crate) fn spawn(
         }),
     });
     let thread_exec = Arc::clone(&exec);
+    // Read here, not by the new thread: a fresh node has nothing to wake
+    // for (no retries, no subscriptions), so its thread waits for its
+    // first job without taking the gate, and the first rounds find every
+    // node idle whenever the thread happens to start.
+    let first_wake = exec.gate.lock().next_wake();
     thread::Builder::new().name(name).spawn(move || {
-        run(&thread_exec, &jobs);
+        run(&thread_exec, &jobs, first_wake);
         // Dropped when the thread ends: the engine's drop waits for it.
         drop(exited);
     })?;
     Ok(exec)
 }
 
-/// The node's thread: waits for work (or a probe / retry time), then runs
-/// everything queued as one batch under the executor lock.
-fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
+/// The node's thread: waits for work (or a probe / retry time, `wake`),
+/// then runs everything queued as one batch under the executor lock.
+///
+/// The next wake time is read before the lock is let go, and the thread
+/// takes the lock only when it has something to do: a caller that changes
+/// the wake time later, while driving the node, queues a [`Job::Wake`]
+/// (see `drive.rs`), and an idle node stays free for callers to drive.
+fn run(exec: &NodeExec, jobs: &Receiver<Job>, mut wake: Option<Instant>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     loop {
-        let wake = exec.gate.lock().next_wake();
         let received = match wake {
             Some(at) => jobs.recv_deadline(at),
             None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -194,6 +203,7 @@ fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
         let mut worker = exec.gate.lock();
         worker.housekeeping();
         let Some(first) = first else {
+            wake = worker.next_wake();
             continue;
         };
         batch.push(first);
@@ -205,6 +215,7 @@ fn run(exec: &NodeExec, jobs: &Receiver<Job>) {
         }
         let ran = batch.len();
         worker.run_batch(&mut batch);
+        wake = worker.next_wake();
         // Still under the lock: a caller that sees zero sees the results.
         exec.gate.finish(worker, ran);
     }
