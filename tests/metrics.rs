@@ -136,6 +136,9 @@ fn a_scripted_run_records_the_documented_names_and_counts() {
     for _ in 0..3 {
         let _ = a.try_lock("while-down");
     }
+    // A round decided by nodes 0 and 2 may leave node 1's failure to its
+    // thread (and each dropped guard queues releases): wait for them.
+    assert!(a.flush(Duration::from_secs(10)));
 
     let counted = |field: &str| recorder.counter(&format!("quorum_lock_{field}_total"));
     let (ha, hb) = (a.health().locks, b.health().locks);
