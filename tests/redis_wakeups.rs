@@ -19,7 +19,7 @@ const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// The retry delay of the waiters: a wake-up must come well before it.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
-/// How long the holder keeps the lock while the other one waits.
+/// How long the second holder keeps the lock in the fairness test.
 const HOLD: Duration = Duration::from_millis(300);
 /// "Well before the retry delay", generously.
 const WOKEN_WITHIN: Duration = Duration::from_millis(2500);
@@ -35,6 +35,21 @@ fn manager(urls: &[String]) -> LockManager {
         .restart_quarantine(false)
         .build()
         .unwrap()
+}
+
+/// Waits until `waiter` has failed twice: once before it listened for
+/// releases, and once right after (the attempt that catches a release
+/// made before its subscription). Only then is a release one that only a
+/// wake-up (or the timer) can bring to it, whatever the load: released
+/// earlier, the second attempt may simply find the lock free.
+fn until_listening(waiter: &LockManager) {
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            waiter.health().locks.contended >= 2
+        }),
+        "the waiter never tried twice: {}",
+        waiter.health()
+    );
 }
 
 /// Retry every 5 s exactly, a few times: without a wake-up, the second
@@ -60,7 +75,7 @@ fn a_waiter_in_another_process_wakes_when_the_lock_is_released() {
             let got = waiter.lock_with("wake", &slow_retries());
             (got.map(|g| g.release().unwrap()), Instant::now(), started)
         });
-        std::thread::sleep(HOLD);
+        until_listening(&waiter);
         let released_at = Instant::now();
         guard.release().unwrap();
         let (got, done, started) = waiting.join().unwrap();
@@ -104,6 +119,7 @@ fn nothing_stays_subscribed_once_the_waiters_are_gone() {
             "the waiter does not listen on every node: {} subscribers",
             subscribers(&servers)
         );
+        until_listening(&waiter);
         guard.release().unwrap();
         waiting.join().unwrap().release().unwrap();
     });
@@ -125,13 +141,12 @@ fn a_releaser_lets_the_processes_already_waiting_go_first() {
     let guard = first.try_lock("fair").unwrap();
     let (order_tx, order) = crossbeam_channel::unbounded();
     std::thread::scope(|s| {
-        let order_tx2 = order_tx.clone();
+        let (order_tx2, other) = (order_tx.clone(), &other);
         let waiting = s.spawn(move || {
             let guard = other.lock_with("fair", &slow_retries()).unwrap();
             order_tx2.send("other").unwrap();
             std::thread::sleep(HOLD);
             guard.release().unwrap();
-            other
         });
         assert!(
             testkit::wait_until(Duration::from_secs(5), || {
@@ -139,13 +154,14 @@ fn a_releaser_lets_the_processes_already_waiting_go_first() {
             }),
             "the other process never listened"
         );
+        until_listening(other);
         guard.release().unwrap();
         // At once, as a loop would: without the rule this acquire, queued
         // right behind the release, would beat the woken waiter.
         let again = first.lock_with("fair", &slow_retries()).unwrap();
         order_tx.send("first").unwrap();
         again.release().unwrap();
-        let other = waiting.join().unwrap();
+        waiting.join().unwrap();
         assert_eq!(other.health().locks.woken, 1, "{}", other.health());
     });
     assert_eq!(order.try_iter().collect::<Vec<_>>(), ["other", "first"]);
@@ -208,7 +224,7 @@ fn without_the_pubsub_rights_the_release_works_and_waiters_retry_on_their_timer(
     let guard = holder.try_lock("deaf").unwrap();
     std::thread::scope(|s| {
         let waiting = s.spawn(|| waiter.lock_with("deaf", &retry));
-        std::thread::sleep(HOLD);
+        until_listening(&waiter);
         // The PUBLISH inside the release script is denied: the release
         // still succeeds everywhere.
         let report = guard.release().unwrap();

@@ -10,7 +10,20 @@ use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
 
 /// A retry delay no wake-up test may wait out.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
-const HOLD: Duration = Duration::from_millis(200);
+
+/// Waits until `waiter` has failed twice: once before it listened for
+/// releases, and once right after (the attempt that catches a release
+/// made before its subscription). Only then is the release it waits for
+/// a wake-up's to announce, whatever the load on the machine.
+fn until_listening(waiter: &LockManager) {
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            waiter.health().locks.contended >= 2
+        }),
+        "the waiter never tried twice: {}",
+        waiter.health()
+    );
+}
 
 fn nodes() -> Vec<MemoryBackend> {
     (0..3)
@@ -34,8 +47,9 @@ fn retries(delay: Duration) -> LockOptions {
     )
 }
 
-/// Holds `resource` in `holder` for [`HOLD`] while `waiter` waits for it
-/// with `options`; returns how long after the release the waiter got it.
+/// Holds `job` in `holder` until `waiter`, waiting for it with `options`,
+/// listens for its release; returns how long after the release the
+/// waiter got it.
 fn wait_behind(holder: &LockManager, waiter: &LockManager, options: &LockOptions) -> Duration {
     let guard = holder.try_lock("job").unwrap();
     std::thread::scope(|s| {
@@ -45,7 +59,7 @@ fn wait_behind(holder: &LockManager, waiter: &LockManager, options: &LockOptions
             got.release().unwrap();
             at
         });
-        std::thread::sleep(HOLD);
+        until_listening(waiter);
         let released = Instant::now();
         guard.release().unwrap();
         waiting.join().unwrap().saturating_duration_since(released)
@@ -66,7 +80,7 @@ fn a_set_waiter_wakes_at_the_release_of_a_member() {
             got.release().unwrap();
             at
         });
-        std::thread::sleep(HOLD);
+        until_listening(&waiter);
         let released = Instant::now();
         guard.release().unwrap();
         waiting.join().unwrap().saturating_duration_since(released)
