@@ -37,21 +37,6 @@ fn manager(urls: &[String]) -> LockManager {
         .unwrap()
 }
 
-/// Waits until `waiter` has failed twice: once before it listened for
-/// releases, and once right after (the attempt that catches a release
-/// made before its subscription). Only then is a release one that only a
-/// wake-up (or the timer) can bring to it, whatever the load: released
-/// earlier, the second attempt may simply find the lock free.
-fn until_listening(waiter: &LockManager) {
-    assert!(
-        testkit::wait_until(Duration::from_secs(10), || {
-            waiter.health().locks.contended >= 2
-        }),
-        "the waiter never tried twice: {}",
-        waiter.health()
-    );
-}
-
 /// Retry every 5 s exactly, a few times: without a wake-up, the second
 /// attempt comes 5 s after the first.
 fn slow_retries() -> LockOptions {
@@ -75,7 +60,7 @@ fn a_waiter_in_another_process_wakes_when_the_lock_is_released() {
             let got = waiter.lock_with("wake", &slow_retries());
             (got.map(|g| g.release().unwrap()), Instant::now(), started)
         });
-        until_listening(&waiter);
+        testkit::until_listening(&waiter);
         let released_at = Instant::now();
         guard.release().unwrap();
         let (got, done, started) = waiting.join().unwrap();
@@ -119,7 +104,7 @@ fn nothing_stays_subscribed_once_the_waiters_are_gone() {
             "the waiter does not listen on every node: {} subscribers",
             subscribers(&servers)
         );
-        until_listening(&waiter);
+        testkit::until_listening(&waiter);
         guard.release().unwrap();
         waiting.join().unwrap().release().unwrap();
     });
@@ -154,7 +139,7 @@ fn a_releaser_lets_the_processes_already_waiting_go_first() {
             }),
             "the other process never listened"
         );
-        until_listening(other);
+        testkit::until_listening(other);
         guard.release().unwrap();
         // At once, as a loop would: without the rule this acquire, queued
         // right behind the release, would beat the woken waiter.
@@ -224,7 +209,7 @@ fn without_the_pubsub_rights_the_release_works_and_waiters_retry_on_their_timer(
     let guard = holder.try_lock("deaf").unwrap();
     std::thread::scope(|s| {
         let waiting = s.spawn(|| waiter.lock_with("deaf", &retry));
-        until_listening(&waiter);
+        testkit::until_listening(&waiter);
         // The PUBLISH inside the release script is denied: the release
         // still succeeds everywhere.
         let report = guard.release().unwrap();

@@ -11,20 +11,6 @@ use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
 /// A retry delay no wake-up test may wait out.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
 
-/// Waits until `waiter` has failed twice: once before it listened for
-/// releases, and once right after (the attempt that catches a release
-/// made before its subscription). Only then is the release it waits for
-/// a wake-up's to announce, whatever the load on the machine.
-fn until_listening(waiter: &LockManager) {
-    assert!(
-        testkit::wait_until(Duration::from_secs(10), || {
-            waiter.health().locks.contended >= 2
-        }),
-        "the waiter never tried twice: {}",
-        waiter.health()
-    );
-}
-
 fn nodes() -> Vec<MemoryBackend> {
     (0..3)
         .map(|i| MemoryBackend::new(format!("mem-{i}")))
@@ -59,7 +45,7 @@ fn wait_behind(holder: &LockManager, waiter: &LockManager, options: &LockOptions
             got.release().unwrap();
             at
         });
-        until_listening(waiter);
+        testkit::until_listening(waiter);
         let released = Instant::now();
         guard.release().unwrap();
         waiting.join().unwrap().saturating_duration_since(released)
@@ -80,7 +66,7 @@ fn a_set_waiter_wakes_at_the_release_of_a_member() {
             got.release().unwrap();
             at
         });
-        until_listening(&waiter);
+        testkit::until_listening(&waiter);
         let released = Instant::now();
         guard.release().unwrap();
         waiting.join().unwrap().saturating_duration_since(released)

@@ -28,4 +28,4 @@ mod wait;
 pub use blackhole::Blackhole;
 pub use rng::Rng;
 pub use server::{RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port};
-pub use wait::{wait_until, wait_until_with};
+pub use wait::{until_listening, wait_until, wait_until_with};

@@ -32,6 +32,22 @@ pub fn wait_until_with(
     }
 }
 
+/// Waits (at most 10 s, then panics) until `waiter`, blocked in a `lock`
+/// call that retries, has failed twice: once before it listened for
+/// release notices, and once right after (the attempt that catches a
+/// release made before its subscription). A release made after this
+/// returns is one that only a notice (or the retry timer) can bring to
+/// the waiter, whatever the load; released earlier, that second attempt
+/// may simply find the lock free.
+pub fn until_listening(waiter: &quorum_lock::LockManager) {
+    let tried_twice = || waiter.health().locks.contended >= 2;
+    assert!(
+        wait_until(Duration::from_secs(10), tried_twice),
+        "the waiter never tried twice: {}",
+        waiter.health()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
