@@ -15,6 +15,7 @@ use crate::manager::LockManager;
 use crate::options::RetryPolicy;
 use crate::owner;
 use crate::redlock::{Config, Core, FENCE_COUNTERS, Rounds, check_ttl, drift};
+use crate::resource::MAX_RESOURCE_LEN;
 
 /// Default lock TTL.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -184,8 +185,9 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Prepended to every resource to form the key. Default: none, so keys
-    /// interoperate with other Redlock clients.
+    /// Prepended to every resource to form the key, at most
+    /// [`MAX_RESOURCE_LEN`] bytes. Default: none, so keys interoperate with
+    /// other Redlock clients.
     #[must_use]
     pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.prefix = prefix.as_ref().to_vec();
@@ -286,8 +288,8 @@ impl LockManagerBuilder {
     ///
     /// [`Error::Config`] when there are no nodes, a node appears twice, the
     /// quorum is below a majority or above N, the drift factor is outside
-    /// `[0, 1)`, the node timeout is zero or not below the TTL, or the TTL
-    /// is unusable.
+    /// `[0, 1)`, the node timeout is zero or not below the TTL, the TTL
+    /// is unusable, or the prefix is over [`MAX_RESOURCE_LEN`] bytes.
     pub fn build(self) -> Result<LockManager> {
         let n = self.nodes.len();
         let config_err = |reason: String| Error::Config { reason };
@@ -327,6 +329,12 @@ impl LockManagerBuilder {
         if node_timeout.is_zero() || node_timeout >= ttl {
             return Err(config_err(format!(
                 "node timeout {node_timeout:?} must be above zero and below the TTL {ttl:?}"
+            )));
+        }
+        if self.prefix.len() > MAX_RESOURCE_LEN {
+            return Err(config_err(format!(
+                "the prefix is {} bytes long, over the maximum of {MAX_RESOURCE_LEN}",
+                self.prefix.len()
             )));
         }
         let owner = self.owner.unwrap_or_else(owner::default_label);

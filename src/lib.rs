@@ -165,6 +165,7 @@ mod options;
 mod owner;
 mod redlock;
 mod report;
+mod resource;
 mod semaphore;
 mod sync;
 mod token;
@@ -189,6 +190,7 @@ pub use manager::LockManager;
 pub use options::{LockOptions, RetryPolicy};
 pub use owner::MAX_OWNER_LEN;
 pub use report::{NodeOutcome, NodeReport, Report, Round};
+pub use resource::MAX_RESOURCE_LEN;
 pub use semaphore::{MAX_PERMITS, Semaphore};
 pub use token::Token;
 

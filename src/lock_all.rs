@@ -14,6 +14,7 @@
 //! `backend/keyset.rs`), so the local line, hand-overs, auto-extension,
 //! retries of releases and every deadline work as for one key.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use crate::backend::{MAX_SET_SIZE, compose_keys};
@@ -68,8 +69,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock_with`](Self::lock_with); [`Error::InvalidArgument`] for
-    /// no resources, more than [`MAX_SET_SIZE`], or a resource no lock can
-    /// have, before any node is contacted.
+    /// no resources, more than [`MAX_SET_SIZE`] distinct ones (repeats
+    /// count once; a list of more than 1,024 names in all, repeats
+    /// included, is refused too), or a resource no lock can have (see
+    /// [`lock`](Self::lock)), before any node is contacted.
     pub fn lock_all<R: AsRef<[u8]>>(
         &self,
         resources: impl IntoIterator<Item = R>,
@@ -88,28 +91,7 @@ impl LockManager {
         options: &LockOptions,
         made: &mut u32,
     ) -> Result<LockGuard> {
-        let mut names: Vec<Vec<u8>> = Vec::new();
-        for resource in resources {
-            if names.len() > MAX_SET_SIZE * 4 {
-                break; // enough to say the set is too large
-            }
-            names.push(resource.as_ref().to_vec());
-        }
-        names.sort();
-        names.dedup();
-        let invalid = |reason: String| Err(Error::InvalidArgument { reason });
-        if names.is_empty() {
-            return invalid("lock_all needs at least one resource".into());
-        }
-        if names.len() > MAX_SET_SIZE {
-            return invalid(format!(
-                "lock_all takes at most {MAX_SET_SIZE} resources at once, not {} or more",
-                names.len()
-            ));
-        }
-        for name in &names {
-            self.check_resource(name)?;
-        }
+        let names = self.distinct_names(resources)?;
         if names.len() == 1 {
             return self.lock_with(&names[0], options);
         }
@@ -118,4 +100,45 @@ impl LockManager {
         let key = compose_keys(&keys).into();
         self.take_key(&compose_keys(&names), key, options, made)
     }
+
+    /// The distinct names of `resources`, sorted, each checked as a lock's
+    /// resource. The cap counts distinct names, so repeats never hide a
+    /// member; at most [`MAX_SET_NAMES_READ`] names are read in all, so an
+    /// endless list is refused rather than read for ever.
+    fn distinct_names<R: AsRef<[u8]>>(
+        &self,
+        resources: impl IntoIterator<Item = R>,
+    ) -> Result<Vec<Vec<u8>>> {
+        let invalid = |reason: String| Err(Error::InvalidArgument { reason });
+        let mut names = BTreeSet::new();
+        for (read, resource) in resources.into_iter().enumerate() {
+            if read == MAX_SET_NAMES_READ {
+                return invalid(format!(
+                    "lock_all reads at most {MAX_SET_NAMES_READ} names, repeats included"
+                ));
+            }
+            let resource = resource.as_ref();
+            // Checked before it is copied: a huge name is refused here.
+            self.check_resource(resource)?;
+            if !names.contains(resource) {
+                names.insert(resource.to_vec());
+            }
+            if names.len() > MAX_SET_SIZE {
+                return invalid(format!(
+                    "lock_all takes at most {MAX_SET_SIZE} distinct resources at once, \
+                     not {} or more",
+                    names.len()
+                ));
+            }
+        }
+        if names.is_empty() {
+            return invalid("lock_all needs at least one resource".into());
+        }
+        Ok(names.into_iter().collect())
+    }
 }
+
+/// Most names [`LockManager::lock_all`] reads from its list, repeats
+/// included (sixteen times the set cap): enough for any list with repeats
+/// a program builds on purpose, and a bound on one that never ends.
+const MAX_SET_NAMES_READ: usize = MAX_SET_SIZE * 16;

@@ -6,15 +6,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::SET_MARK;
 use crate::cancel::Alarm;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::health::Health;
 use crate::options::{DEFAULT_MAX_HOLD, LockOptions, RetryPolicy};
 use crate::redlock::{
-    Core, FENCE_COUNTERS, Lease, RenewalPlan, Turn, Want, after, check_ttl, drift, with_attempts,
+    Core, Lease, RenewalPlan, Turn, Want, after, check_ttl, drift, with_attempts,
 };
+use crate::resource::invalid_resource;
 
 /// Acquires, extends and releases locks over a quorum of nodes.
 ///
@@ -102,8 +102,8 @@ impl LockManager {
     /// once the wait is spent; [`Error::ValidityExpired`] when the last
     /// attempt got a quorum too slowly; [`Error::Deadlock`] when this
     /// thread already holds it (no node contacted);
-    /// [`Error::InvalidArgument`] for an empty resource (before any node is
-    /// contacted).
+    /// [`Error::InvalidArgument`] for an empty resource or one over
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes (before any node is contacted).
     pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard> {
         self.lock_with(resource, &LockOptions::new())
     }
@@ -493,28 +493,13 @@ impl LockManager {
         self.core.rounds().key_for(resource.as_ref()).to_vec()
     }
 
+    /// Refuses a resource no lock can have (see [`crate::MAX_RESOURCE_LEN`]),
+    /// before any node is contacted.
     pub(crate) fn check_resource(&self, resource: &[u8]) -> Result<()> {
-        if resource.is_empty() {
-            return Err(Error::InvalidArgument {
-                reason: "the resource name is empty".into(),
-            });
+        match invalid_resource(resource) {
+            Some(reason) => Err(Error::InvalidArgument { reason }),
+            None => Ok(()),
         }
-        if resource.starts_with(SET_MARK) {
-            return Err(Error::InvalidArgument {
-                reason: "a resource name may not start with the byte 0xff followed by \
-                         \"quorum-lock:set\": the crate marks sets of resources so"
-                    .into(),
-            });
-        }
-        if resource == FENCE_COUNTERS {
-            return Err(Error::InvalidArgument {
-                reason: format!(
-                    "the resource name {} is reserved: the nodes keep the fence counters there",
-                    String::from_utf8_lossy(FENCE_COUNTERS)
-                ),
-            });
-        }
-        Ok(())
     }
 }
 

@@ -64,7 +64,9 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for an empty name, zero permits or more
-    /// than [`MAX_PERMITS`]. No node is contacted.
+    /// than [`MAX_PERMITS`], or a name whose slot names (`name:slot`) would
+    /// be over [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes. No node
+    /// is contacted.
     pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore> {
         let name = name.as_ref();
         if name.is_empty() {
@@ -75,11 +77,14 @@ impl LockManager {
                 "a semaphore needs 1 to {MAX_PERMITS} permits, not {permits}"
             )));
         }
-        Ok(Semaphore {
+        let semaphore = Semaphore {
             locks: self.clone(),
             name: name.to_vec(),
             permits,
-        })
+        };
+        // Its longest slot name must be a resource a lock can have.
+        self.check_resource(&semaphore.slot_resource(permits - 1))?;
+        Ok(semaphore)
     }
 }
 

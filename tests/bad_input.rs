@@ -7,7 +7,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use quorum_lock::{
-    Clock, LockManager, LockManagerBuilder, LockOptions, ManualClock, MemoryBackend, RetryPolicy,
+    Clock, LockManager, LockManagerBuilder, LockOptions, MAX_RESOURCE_LEN, ManualClock,
+    MemoryBackend, RetryPolicy,
 };
 
 const DURATIONS: [Duration; 5] = [
@@ -215,4 +216,48 @@ fn a_backend_without_identity_is_refused_at_build_with_quarantine_on() {
         .build()
         .unwrap();
     locks.try_lock("job").unwrap().release().unwrap();
+}
+
+/// Issue 27, item 7. A resource name is at most `MAX_RESOURCE_LEN` bytes,
+/// checked before any node is contacted, on every call that names a lock:
+/// a 64 MiB name used to be sent to every node.
+#[test]
+fn resource_names_are_bounded_before_any_node_is_asked() {
+    let nodes = nodes();
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .retry(RetryPolicy::none())
+        .restart_quarantine(false)
+        .build()
+        .unwrap();
+    let longest = vec![b'r'; MAX_RESOURCE_LEN];
+    locks.try_lock(&longest).unwrap().release().unwrap();
+    locks.flush(Duration::from_secs(5));
+    let before: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
+    let huge = vec![b'r'; MAX_RESOURCE_LEN + 1];
+    let results = [
+        ("lock", locks.lock(&huge).map(drop)),
+        ("try_lock", locks.try_lock(&huge).map(drop)),
+        (
+            "lock_all",
+            locks
+                .lock_all([&b"a"[..], &huge], &LockOptions::new())
+                .map(drop),
+        ),
+        ("inspect", locks.inspect(&huge).map(drop)),
+        ("semaphore", locks.semaphore(&longest, 2).map(drop)),
+    ];
+    for (call, result) in results {
+        let err = result.unwrap_err();
+        assert!(err.is_invalid(), "{call}: {err}");
+        assert!(err.to_string().contains("4096"), "{call}: {err}");
+    }
+    let after: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
+    assert_eq!(before, after, "no node was asked");
+    let long_prefix = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .prefix(&huge)
+        .build()
+        .unwrap_err();
+    assert!(long_prefix.is_invalid(), "{long_prefix}");
 }

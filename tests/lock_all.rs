@@ -280,3 +280,38 @@ fn bad_sets_are_refused_before_any_node_is_asked() {
     assert_eq!(one.key(), b"solo");
     assert_eq!(one.resources(), [&b"solo"[..]]);
 }
+
+/// Issue 27, item 5. `lock_all` stopped reading names at its cap before it
+/// removed duplicates: 300 times "a" then "b" gave a guard for `["a"]`
+/// alone, and another manager then took "b". Duplicates must never hide a
+/// member: the cap counts distinct names.
+#[test]
+fn duplicates_never_hide_a_member_of_a_set() {
+    let nodes = nodes("all-dups");
+    let locks = builder(&nodes).build().unwrap();
+    let other = builder(&nodes).build().unwrap();
+    let mut names = vec!["a"; 300];
+    names.push("b");
+    let set = locks.lock_all(&names, &once()).unwrap();
+    let members = set.resources();
+    assert_eq!(members, [&b"a"[..], b"b"]);
+    let err = other.try_lock("b").unwrap_err();
+    assert!(err.is_contended(), "b is a member of the set: {err}");
+    set.release().unwrap();
+}
+
+/// A set of more distinct names than the cap is refused, however many
+/// repeats come first; an endless list is refused, never read for ever.
+#[test]
+fn the_set_cap_counts_distinct_names_and_an_endless_list_is_refused() {
+    let nodes = nodes("all-cap");
+    let locks = builder(&nodes).build().unwrap();
+    let mut names: Vec<String> = vec!["a".into(); 500];
+    names.extend((1..=MAX_SET_SIZE).map(|i| format!("r{i}")));
+    let err = locks.lock_all(&names, &once()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = locks.lock_all(std::iter::repeat("a"), &once()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let full: Vec<String> = (0..MAX_SET_SIZE).map(|i| format!("r{i}")).collect();
+    locks.lock_all(&full, &once()).unwrap().release().unwrap();
+}

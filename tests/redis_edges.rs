@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use quorum_lock::{Backend, LockManager, NodeState, Op, RedisBackend, RetryPolicy};
+use quorum_lock::{Backend, LockGuard, LockManager, NodeState, Op, RedisBackend, RetryPolicy};
 use testkit::{RedisServer, wait_until};
 
 const TTL: Duration = Duration::from_secs(5);
@@ -218,4 +218,31 @@ fn fence_counters_never_collide_with_a_resource() {
             .all(|s| s.get(b"job").is_none())),
         "a failed fenced attempt leaves no lock key behind"
     );
+}
+
+/// Issue 27, item 7. A 64 MiB resource name was sent to every node, timed
+/// out, and got all three marked down: another thread's small lock, made
+/// at once, failed with 0 of 3 granted. Now the name is refused before any
+/// node is contacted, and the other thread's lock is granted.
+#[test]
+fn a_huge_name_never_takes_the_nodes_away_from_other_callers() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let locks = manager(&urls, false);
+    // Connections are open and every node is up before the race.
+    locks.try_lock("warm-up").unwrap().release().unwrap();
+    let huge = vec![b'h'; 64 << 20];
+    let caller = locks.clone();
+    let huge_result = std::thread::spawn(move || caller.try_lock(&huge).map(drop))
+        .join()
+        .unwrap();
+    // At once, on another thread: the nodes are still there for it.
+    let small_result = locks.try_lock("small").map(LockGuard::release);
+    small_result
+        .expect("the other thread's lock is granted")
+        .expect("and released");
+    let err = huge_result.unwrap_err();
+    assert!(err.is_invalid(), "the huge name is refused: {err}");
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert_eq!(locks.health().voting(), 3, "{}", locks.health());
 }
