@@ -11,6 +11,7 @@ mod action;
 mod announce;
 mod drive;
 mod execute;
+mod forgets;
 mod gate;
 mod health;
 mod identity;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
 pub(crate) use self::action::Action;
+pub(crate) use self::forgets::Forgets;
 use self::health::Vitals;
 #[cfg(not(test))]
 use self::identity::Registry;
@@ -198,6 +200,7 @@ impl Engine {
         } = settings;
         let waiters = Arc::new(Waiters::new(backends.len(), quorum));
         let shared = Arc::new(Shared {
+            forgets: Arc::new(Forgets::new(backends.len())),
             waiters,
             peers: parking_lot::Mutex::default(),
             clock,
@@ -264,6 +267,11 @@ impl Engine {
     }
 
     /// The nodes' names, in configuration order.
+    /// The nodes' forget epochs, and the hook that hears each forget.
+    pub(crate) fn forgets(&self) -> &Arc<Forgets> {
+        &self.shared.forgets
+    }
+
     pub(crate) fn node_names(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().map(|n| n.name.as_str())
     }

@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use super::action::Action;
 use super::announce::Announced;
 use super::execute::{Begun, Item};
+use super::forgets::Forgets;
 use super::gate::Gate;
 use super::health::Vitals;
 use super::identity::{Identity, Registry};
@@ -243,6 +244,8 @@ pub(crate) struct Shared {
     pub(crate) accept_eviction: bool,
     /// Who waits for which key's release (wake-ups).
     pub(crate) waiters: Arc<Waiters>,
+    /// When each node was seen to have possibly forgotten keys.
+    pub(crate) forgets: Arc<Forgets>,
     /// Every node thread's queue, so that one that got a release notice
     /// can ask the others to read theirs now rather than at their next
     /// poll. Emptied when the engine drops: otherwise the queues, which

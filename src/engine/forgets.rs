@@ -1,0 +1,97 @@
+//! Times each node was seen to have possibly forgotten lock keys without
+//! failing a call: its settings began to allow eviction, or it became a
+//! replica or took a new replication history (a failover). A restart is a
+//! forget too: the server that answers has none of the keys.
+//!
+//! Each node has a count (its epoch) that only grows. A lease records the
+//! epochs of the nodes whose grants it counted, as read before the round
+//! was sent; a node whose epoch moved since no longer supports it. The
+//! layer above registers one hook to hear each forget as it is seen, so a
+//! guard whose quorum is gone is told at once, not at the end of its TTL.
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What the layer above does when a node is seen to forget: given the
+/// node's index and why, in words.
+pub(crate) type ForgetHook = Box<dyn Fn(usize, &str) + Send + Sync>;
+
+/// The forget epochs of one engine's nodes.
+pub(crate) struct Forgets {
+    epochs: Box<[AtomicU64]>,
+    hook: OnceLock<ForgetHook>,
+}
+
+impl Forgets {
+    pub(crate) fn new(nodes: usize) -> Self {
+        Self {
+            epochs: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            hook: OnceLock::new(),
+        }
+    }
+
+    /// Every node's epoch now, in node order.
+    pub(crate) fn snapshot(&self) -> Vec<u64> {
+        self.epochs
+            .iter()
+            .map(|e| e.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// One node's epoch now (0 for a node that does not exist).
+    pub(crate) fn epoch(&self, node: usize) -> u64 {
+        self.epochs
+            .get(node)
+            .map_or(0, |e| e.load(Ordering::SeqCst))
+    }
+
+    /// Sets the hook (once; a second call is ignored).
+    pub(crate) fn set_hook(&self, hook: ForgetHook) {
+        let _ = self.hook.set(hook);
+    }
+
+    /// Records that `node` may have forgotten keys, `why`, and calls the
+    /// hook. The epoch moves first: a lease made after this sees it.
+    pub(crate) fn note(&self, node: usize, why: &str) {
+        if let Some(epoch) = self.epochs.get(node) {
+            epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(hook) = self.hook.get() {
+            hook(node, why);
+        }
+    }
+}
+
+impl fmt::Debug for Forgets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Forgets")
+            .field("epochs", &self.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+
+    #[test]
+    fn a_forget_moves_the_epoch_before_the_hook_hears_it() {
+        let forgets = Arc::new(Forgets::new(3));
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        forgets.note(1, "before the hook");
+        let (seen, inner) = (Arc::clone(&heard), Arc::downgrade(&forgets));
+        forgets.set_hook(Box::new(move |node, why| {
+            let epoch = inner.upgrade().map(|f| f.epoch(node));
+            seen.lock().push((node, why.to_owned(), epoch));
+        }));
+        forgets.note(2, "evicting");
+        assert_eq!(forgets.snapshot(), [0, 1, 1]);
+        assert_eq!(*heard.lock(), [(2, "evicting".to_owned(), Some(1))]);
+        assert_eq!(forgets.epoch(7), 0);
+    }
+}
