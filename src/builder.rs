@@ -386,6 +386,7 @@ impl LockManagerBuilder {
             quorum,
             quarantine,
             max_ttl,
+            forget_window: max_ttl.saturating_add(drift(max_ttl, drift_factor)),
             drain_wait,
             clock: Arc::clone(&config.clock),
             fence_counters,

@@ -246,3 +246,110 @@ fn a_huge_name_never_takes_the_nodes_away_from_other_callers() {
     assert!(locks.flush(Duration::from_secs(5)));
     assert_eq!(locks.health().voting(), 3, "{}", locks.health());
 }
+
+/// How old a node's settings may be when a grant is counted (the crate's
+/// documented bound, docs/safety.md).
+const SETTINGS_MAX_AGE: Duration = Duration::from_millis(500);
+
+/// `CONFIG SET maxmemory <used + 3 MiB>` and `maxmemory-policy <policy>`
+/// on every server, as an operator (or a managed service's parameter
+/// change) does at run time.
+fn switch_eviction_on(servers: &[RedisServer], policy: &str) {
+    for server in servers {
+        let info: String = server.cmd(redis::cmd("INFO").arg("memory"));
+        let used: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        let _: () = server.cmd(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory")
+                .arg(used + (3 << 20)),
+        );
+        let _: () = server.cmd(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg(policy),
+        );
+    }
+}
+
+/// Issue 27, item 1. Managers A and B past the start quarantine, with
+/// their pooled connections open; then an evicting policy is switched on
+/// at run time. Before the fix the settings were read once per connection:
+/// A's keys were evicted, B was granted the lock while A's guard was valid
+/// with seconds left, and `health()` said every node voted. Now the
+/// settings are at most `SETTINGS_MAX_AGE` old when a grant counts: B is
+/// refused, A's lost signal fires at once (not a TTL later), `health()`
+/// names the setting, and a node whose policy goes back to `noeviction`
+/// is quarantined, as after a restart, until every lock it may have
+/// dropped has expired.
+#[test]
+fn an_evicting_policy_switched_on_at_run_time_never_gives_two_valid_holders() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (a, b) = (manager(&urls, false), manager(&urls, false));
+    b.try_lock("warm-up").unwrap().release().unwrap();
+    let b_read = std::time::Instant::now();
+    let guard = a.try_lock("r").unwrap();
+    let lost = guard.lost_signal();
+    switch_eviction_on(&servers, "volatile-lru");
+    let holding = fill_until_evicted(&servers, b"r");
+    // B's last read of the settings is at least the documented age old.
+    std::thread::sleep(
+        (b_read + SETTINGS_MAX_AGE).saturating_duration_since(std::time::Instant::now()),
+    );
+    let left = guard.validity();
+    if let Ok(second) = b.try_lock("r") {
+        panic!(
+            "two valid holders: A ({left:?} left, valid now: {}) and B ({:?}); A's key left \
+             on {holding} of 3 servers; B's health: {}",
+            guard.is_valid(),
+            second.validity(),
+            b.health()
+        );
+    }
+    // A holds the lock without traffic: its nodes' settings are read in
+    // the background, and the loss reaches it before its TTL would.
+    let notice = lost
+        .recv_timeout(left)
+        .expect("A is told before its TTL ends");
+    assert!(notice.is_lost(), "{notice}");
+    assert!(notice.to_string().contains("volatile-lru"), "{notice}");
+    assert!(!guard.is_valid());
+    assert!(b.flush(Duration::from_secs(5)));
+    let health = b.health();
+    assert_eq!(health.voting(), 0, "{health}");
+    assert!(
+        health.to_string().contains("maxmemory-policy volatile-lru"),
+        "health names the setting: {health}"
+    );
+    drop(guard);
+    // Back to `noeviction`: the nodes may have dropped keys of locks that
+    // are still held, so they do not vote until those have expired.
+    for server in &servers {
+        let _: () = server.cmd(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg("noeviction"),
+        );
+    }
+    let b_read = std::time::Instant::now();
+    std::thread::sleep(SETTINGS_MAX_AGE);
+    let err = b.try_lock("r").unwrap_err();
+    assert!(!err.is_contended(), "refused for the quarantine: {err}");
+    assert!(b.flush(Duration::from_secs(5)));
+    let health = b.health();
+    assert!(
+        health
+            .nodes
+            .iter()
+            .all(|n| matches!(n.state, NodeState::Quarantined { .. })),
+        "quarantined after {:?}: {health}",
+        b_read.elapsed()
+    );
+}

@@ -28,6 +28,7 @@ pub(crate) use self::keyset::{SET_MARK, compose as compose_keys, show as show_re
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::ReleaseListener;
 pub use self::op::{Op, OpKind, Reply};
+pub(crate) use self::server_info::SETTINGS_MAX_AGE;
 pub use self::server_info::ServerInfo;
 
 /// One lock server (one Redis master, one in-memory node, ...).

@@ -1,14 +1,22 @@
 //! What a server says about itself ([`ServerInfo`]): who it is, since when,
-//! and whether it may evict keys.
+//! whether it may evict keys, and its replication role and history.
 
 use std::time::Duration;
+
+/// How old a server's settings that can change at run time (eviction, the
+/// replication role and history) may be when a batch is sent: the Redis
+/// backend reads them again in the pipeline of the first batch after that
+/// age, ahead of its ops, and the engine looks by itself while a lock may
+/// be held and no batch brings them.
+pub(crate) const SETTINGS_MAX_AGE: Duration = Duration::from_millis(500);
 
 /// What a server says about itself: who it is, how long it has run, and
 /// whether it may evict keys.
 ///
 /// `None` fields mean "unknown". Redis reports `run_id` (new at every
 /// start) and `uptime_in_seconds` in `INFO server`, `maxmemory` and
-/// `maxmemory_policy` in `INFO memory`.
+/// `maxmemory_policy` in `INFO memory`, `role` and `master_replid` in
+/// `INFO replication`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerInfo {
@@ -22,6 +30,15 @@ pub struct ServerInfo {
     /// What the server drops when it reaches `maxmemory`
     /// (`maxmemory-policy`, e.g. `noeviction` or `volatile-lru`).
     pub maxmemory_policy: Option<String>,
+    /// Whether the server is a replica now (`role` in `INFO replication`):
+    /// a master turned replica (`REPLICAOF`, a failover) drops its keys for
+    /// its new master's.
+    pub replica: Option<bool>,
+    /// The server's replication history (`master_replid` in
+    /// `INFO replication`): a new one without a restart means the server
+    /// took another server's data set or was promoted, so the keys it held
+    /// may be gone.
+    pub replication_id: Option<String>,
 }
 
 impl ServerInfo {
@@ -40,6 +57,14 @@ impl ServerInfo {
     pub fn with_memory(mut self, maxmemory: u64, policy: impl Into<String>) -> Self {
         self.maxmemory = Some(maxmemory);
         self.maxmemory_policy = Some(policy.into());
+        self
+    }
+
+    /// The same, with its replication role and history.
+    #[must_use]
+    pub fn with_replication(mut self, replica: bool, replication_id: impl Into<String>) -> Self {
+        self.replica = Some(replica);
+        self.replication_id = Some(replication_id.into());
         self
     }
 

@@ -75,7 +75,13 @@ impl<'a> Driven<'a> {
             ..
         } = self;
         let vote = worker.complete(begun, std::slice::from_ref(item)).pop()?;
-        Some((vote, worker.next_wake() != wake_before))
+        // Only a wake time that came earlier needs the thread: one that
+        // moved later finds the thread awake early, with nothing due.
+        let earlier = match (worker.next_wake(), wake_before) {
+            (Some(now), Some(before)) => now < before,
+            (now, _) => now.is_some() && wake_before.is_none(),
+        };
+        Some((vote, earlier))
     }
 }
 

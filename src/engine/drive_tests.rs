@@ -101,6 +101,7 @@ fn engine(wires: &[Wire], quorum: usize) -> Engine {
         quorum,
         quarantine: None,
         max_ttl: Duration::from_secs(60),
+        forget_window: Duration::from_secs(60),
         drain_wait: Duration::from_secs(10),
         clock: Arc::new(MonotonicClock),
         fence_counters: b"{quorum-lock}:fences".to_vec(),

@@ -140,7 +140,7 @@ impl Worker {
             identified = server.is_some_and(|s| s.run_id.is_some());
             results = answers.into_iter();
         }
-        items
+        let votes: Vec<Vote> = items
             .iter()
             .zip(known)
             .map(|(item, known)| {
@@ -186,7 +186,17 @@ impl Worker {
                     Err(e) => (NodeOutcome::Failed(e), None),
                 }
             })
-            .collect()
+            .collect();
+        let holds = items
+            .iter()
+            .zip(&votes)
+            .any(|(item, (outcome, _))| item.action != Action::Release && outcome.is_granted());
+        if holds {
+            // A lock may be held here until max TTL from now: its
+            // settings are watched that long (see `settings_look.rs`).
+            self.settings_look.granted(Instant::now());
+        }
+        votes
     }
 
     /// What the grants of a batch count for, judged by the identity of the
@@ -197,13 +207,10 @@ impl Worker {
         results: &[Result<Reply, BackendError>],
         server: Option<&ServerInfo>,
     ) -> Standing {
-        if !results.iter().any(Result::is_ok) {
-            return Standing::Voting; // nothing was granted
+        if server.is_none() && !results.iter().any(Result::is_ok) {
+            return Standing::Voting; // nothing was granted, nothing learned
         }
-        let now = self.shared.clock.now();
-        let standing = self.identity.judge(server, now, &self.shared.registry);
-        self.publish_identity(standing);
-        standing
+        self.judge_server(server)
     }
 
     /// The outcome of a grant from a node in `standing`.
@@ -227,6 +234,11 @@ impl Worker {
                         .eviction()
                         .unwrap_or("maxmemory with an evicting policy")
                 ),
+            )),
+            Standing::Replica => NodeOutcome::Failed(BackendError::new(
+                BackendErrorKind::Config,
+                "the server is a replica now (role in INFO replication): its keys are \
+                 its master's, and what it grants is gone at the next sync",
             )),
             Standing::DuplicateOf(owner) => {
                 let other = self

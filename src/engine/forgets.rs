@@ -1,7 +1,8 @@
-//! Times each node was seen to have possibly forgotten lock keys without
-//! failing a call: its settings began to allow eviction, or it became a
-//! replica or took a new replication history (a failover). A restart is a
-//! forget too: the server that answers has none of the keys.
+//! Times each node was seen to have possibly forgotten lock keys while it
+//! kept answering: its settings began to allow eviction, or it became a
+//! replica or took a new replication history (a failover). A restart is
+//! not one: with durable persistence it keeps the keys, and without it
+//! the restart quarantine covers it (docs/safety.md).
 //!
 //! Each node has a count (its epoch) that only grows. A lease records the
 //! epochs of the nodes whose grants it counted, as read before the round

@@ -47,6 +47,9 @@ pub(crate) enum Standing {
     /// policy) and the manager does not accept that risk: its grants do
     /// not count.
     MayEvict,
+    /// The server is a replica now: its keys are its master's, and what
+    /// it grants (with `replica-read-only no`) is gone at the next sync.
+    Replica,
 }
 
 /// One node's view of its server's identity.
@@ -62,7 +65,27 @@ pub(crate) struct Identity {
     eviction: Option<String>,
     /// Count its grants all the same (`accept_eviction_risk`).
     accept_eviction: bool,
+    /// How long a node that may have forgotten keys without restarting
+    /// (eviction allowed until now, a new replication history) has its
+    /// grants withheld: max TTL plus drift, as a restart's quarantine,
+    /// whether or not restart quarantine is on.
+    forget_window: Duration,
+    /// Why the current quarantine was set, in words.
+    quarantine_reason: &'static str,
+    /// The replication history last seen (`master_replid`).
+    replication_id: Option<String>,
+    /// Whether the server said it is a replica.
+    replica: bool,
+    /// A forget seen and not yet taken by the worker (what happened).
+    forgotten: Option<String>,
 }
+
+/// Why a node is quarantined, for the log.
+const RESTARTED: &str = "its server started or restarted less than max_ttl + drift ago";
+const EVICTED: &str = "its settings allowed eviction until now, and the keys it evicted \
+                       belong to locks that may still be held";
+const NEW_HISTORY: &str = "it took a new replication history (a failover, REPLICAOF, or a \
+                           replica promoted) and may hold another server's keys";
 
 /// The resolution of a reported uptime: Redis' `uptime_in_seconds` is
 /// floor(wall now) - floor(wall start), which can read one second after a
@@ -80,7 +103,32 @@ impl Identity {
             duplicate_of: None,
             eviction: None,
             accept_eviction,
+            forget_window: quarantine.unwrap_or(Duration::ZERO),
+            quarantine_reason: RESTARTED,
+            replication_id: None,
+            replica: false,
+            forgotten: None,
         }
+    }
+
+    /// How long a node that may have forgotten keys without a restart
+    /// has its grants withheld (max TTL plus drift). Default: the restart
+    /// quarantine, or none when that is off.
+    #[must_use]
+    pub(crate) fn forgetting_for(mut self, window: Duration) -> Self {
+        self.forget_window = window;
+        self
+    }
+
+    /// A forget seen since the last call (what happened, in words):
+    /// leases that counted this node may have lost their keys here.
+    pub(crate) fn take_forgotten(&mut self) -> Option<String> {
+        self.forgotten.take()
+    }
+
+    /// Why the current quarantine was set, in words.
+    pub(crate) fn quarantine_reason(&self) -> &'static str {
+        self.quarantine_reason
     }
 
     /// What the grants of one batch count for: judged by the identity of
@@ -97,9 +145,9 @@ impl Identity {
         registry: &Registry,
     ) -> Standing {
         if let Some(server) = server {
-            // Read with the answers, on the same connection: a server
-            // reconfigured since shows on its next connection.
-            self.eviction = server.eviction();
+            // Read with the answers, on the same connection, at most the
+            // backend's settings age before the batch was sent.
+            self.observe_settings(server, now);
         }
         match server.and_then(|s| s.run_id.as_deref().map(|id| (id, s.uptime))) {
             Some((run_id, uptime)) => self.observe(run_id, uptime, now, registry),
@@ -107,6 +155,54 @@ impl Identity {
             None => {}
         }
         self.standing(now)
+    }
+
+    /// Takes in the settings that can change without a restart: eviction
+    /// allowed, the replication role and history. A change that may have
+    /// cost keys is a forget; once it is over, the node is quarantined
+    /// for the forget window, as after a restart.
+    fn observe_settings(&mut self, server: &ServerInfo, now: Instant) {
+        let same_server = self.run_id.is_some() && server.run_id == self.run_id;
+        let eviction = server.eviction();
+        if !self.accept_eviction {
+            match (&self.eviction, &eviction) {
+                (None, Some(setting)) => {
+                    self.forgotten = Some(format!("may evict lock keys ({setting})"));
+                }
+                (Some(_), None) => self.quarantine_from(now, self.forget_window, EVICTED),
+                _ => {}
+            }
+        }
+        self.eviction = eviction;
+        if let Some(replica) = server.replica {
+            if replica && !self.replica {
+                self.forgotten = Some("became a replica (its keys are now its master's)".into());
+            }
+            self.replica = replica;
+        }
+        if let Some(id) = &server.replication_id {
+            if same_server && self.replication_id.as_ref().is_some_and(|old| old != id) {
+                self.forgotten = Some(format!(
+                    "took a new replication history (master_replid {}...)",
+                    id.get(..8).unwrap_or(id)
+                ));
+                self.quarantine_from(now, self.forget_window, NEW_HISTORY);
+            }
+            self.replication_id = Some(id.clone());
+        }
+    }
+
+    /// Withholds grants until `window` after `now`, unless a longer
+    /// quarantine is already running.
+    fn quarantine_from(&mut self, now: Instant, window: Duration, reason: &'static str) {
+        if window.is_zero() {
+            return;
+        }
+        let until = now + window;
+        if self.quarantined_until.is_none_or(|current| current < until) {
+            self.quarantined_until = Some(until);
+            self.quarantine_reason = reason;
+        }
     }
 
     /// Takes in a server's run id and reported uptime. Only a new or
@@ -133,6 +229,13 @@ impl Identity {
             self.duplicate_of = (owner != self.node).then_some(owner);
         }
         self.run_id = Some(run_id.to_owned());
+        if restarted {
+            // Not a forget of its own: with durable persistence a restart
+            // keeps the keys, and without it the restart quarantine keeps
+            // the node from voting until every lock it held has expired
+            // (Redlock's own argument). The new server's history is its own.
+            self.replication_id = None;
+        }
         if let Some(quarantine) = self.quarantine {
             // First contact: the server's uptime says how long ago it could
             // have forgotten anything, less its resolution (an unknown
@@ -149,6 +252,7 @@ impl Identity {
             };
             let left = quarantine.saturating_sub(credited);
             self.quarantined_until = (!left.is_zero()).then(|| now + left);
+            self.quarantine_reason = RESTARTED;
         }
     }
 
@@ -186,6 +290,9 @@ impl Identity {
         }
         if self.eviction.is_some() && !self.accept_eviction {
             return Standing::MayEvict;
+        }
+        if self.replica {
+            return Standing::Replica;
         }
         match self.quarantined_until {
             Some(until) if until > now => Standing::Quarantined(until - now),
@@ -310,12 +417,20 @@ mod tests {
             strict.eviction(),
             Some("maxmemory 1048576, maxmemory-policy allkeys-lfu")
         );
+        assert!(
+            strict.take_forgotten().is_some(),
+            "an evicting server is a forget"
+        );
+        // Back to `noeviction`: the keys it may have dropped belong to
+        // locks that may still be held, so it waits out the window.
         strict.see(
             &info("a", 3600).map(|s| s.with_memory(1 << 20, "noeviction")),
             now,
             &registry,
         );
-        assert_eq!(strict.standing(now), Standing::Voting);
+        assert_eq!(strict.standing(now), Standing::Quarantined(Q));
+        assert_eq!(strict.standing(now + Q), Standing::Voting);
+        assert!(strict.take_forgotten().is_none());
         let mut accepting = Identity::new(1, Some(Q), true);
         accepting.see(
             &info("b", 3600).map(|s| s.with_memory(1 << 20, "volatile-ttl")),
@@ -340,5 +455,37 @@ mod tests {
         first.see(&info("other", 100), now, &registry);
         second.see(&info("moved", 100), now, &registry);
         assert_eq!(second.standing(now), Standing::Voting);
+    }
+
+    /// Issue 27, item 1: what a server says of its replication, read again
+    /// without a restart. A new history on the same server (a failover,
+    /// `REPLICAOF`, a replica promoted) is a forget and a quarantine; a
+    /// replica does not vote; a restart's new history is not a forget of
+    /// its own (the restart quarantine covers it).
+    #[test]
+    fn a_new_replication_history_is_a_forget_and_a_replica_does_not_vote() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let with = |run_id: &str, replica: bool, replid: &str| {
+            info(run_id, 3600).map(|s| s.with_replication(replica, replid))
+        };
+        let mut id = Identity::new(0, None, false).forgetting_for(Q);
+        id.see(&with("a", false, "h1"), now, &registry);
+        assert_eq!(id.standing(now), Standing::Voting);
+        assert!(id.take_forgotten().is_none(), "first contact is no forget");
+        id.see(&with("a", true, "h2"), now, &registry);
+        assert_eq!(id.standing(now), Standing::Replica);
+        let forgot = id.take_forgotten().unwrap();
+        assert!(forgot.contains("replication history"), "{forgot}");
+        id.see(&with("a", false, "h3"), now, &registry);
+        assert!(id.take_forgotten().is_some());
+        assert_eq!(id.standing(now), Standing::Quarantined(Q));
+        assert_eq!(id.standing(now + Q), Standing::Voting);
+        // A restart brings a new run id and a new history: the restart
+        // rules alone apply (quarantine is off here).
+        let later = now + Q;
+        id.see(&with("b", false, "h4"), later, &registry);
+        assert!(id.take_forgotten().is_none());
+        assert_eq!(id.standing(later), Standing::Voting);
     }
 }

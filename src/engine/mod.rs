@@ -19,6 +19,7 @@ mod liveness;
 mod notices;
 mod pending;
 mod retries;
+mod settings_look;
 mod tally;
 mod upkeep;
 mod waiters;
@@ -168,6 +169,10 @@ pub(crate) struct Settings {
     /// The longest a key can live: a release that could not be confirmed
     /// is retried that long.
     pub(crate) max_ttl: Duration,
+    /// How long a node that may have forgotten keys while it kept
+    /// answering (eviction, a new replication history) has its grants
+    /// withheld: max TTL plus drift, whatever the restart quarantine.
+    pub(crate) forget_window: Duration,
     /// How long dropping the engine waits for the queued releases.
     pub(crate) drain_wait: Duration,
     /// The manager's clock.
@@ -192,6 +197,7 @@ impl Engine {
             quorum,
             quarantine,
             max_ttl,
+            forget_window,
             drain_wait,
             clock,
             fence_counters,
@@ -205,6 +211,7 @@ impl Engine {
             peers: parking_lot::Mutex::default(),
             clock,
             quarantine,
+            forget_window,
             release_retry_window: max_ttl,
             registry: Registry::default(),
             names: backends.iter().map(|b| b.describe()).collect(),

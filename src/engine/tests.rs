@@ -12,6 +12,7 @@ fn settings(wait: Duration) -> Settings {
         quorum: 1,
         quarantine: None,
         max_ttl: wait,
+        forget_window: wait,
         drain_wait: wait,
         clock: Arc::new(MonotonicClock),
         fence_counters: b"{quorum-lock}:fences".to_vec(),

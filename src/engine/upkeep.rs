@@ -103,6 +103,44 @@ impl Worker {
         self.announce_liveness(change, cause);
     }
 
+    /// Judges the identity and settings `server` reported (with a batch's
+    /// answers, or from a look), publishes the verdict, and passes on a
+    /// forget: the leases that counted this node hear of it at once.
+    pub(super) fn judge_server(&mut self, server: Option<&ServerInfo>) -> Standing {
+        let now = self.shared.clock.now();
+        let standing = self.identity.judge(server, now, &self.shared.registry);
+        if server.is_some() {
+            self.settings_look.seen(Instant::now());
+        }
+        if let Some(what) = self.identity.take_forgotten() {
+            let name = self.name().to_owned();
+            log::warn!(
+                "quorum-lock: node {name} {what}: it may have lost lock keys, so its grants \
+                 do not count, and a held lock whose quorum counted it is told it may be lost"
+            );
+            self.shared
+                .forgets
+                .note(self.index, &format!("node {name} {what}"));
+        }
+        self.publish_identity(standing);
+        standing
+    }
+
+    /// Reads the server's settings by itself (see `settings_look.rs`): no
+    /// batch brought them while a lock may be held on the node.
+    pub(super) fn look_at_settings(&mut self) {
+        let backend = &self.backend;
+        let looked = catch_unwind(AssertUnwindSafe(|| backend.server_info()));
+        // Seen, or tried: a failing look is not repeated at once (a node
+        // that stops answering is found by the lock traffic and probes).
+        self.settings_look.seen(Instant::now());
+        if let Ok(Ok(server)) = looked
+            && server.run_id.is_some()
+        {
+            self.judge_server(Some(&server));
+        }
+    }
+
     pub(super) fn probe(&mut self) {
         let backend = &self.backend;
         let healthy = matches!(
@@ -197,8 +235,9 @@ impl Worker {
         let name = self.name().to_owned();
         if let Some(left) = news.quarantined_for {
             log::info!(
-                "quorum-lock: node {name} quarantined for {left:?}: its server started or \
-                 restarted less than max_ttl + drift ago and may have forgotten locks"
+                "quorum-lock: node {name} quarantined for {left:?}: {} and may have forgotten \
+                 locks",
+                self.identity.quarantine_reason()
             );
         }
         if news.quarantine_over {

@@ -27,6 +27,7 @@ use super::identity::{Identity, Registry};
 use super::liveness::Liveness;
 use super::notices::NodeNotices;
 use super::retries::RetryList;
+use super::settings_look::SettingsLook;
 use super::waiters::Waiters;
 use crate::backend::{Backend, BackendError, BackendErrorKind, Holding};
 use crate::clock::Clock;
@@ -147,11 +148,13 @@ pub(crate) fn spawn(
     shared: Arc<Shared>,
 ) -> std::io::Result<Arc<NodeExec>> {
     let name = format!("quorum-lock-node{index}");
-    let identity = Identity::new(index, shared.quarantine, shared.accept_eviction);
+    let identity = Identity::new(index, shared.quarantine, shared.accept_eviction)
+        .forgetting_for(shared.forget_window);
     if let Some(node) = shared.names.get(index) {
         crate::metrics::node_up(node, true);
     }
     let call_timeout = backend.call_timeout();
+    let shared_window = shared.release_retry_window;
     let exec = Arc::new(NodeExec {
         call_timeout,
         gate: Gate::new(Worker {
@@ -164,6 +167,7 @@ pub(crate) fn spawn(
             liveness: Liveness::default(),
             announced: Announced::default(),
             notices: NodeNotices::default(),
+            settings_look: SettingsLook::new(shared_window),
         }),
     });
     let thread_exec = Arc::clone(&exec);
@@ -228,6 +232,9 @@ pub(crate) struct Shared {
     pub(crate) clock: Arc<dyn Clock>,
     /// Restart quarantine (max TTL plus drift), or `None` when off.
     pub(crate) quarantine: Option<Duration>,
+    /// How long a node that may have forgotten keys while it kept
+    /// answering has its grants withheld (max TTL plus drift).
+    pub(crate) forget_window: Duration,
     /// Run ids seen, for duplicate detection.
     pub(crate) registry: Registry,
     /// Node names, for reports.
@@ -269,6 +276,9 @@ pub(super) struct Worker {
     pub(super) announced: Announced,
     /// The node's subscription to release notices.
     pub(super) notices: NodeNotices,
+    /// When to read the server's settings while locks may be held on it
+    /// and no batch brings them.
+    pub(super) settings_look: SettingsLook,
 }
 
 impl Worker {
@@ -280,10 +290,14 @@ impl Worker {
             Some(at) => Some(at),
             None => self.retries.next_wake(),
         };
-        match (work, self.notices.next_wake()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            work,
+            self.notices.next_wake(),
+            self.settings_look.next_wake(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Probes a down node and retries releases, when due; looks after the
@@ -294,6 +308,9 @@ impl Worker {
         }
         if !self.liveness.is_down() && self.retries.due(Instant::now()) {
             self.retry_releases();
+        }
+        if !self.liveness.is_down() && self.settings_look.due(Instant::now()) {
+            self.look_at_settings();
         }
         self.tend_notices();
     }

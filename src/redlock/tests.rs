@@ -32,6 +32,7 @@ fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
         quorum: 2,
         quarantine: None,
         max_ttl: LONG,
+        forget_window: LONG,
         drain_wait: timeout,
         clock: clock.clone(),
         fence_counters: FENCE_COUNTERS.to_vec(),

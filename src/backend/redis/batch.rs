@@ -21,7 +21,7 @@ use redis::Value;
 use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
-use super::conn::{pack_info, value_text};
+use super::conn::{Ask, value_text};
 use super::pool::{Checkout, Failure};
 use super::redact::show_key;
 use super::scripts::{Digests, Script};
@@ -45,8 +45,9 @@ enum First {
 
 /// What the first round trip of a batch carried, for reading its replies.
 pub(super) struct FirstSent {
-    /// `INFO` went first (a new connection).
-    want_info: bool,
+    /// What went first about the server (`INFO` on a new connection, the
+    /// settings again once they are old).
+    ask: Ask,
     /// The four `SCRIPT LOAD`s followed.
     load_scripts: bool,
     /// The ops sent, by index.
@@ -96,14 +97,12 @@ impl Inner {
         results: &[Option<Result<Reply, BackendError>>],
         deadline: Instant,
     ) -> Result<FirstSent, Failure> {
-        let want_info = c.conn.needs_info();
+        let ask = c.conn.ask();
         let digests = self.digests.lock().clone();
         let sent: Vec<usize> = (0..ops.len()).filter(|&i| results[i].is_none()).collect();
         let load_scripts = digests.is_none() && sent.iter().any(|&i| script_of(&ops[i]).is_some());
         let mut buf = Vec::new();
-        if want_info {
-            pack_info(&mut buf);
-        }
+        ask.pack(&mut buf);
         if load_scripts {
             for script in Script::ALL {
                 redis::cmd("SCRIPT")
@@ -115,13 +114,12 @@ impl Inner {
         for &i in &sent {
             self.pack_op(&ops[i], ttls[i], digests.as_ref(), &mut buf);
         }
-        let expected =
-            sent.len() + usize::from(want_info) + Script::ALL.len() * usize::from(load_scripts);
+        let expected = sent.len() + ask.replies() + Script::ALL.len() * usize::from(load_scripts);
         c.conn
             .send(&buf, deadline)
             .map_err(|fault| self.failure(&fault, 0))?;
         Ok(FirstSent {
-            want_info,
+            ask,
             load_scripts,
             sent,
             expected,
@@ -143,7 +141,7 @@ impl Inner {
         deadline: Instant,
     ) -> Result<(), Failure> {
         let FirstSent {
-            want_info,
+            ask,
             load_scripts,
             ref sent,
             expected,
@@ -153,10 +151,7 @@ impl Inner {
             .receive(expected, deadline)
             .map_err(|(fault, read)| self.failure(&fault, read))?;
         let mut replies = replies.into_iter();
-        if want_info {
-            let info = replies.next();
-            c.conn.learn_identity(info.as_ref());
-        }
+        c.conn.learn(ask, &mut replies);
         *server = c.conn.server();
         if load_scripts {
             // A refused SCRIPT LOAD (an ACL without it) leaves the digests

@@ -7,23 +7,64 @@
 //! the client allocate more than [`MAX_REPLY_BYTES`] per reply.
 //!
 //! The identity (`INFO`: `run_id`, `uptime_in_seconds`, and with them
-//! `maxmemory` and `maxmemory_policy`) belongs to the connection: it is
-//! read once, in the connection's first pipeline, and
+//! `maxmemory`, `maxmemory_policy`, `role` and `master_replid`) belongs to
+//! the connection: it is read in the connection's first pipeline, and
 //! describes the server that answers everything sent on this connection (a
 //! restarted server closes its connections, so a connection never outlives
-//! the server incarnation it talks to).
+//! the server incarnation it talks to). The settings that can change
+//! without a restart (`INFO memory` and `INFO replication`, small replies)
+//! are read again in the pipeline of the first batch sent once they are
+//! [`SETTINGS_MAX_AGE`] old: a grant is never judged by settings read
+//! longer ago than that before the batch was sent.
 
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::ServerInfo;
+use crate::backend::{SETTINGS_MAX_AGE, ServerInfo};
 
 use super::frame::{self, MAX_REPLY_BYTES, Scan};
 use super::transport::{Fault, Phase, Target, Transport};
 
 /// Bytes read from the socket at a time.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// What a batch on this connection must ask about the server first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ask {
+    /// Nothing: the identity is known and its settings are fresh (or the
+    /// server refuses `INFO`).
+    Nothing,
+    /// `INFO` (a new connection): the identity and every setting.
+    Identity,
+    /// `INFO memory` and `INFO replication`: the settings again.
+    Settings,
+}
+
+impl Ask {
+    /// How many replies the asking adds to a pipeline.
+    pub(super) fn replies(self) -> usize {
+        match self {
+            Self::Nothing => 0,
+            Self::Identity => 1,
+            Self::Settings => 2,
+        }
+    }
+
+    /// Packs the asking into `buf`.
+    pub(super) fn pack(self, buf: &mut Vec<u8>) {
+        match self {
+            Self::Nothing => {}
+            Self::Identity => pack_info(buf),
+            Self::Settings => {
+                redis::cmd("INFO").arg("memory").write_packed_command(buf);
+                redis::cmd("INFO")
+                    .arg("replication")
+                    .write_packed_command(buf);
+            }
+        }
+    }
+}
 
 /// What to send before a connection is used: credentials and database.
 #[derive(Clone, Default)]
@@ -37,8 +78,13 @@ pub(super) struct Setup {
 enum Identity {
     /// `INFO server` not asked yet.
     Unread,
-    /// The server's answer, and when it was read.
-    Known { info: ServerInfo, read_at: Instant },
+    /// The server's answer, when it was read, and when its settings were
+    /// last read.
+    Known {
+        info: ServerInfo,
+        read_at: Instant,
+        settings_at: Instant,
+    },
     /// The server refused `INFO` (e.g. `NOPERM`) or its reply was not
     /// readable: unknown for this connection's life; never asked again.
     Unavailable,
@@ -308,28 +354,64 @@ impl Conn {
         self.start < self.buf.len()
     }
 
-    /// Whether `INFO server` still has to be asked on this connection.
-    pub(super) fn needs_info(&self) -> bool {
-        matches!(self.identity, Identity::Unread)
+    /// What the next batch on this connection must ask first.
+    pub(super) fn ask(&self) -> Ask {
+        match &self.identity {
+            Identity::Unread => Ask::Identity,
+            Identity::Known { settings_at, .. } if settings_at.elapsed() >= SETTINGS_MAX_AGE => {
+                Ask::Settings
+            }
+            Identity::Known { .. } | Identity::Unavailable => Ask::Nothing,
+        }
     }
 
-    /// Records the reply to this connection's `INFO server`; an error reply
-    /// or one that is not text leaves the identity unknown for good.
-    pub(super) fn learn_identity(&mut self, reply: Option<&Value>) {
-        self.identity = match reply.and_then(value_text) {
-            Some(text) => Identity::Known {
-                info: parse_info(&text),
-                read_at: Instant::now(),
-            },
-            None => Identity::Unavailable,
+    /// Records the replies to what `ask` asked (in order). An error reply
+    /// or one that is not text leaves the identity unknown for good: a
+    /// server whose settings cannot be read again cannot be vouched for.
+    pub(super) fn learn(&mut self, ask: Ask, replies: &mut impl Iterator<Item = Value>) {
+        let texts: Vec<Option<String>> = (0..ask.replies())
+            .map(|_| replies.next().as_ref().and_then(value_text))
+            .collect();
+        if ask == Ask::Nothing {
+            return;
+        }
+        let Some(texts) = texts.into_iter().collect::<Option<Vec<String>>>() else {
+            self.identity = Identity::Unavailable;
+            return;
         };
+        let now = Instant::now();
+        match (ask, &mut self.identity) {
+            (
+                Ask::Settings,
+                Identity::Known {
+                    info, settings_at, ..
+                },
+            ) => {
+                let mut fresh = ServerInfo::default();
+                for text in &texts {
+                    parse_into(&mut fresh, text);
+                }
+                info.maxmemory = fresh.maxmemory;
+                info.maxmemory_policy = fresh.maxmemory_policy;
+                info.replica = fresh.replica;
+                info.replication_id = fresh.replication_id;
+                *settings_at = now;
+            }
+            _ => {
+                self.identity = Identity::Known {
+                    info: parse_info(&texts.concat()),
+                    read_at: now,
+                    settings_at: now,
+                };
+            }
+        }
     }
 
     /// The server at the other end, with its uptime advanced by the time
     /// since `INFO` was read; `None` when unknown.
     pub(super) fn server(&self) -> Option<ServerInfo> {
         match &self.identity {
-            Identity::Known { info, read_at } => {
+            Identity::Known { info, read_at, .. } => {
                 let mut info = info.clone();
                 info.uptime = info.uptime.map(|u| u.saturating_add(read_at.elapsed()));
                 Some(info)
@@ -371,10 +453,17 @@ pub(super) fn describe_value(value: &Value) -> String {
     }
 }
 
-/// `run_id`, `uptime_in_seconds`, `maxmemory` and `maxmemory_policy`
-/// from an `INFO` reply (Redis and Valkey spell them alike).
+/// `run_id`, `uptime_in_seconds`, `maxmemory`, `maxmemory_policy`, `role`
+/// and `master_replid` from an `INFO` reply (Redis and Valkey spell them
+/// alike).
 pub(super) fn parse_info(text: &str) -> ServerInfo {
     let mut info = ServerInfo::default();
+    parse_into(&mut info, text);
+    info
+}
+
+/// The fields of [`parse_info`] found in `text`, written into `info`.
+fn parse_into(info: &mut ServerInfo, text: &str) {
     for line in text.lines() {
         let Some((name, value)) = line.trim_end().split_once(':') else {
             continue;
@@ -386,10 +475,13 @@ pub(super) fn parse_info(text: &str) -> ServerInfo {
             }
             "maxmemory" => info.maxmemory = value.parse::<u64>().ok(),
             "maxmemory_policy" => info.maxmemory_policy = Some(value.to_owned()),
+            "role" => info.replica = Some(value != "master"),
+            "master_replid" => {
+                info.replication_id = Some(value.to_owned()).filter(|id| !id.is_empty());
+            }
             _ => {}
         }
     }
-    info
 }
 
 #[cfg(test)]

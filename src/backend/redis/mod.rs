@@ -71,7 +71,7 @@ use crate::backend::{
     Reply, ServerInfo,
 };
 
-use self::conn::{Setup, pack_info, value_text};
+use self::conn::{Ask, Setup, pack_info, value_text};
 use self::flight::{checked_ttls, fail_unanswered};
 use self::pool::{Failure, IdleConn};
 use self::redact::{describe_info, redact_raw_url, scrub, url_secrets};
@@ -251,8 +251,8 @@ impl RedisBackend {
                 .exchange(&buf, 1, deadline)
                 .map_err(|(fault, read)| inner.failure(&fault, read))?;
             let reply = replies.pop();
-            if c.conn.needs_info() {
-                c.conn.learn_identity(reply.as_ref());
+            if c.conn.ask() == Ask::Identity {
+                c.conn.learn(Ask::Identity, &mut reply.clone().into_iter());
             }
             Ok(reply)
         })?;
@@ -386,20 +386,22 @@ impl Backend for RedisBackend {
         let inner = &*self.inner;
         let deadline = inner.deadline();
         inner.with_conn(deadline, |c| {
-            let asks_info = c.conn.needs_info();
+            // The identity on a new connection, the settings once they are
+            // old (the engine's background look while locks are held), a
+            // PING otherwise.
+            let ask = c.conn.ask();
             let mut buf = Vec::new();
-            if asks_info {
-                pack_info(&mut buf);
-            } else {
+            ask.pack(&mut buf);
+            if ask == Ask::Nothing {
                 redis::cmd("PING").write_packed_command(&mut buf);
             }
-            let reply = c
+            let replies = c
                 .conn
-                .exchange(&buf, 1, deadline)
-                .map_err(|(fault, read)| inner.failure(&fault, read))?
-                .pop();
-            if let Some(Value::ServerError(e)) = &reply
-                && !(asks_info && e.code() == "NOPERM")
+                .exchange(&buf, ask.replies().max(1), deadline)
+                .map_err(|(fault, read)| inner.failure(&fault, read))?;
+            if let Some(Value::ServerError(e)) =
+                replies.iter().find(|r| matches!(r, Value::ServerError(_)))
+                && !(ask != Ask::Nothing && e.code() == "NOPERM")
             {
                 // NOAUTH and the like: reached, but nothing is allowed.
                 return Err(Failure {
@@ -407,9 +409,7 @@ impl Backend for RedisBackend {
                     stale: false,
                 });
             }
-            if asks_info {
-                c.conn.learn_identity(reply.as_ref());
-            }
+            c.conn.learn(ask, &mut replies.into_iter());
             Ok(c.conn.server().unwrap_or_default())
         })
     }
