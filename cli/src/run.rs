@@ -27,11 +27,14 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             return exit::for_error(&e);
         }
     };
-    if args.kill_after + KILL_MARGIN >= args.ttl {
+    // Only a value the user gave: the default is a third of the TTL.
+    if let Some(kill_after) = args.kill_after
+        && kill_after + KILL_MARGIN >= args.ttl
+    {
         warn(&format!(
             "--kill-after {} ms can never fit in the lock's validity (under --ttl {} ms): \
              after a loss the command gets SIGKILL {} ms before the validity ends instead",
-            args.kill_after.as_millis(),
+            kill_after.as_millis(),
             args.ttl.as_millis(),
             KILL_MARGIN.as_millis()
         ));
@@ -122,7 +125,7 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
     let watch = Watch {
         locks: &locks,
         signals: &signals,
-        kill_after: args.kill_after,
+        kill_after: args.kill_after(),
     };
     let outcome = watch.run(&mut held, &mut child);
     let cx = Context {

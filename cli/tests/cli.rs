@@ -353,3 +353,26 @@ fn bad_arguments_are_usage_errors_and_a_bad_url_a_configuration_error() {
     assert_eq!(code(&bad_url), 78);
     assert!(!String::from_utf8_lossy(&bad_url.stderr).contains("hunter2"));
 }
+
+/// Issue 27, item 8: `run --ttl 3s` (the README's CI recipe) printed a
+/// warning about a `--kill-after` the user never gave. The default now
+/// follows the TTL; only a value the user gave and that cannot fit is
+/// worth a warning.
+#[test]
+fn a_short_ttl_does_not_warn_about_a_kill_after_nobody_gave() {
+    let servers = RedisServers::start(3);
+    let quiet = output(&mut tool(
+        &servers,
+        &["run", "--ttl", "3s", "job", "--", "true"],
+    ));
+    assert_eq!(code(&quiet), 0, "{quiet:?}");
+    let text = String::from_utf8_lossy(&quiet.stderr);
+    assert!(!text.contains("kill-after"), "{text}");
+    let given = output(&mut tool(
+        &servers,
+        &["run", "--ttl", "3s", "--kill-after", "10s", "job", "--", "true"],
+    ));
+    assert_eq!(code(&given), 0, "{given:?}");
+    let text = String::from_utf8_lossy(&given.stderr);
+    assert!(text.contains("--kill-after 10000 ms can never fit"), "{text}");
+}
