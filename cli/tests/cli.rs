@@ -226,22 +226,19 @@ fn losing_the_majority_stops_the_command_with_the_lost_code() {
 #[test]
 fn sigterm_to_the_tool_is_forwarded_and_the_lock_released() {
     let servers = RedisServers::start(3);
-    let child = tool(
-        &servers,
-        &[
-            "run",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "trap 'exit 9' TERM; sleep 60 & wait",
-        ],
-    )
-    .spawn()
-    .unwrap();
+    let dir = testkit::TempDir::new("quorum-lock-cli");
+    let trapped = dir.path().join("trapped");
+    // The marker says the trap is set (a signal before it would kill the
+    // shell with 143, not let it exit 9).
+    let script = format!(
+        "trap 'exit 9' TERM; touch {}; sleep 60 & wait",
+        trapped.display()
+    );
+    let child = tool(&servers, &["run", "job", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
     assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
-    // The shell must have set its trap: give it until its `sleep` runs.
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(wait_until(HANG, || trapped.exists()), "no trap set");
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
