@@ -367,9 +367,21 @@ fn a_short_ttl_does_not_warn_about_a_kill_after_nobody_gave() {
     assert!(!text.contains("kill-after"), "{text}");
     let given = output(&mut tool(
         &servers,
-        &["run", "--ttl", "3s", "--kill-after", "10s", "job", "--", "true"],
+        &[
+            "run",
+            "--ttl",
+            "3s",
+            "--kill-after",
+            "10s",
+            "job",
+            "--",
+            "true",
+        ],
     ));
     assert_eq!(code(&given), 0, "{given:?}");
     let text = String::from_utf8_lossy(&given.stderr);
-    assert!(text.contains("--kill-after 10000 ms can never fit"), "{text}");
+    assert!(
+        text.contains("--kill-after 10000 ms can never fit"),
+        "{text}"
+    );
 }

@@ -88,7 +88,10 @@ fn a_user_without_the_wake_up_rights_gets_a_warning_naming_them() {
         .lines()
         .find(|l| l.trim_start().starts_with("verdict:"))
         .unwrap_or_else(|| panic!("no verdict: {text}"));
-    assert!(verdict.contains("verdict: warn"), "locks still work: {text}");
+    assert!(
+        verdict.contains("verdict: warn"),
+        "locks still work: {text}"
+    );
     for name in ["PUBLISH", "SUBSCRIBE"] {
         assert!(verdict.contains(name), "{name} is not named: {text}");
     }
