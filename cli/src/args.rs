@@ -105,6 +105,18 @@ pub(crate) struct RunArgs {
     /// third of --ttl, at most 10s]
     #[arg(long, value_parser = parse_duration)]
     pub(crate) kill_after: Option<Duration>,
+    /// When the command ends and processes it started are left in its
+    /// process group (a background child), wait for them with the lock
+    /// kept, instead of stopping them (SIGTERM, SIGKILL after
+    /// --kill-after) before the lock is released. (A process that left
+    /// the group, by `setsid` for one, is out of the tool's reach.)
+    #[arg(long, conflicts_with = "leave_group")]
+    pub(crate) wait_group: bool,
+    /// When the command ends, let the processes left in its process group
+    /// run on after the lock is released (a command that starts a daemon
+    /// on purpose), instead of stopping them first.
+    #[arg(long)]
+    pub(crate) leave_group: bool,
     /// The lock's name (the resource).
     pub(crate) name: String,
     /// The command and its arguments (after `--`).
@@ -208,8 +220,14 @@ mod tests {
     #[test]
     fn kill_after_defaults_to_a_third_of_the_ttl_at_most_ten_seconds() {
         assert_eq!(run_args(&[]).kill_after(), Duration::from_secs(10));
-        assert_eq!(run_args(&["--ttl", "3s"]).kill_after(), Duration::from_secs(1));
-        assert_eq!(run_args(&["--ttl", "5m"]).kill_after(), Duration::from_secs(10));
+        assert_eq!(
+            run_args(&["--ttl", "3s"]).kill_after(),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            run_args(&["--ttl", "5m"]).kill_after(),
+            Duration::from_secs(10)
+        );
         let given = run_args(&["--ttl", "3s", "--kill-after", "10s"]);
         assert_eq!(given.kill_after(), Duration::from_secs(10));
     }

@@ -1,17 +1,20 @@
 //! The command `run` starts: in its own process group, tied to the tool's
-//! life, signalled as a group, and waited for.
+//! life, signalled as a group, and waited for, with every process it left
+//! in its group.
 //!
 //! * Its own process group: a terminal's Ctrl-C and `kill -INT -PGID` of
 //!   the tool's group then reach the tool alone, which forwards one copy to
 //!   the command's group (see `signals.rs`). Without it the command would
-//!   get two.
-//! * `PR_SET_PDEATHSIG` = SIGKILL: if the tool dies without a word (`kill
-//!   -9`, the OOM killer), nobody extends the lock any more, and the kernel
-//!   kills the command at once instead of letting it run on unprotected.
-//!   SIGKILL and not SIGTERM: with the tool gone nobody could bound a grace
-//!   period by the lock's validity.
+//!   get two. The group is also what the tool stops, waits for or lets go
+//!   when the command has ended (`--wait-group`, `--leave-group`).
+//! * A guardian (`guardian.rs`) kills the whole group with SIGKILL if the
+//!   tool dies without a word (`kill -9`, the OOM killer): nobody extends
+//!   the lock any more. SIGKILL and not SIGTERM: with the tool gone nobody
+//!   could bound a grace period by the lock's validity.
+//! * `PR_SET_PDEATHSIG` = SIGKILL as well, for the command itself: it
+//!   holds even if the guardian was killed too.
 
-use std::io;
+use std::io::{self, PipeWriter};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -21,6 +24,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgid, getpid, getppid};
 
 use crate::exit;
+use crate::guardian::{self, Guardian};
 use crate::terminal::Terminal;
 
 /// How the command ended.
@@ -44,45 +48,69 @@ impl Ended {
     }
 }
 
-/// The running command.
+/// The running command, and its process group.
 #[derive(Debug)]
 pub(crate) struct Child {
     /// Its pid, which is also its process group's id.
     pid: Pid,
+    /// Whether its status was collected: from then on the pid may be
+    /// reused, only the group is signalled.
+    ended: bool,
     /// The terminal it was handed, when the tool ran in a terminal's
     /// foreground.
     terminal: Option<Terminal>,
+    /// Kills the group if the tool dies; `None` once let go.
+    guardian: Option<Guardian>,
 }
 
 impl Child {
-    /// Starts `command` in its own process group, to be killed if the tool
-    /// dies; hands it the terminal when the tool has it.
-    pub(crate) fn spawn(mut command: Command) -> io::Result<Self> {
+    /// Starts `command` in its own process group, to be killed with its
+    /// group if the tool dies (by `guardian`, which it tells its group
+    /// before it `exec`s); hands it the terminal when the tool has it.
+    pub(crate) fn spawn(mut command: Command, guardian: Guardian) -> io::Result<Self> {
         let tool = getpid();
+        let announcer = guardian.announcer()?;
         command.process_group(0);
         #[allow(unsafe_code)]
         // SAFETY: the closure runs in the forked child before exec, where
-        // only async-signal-safe calls are allowed: it makes two system
-        // calls (prctl, getppid) and allocates nothing (an `Errno` becomes
-        // an `io::Error` without allocating).
+        // only async-signal-safe calls are allowed: it makes four system
+        // calls (prctl, getpid, write, getppid) and allocates nothing (an
+        // `Errno` becomes an `io::Error` without allocating).
         unsafe {
-            command.pre_exec(move || die_with(tool));
+            command.pre_exec(move || before_exec(tool, &announcer));
         }
         // The parent-death signal is tied to the thread that forks: this
         // is the main thread, which lives until the tool exits.
-        let child = command.spawn()?;
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                // Nothing runs (the failed child was collected).
+                guardian.disarm();
+                return Err(e);
+            }
+        };
+        drop(command);
         let pid = Pid::from_raw(i32::try_from(child.id()).map_err(io::Error::other)?);
         // `child` is dropped without waiting: the waiting is done by pid,
         // below, to see the command stop (Ctrl-Z) as well as end.
         drop(child);
         let terminal = Terminal::hand_to(pid);
-        Ok(Self { pid, terminal })
+        Ok(Self {
+            pid,
+            ended: false,
+            terminal,
+            guardian: Some(guardian),
+        })
     }
 
     /// Whether it ended, without blocking. A command stopped by job
     /// control (Ctrl-Z) stops the tool too, as a shell job would, and both
     /// go on together.
     pub(crate) fn poll(&mut self) -> io::Result<Option<Ended>> {
+        if self.ended {
+            // Collected already: the pid may belong to another process.
+            return Ok(None);
+        }
         let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED;
         match waitpid(self.pid, Some(flags)) {
             Ok(WaitStatus::Exited(_, code)) => Ok(Some(self.ended(Ended::Exited(code)))),
@@ -104,14 +132,62 @@ impl Child {
     /// left the group: sending to both would deliver the signal to the
     /// command twice whenever the first copy was handled before the second
     /// arrived (a standard signal is merged only while it is pending).
+    /// Once the command has ended, to its group only.
     pub(crate) fn signal(&self, signal: Signal) {
+        if self.ended {
+            let _ = killpg(self.pid, signal);
+            return;
+        }
         let in_group = getpgid(Some(self.pid)).is_ok_and(|group| group == self.pid);
         if !in_group || killpg(self.pid, signal).is_err() {
             let _ = kill(self.pid, signal);
         }
     }
 
+    /// After the command ended: whether no process is left in its group.
+    /// Collects those that are the tool's own children (the tool is the
+    /// reaper of orphans when it runs as pid 1 in a container), so that
+    /// an ended process no longer counts.
+    pub(crate) fn group_gone(&mut self) -> bool {
+        let group = Pid::from_raw(-self.pid.as_raw());
+        while let Ok(status) = waitpid(group, Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        killpg(self.pid, None) == Err(Errno::ESRCH)
+    }
+
+    /// Starts a new guardian if the one watching the group ended (only
+    /// SIGKILL by its pid ends it).
+    pub(crate) fn keep_guardian(&mut self) {
+        let Some(guardian) = &mut self.guardian else {
+            return;
+        };
+        if guardian.alive() {
+            return;
+        }
+        crate::logger::warn("the guardian of the command's process group ended: starting another");
+        let started = Guardian::start().and_then(|mut new| new.arm(self.pid).map(|()| new));
+        match started {
+            Ok(new) => self.guardian = Some(new),
+            Err(e) => crate::logger::warn(&format!(
+                "cannot start a guardian ({e}): if the tool is killed, the command's \
+                 processes will run on without the lock"
+            )),
+        }
+    }
+
+    /// The tool is done with the group (it is gone, or let go on
+    /// purpose): its guardian will not kill it.
+    pub(crate) fn let_go(&mut self) {
+        if let Some(guardian) = self.guardian.take() {
+            guardian.disarm();
+        }
+    }
+
     fn ended(&mut self, how: Ended) -> Ended {
+        self.ended = true;
         if let Some(terminal) = self.terminal.take() {
             terminal.take_back(self.pid);
         }
@@ -119,11 +195,12 @@ impl Child {
     }
 }
 
-/// In the child before exec: SIGKILL when the tool dies. If the tool died
-/// before `prctl` took effect, the signal will never come: the command
-/// must not start then.
-fn die_with(tool: Pid) -> io::Result<()> {
+/// In the child before exec: SIGKILL when the tool dies, and the group's
+/// id to the guardian. If the tool died before `prctl` took effect, the
+/// signal will never come: the command must not start then.
+fn before_exec(tool: Pid, guardian: &PipeWriter) -> io::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    guardian::announce(guardian, getpid())?;
     if getppid() != tool {
         return Err(Errno::ESRCH.into());
     }
