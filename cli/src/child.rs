@@ -17,6 +17,7 @@
 use std::io::{self, PipeWriter};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
@@ -26,6 +27,9 @@ use nix::unistd::{Pid, getpgid, getpid, getppid};
 use crate::exit;
 use crate::guardian::{self, Guardian};
 use crate::terminal::Terminal;
+
+/// The longest a group that only zombies are left in is taken for alive.
+const SCAN_EVERY: Duration = Duration::from_millis(500);
 
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +65,8 @@ pub(crate) struct Child {
     terminal: Option<Terminal>,
     /// Kills the group if the tool dies; `None` once let go.
     guardian: Option<Guardian>,
+    /// When /proc was last read for the group's members.
+    scanned: Option<Instant>,
 }
 
 impl Child {
@@ -100,6 +106,7 @@ impl Child {
             ended: false,
             terminal,
             guardian: Some(guardian),
+            scanned: None,
         })
     }
 
@@ -144,10 +151,10 @@ impl Child {
         }
     }
 
-    /// After the command ended: whether no process is left in its group.
-    /// Collects those that are the tool's own children (the tool is the
-    /// reaper of orphans when it runs as pid 1 in a container), so that
-    /// an ended process no longer counts.
+    /// After the command ended: whether no process is left in its group
+    /// (zombies aside: they run nothing, and wait for a parent to collect
+    /// them). Collects those that are the tool's own children (the tool
+    /// is the reaper of orphans when it runs as pid 1 in a container).
     pub(crate) fn group_gone(&mut self) -> bool {
         let group = Pid::from_raw(-self.pid.as_raw());
         while let Ok(status) = waitpid(group, Some(WaitPidFlag::WNOHANG)) {
@@ -155,7 +162,26 @@ impl Child {
                 break;
             }
         }
-        killpg(self.pid, None) == Err(Errno::ESRCH)
+        if killpg(self.pid, None) == Err(Errno::ESRCH) {
+            return true;
+        }
+        // Still there for the kernel: perhaps only zombies (a shell's
+        // ended background job, between the shell's exit and init
+        // collecting it). /proc tells; it is read at most once per
+        // SCAN_EVERY, as a wait for the group may last long.
+        let now = Instant::now();
+        if self.scanned.is_some_and(|at| now < at + SCAN_EVERY) {
+            return false;
+        }
+        self.scanned = Some(now);
+        live_members(self.pid) == Some(0)
+    }
+
+    /// After the command ended: whether processes other than zombies are
+    /// left in its group, read now.
+    pub(crate) fn group_alive(&mut self) -> bool {
+        self.scanned = None;
+        !self.group_gone()
     }
 
     /// Starts a new guardian if the one watching the group ended (only
@@ -205,4 +231,47 @@ fn before_exec(tool: Pid, guardian: &PipeWriter) -> io::Result<()> {
         return Err(Errno::ESRCH.into());
     }
     Ok(())
+}
+
+/// How many processes of process group `group` are not zombies, from
+/// /proc; `None` where /proc cannot be read.
+fn live_members(group: Pid) -> Option<usize> {
+    let mut live = 0;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        // Gone since the listing, or not ours to read: skipped.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and ')'.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = after.split_ascii_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        if pgrp == Some(group.as_raw()) && state != Some("Z") {
+            live += 1;
+        }
+    }
+    Some(live)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_members_counts_a_group_from_proc() {
+        let own = nix::unistd::getpgrp();
+        assert!(live_members(own).is_some_and(|n| n >= 1), "this process");
+        // A group id no process has: pid_max is at most 2^22.
+        assert_eq!(live_members(Pid::from_raw(i32::MAX)), Some(0));
+    }
 }

@@ -136,7 +136,7 @@ impl Watch<'_> {
                 match child.poll() {
                     Ok(Some(how)) => {
                         ended = Some(how);
-                        if lost.is_none() && self.rest == Rest::Stop && !child.group_gone() {
+                        if lost.is_none() && self.rest == Rest::Stop && child.group_alive() {
                             let at = self.stop_rest(child);
                             kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
                         }
