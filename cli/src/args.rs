@@ -6,6 +6,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use quorum_lock::{LockManager, RetryPolicy};
 
+/// The longest default `--kill-after` (the default with the default TTL).
+const KILL_AFTER: Duration = Duration::from_secs(10);
+
 /// flock(1) for a cluster: a lock held on a quorum of Redis masters.
 #[derive(Debug, Parser)]
 #[command(name = "quorum-lock", version, about, long_about = None, after_help = crate::exit::HELP)]
@@ -96,10 +99,24 @@ pub(crate) struct RunArgs {
     /// stopped).
     #[arg(long, default_value_t = crate::exit::LOST)]
     pub(crate) lost_exit_code: u8,
-    /// After a forwarded SIGTERM, or a loss: SIGKILL to the command after
-    /// this long. After a loss never later than the lock's validity allows.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub(crate) kill_after: Duration,
+    /// After a forwarded SIGTERM, a loss, or the command's end with
+    /// processes left in its group: SIGKILL to them after this long. After
+    /// a loss never later than the lock's validity allows. [default: a
+    /// third of --ttl, at most 10s]
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) kill_after: Option<Duration>,
+    /// When the command ends and processes it started are left in its
+    /// process group (a background child), wait for them with the lock
+    /// kept, instead of stopping them (SIGTERM, SIGKILL after
+    /// --kill-after) before the lock is released. (A process that left
+    /// the group, by `setsid` for one, is out of the tool's reach.)
+    #[arg(long, conflicts_with = "leave_group")]
+    pub(crate) wait_group: bool,
+    /// When the command ends, let the processes left in its process group
+    /// run on after the lock is released (a command that starts a daemon
+    /// on purpose), instead of stopping them first.
+    #[arg(long)]
+    pub(crate) leave_group: bool,
     /// The lock's name (the resource).
     pub(crate) name: String,
     /// The command and its arguments (after `--`).
@@ -123,6 +140,15 @@ pub(crate) struct DoctorArgs {
     /// Print JSON for scripts.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+impl RunArgs {
+    /// `--kill-after`, or its default: a third of the TTL (what is left of
+    /// the validity when an extend, due at a third, fails at once), at
+    /// most [`KILL_AFTER`].
+    pub(crate) fn kill_after(&self) -> Duration {
+        self.kill_after.unwrap_or(KILL_AFTER.min(self.ttl / 3))
+    }
 }
 
 impl Global {
@@ -179,5 +205,30 @@ mod tests {
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("1e999s").is_err());
+    }
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["quorum-lock", "run"];
+        argv.extend(extra);
+        argv.extend(["job", "--", "true"]);
+        match Cli::try_parse_from(argv).map(|cli| cli.command) {
+            Ok(Command::Run(run)) => run,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kill_after_defaults_to_a_third_of_the_ttl_at_most_ten_seconds() {
+        assert_eq!(run_args(&[]).kill_after(), Duration::from_secs(10));
+        assert_eq!(
+            run_args(&["--ttl", "3s"]).kill_after(),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            run_args(&["--ttl", "5m"]).kill_after(),
+            Duration::from_secs(10)
+        );
+        let given = run_args(&["--ttl", "3s", "--kill-after", "10s"]);
+        assert_eq!(given.kill_after(), Duration::from_secs(10));
     }
 }

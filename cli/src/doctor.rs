@@ -1,6 +1,7 @@
 //! `quorum-lock doctor`: each node checked for what the lock relies on:
-//! reachable, a master, the rights for every command the crate sends,
-//! memory policy, persistence and restart quarantine, round-trip time.
+//! reachable, a master, the rights for every command the crate sends
+//! (the wake-ups' publish / subscribe included: a warning, as locks work
+//! without them), memory policy, persistence and restart quarantine, round-trip time.
 //!
 //! One verdict line per node (`ok`, `warn`, `fail`). One server listed
 //! under two names (the same `run_id`) fails from its second name on: it
@@ -183,7 +184,12 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
             };
             println!("  verdict: {}{why}", c.verdict.as_str());
         }
-        let in_quarantine = checkups.iter().filter(|c| c.quarantined).count();
+        // Among the usable nodes only: a node that fails does not count
+        // as usable, in quarantine or not.
+        let in_quarantine = checkups
+            .iter()
+            .filter(|c| c.quarantined && c.verdict != Verdict::Fail)
+            .count();
         let now = usable - in_quarantine;
         let verdict = if now >= quorum {
             "locks work"
@@ -230,7 +236,7 @@ fn check(node: &Node, global: &Global) -> Checkup {
     }
     check_identity(node, &mut conn, global, &mut c);
     check_config(node, &mut conn, global, &mut c);
-    check_rights(node, &mut conn, &mut c);
+    check_rights(node, &mut conn, &global.prefix, &mut c);
     c
 }
 
@@ -334,9 +340,10 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
 }
 
 /// The rights for every command the crate sends, tried on a scratch key
-/// that is removed again.
-fn check_rights(node: &Node, conn: &mut Connection, c: &mut Checkup) {
-    let key = format!("quorum-lock:doctor:{}", std::process::id());
+/// under the prefix (where the lock keys are, so that an ACL key pattern
+/// judges it as it judges them) that is removed again.
+fn check_rights(node: &Node, conn: &mut Connection, prefix: &str, c: &mut Checkup) {
+    let key = format!("{prefix}quorum-lock:doctor:{}", std::process::id());
     let token = "quorum-lock-doctor";
     // The digest as the server gives it (as the library takes it): no
     // SHA-1 in the client.
@@ -350,7 +357,7 @@ fn check_rights(node: &Node, conn: &mut Connection, c: &mut Checkup) {
     let sha = sha.unwrap_or_default();
     let mut attempt = |name: &'static str, cmd: &redis::Cmd| {
         if let Err(e) = node.query::<redis::Value>(conn, cmd)
-            && (e.contains("NOPERM") || e.contains("unknown command"))
+            && refused(&e)
         {
             missing.push(name);
         }
@@ -380,16 +387,70 @@ fn check_rights(node: &Node, conn: &mut Connection, c: &mut Checkup) {
         "EVAL",
         redis::cmd("EVAL").arg(RELEASE).arg(1).arg(&key).arg(token),
     );
+    let wake_ups = check_wake_ups(node, conn, &key);
+    let mut ok = vec!["SET, GET, SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, DEL, INFO"];
+    if wake_ups.is_empty() {
+        ok.push(WAKE_UP_RIGHTS);
+    }
     if missing.is_empty() {
-        c.text(
-            "rights",
-            "rights",
-            "SET, GET, SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, DEL, INFO: ok".to_owned(),
-        );
+        c.text("rights", "rights", format!("{}: ok", ok.join(", ")));
     } else {
         c.note(
             Verdict::Fail,
             format!("missing ACL rights for {}", missing.join(", ")),
         );
     }
+    if !wake_ups.is_empty() {
+        c.note(
+            Verdict::Warn,
+            format!(
+                "missing ACL rights for {} on {RELEASE_CHANNEL}{prefix}*: release notices \
+                 (wake-ups) are off on this node, waiters retry on their timer \
+                 (docs/operations.md, Access rights)",
+                wake_ups.join(", ")
+            ),
+        );
+    }
+}
+
+/// The channel a release is announced on is this and the key.
+const RELEASE_CHANNEL: &str = "quorum-lock:released:";
+/// The rights the wake-ups need, for the `rights` line.
+const WAKE_UP_RIGHTS: &str = "PUBLISH, SUBSCRIBE, UNSUBSCRIBE";
+
+/// The wake-ups' rights on `key`'s release channel: the release script
+/// publishes there, a waiter subscribes (on a connection of its own, as
+/// the library does: this one stays out of subscriber mode). The rights
+/// missing.
+fn check_wake_ups(node: &Node, conn: &mut Connection, key: &str) -> Vec<&'static str> {
+    let channel = format!("{RELEASE_CHANNEL}{key}");
+    let mut missing = Vec::new();
+    if let Err(e) = node.query::<redis::Value>(conn, redis::cmd("PUBLISH").arg(&channel).arg(""))
+        && refused(&e)
+    {
+        missing.push("PUBLISH");
+    }
+    let Ok((mut listener, _)) = node.connect() else {
+        return missing;
+    };
+    match node.query::<redis::Value>(&mut listener, redis::cmd("SUBSCRIBE").arg(&channel)) {
+        Err(e) if refused(&e) => missing.push("SUBSCRIBE"),
+        Err(_) => {}
+        Ok(_) => {
+            if let Err(e) =
+                node.query::<redis::Value>(&mut listener, redis::cmd("UNSUBSCRIBE").arg(&channel))
+                && refused(&e)
+            {
+                missing.push("UNSUBSCRIBE");
+            }
+        }
+    }
+    missing
+}
+
+/// Whether an error says the user may not run the command, or not on
+/// these keys or channels (`NOPERM`: the redis crate writes `NoPerm`).
+fn refused(e: &str) -> bool {
+    let e = e.to_ascii_lowercase();
+    e.contains("noperm") || e.contains("unknown command")
 }

@@ -12,6 +12,7 @@ mod args;
 mod child;
 mod doctor;
 mod exit;
+mod guardian;
 mod hold;
 mod inspect;
 mod json;
@@ -31,6 +32,14 @@ use clap::{CommandFactory, Parser};
 use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
+    // The guardian of a command's process group (`guardian.rs`) is this
+    // binary, started by `run` with an argument no user types.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == guardian::ARG)
+    {
+        return guardian::main();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage(&e),

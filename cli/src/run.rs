@@ -14,10 +14,11 @@ use quorum_lock::{CancellationToken, LockManager, LockOptions, RetryPolicy};
 use crate::args::{Global, RunArgs};
 use crate::child::{Child, Ended};
 use crate::exit;
+use crate::guardian::Guardian;
 use crate::hold::{self, Cut};
 use crate::logger::warn;
 use crate::signals::Signals;
-use crate::supervise::{Held, KILL_MARGIN, Outcome, Watch};
+use crate::supervise::{Held, KILL_MARGIN, Outcome, Rest, Watch};
 
 pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
     let locks = match global.manager(args.ttl) {
@@ -27,11 +28,14 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             return exit::for_error(&e);
         }
     };
-    if args.kill_after + KILL_MARGIN >= args.ttl {
+    // Only a value the user gave: the default is a third of the TTL.
+    if let Some(kill_after) = args.kill_after
+        && kill_after + KILL_MARGIN >= args.ttl
+    {
         warn(&format!(
             "--kill-after {} ms can never fit in the lock's validity (under --ttl {} ms): \
              after a loss the command gets SIGKILL {} ms before the validity ends instead",
-            args.kill_after.as_millis(),
+            kill_after.as_millis(),
             args.ttl.as_millis(),
             KILL_MARGIN.as_millis()
         ));
@@ -105,7 +109,15 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
         command.env("QUORUM_LOCK_PERMIT", String::from_utf8_lossy(slot).as_ref());
     }
     let mut held = Held::new(guard, args.ttl);
-    let mut child = match Child::spawn(command) {
+    let guardian = match Guardian::start() {
+        Ok(guardian) => guardian,
+        Err(e) => {
+            eprintln!("quorum-lock: cannot start the guardian of the command's process group: {e}");
+            let _ = held.guard.release();
+            return exit::OS_ERROR;
+        }
+    };
+    let mut child = match Child::spawn(command, guardian) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("quorum-lock: cannot run {:?}: {e}", args.command[0]);
@@ -122,9 +134,25 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
     let watch = Watch {
         locks: &locks,
         signals: &signals,
-        kill_after: args.kill_after,
+        kill_after: args.kill_after(),
+        rest: if args.wait_group {
+            Rest::Wait
+        } else if args.leave_group {
+            Rest::Leave
+        } else {
+            Rest::Stop
+        },
+        name: &args.name,
     };
     let outcome = watch.run(&mut held, &mut child);
+    if let Outcome::Failed(_) = outcome {
+        // Whether processes of the command still run is unknown: none may
+        // go on once the lock is released.
+        child.signal(Signal::SIGKILL);
+    }
+    // The group is gone (or let go on purpose): the guardian is no longer
+    // needed, and must not kill a group whose id may be reused.
+    child.let_go();
     let cx = Context {
         taken,
         node_timeout: global.node_timeout,

@@ -91,30 +91,76 @@ pub(crate) enum Outcome {
     Failed(std::io::Error),
 }
 
+/// What becomes of the processes the command left in its process group
+/// when it ends (its background children, a script's helpers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rest {
+    /// SIGTERM (and SIGCONT), SIGKILL after `--kill-after`; the lock is
+    /// kept until they are gone. The default.
+    Stop,
+    /// Waited for with the lock kept (and extended): `--wait-group`.
+    Wait,
+    /// Let go: they run on after the lock is released, as a daemon
+    /// started on purpose (`--leave-group`).
+    Leave,
+}
+
+/// After SIGKILL to the group, the longest wait for it to be gone: a
+/// process in an uninterruptible sleep dies when it leaves it (it runs
+/// no more code of its own), a zombie whose parent does not collect it
+/// never goes.
+const GONE_WAIT: Duration = Duration::from_secs(1);
+
 /// Settings of the watch.
 pub(crate) struct Watch<'a> {
     pub(crate) locks: &'a LockManager,
     pub(crate) signals: &'a Signals,
     pub(crate) kill_after: Duration,
+    pub(crate) rest: Rest,
+    /// The lock's name, for messages.
+    pub(crate) name: &'a str,
 }
 
 impl Watch<'_> {
-    /// Runs until the command ends.
+    /// Runs until the command has ended and, unless let go, every process
+    /// left in its group too (after a loss always: none of them may run
+    /// on without the lock).
     pub(crate) fn run(&self, held: &mut Held, child: &mut Child) -> Outcome {
         let mut kill_at: Option<Instant> = None;
+        let mut killed_at: Option<Instant> = None;
         let mut lost: Option<String> = None;
         let mut forwarded = None;
+        let mut ended = None;
         loop {
-            match child.poll() {
-                Ok(Some(ended)) => {
+            if ended.is_none() {
+                match child.poll() {
+                    Ok(Some(how)) => {
+                        ended = Some(how);
+                        if lost.is_none() && self.rest == Rest::Stop && child.group_alive() {
+                            let at = self.stop_rest(child);
+                            kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Outcome::Failed(e),
+                }
+            }
+            if let Some(how) = ended {
+                let done = (self.rest == Rest::Leave && lost.is_none())
+                    || child.group_gone()
+                    || killed_at.is_some_and(|at| at.elapsed() >= GONE_WAIT);
+                if done {
                     return match lost {
                         Some(why) => Outcome::Lost(why),
-                        None => Outcome::Ended(ended, forwarded),
+                        None => Outcome::Ended(how, forwarded),
                     };
                 }
-                Ok(None) => {}
-                Err(e) => return Outcome::Failed(e),
+                if killed_at.is_some() {
+                    // Whatever was being forked as the first one came.
+                    child.signal(Signal::SIGKILL);
+                }
             }
+            child.keep_guardian();
             for signal in self.signals.take() {
                 child.signal(signal);
                 forwarded = Some(signal);
@@ -134,6 +180,7 @@ impl Watch<'_> {
             if kill_at.is_some_and(|at| now >= at) {
                 child.signal(Signal::SIGKILL);
                 kill_at = None;
+                killed_at.get_or_insert(now);
             }
             let mut wake = now + POLL;
             if lost.is_none() {
@@ -144,6 +191,21 @@ impl Watch<'_> {
             }
             std::thread::sleep(wake.saturating_duration_since(Instant::now()));
         }
+    }
+
+    /// The command ended and left processes in its group: SIGTERM to
+    /// them (and SIGCONT, should they be stopped); when to SIGKILL them.
+    fn stop_rest(&self, child: &Child) -> Instant {
+        crate::logger::warn(&format!(
+            "the command ended and left processes in its process group: SIGTERM to them, \
+             SIGKILL in {} ms, before {} is released (--wait-group waits for them, \
+             --leave-group lets them run)",
+            self.kill_after.as_millis(),
+            self.name
+        ));
+        child.signal(Signal::SIGTERM);
+        child.signal(Signal::SIGCONT);
+        Instant::now() + self.kill_after
     }
 
     /// SIGTERM to the command, and when to SIGKILL it: after

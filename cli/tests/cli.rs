@@ -226,22 +226,19 @@ fn losing_the_majority_stops_the_command_with_the_lost_code() {
 #[test]
 fn sigterm_to_the_tool_is_forwarded_and_the_lock_released() {
     let servers = RedisServers::start(3);
-    let child = tool(
-        &servers,
-        &[
-            "run",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "trap 'exit 9' TERM; sleep 60 & wait",
-        ],
-    )
-    .spawn()
-    .unwrap();
+    let dir = testkit::TempDir::new("quorum-lock-cli");
+    let trapped = dir.path().join("trapped");
+    // The marker says the trap is set (a signal before it would kill the
+    // shell with 143, not let it exit 9).
+    let script = format!(
+        "trap 'exit 9' TERM; touch {}; sleep 60 & wait",
+        trapped.display()
+    );
+    let child = tool(&servers, &["run", "job", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
     assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
-    // The shell must have set its trap: give it until its `sleep` runs.
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(wait_until(HANG, || trapped.exists()), "no trap set");
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -352,4 +349,39 @@ fn bad_arguments_are_usage_errors_and_a_bad_url_a_configuration_error() {
     ]));
     assert_eq!(code(&bad_url), 78);
     assert!(!String::from_utf8_lossy(&bad_url.stderr).contains("hunter2"));
+}
+
+/// Issue 27, item 8: `run --ttl 3s` (the README's CI recipe) printed a
+/// warning about a `--kill-after` the user never gave. The default now
+/// follows the TTL; only a value the user gave and that cannot fit is
+/// worth a warning.
+#[test]
+fn a_short_ttl_does_not_warn_about_a_kill_after_nobody_gave() {
+    let servers = RedisServers::start(3);
+    let quiet = output(&mut tool(
+        &servers,
+        &["run", "--ttl", "3s", "job", "--", "true"],
+    ));
+    assert_eq!(code(&quiet), 0, "{quiet:?}");
+    let text = String::from_utf8_lossy(&quiet.stderr);
+    assert!(!text.contains("kill-after"), "{text}");
+    let given = output(&mut tool(
+        &servers,
+        &[
+            "run",
+            "--ttl",
+            "3s",
+            "--kill-after",
+            "10s",
+            "job",
+            "--",
+            "true",
+        ],
+    ));
+    assert_eq!(code(&given), 0, "{given:?}");
+    let text = String::from_utf8_lossy(&given.stderr);
+    assert!(
+        text.contains("--kill-after 10000 ms can never fit"),
+        "{text}"
+    );
 }

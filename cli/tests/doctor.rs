@@ -1,0 +1,114 @@
+//! `doctor` and the ACL user docs/operations.md documents (issue 27, item
+//! 8): with the documented line every right checks out, wake-ups
+//! included; a user without the publish / subscribe rights gets a warning
+//! that names them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod common;
+
+use common::{code, output, stdout, tool_on};
+use testkit::RedisServer;
+
+/// The documentation the line is read from (compiled in, so an edit of
+/// the docs rebuilds the test).
+const OPERATIONS: &str = include_str!("../../docs/operations.md");
+const PLACEHOLDER: &str = ">CHANGE-ME";
+const PASSWORD: &str = "doctor-test-pw";
+
+/// The one `ACL SETUSER` line between the `acl-user` markers.
+fn documented_line() -> &'static str {
+    let start = OPERATIONS.find("<!-- acl-user: begin").unwrap();
+    let end = start + OPERATIONS[start..].find("<!-- acl-user: end -->").unwrap();
+    let lines: Vec<&str> = OPERATIONS[start..end]
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("ACL SETUSER"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    lines[0]
+}
+
+/// Creates the user of `line` (its password replaced) on `server`, with
+/// the rights in `without` left out; its URL.
+fn user_url(server: &RedisServer, line: &str, without: &[&str]) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let user = words[2];
+    let password = format!(">{PASSWORD}");
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        if without.contains(word) {
+            continue;
+        }
+        cmd.arg(if *word == PLACEHOLDER {
+            password.as_str()
+        } else {
+            *word
+        });
+    }
+    let _: () = cmd.query(&mut server.conn()).unwrap();
+    format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", server.port())
+}
+
+/// The rights line and the findings of `doctor` for the node at `url`,
+/// with the prefix the documented key pattern covers.
+fn doctor(url: &str) -> (i32, String) {
+    let out = output(&mut tool_on(
+        &[url.to_owned()],
+        &["--prefix", "locks:", "doctor"],
+    ));
+    (code(&out), stdout(&out))
+}
+
+#[test]
+fn the_documented_acl_user_passes_every_rights_check() {
+    let server = RedisServer::start();
+    let url = user_url(&server, documented_line(), &[]);
+    let (_, text) = doctor(&url);
+    let rights = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("rights:"))
+        .unwrap_or_else(|| panic!("no rights line: {text}"));
+    assert!(rights.ends_with(": ok"), "{text}");
+    for name in ["PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"] {
+        assert!(rights.contains(name), "{name} is not checked: {text}");
+    }
+    assert!(!text.contains("missing"), "{text}");
+}
+
+#[test]
+fn a_user_without_the_wake_up_rights_gets_a_warning_naming_them() {
+    let server = RedisServer::start();
+    let url = user_url(
+        &server,
+        documented_line(),
+        &["+publish", "+subscribe", "+unsubscribe"],
+    );
+    let (code, text) = doctor(&url);
+    let verdict = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("verdict:"))
+        .unwrap_or_else(|| panic!("no verdict: {text}"));
+    assert!(
+        verdict.contains("verdict: warn"),
+        "locks still work: {text}"
+    );
+    for name in ["PUBLISH", "SUBSCRIBE"] {
+        assert!(verdict.contains(name), "{name} is not named: {text}");
+    }
+    assert_eq!(code, 1, "{text}");
+}
+
+/// A node that fails (here: no right to `SET`) while in restart
+/// quarantine was counted twice in the summary (`usable - in_quarantine`
+/// underflowed: doctor panicked).
+#[test]
+fn a_failing_node_in_quarantine_is_counted_once() {
+    let server = RedisServer::start();
+    let url = user_url(&server, documented_line(), &["+set"]);
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.args(["--nodes", &url, "--prefix", "locks:", "doctor"]);
+    let out = output(&mut cmd);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 3, "no quorum: {out:?}");
+    assert!(text.contains("0 of 1 nodes can vote now"), "{text}");
+}
