@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 
 use super::counters::{Counters, Event};
-use super::fencing::{next_fence, wall_micros};
+use super::fencing::{FenceFailure, next_fence, wall_micros};
 use super::forget_watch::{ForgetWatch, after_loss};
 use super::lease::{ExtendTicket, Lease, LeaseState, NotExtended, Refused};
 use super::owners::Owners;
@@ -486,36 +486,6 @@ impl Rounds {
             elapsed,
             attempts: 1,
             waited: elapsed,
-        }
-    }
-}
-
-/// Why a fenced acquire could not hand out its fence.
-enum FenceFailure {
-    /// The counter is beyond what a fence may be.
-    Counter(Error),
-    /// No quorum acknowledged the fence within the validity: each node's
-    /// answer to the write-back.
-    NotAcknowledged(Vec<NodeOutcome>),
-}
-
-impl FenceFailure {
-    /// The error to return, from the acquire's report and the nodes' names.
-    fn into_error<'a>(self, mut report: Report, names: impl Iterator<Item = &'a str>) -> Error {
-        match self {
-            Self::Counter(error) => error,
-            Self::NotAcknowledged(outcomes) => {
-                report.nodes = names
-                    .zip(outcomes)
-                    .map(|(node, outcome)| NodeReport {
-                        node: node.to_owned(),
-                        outcome,
-                    })
-                    .collect();
-                Error::NoQuorum {
-                    report: Box::new(report),
-                }
-            }
         }
     }
 }
