@@ -59,6 +59,9 @@ pub struct LockGuard {
 impl LockGuard {
     pub(crate) fn new(core: Arc<Core>, lease: Arc<Lease>) -> Self {
         let owned = core.rounds().owners().own(&lease);
+        // Registered: from now on the forget hook sees this lease. A node
+        // seen forgetting since the round was sent is caught here.
+        core.rounds().check_support(&lease);
         Self {
             core,
             lease,
@@ -189,14 +192,18 @@ impl LockGuard {
     }
 
     /// A [`LostSignal`] that gets the [`Error::Lost`] as soon as the lock is
-    /// known to be lost: an extend failed, or (with auto-extension) the
-    /// validity ran out after renewal stopped. Poll it with `try_recv`,
-    /// wait with `recv_timeout`, or `select!` its receiver against your
-    /// work. If the lock is already lost the notice is waiting. Each call
-    /// gives a new signal.
+    /// known to be lost: an extend failed, (with auto-extension) the
+    /// validity ran out after renewal stopped, or a node whose grant the
+    /// lock counted was seen to have possibly forgotten its keys (its
+    /// settings began to allow eviction, it became a replica, it
+    /// restarted) and fewer than a quorum of the counted nodes are left.
+    /// Poll it with `try_recv`, wait with `recv_timeout`, or `select!` its
+    /// receiver against your work. If the lock is already lost the notice
+    /// is waiting. Each call gives a new signal.
     ///
-    /// Only guards with auto-extension are watched when idle; on other
-    /// guards the notice comes from a failed [`extend`](Self::extend).
+    /// The validity running out is watched only on guards with
+    /// auto-extension; on other guards that shows in
+    /// [`validity`](Self::validity) and [`check`](Self::check).
     pub fn lost_signal(&self) -> LostSignal {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.lease.state().subscribe(tx);

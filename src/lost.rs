@@ -8,8 +8,10 @@ use crossbeam_channel::Receiver;
 use crate::error::Error;
 
 /// Delivers [`Error::Lost`] the moment a held lock is known (or feared) to
-/// be lost: an extend found no quorum, or, with auto-extension, the
-/// validity ran out after renewal stopped. From
+/// be lost: an extend found no quorum, with auto-extension the validity
+/// ran out after renewal stopped, or nodes whose grants the lock counted
+/// were seen to have possibly forgotten its keys (eviction, failover,
+/// restart) until fewer than a quorum of them are left. From
 /// [`LockGuard::lost_signal`](crate::LockGuard::lost_signal).
 ///
 /// It fires at most once. Once the guard is released, forgotten or dropped

@@ -24,6 +24,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::report::{NodeOutcome, NodeReport, Report};
 
 /// The name of the hash that holds every fence counter of a node, after
 /// the manager's prefix. Refused as a resource name (see
@@ -58,6 +59,40 @@ pub(crate) fn next_fence(reads: impl IntoIterator<Item = u64>, wall: u64) -> Res
 /// increasing across servers that forgot their counters.
 pub(crate) fn wall_micros(since_epoch: Duration) -> u64 {
     u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Why a fenced acquire could not hand out its fence.
+pub(super) enum FenceFailure {
+    /// The counter is beyond what a fence may be.
+    Counter(Error),
+    /// No quorum acknowledged the fence within the validity: each node's
+    /// answer to the write-back.
+    NotAcknowledged(Vec<NodeOutcome>),
+}
+
+impl FenceFailure {
+    /// The error to return, from the acquire's report and the nodes' names.
+    pub(super) fn into_error<'a>(
+        self,
+        mut report: Report,
+        names: impl Iterator<Item = &'a str>,
+    ) -> Error {
+        match self {
+            Self::Counter(error) => error,
+            Self::NotAcknowledged(outcomes) => {
+                report.nodes = names
+                    .zip(outcomes)
+                    .map(|(node, outcome)| NodeReport {
+                        node: node.to_owned(),
+                        outcome,
+                    })
+                    .collect();
+                Error::NoQuorum {
+                    report: Box::new(report),
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

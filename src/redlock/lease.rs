@@ -1,7 +1,7 @@
 //! The [`Lease`]: what a held lock is on the servers (key, token) and its
-//! state (deadline, TTL, lost, finished) as a closed state machine with
-//! named transitions, shared by the guard, the rounds that extend and
-//! release it, and the watchdog.
+//! state (deadline, TTL, the nodes that support it, lost, finished) as a
+//! closed state machine with named transitions, shared by the guard, the
+//! rounds that extend and release it, the watchdog, and the forget watch.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::{Mutex, MutexGuard};
 
+use super::support::Support;
 use super::verdict::{ExtendVerdict, begin_cap, sets_deadline};
 use crate::error::Error;
 use crate::token::Token;
@@ -32,8 +33,25 @@ pub(crate) struct Lease {
 /// - nothing extends a finished (released, forgotten, handed-over) lease;
 /// - beginning an extend caps the deadline at what that extend would give
 ///   (a node may apply it at any moment, and `PEXPIRE` can shorten a key);
-/// - only the extend begun last sets the deadline when it finishes;
-/// - a hand-over carries the (capped) deadline and finishes this lease.
+/// - only the extend begun last sets the deadline when it finishes, and
+///   with it the support: the nodes that granted that extend;
+/// - a hand-over carries the (capped) deadline and the support (the same
+///   keys on the same nodes) and finishes this lease;
+/// - a support check loses a lease that fewer than a quorum of its
+///   supporting nodes still hold (their forget epoch moved).
+///
+/// ```text
+///               begin_extend (caps the deadline);
+///               finish_extend confirmed (the extend begun last sets
+///               the deadline, the TTL and the support)
+///              +----+
+///              v    |
+///   new ----> held -+-- finish / hand_over --> finished (a hand-over
+///              |                                starts the next lease with
+///              |                                this deadline and support)
+///              +-- finish_extend failed, check_support below the
+///                  quorum, lose --> lost (never cleared)
+/// ```
 ///
 /// The mutex around it is never held across a network wait: only across
 /// non-blocking sends.
@@ -43,6 +61,9 @@ pub(crate) struct LeaseState {
     deadline: Instant,
     /// The TTL last set on the nodes.
     ttl: Duration,
+    /// The nodes whose grants the deadline rests on, with their forget
+    /// epochs before the granting round was sent.
+    support: Support,
     /// Set once the lock is known (or feared) to be lost; never cleared.
     lost: Option<Error>,
     /// Set when the guard releases, forgets or hands over the lock.
@@ -68,6 +89,8 @@ pub(crate) struct ExtendTicket {
     drift: Duration,
     old_deadline: Instant,
     seq: u64,
+    /// Every node's forget epoch, read before the extend was sent.
+    epochs: Box<[u64]>,
 }
 
 impl ExtendTicket {
@@ -123,10 +146,12 @@ pub(crate) enum NotExtended {
 }
 
 /// What a hand-over gives the next holder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Handed {
     pub(crate) ttl: Duration,
     pub(crate) deadline: Instant,
+    /// The same keys on the same nodes: the same support.
+    pub(crate) support: Support,
 }
 
 impl Lease {
@@ -136,6 +161,7 @@ impl Lease {
         token: Token,
         ttl: Duration,
         deadline: Instant,
+        support: Support,
         fence: Option<u64>,
     ) -> Self {
         Self {
@@ -143,7 +169,7 @@ impl Lease {
             key,
             token,
             fence,
-            state: Mutex::new(LeaseState::new(ttl, deadline)),
+            state: Mutex::new(LeaseState::new(ttl, deadline, support)),
         }
     }
 
@@ -162,10 +188,11 @@ impl fmt::Debug for Lease {
 }
 
 impl LeaseState {
-    fn new(ttl: Duration, deadline: Instant) -> Self {
+    fn new(ttl: Duration, deadline: Instant, support: Support) -> Self {
         Self {
             deadline,
             ttl,
+            support,
             lost: None,
             finished: false,
             extensions: 0,
@@ -183,6 +210,12 @@ impl LeaseState {
     /// The TTL last set on the nodes.
     pub(crate) fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// The nodes whose grants the deadline rests on.
+    #[cfg(test)]
+    pub(crate) fn support(&self) -> &Support {
+        &self.support
     }
 
     /// Why the lock is lost, once it is.
@@ -218,14 +251,16 @@ impl LeaseState {
         self.deadline.saturating_duration_since(now)
     }
 
-    /// Begins an extend at `start` with `ttl` (and its `drift`): refused
-    /// on a lost or finished lease, or one whose validity ran out. Caps
-    /// the deadline at what this extend would give.
+    /// Begins an extend at `start` with `ttl` (and its `drift`), with
+    /// every node's forget `epochs` read before it is sent: refused on a
+    /// lost or finished lease, or one whose validity ran out. Caps the
+    /// deadline at what this extend would give.
     pub(crate) fn begin_extend(
         &mut self,
         start: Instant,
         ttl: Duration,
         drift: Duration,
+        epochs: Vec<u64>,
     ) -> Result<ExtendTicket, Refused> {
         if let Some(lost) = &self.lost {
             return Err(Refused::Lost(lost.clone()));
@@ -245,17 +280,21 @@ impl LeaseState {
             drift,
             old_deadline,
             seq: self.extends_begun,
+            epochs: epochs.into_boxed_slice(),
         })
     }
 
-    /// Finishes the extend `ticket` with its `verdict`: a failed verdict
+    /// Finishes the extend `ticket` with its `verdict` and which nodes
+    /// `granted` it (one flag per node, in node order): a failed verdict
     /// marks the lease lost (with the error `failure` makes of its
-    /// reason); a confirmed one counts, and sets the deadline and TTL only
-    /// if it is the extend begun last.
+    /// reason); a confirmed one counts, and sets the deadline, the TTL and
+    /// the support (the granting nodes, at the ticket's epochs) only if it
+    /// is the extend begun last.
     pub(crate) fn finish_extend(
         &mut self,
         ticket: ExtendTicket,
         verdict: ExtendVerdict,
+        granted: impl IntoIterator<Item = bool>,
         failure: impl FnOnce(String) -> Error,
     ) -> Result<(), NotExtended> {
         let deadline = match verdict {
@@ -272,6 +311,7 @@ impl LeaseState {
         if sets_deadline(ticket.seq, self.extends_begun) {
             self.deadline = deadline;
             self.ttl = ticket.ttl;
+            self.support = Support::of_grants(&ticket.epochs, granted);
         }
         self.extensions = self.extensions.saturating_add(1);
         Ok(())
@@ -294,7 +334,35 @@ impl LeaseState {
         Some(Handed {
             ttl: self.ttl,
             deadline: self.deadline,
+            support: self.support.clone(),
         })
+    }
+
+    /// Checks the support against every node's forget epoch now
+    /// (`epoch(node)`): when fewer than `quorum` supporting nodes still
+    /// have the epoch recorded for them, and the lease is neither lost nor
+    /// finished, marks it lost with the reason `reason` makes of the nodes
+    /// whose epoch moved and of how many still hold the lock. Returns the
+    /// error when this call marked the lease lost.
+    pub(crate) fn check_support(
+        &mut self,
+        epoch: impl Fn(usize) -> u64,
+        quorum: usize,
+        reason: impl FnOnce(&[usize], usize) -> String,
+    ) -> Option<Error> {
+        if self.is_over() {
+            return None;
+        }
+        let holding = self.support.holding(&epoch);
+        if holding >= quorum {
+            return None;
+        }
+        let error = Error::Lost {
+            reason: reason(&self.support.moved(&epoch), holding),
+            report: None,
+        };
+        self.lose(&error);
+        Some(error)
     }
 
     /// Marks the lock lost (the first reason wins) and notifies every
@@ -337,8 +405,8 @@ impl LeaseState {
 
     /// A state as `Lease::new` makes it, for the lease explorer.
     #[cfg(test)]
-    pub(crate) fn for_test(ttl: Duration, deadline: Instant) -> Self {
-        Self::new(ttl, deadline)
+    pub(crate) fn for_test(ttl: Duration, deadline: Instant, support: Support) -> Self {
+        Self::new(ttl, deadline, support)
     }
 
     /// The sequence number of the latest extend begun.

@@ -30,6 +30,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::lease::{ExtendTicket, Handed, LeaseState};
+use super::support::Support;
 use super::validity::drift;
 use super::verdict::canary::{self, Broken};
 use super::verdict::extend_verdict;
@@ -103,7 +104,10 @@ struct InFlight {
     source: Source,
     lease: usize,
     ticket: ExtendTicket,
-    granted: usize,
+    /// The nodes that have applied it so far. (No node forgets here, so
+    /// the support they make is never checked: the fingerprint keeps
+    /// only their count.)
+    granted: [bool; NODES],
 }
 
 /// One lease: the crate's state, and what the model knows of it.
@@ -157,7 +161,11 @@ impl Explorer {
         World {
             now: 0,
             leases: vec![ModelLease {
-                state: LeaseState::for_test(Duration::from_millis(LONG), deadline),
+                state: LeaseState::for_test(
+                    Duration::from_millis(LONG),
+                    deadline,
+                    Support::of_grants(&[0; NODES], [true; NODES]),
+                ),
                 finished: false,
                 was_lost: false,
             }],
@@ -186,7 +194,10 @@ impl Explorer {
         let in_flight = w
             .in_flight
             .iter()
-            .map(|f| (f.source, f.lease, f.ticket.clone(), f.granted))
+            .map(|f| {
+                let granted = f.granted.iter().filter(|g| **g).count();
+                (f.source, f.lease, f.ticket.clone(), granted)
+            })
             .collect();
         let mut nodes = w.nodes.clone();
         nodes.sort_by(|a, b| (a.expiry, &a.queue).cmp(&(b.expiry, &b.queue)));
@@ -244,10 +255,12 @@ impl Explorer {
             Event::Begin(source, i, ttl) => {
                 let lease = &mut w.leases[i];
                 let drift = Self::drift(ttl);
-                match lease
-                    .state
-                    .begin_extend(now, Duration::from_millis(ttl), drift)
-                {
+                match lease.state.begin_extend(
+                    now,
+                    Duration::from_millis(ttl),
+                    drift,
+                    vec![0; NODES],
+                ) {
                     Ok(ticket) => {
                         let seq = lease.state.extends_begun();
                         for node in &mut w.nodes {
@@ -257,7 +270,7 @@ impl Explorer {
                             source,
                             lease: i,
                             ticket,
-                            granted: 0,
+                            granted: [false; NODES],
                         });
                     }
                     Err(super::lease::Refused::Expired) => {
@@ -270,8 +283,9 @@ impl Explorer {
                 let at = w.in_flight.iter().position(|f| f.source == source)?;
                 let f = w.in_flight.remove(at);
                 let t = &f.ticket;
+                let granted = f.granted.iter().filter(|g| **g).count();
                 let verdict = extend_verdict(
-                    f.granted,
+                    granted,
                     QUORUM,
                     t.ttl(),
                     t.drift(),
@@ -280,7 +294,7 @@ impl Explorer {
                     now,
                 );
                 let state = &mut w.leases[f.lease].state;
-                let _ = state.finish_extend(f.ticket, verdict, |reason| lost(&reason));
+                let _ = state.finish_extend(f.ticket, verdict, f.granted, |reason| lost(&reason));
             }
             Event::Apply(i) => {
                 let node = &mut w.nodes[i];
@@ -293,7 +307,7 @@ impl Explorer {
                                 .iter_mut()
                                 .find(|f| f.lease == lease && f.ticket.seq() == seq);
                             if let Some(f) = vote {
-                                f.granted += 1;
+                                f.granted[i] = true;
                             }
                         }
                     }
@@ -310,8 +324,12 @@ impl Explorer {
                 lease.state.finish();
                 lease.finished = true;
                 match handed {
-                    Some(Handed { ttl, deadline }) => w.leases.push(ModelLease {
-                        state: LeaseState::for_test(ttl, deadline),
+                    Some(Handed {
+                        ttl,
+                        deadline,
+                        support,
+                    }) => w.leases.push(ModelLease {
+                        state: LeaseState::for_test(ttl, deadline, support),
                         finished: false,
                         was_lost: false,
                     }),
@@ -361,7 +379,10 @@ impl Explorer {
             if lease.finished {
                 let mut probe = state.clone();
                 let ttl = Duration::from_millis(SHORT);
-                if probe.begin_extend(now, ttl, Self::drift(SHORT)).is_ok() {
+                if probe
+                    .begin_extend(now, ttl, Self::drift(SHORT), vec![0; NODES])
+                    .is_ok()
+                {
                     return Some(format!(
                         "an extend of lease {i} may begin after it finished"
                     ));

@@ -34,6 +34,7 @@ use super::canary::{self, Broken};
 use super::*;
 use crate::clock::ManualClock;
 use crate::error::Error;
+use crate::redlock::support::Support;
 use crate::token::Token;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -291,6 +292,7 @@ impl World {
             token,
             ttl,
             deadline,
+            Support::default(),
             fence,
         ))
     }

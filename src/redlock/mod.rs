@@ -2,7 +2,8 @@
 //! that acquire, extend and release a lock with their validity arithmetic,
 //! the lease those rounds share, the local turns and hand-over between
 //! threads of one manager, waiting with wake-ups for a lock held in another
-//! process, and the auto-extension watchdog.
+//! process, the auto-extension watchdog, and the forget watch that loses a
+//! lock whose quorum a node's forget (eviction, failover) took away.
 //!
 //! Arrows point down only: `manager` / `builder` / `guard` use [`Core`];
 //! the watchdog holds a weak handle to the [`Rounds`], never to the
@@ -10,9 +11,11 @@
 
 mod counters;
 mod fencing;
+mod forget_watch;
 mod lease;
 mod owners;
 mod rounds;
+mod support;
 mod turns;
 mod validity;
 mod verdict;
@@ -21,6 +24,8 @@ mod watchdog;
 
 #[cfg(test)]
 mod lease_check;
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod protocol_check;
 #[cfg(test)]

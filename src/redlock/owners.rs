@@ -47,6 +47,18 @@ impl Owners {
         })
     }
 
+    /// Every live guard's lease, once each (a set's lease is held under
+    /// each member's key), collected under the lock and returned without
+    /// it, so the caller may lock each lease in turn.
+    pub(crate) fn live(&self) -> Vec<Arc<Lease>> {
+        let held = self.held.lock();
+        let mut live: Vec<Arc<Lease>> = held.values().flatten().filter_map(Weak::upgrade).collect();
+        drop(held);
+        live.sort_by_key(Arc::as_ptr);
+        live.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        live
+    }
+
     /// Records a guard for `lease` made on the current thread, until the
     /// returned [`Owned`] is dropped.
     pub(crate) fn own(self: &Arc<Self>, lease: &Arc<Lease>) -> Owned {
@@ -109,6 +121,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::redlock::owners::*;
+    use crate::redlock::support::Support;
     use crate::token::Token;
 
     fn lease(key: &str, deadline: Instant) -> Arc<Lease> {
@@ -120,6 +133,7 @@ mod tests {
             token,
             ttl,
             deadline,
+            Support::default(),
             None,
         ))
     }
@@ -150,5 +164,20 @@ mod tests {
         drop(twice);
         assert!(!owners.held_by_me(&key, now));
         assert!(owners.held.lock().is_empty());
+    }
+
+    #[test]
+    fn every_live_lease_is_visited_once() {
+        let owners = Arc::new(Owners::default());
+        let later = Instant::now() + Duration::from_secs(1);
+        let (r, s) = (lease("r", later), lease("s", later));
+        let (_r1, _r2) = (owners.own(&r), owners.own(&r));
+        let _s = owners.own(&s);
+        let live = owners.live();
+        assert_eq!(live.len(), 2);
+        assert!(live.iter().any(|l| Arc::ptr_eq(l, &r)));
+        drop(live);
+        drop(s); // the guard's entry may outlive its lease
+        assert_eq!(owners.live().len(), 1);
     }
 }

@@ -7,19 +7,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::counters::{Counters, Event};
-use super::fencing::{next_fence, wall_micros};
 use parking_lot::MutexGuard;
 
+use super::counters::{Counters, Event};
+use super::fencing::{FenceFailure, next_fence, wall_micros};
+use super::forget_watch::{ForgetWatch, after_loss};
 use super::lease::{ExtendTicket, Lease, LeaseState, NotExtended, Refused};
 use super::owners::Owners;
+use super::support::Support;
 use super::turns::{LocalQueue, Streak, Ticket, Want};
 use super::validity::{check_ttl, drift};
 use super::verdict::{AcquireVerdict, Votes, acquire_verdict, extend_verdict};
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Pending, Request};
 use crate::error::{Error, Result};
-use crate::report::{NodeOutcome, NodeReport, Report, Round, Shortened};
+use crate::report::{NodeOutcome, NodeReport, Report, Round};
 use crate::token::Token;
 
 /// The settings every round reads, validated by the builder.
@@ -49,16 +51,31 @@ pub(crate) struct Rounds {
     /// The live guards by key and thread (self-deadlock detection).
     owners: Arc<Owners>,
     /// What happened to the locks, for `health()`.
-    counters: Counters,
+    counters: Arc<Counters>,
+    /// Loses the live leases that a node's forget leaves without a quorum
+    /// (the engine's forget hook).
+    forgets: Arc<ForgetWatch>,
 }
 
 impl Rounds {
+    /// The rounds over `engine`, registered as its forget hook.
     pub(crate) fn new(engine: Engine, config: Config) -> Self {
+        let local = Arc::new(LocalQueue::new(Arc::clone(&config.clock)));
+        let owners = Arc::<Owners>::default();
+        let counters = Arc::<Counters>::default();
+        let forgets = ForgetWatch::install(
+            &engine,
+            Arc::clone(&owners),
+            Arc::clone(&local),
+            Arc::clone(&counters),
+            config.quorum,
+        );
         Self {
             engine,
-            local: Arc::new(LocalQueue::new(Arc::clone(&config.clock))),
-            owners: Arc::default(),
-            counters: Counters::default(),
+            local,
+            owners,
+            counters,
+            forgets,
             config,
         }
     }
@@ -85,15 +102,16 @@ impl Rounds {
         error: &Error,
         first: bool,
     ) {
-        if first {
-            self.counters.note(Event::Lost);
-            log::warn!(
-                "quorum-lock: the lock on {} may be lost: {error}",
-                Shortened(&crate::backend::show_resource(&lease.resource))
-            );
-        }
-        drop(state);
-        self.local.nudge(&lease.key);
+        after_loss(&self.counters, &self.local, lease, state, error, first);
+    }
+
+    /// Checks `lease`'s support against the nodes' forget epochs now, and
+    /// loses it if fewer than a quorum of its supporting nodes still hold
+    /// it. Called once a guard has registered its lease among the live
+    /// ones: a forget seen after the round was sent and before the
+    /// registration is caught here, one after it by the forget hook.
+    pub(crate) fn check_support(&self, lease: &Lease) {
+        let _ = self.forgets.check(lease, lease.state());
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -142,6 +160,9 @@ impl Rounds {
         let config = &self.config;
         let token = Token::random()?;
         let start = self.now();
+        // Read before the first send: a node seen forgetting from here on
+        // no longer supports this lock.
+        let epochs = self.engine.forgets().snapshot();
         let request = Request {
             action: if fenced {
                 Action::AcquireFenced { ttl }
@@ -188,7 +209,17 @@ impl Rounds {
             } else {
                 None
             };
-            let lease = Lease::new(resource, Arc::clone(key), token, ttl, deadline, fence);
+            let granted = report.nodes.iter().map(|n| n.outcome.is_granted());
+            let support = Support::of_grants(&epochs, granted);
+            let lease = Lease::new(
+                resource,
+                Arc::clone(key),
+                token,
+                ttl,
+                deadline,
+                support,
+                fence,
+            );
             self.counters.note(Event::Acquired);
             return Ok(Arc::new(lease));
         }
@@ -262,7 +293,9 @@ impl Rounds {
         // on, a node may apply it at any moment, and `PEXPIRE` can shorten
         // a key (the lease's lock is held until it is sent, so a hand-over
         // sees the capped deadline).
-        let ticket = match state.begin_extend(start, ttl, drift(ttl, config.drift_factor)) {
+        // Read before the send, as for an acquire.
+        let epochs = self.engine.forgets().snapshot();
+        let ticket = match state.begin_extend(start, ttl, drift(ttl, config.drift_factor), epochs) {
             Ok(ticket) => ticket,
             Err(Refused::Lost(lost)) => return Err(lost),
             Err(Refused::Finished) => {
@@ -296,7 +329,9 @@ impl Rounds {
     }
 
     /// The second half of an extend: gathers the votes and updates the
-    /// lease with their verdict.
+    /// lease with their verdict. The extend begun last moves the support
+    /// to its granting nodes, which are checked at once (under the lease's
+    /// lock, so a forget seen since it was sent is not missed).
     pub(crate) fn finish_extend(&self, lease: &Lease, in_flight: ExtendInFlight) -> Result<()> {
         let config = &self.config;
         let ExtendInFlight { pending, ticket } = in_flight;
@@ -315,15 +350,23 @@ impl Rounds {
             ticket.old_deadline(),
             end,
         );
+        let granted: Vec<bool> = report
+            .nodes
+            .iter()
+            .map(|n| n.outcome.is_granted())
+            .collect();
         let failure = |reason| Error::Lost {
             reason,
             report: Some(Box::new(report)),
         };
         let mut state = lease.state();
-        match state.finish_extend(ticket, verdict, failure) {
+        match state.finish_extend(ticket, verdict, granted, failure) {
             Ok(()) => {
                 self.counters.note(Event::ExtendOk);
-                Ok(())
+                match self.forgets.check(lease, state) {
+                    Some(lost) => Err(lost),
+                    None => Ok(()),
+                }
             }
             Err(NotExtended::AlreadyLost(lost)) => Err(lost),
             Err(NotExtended::Failed { error, first }) => {
@@ -413,6 +456,7 @@ impl Rounds {
             lease.token,
             handed.ttl,
             handed.deadline,
+            handed.support,
             None,
         );
         self.counters.note(Event::HandOver);
@@ -442,36 +486,6 @@ impl Rounds {
             elapsed,
             attempts: 1,
             waited: elapsed,
-        }
-    }
-}
-
-/// Why a fenced acquire could not hand out its fence.
-enum FenceFailure {
-    /// The counter is beyond what a fence may be.
-    Counter(Error),
-    /// No quorum acknowledged the fence within the validity: each node's
-    /// answer to the write-back.
-    NotAcknowledged(Vec<NodeOutcome>),
-}
-
-impl FenceFailure {
-    /// The error to return, from the acquire's report and the nodes' names.
-    fn into_error<'a>(self, mut report: Report, names: impl Iterator<Item = &'a str>) -> Error {
-        match self {
-            Self::Counter(error) => error,
-            Self::NotAcknowledged(outcomes) => {
-                report.nodes = names
-                    .zip(outcomes)
-                    .map(|(node, outcome)| NodeReport {
-                        node: node.to_owned(),
-                        outcome,
-                    })
-                    .collect();
-                Error::NoQuorum {
-                    report: Box::new(report),
-                }
-            }
         }
     }
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use crate::clock::ManualClock;
+use crate::redlock::support::Support;
 use crate::redlock::turns::*;
 use crate::token::Token;
 
@@ -47,6 +48,7 @@ fn lease(k: &Arc<[u8]>, deadline: Instant) -> Arc<Lease> {
         token,
         WANT.ttl,
         deadline,
+        Support::default(),
         None,
     ))
 }
