@@ -273,12 +273,12 @@ impl Engine {
             .collect()
     }
 
-    /// The nodes' names, in configuration order.
     /// The nodes' forget epochs, and the hook that hears each forget.
     pub(crate) fn forgets(&self) -> &Arc<Forgets> {
         &self.shared.forgets
     }
 
+    /// The nodes' names, in configuration order.
     pub(crate) fn node_names(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().map(|n| n.name.as_str())
     }

@@ -118,9 +118,7 @@ impl Worker {
                 "quorum-lock: node {name} {what}: it may have lost lock keys, so its grants \
                  do not count, and a held lock whose quorum counted it is told it may be lost"
             );
-            self.shared
-                .forgets
-                .note(self.index, &format!("node {name} {what}"));
+            self.shared.forgets.note(self.index, &what);
         }
         self.publish_identity(standing);
         standing
