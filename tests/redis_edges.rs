@@ -353,3 +353,47 @@ fn an_evicting_policy_switched_on_at_run_time_never_gives_two_valid_holders() {
         b_read.elapsed()
     );
 }
+
+/// Issue 27, item 1: a master turned replica at run time (`REPLICAOF`, what
+/// a failover does to the old master) drops its keys for its new master's.
+/// A's lost signal fires at once, B is refused while the nodes are
+/// replicas, and once they are masters again (a new replication history)
+/// they are quarantined until every lock they may have dropped expired.
+#[test]
+fn a_master_turned_replica_at_run_time_is_a_forget_and_then_a_quarantine() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let source = RedisServer::start();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (a, b) = (manager(&urls, false), manager(&urls, false));
+    let guard = a.try_lock("r").unwrap();
+    let lost = guard.lost_signal();
+    let left = guard.validity();
+    for server in &servers[..2] {
+        let _: () = server.cmd(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(source.port()));
+    }
+    let notice = lost
+        .recv_timeout(left)
+        .expect("A is told before its TTL ends");
+    assert!(notice.to_string().contains("replica"), "{notice}");
+    // Refused: the replicas' grants do not count (until their sync from
+    // the new master ends they may still hold A's key and say so).
+    b.try_lock("r").unwrap_err();
+    for server in &servers[..2] {
+        let _: () = server.cmd(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
+    }
+    // A lets go: its key is deleted wherever it is left.
+    drop(guard);
+    assert!(a.flush(Duration::from_secs(5)));
+    // Their next read of the settings shows the new history.
+    std::thread::sleep(SETTINGS_MAX_AGE);
+    let err = b.try_lock("r").unwrap_err();
+    assert!(!err.is_contended(), "refused for the quarantine: {err}");
+    assert!(b.flush(Duration::from_secs(5)));
+    let health = b.health();
+    let quarantined = health
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.state, NodeState::Quarantined { .. }))
+        .count();
+    assert_eq!(quarantined, 2, "{health}");
+}
