@@ -397,3 +397,53 @@ fn a_master_turned_replica_at_run_time_is_a_forget_and_then_a_quarantine() {
         .count();
     assert_eq!(quarantined, 2, "{health}");
 }
+
+/// Issue 27, item 1: an evicting policy switched on, keys evicted, and the
+/// policy switched back before B reads the settings again. B's next read
+/// shows `noeviction`, but `evicted_keys` grew since its last read: the
+/// nodes are quarantined and B is refused; A is told.
+#[test]
+fn evictions_between_two_reads_show_in_the_evicted_keys_count() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (a, b) = (manager(&urls, false), manager(&urls, false));
+    b.try_lock("warm-up").unwrap().release().unwrap();
+    assert!(b.flush(Duration::from_secs(5)));
+    let guard = a.try_lock("r").unwrap();
+    let lost = guard.lost_signal();
+    switch_eviction_on(&servers, "volatile-lru");
+    let holding = fill_until_evicted(&servers, b"r");
+    for server in &servers {
+        let _: () = server.cmd(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg("noeviction"),
+        );
+    }
+    // B's last read was before the switch; its next one is after both.
+    std::thread::sleep(SETTINGS_MAX_AGE);
+    let left = guard.validity();
+    if let Ok(second) = b.try_lock("r") {
+        panic!(
+            "two valid holders: A ({left:?} left, valid now: {}) and B ({:?}); A's key left \
+             on {holding} of 3 servers; B's health: {}",
+            guard.is_valid(),
+            second.validity(),
+            b.health()
+        );
+    }
+    let notice = lost
+        .recv_timeout(left)
+        .expect("A is told before its TTL ends");
+    assert!(notice.is_lost(), "{notice}");
+    assert!(b.flush(Duration::from_secs(5)));
+    let health = b.health();
+    assert!(
+        health
+            .nodes
+            .iter()
+            .all(|n| matches!(n.state, NodeState::Quarantined { .. })),
+        "{health}"
+    );
+}

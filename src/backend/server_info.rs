@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-/// How old a server's settings that can change at run time (eviction, the
-/// replication role and history) may be when a batch is sent: the Redis
+/// How old a server's settings that can change at run time (eviction and
+/// the count of keys evicted, the replication role and history) may be when a batch is sent: the Redis
 /// backend reads them again in the pipeline of the first batch after that
 /// age, ahead of its ops, and the engine looks by itself while a lock may
 /// be held and no batch brings them.
@@ -16,7 +16,7 @@ pub(crate) const SETTINGS_MAX_AGE: Duration = Duration::from_millis(500);
 /// `None` fields mean "unknown". Redis reports `run_id` (new at every
 /// start) and `uptime_in_seconds` in `INFO server`, `maxmemory` and
 /// `maxmemory_policy` in `INFO memory`, `role` and `master_replid` in
-/// `INFO replication`.
+/// `INFO replication`, `evicted_keys` in `INFO stats`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerInfo {
@@ -39,6 +39,10 @@ pub struct ServerInfo {
     /// took another server's data set or was promoted, so the keys it held
     /// may be gone.
     pub replication_id: Option<String>,
+    /// Keys the server has evicted since its start (`evicted_keys` in
+    /// `INFO stats`): a count that grew between two reads means keys were
+    /// evicted in between, whatever the policy says now.
+    pub evicted_keys: Option<u64>,
 }
 
 impl ServerInfo {
@@ -65,6 +69,13 @@ impl ServerInfo {
     pub fn with_replication(mut self, replica: bool, replication_id: impl Into<String>) -> Self {
         self.replica = Some(replica);
         self.replication_id = Some(replication_id.into());
+        self
+    }
+
+    /// The same, with the count of keys evicted since the server started.
+    #[must_use]
+    pub fn with_evicted_keys(mut self, evicted_keys: u64) -> Self {
+        self.evicted_keys = Some(evicted_keys);
         self
     }
 

@@ -76,14 +76,16 @@ pub(crate) struct Identity {
     replication_id: Option<String>,
     /// Whether the server said it is a replica.
     replica: bool,
+    /// The count of keys the server had evicted at the last read.
+    evicted_keys: Option<u64>,
     /// A forget seen and not yet taken by the worker (what happened).
     forgotten: Option<String>,
 }
 
 /// Why a node is quarantined, for the log.
 const RESTARTED: &str = "its server started or restarted less than max_ttl + drift ago";
-const EVICTED: &str = "its settings allowed eviction until now, and the keys it evicted \
-                       belong to locks that may still be held";
+const EVICTED: &str = "it evicted keys, or its settings allowed it until now, and those \
+                       keys may belong to locks that are still held";
 const NEW_HISTORY: &str = "it took a new replication history (a failover, REPLICAOF, or a \
                            replica promoted) and may hold another server's keys";
 
@@ -107,6 +109,7 @@ impl Identity {
             quarantine_reason: RESTARTED,
             replication_id: None,
             replica: false,
+            evicted_keys: None,
             forgotten: None,
         }
     }
@@ -174,6 +177,20 @@ impl Identity {
             }
         }
         self.eviction = eviction;
+        if let Some(count) = server.evicted_keys {
+            let grew = self.evicted_keys.is_some_and(|before| count > before);
+            if same_server && grew && !self.accept_eviction {
+                // Evicted since the last read, whatever the policy says
+                // now: a policy switched on and off between two reads.
+                // The settings, when they say why, are the better news.
+                let evicted = count - self.evicted_keys.unwrap_or(0);
+                self.forgotten.get_or_insert_with(|| {
+                    format!("evicted {evicted} keys since the last read (evicted_keys {count})")
+                });
+                self.quarantine_from(now, self.forget_window, EVICTED);
+            }
+            self.evicted_keys = Some(count);
+        }
         if let Some(replica) = server.replica {
             if replica && !self.replica {
                 self.forgotten = Some("became a replica (its keys are now its master's)".into());
@@ -233,8 +250,10 @@ impl Identity {
             // Not a forget of its own: with durable persistence a restart
             // keeps the keys, and without it the restart quarantine keeps
             // the node from voting until every lock it held has expired
-            // (Redlock's own argument). The new server's history is its own.
+            // (Redlock's own argument). The new server's history and
+            // counts are its own.
             self.replication_id = None;
+            self.evicted_keys = None;
         }
         if let Some(quarantine) = self.quarantine {
             // First contact: the server's uptime says how long ago it could
@@ -487,5 +506,32 @@ mod tests {
         id.see(&with("b", false, "h4"), later, &registry);
         assert!(id.take_forgotten().is_none());
         assert_eq!(id.standing(later), Standing::Voting);
+    }
+
+    /// Issue 27, item 1: a policy switched on, keys evicted and the policy
+    /// switched back between two reads shows in `evicted_keys`.
+    #[test]
+    fn evicted_keys_that_grew_between_two_reads_are_a_forget() {
+        let registry = Registry::default();
+        let now = Instant::now();
+        let with = |id: &str, evicted: u64| info(id, 3600).map(|s| s.with_evicted_keys(evicted));
+        let mut id = Identity::new(0, None, false).forgetting_for(Q);
+        id.see(&with("a", 7), now, &registry);
+        assert!(
+            id.take_forgotten().is_none(),
+            "evictions before the first read"
+        );
+        assert_eq!(id.standing(now), Standing::Voting);
+        id.see(&with("a", 7), now, &registry);
+        assert!(id.take_forgotten().is_none());
+        id.see(&with("a", 9), now, &registry);
+        assert!(id.take_forgotten().unwrap().contains("evicted 2 keys"));
+        assert_eq!(id.standing(now), Standing::Quarantined(Q));
+        // With the risk accepted, evictions are no news.
+        let mut accepting = Identity::new(1, None, true).forgetting_for(Q);
+        accepting.see(&with("b", 1), now, &registry);
+        accepting.see(&with("b", 5), now, &registry);
+        assert!(accepting.take_forgotten().is_none());
+        assert_eq!(accepting.standing(now), Standing::Voting);
     }
 }

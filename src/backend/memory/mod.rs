@@ -119,6 +119,7 @@ impl MemoryBackend {
                     wall_start_secs: 0,
                     identity_hidden: false,
                     memory: (0, "noeviction".to_owned()),
+                    evicted: 0,
                     notices_on: true,
                     listeners: HashMap::new(),
                     next_listener: 0,
@@ -193,6 +194,7 @@ impl MemoryBackend {
         let now = self.inner.clock.now();
         let mut state = self.inner.state.lock();
         state.keys.clear();
+        state.evicted = 0;
         state.generation += 1;
         state.started_at = now;
         state.wall_start_secs = state.wall(self.inner.created, now).as_secs();
@@ -491,7 +493,8 @@ impl MemoryBackend {
                 format!("{}#{}", self.inner.name, state.generation),
                 Some(uptime),
             )
-            .with_memory(*limit, policy.clone()),
+            .with_memory(*limit, policy.clone())
+            .with_evicted_keys(state.evicted),
         )
     }
 }

@@ -58,6 +58,9 @@ pub(super) struct State {
     /// `maxmemory` and `maxmemory-policy` as reported (0 and `noeviction`
     /// by default).
     pub(super) memory: (u64, String),
+    /// Keys dropped by [`evict_volatile`](Self::evict_volatile) since the
+    /// node's start (Redis' `evicted_keys`).
+    pub(super) evicted: u64,
     /// Release notices are announced and listeners accepted (default).
     pub(super) notices_on: bool,
     /// Each release listener's subscriptions and undelivered notices.
@@ -307,6 +310,8 @@ impl State {
     pub(super) fn evict_volatile(&mut self) -> usize {
         let before = self.keys.len();
         self.keys.retain(|_, e| e.expires_at.is_none());
-        before - self.keys.len()
+        let gone = before - self.keys.len();
+        self.evicted += gone as u64;
+        gone
     }
 }

@@ -12,7 +12,8 @@
 //! describes the server that answers everything sent on this connection (a
 //! restarted server closes its connections, so a connection never outlives
 //! the server incarnation it talks to). The settings that can change
-//! without a restart (`INFO memory` and `INFO replication`, small replies)
+//! without a restart (`INFO memory`, `INFO replication` and `INFO stats`,
+//! small replies)
 //! are read again in the pipeline of the first batch sent once they are
 //! [`SETTINGS_MAX_AGE`] old: a grant is never judged by settings read
 //! longer ago than that before the batch was sent.
@@ -37,7 +38,8 @@ pub(super) enum Ask {
     Nothing,
     /// `INFO` (a new connection): the identity and every setting.
     Identity,
-    /// `INFO memory` and `INFO replication`: the settings again.
+    /// `INFO memory`, `INFO replication` and `INFO stats`: the settings
+    /// again.
     Settings,
 }
 
@@ -47,7 +49,7 @@ impl Ask {
         match self {
             Self::Nothing => 0,
             Self::Identity => 1,
-            Self::Settings => 2,
+            Self::Settings => 3,
         }
     }
 
@@ -395,6 +397,7 @@ impl Conn {
                 info.maxmemory_policy = fresh.maxmemory_policy;
                 info.replica = fresh.replica;
                 info.replication_id = fresh.replication_id;
+                info.evicted_keys = fresh.evicted_keys;
                 *settings_at = now;
             }
             _ => {
@@ -453,8 +456,8 @@ pub(super) fn describe_value(value: &Value) -> String {
     }
 }
 
-/// `run_id`, `uptime_in_seconds`, `maxmemory`, `maxmemory_policy`, `role`
-/// and `master_replid` from an `INFO` reply (Redis and Valkey spell them
+/// `run_id`, `uptime_in_seconds`, `maxmemory`, `maxmemory_policy`, `role`,
+/// `master_replid` and `evicted_keys` from an `INFO` reply (Redis and Valkey spell them
 /// alike).
 pub(super) fn parse_info(text: &str) -> ServerInfo {
     let mut info = ServerInfo::default();
@@ -476,6 +479,7 @@ fn parse_into(info: &mut ServerInfo, text: &str) {
             "maxmemory" => info.maxmemory = value.parse::<u64>().ok(),
             "maxmemory_policy" => info.maxmemory_policy = Some(value.to_owned()),
             "role" => info.replica = Some(value != "master"),
+            "evicted_keys" => info.evicted_keys = value.parse::<u64>().ok(),
             "master_replid" => {
                 info.replication_id = Some(value.to_owned()).filter(|id| !id.is_empty());
             }
