@@ -247,6 +247,65 @@ impl World {
         self
     }
 
+    /// An operator switches node `n`'s memory policy at run time (issue 27,
+    /// item 1): to an evicting one (then memory pressure, step 14, evicts
+    /// its lock keys), or back to `noeviction`. Every manager reads a
+    /// node's settings within the crate's documented bound (at most 500 ms
+    /// old at a grant, about 1 s while it holds a lock): modelled by one
+    /// round of each manager right after the switch on, until its
+    /// `health()` shows the setting. Not with the eviction risk accepted
+    /// (that mode has its own evicting majority), and never more evicting
+    /// nodes than leave a quorum.
+    fn switch_policy(&mut self, n: usize, rng: &mut Draws) {
+        if self.accept_eviction {
+            return;
+        }
+        if self.evicting[n] {
+            self.nodes[n].set_maxmemory(0, "noeviction");
+            self.evicting[n] = false;
+            self.log.push(format!("node {n} policy back to noeviction"));
+            return;
+        }
+        let spare = self.shape.nodes - (self.shape.nodes / 2 + 1);
+        if self.evicting.iter().filter(|e| **e).count() >= spare {
+            return;
+        }
+        // The operator's switch reaches a node that answers with its
+        // identity: a node that hides it is taken not to evict (a
+        // documented limit), and one that is down reads nothing.
+        self.nodes[n].set_down(false);
+        self.nodes[n].set_identity_hidden(false);
+        self.nodes[n].fail_next(0);
+        self.nodes[n].lose_replies_next(0);
+        let policy = EVICTING[rng.below(EVICTING.len())];
+        self.nodes[n].set_maxmemory(4 << 20, policy);
+        self.evicting[n] = true;
+        self.log
+            .push(format!("node {n} policy switched to {policy}"));
+        for (c, client) in self.clients.iter().enumerate() {
+            let probe = format!("policy-probe-{c}");
+            let mut seen = false;
+            // A node marked down by this manager is probed back within
+            // 2 s of real time: bounded rounds, 10 ms apart.
+            for _ in 0..400 {
+                if let Ok(guard) = client.try_lock(&probe) {
+                    let _ = guard.release();
+                }
+                client.flush(Duration::from_secs(5));
+                seen = client.health().nodes[n].eviction.is_some();
+                if seen {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(
+                seen,
+                "client {c} never read node {n}'s policy: {}",
+                client.health()
+            );
+        }
+    }
+
     /// Every oracle, after a step.
     fn check(&mut self, seed: u64) {
         self.check_exclusive(seed);
@@ -329,7 +388,8 @@ impl World {
         let c = rng.below(CLIENTS);
         let r = rng.below(RESOURCES.len());
         let n = rng.below(self.shape.nodes);
-        match rng.below(19) {
+        match rng.below(20) {
+            19 => self.switch_policy(n, rng),
             18 => self.take_or_let_go_set(c, rng),
             16 => self.take_permit(c, rng),
             17 => {
