@@ -30,11 +30,21 @@ pub(crate) struct Faults {
     pub(crate) delay: u64,
     /// The node's proxy answers nothing for a while.
     pub(crate) blackhole: u64,
+    /// An evicting policy switched on at run time, lock keys evicted,
+    /// then `noeviction` again (issue 27, item 1).
+    pub(crate) eviction: u64,
+    /// Lock keys evicted by those.
+    pub(crate) evicted_keys: u64,
 }
 
 impl Faults {
     pub(crate) fn total(&self) -> u64 {
-        self.restart_one + self.restart_majority + self.sigstop + self.delay + self.blackhole
+        self.restart_one
+            + self.restart_majority
+            + self.sigstop
+            + self.delay
+            + self.blackhole
+            + self.eviction
     }
 }
 
@@ -90,7 +100,8 @@ pub(crate) fn hang_detector(
 /// three nodes under a holder 20 % (and at least every
 /// [`MAJORITY_RESTART_EVERY`]), `SIGSTOP` for 50-600 ms 20 %, proxy delay
 /// of 20-150 ms per request chunk for 200-800 ms 20 %, proxy blackhole for
-/// 100-600 ms 20 %.
+/// 100-600 ms 10 %, an evicting policy switched on and back off at run
+/// time with lock keys evicted in between 10 %.
 pub(crate) fn fault_schedule(
     servers: &mut RedisServers,
     proxies: &[Proxy],
@@ -134,16 +145,67 @@ pub(crate) fn fault_schedule(
                 proxies[node].pass();
                 faults.delay += 1;
             }
-            _ => {
+            80..90 => {
                 proxies[node].blackhole();
                 thread::sleep(rng.millis(100, 600));
                 proxies[node].pass();
                 faults.blackhole += 1;
             }
+            _ => {
+                faults.evicted_keys += evict_at_run_time(&servers[node]);
+                faults.eviction += 1;
+            }
         }
         record_pids(servers, pids);
     }
     faults
+}
+
+/// How old a node's settings may be when a grant counts, and how soon a
+/// holder without traffic reads them (docs/safety.md): the schedule below
+/// keeps to those bounds, as the crate documents it must.
+const SETTINGS_MAX_AGE: Duration = Duration::from_millis(500);
+const HOLDER_READS_WITHIN: Duration = Duration::from_millis(1000);
+
+/// An operator switches an evicting policy on at run time (`maxmemory`
+/// just above what is used, `volatile-lru`), waits the settings' age,
+/// writes cache entries with an expiry until the lock keys are evicted,
+/// leaves the policy on until every holder has read it, and switches
+/// `noeviction` back on. Returns how many keys the server evicted.
+fn evict_at_run_time(server: &testkit::RedisServer) -> u64 {
+    let stat = |section: &str, field: &str| -> u64 {
+        let info: String = server.cmd(redis::cmd("INFO").arg(section));
+        info.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let config = |name: &str, value: &str| {
+        let _: redis::RedisResult<()> = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut server.conn());
+    };
+    let before = stat("stats", "evicted_keys:");
+    let used = stat("memory", "used_memory:");
+    config("maxmemory", &(used + (2 << 20)).to_string());
+    config("maxmemory-policy", "volatile-lru");
+    thread::sleep(SETTINGS_MAX_AGE);
+    let value = vec![b'x'; 32 * 1024];
+    for i in 0..200 {
+        // Short-lived: the cache is gone soon after the fault.
+        let _: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("cache:{i}"))
+            .arg(&value)
+            .arg("PX")
+            .arg(2000)
+            .query(&mut server.conn());
+    }
+    thread::sleep(HOLDER_READS_WITHIN);
+    config("maxmemory-policy", "noeviction");
+    config("maxmemory", "0");
+    stat("stats", "evicted_keys:").saturating_sub(before)
 }
 
 /// Kills and restarts three nodes at once, preferring the ones that hold

@@ -44,25 +44,30 @@ pub(super) enum Ask {
 }
 
 impl Ask {
+    /// The `INFO` sections read again for [`Ask::Settings`]: eviction
+    /// (`memory`), the role and history (`replication`), `evicted_keys`
+    /// (`stats`). One command and one reply each.
+    const SETTINGS_SECTIONS: [&'static str; 3] = ["memory", "replication", "stats"];
+
     /// How many replies the asking adds to a pipeline.
     pub(super) fn replies(self) -> usize {
         match self {
             Self::Nothing => 0,
             Self::Identity => 1,
-            Self::Settings => 3,
+            Self::Settings => Self::SETTINGS_SECTIONS.len(),
         }
     }
 
-    /// Packs the asking into `buf`.
+    /// Packs the asking into `buf`: exactly [`replies`](Self::replies)
+    /// commands.
     pub(super) fn pack(self, buf: &mut Vec<u8>) {
         match self {
             Self::Nothing => {}
             Self::Identity => pack_info(buf),
             Self::Settings => {
-                redis::cmd("INFO").arg("memory").write_packed_command(buf);
-                redis::cmd("INFO")
-                    .arg("replication")
-                    .write_packed_command(buf);
+                for section in Self::SETTINGS_SECTIONS {
+                    redis::cmd("INFO").arg(section).write_packed_command(buf);
+                }
             }
         }
     }
@@ -493,6 +498,18 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+
+    #[test]
+    fn every_ask_packs_as_many_commands_as_it_expects_replies() {
+        for ask in [Ask::Nothing, Ask::Identity, Ask::Settings] {
+            let mut buf = Vec::new();
+            ask.pack(&mut buf);
+            // Each packed command is a RESP array: it starts with `*`.
+            let commands = buf.windows(2).filter(|w| w == b"\n*").count()
+                + usize::from(buf.first() == Some(&b'*'));
+            assert_eq!(commands, ask.replies(), "{ask:?}");
+        }
+    }
 
     #[test]
     fn info_parsing() {
