@@ -98,8 +98,10 @@ pub enum NodeState {
         /// When the next probe is due.
         next_probe_in: Duration,
     },
-    /// Its server started or restarted less than `max_ttl` + drift ago:
-    /// its grants do not count yet.
+    /// It may have forgotten locks that are still held: its server
+    /// started or restarted, evicted keys or allowed eviction until now,
+    /// or took a new replication history, less than `max_ttl` + drift ago.
+    /// Its grants do not count yet.
     Quarantined {
         /// Time left.
         remaining: Duration,
@@ -116,6 +118,9 @@ pub enum NodeState {
         /// The settings, in words.
         setting: String,
     },
+    /// Its server is a replica now (`role` in `INFO replication`): its
+    /// keys are its master's, and its grants do not count.
+    Replica,
 }
 
 impl fmt::Display for NodeState {
@@ -139,6 +144,7 @@ impl fmt::Display for NodeState {
             Self::MayEvict { setting } => {
                 write!(f, "may evict lock keys ({setting}; grants do not count)")
             }
+            Self::Replica => f.write_str("a replica now (grants do not count)"),
         }
     }
 }

@@ -378,6 +378,15 @@ fn a_master_turned_replica_at_run_time_is_a_forget_and_then_a_quarantine() {
     // Refused: the replicas' grants do not count (until their sync from
     // the new master ends they may still hold A's key and say so).
     b.try_lock("r").unwrap_err();
+    assert!(b.flush(Duration::from_secs(5)));
+    let health = b.health();
+    let replicas = health
+        .nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Replica)
+        .count();
+    assert_eq!(replicas, 2, "health names the replicas: {health}");
+    assert_eq!(health.voting(), 1, "{health}");
     for server in &servers[..2] {
         let _: () = server.cmd(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
     }

@@ -21,6 +21,8 @@ pub(super) struct Verdict {
     pub(super) duplicate_of: Option<usize>,
     /// Answered without a server identity (quarantine on).
     pub(super) unidentified: bool,
+    /// The server said it is a replica.
+    pub(super) replica: bool,
 }
 
 /// What changed with one batch's verdict.

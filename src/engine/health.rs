@@ -46,6 +46,8 @@ pub(super) struct Status {
     pub(super) quarantined_until: Option<Instant>,
     pub(super) duplicate_of: Option<usize>,
     pub(super) unidentified: bool,
+    /// The server said it is a replica.
+    pub(super) replica: bool,
     /// The settings that let the server evict lock keys, if it has them.
     pub(super) eviction: Option<String>,
 }
@@ -139,6 +141,8 @@ impl Vitals {
             NodeState::DuplicateOf(names.get(owner).cloned().unwrap_or_default())
         } else if status.unidentified {
             NodeState::Unidentified
+        } else if status.replica {
+            NodeState::Replica
         } else if let Some(setting) = status.eviction.clone().filter(|_| !accept_eviction) {
             NodeState::MayEvict { setting }
         } else {

@@ -129,6 +129,11 @@ impl Identity {
         self.forgotten.take()
     }
 
+    /// Whether the server said it is a replica.
+    pub(crate) fn is_replica(&self) -> bool {
+        self.replica
+    }
+
     /// Why the current quarantine was set, in words.
     pub(crate) fn quarantine_reason(&self) -> &'static str {
         self.quarantine_reason

@@ -218,6 +218,7 @@ impl Worker {
             quarantined_until: self.identity.quarantined_until(),
             duplicate_of: self.identity.duplicate_of(),
             unidentified: standing == Standing::Unverified,
+            replica: self.identity.is_replica(),
         };
         // Called after every batch: the shared status is written (under its
         // lock) only when something changed.
@@ -228,6 +229,7 @@ impl Worker {
                 s.quarantined_until = published.quarantined_until;
                 s.duplicate_of = published.duplicate_of;
                 s.unidentified = published.unidentified;
+                s.replica = published.replica;
             });
         }
         let name = self.name().to_owned();
