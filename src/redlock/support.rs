@@ -1,8 +1,8 @@
 //! A lease's [`Support`]: the nodes whose grants counted for its current
 //! deadline, each with its forget epoch as read before the round that
 //! granted was sent (see `engine::Forgets`). A node whose epoch has moved
-//! since may have forgotten the lock's keys (eviction, a failover, a
-//! restart): it no longer supports the lease.
+//! since may have forgotten the lock's keys (eviction, a replica, a new
+//! replication history): it no longer supports the lease.
 
 /// The nodes whose grants a lease's deadline rests on, in node order,
 /// each with the forget epoch it had before the granting round was sent.
