@@ -195,8 +195,9 @@ impl LockGuard {
     /// known to be lost: an extend failed, (with auto-extension) the
     /// validity ran out after renewal stopped, or a node whose grant the
     /// lock counted was seen to have possibly forgotten its keys (its
-    /// settings began to allow eviction, it became a replica, it
-    /// restarted) and fewer than a quorum of the counted nodes are left.
+    /// settings began to allow eviction, it evicted keys, it became a
+    /// replica or took a new replication history) and fewer than a quorum
+    /// of the counted nodes are left.
     /// Poll it with `try_recv`, wait with `recv_timeout`, or `select!` its
     /// receiver against your work. If the lock is already lost the notice
     /// is waiting. Each call gives a new signal.

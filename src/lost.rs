@@ -10,8 +10,8 @@ use crate::error::Error;
 /// Delivers [`Error::Lost`] the moment a held lock is known (or feared) to
 /// be lost: an extend found no quorum, with auto-extension the validity
 /// ran out after renewal stopped, or nodes whose grants the lock counted
-/// were seen to have possibly forgotten its keys (eviction, failover,
-/// restart) until fewer than a quorum of them are left. From
+/// were seen to have possibly forgotten its keys (eviction, a replica, a
+/// new replication history) until fewer than a quorum of them are left. From
 /// [`LockGuard::lost_signal`](crate::LockGuard::lost_signal).
 ///
 /// It fires at most once. Once the guard is released, forgotten or dropped

@@ -4,7 +4,7 @@
 //!
 //! The engine counts each node's forgets (`engine::Forgets`: the node's
 //! settings began to allow eviction, it became a replica, took a new
-//! replication history, restarted) and calls one hook for each. The watch
+//! replication history, evicted keys) and calls one hook for each. The watch
 //! is that hook: it checks every live lease's support (the nodes whose
 //! grants its deadline rests on, with their epochs before the granting
 //! round) and loses those that fewer than a quorum of nodes still hold.
