@@ -288,6 +288,25 @@ mod tests {
         );
     }
 
+    /// Issue 27, item 8: a set waiter counts each member's notices on
+    /// their own. The release of one member on node 0 and of another on
+    /// node 1 is no member released on a quorum.
+    #[test]
+    fn a_set_waiter_counts_the_notices_of_each_member_apart() {
+        let waiters = Arc::new(Waiters::new(3, 2));
+        let set: Arc<[u8]> = Arc::from(crate::backend::compose_keys(&[b"a", b"b"]));
+        let watch = waiters.register(&set);
+        assert_eq!(waiters.keys().1.len(), 2, "both members listened for");
+        waiters.notify(b"a", Some(0));
+        waiters.notify(b"b", Some(1));
+        assert!(
+            watch.notices().try_recv().is_err(),
+            "woken by two members' notices from one node each"
+        );
+        waiters.notify(b"b", Some(0));
+        assert!(watch.notices().try_recv().is_ok(), "b from a quorum");
+    }
+
     #[test]
     fn heard_releases_are_remembered_briefly_and_boundedly() {
         let waiters = Waiters::new(3, 2);
