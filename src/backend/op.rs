@@ -199,10 +199,13 @@ pub enum Reply {
     /// counted its vote. Not a vote: one server casts one vote, also when
     /// the engine cannot tell who the server is.
     AlreadyOurs,
-    /// A release deleted the key, and its release notice reached this many
-    /// listeners (at least one; the releasing manager's own included, when
-    /// it listens too): others are waiting for this lock. See
-    /// [`ReleaseListener`](super::ReleaseListener).
+    /// A release deleted the key, and this many listeners for exactly this
+    /// key's notices heard it (at least one; the releasing manager's own
+    /// included, when it listens too): others are waiting for this lock,
+    /// and the releaser's next lock of it lets them go first. Count only
+    /// listeners for this key (Redis: `PUBSUB NUMSUB` of its channel),
+    /// never catch-all ones (pattern subscribers) that wait for no lock.
+    /// See [`ReleaseListener`](super::ReleaseListener).
     Notified(u64),
 }
 

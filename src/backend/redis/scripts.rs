@@ -6,13 +6,22 @@
 /// release on the channel `quorum-lock:released:` + `KEYS[1]` (see
 /// [`RELEASE_CHANNEL_PREFIX`](crate::backend::RELEASE_CHANNEL_PREFIX)).
 /// Returns 0 when the key was not ours; else 1 plus the number of
-/// subscribers the notice reached (so 1 when nobody listens). `PUBLISH`
-/// goes through `pcall`: a server (or an ACL) that refuses it still
-/// releases, and answers 1.
+/// subscribers of exactly that channel (so 1 when nobody listens).
+///
+/// The count is `PUBSUB NUMSUB`'s, not `PUBLISH`'s: `PUBLISH` also counts
+/// pattern subscribers (a `PSUBSCRIBE *` debugging session, a dashboard),
+/// which hear every release and wait for no lock; counted, they made
+/// every release look awaited and every re-lock yield (issue 27). A
+/// client of another program subscribed to the exact channel still
+/// counts: nothing on the server tells it from a waiter of ours.
+/// `PUBLISH` and `PUBSUB` go through `pcall`: a server (or an ACL) that
+/// refuses either still releases, and answers 1.
 const RELEASE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
      redis.call('del', KEYS[1]) \
-     local n = redis.pcall('publish', 'quorum-lock:released:' .. KEYS[1], '') \
-     if type(n) == 'number' then return 1 + n end \
+     local ch = 'quorum-lock:released:' .. KEYS[1] \
+     if type(redis.pcall('publish', ch, '')) ~= 'number' then return 1 end \
+     local s = redis.pcall('pubsub', 'numsub', ch) \
+     if type(s) == 'table' and type(s[2]) == 'number' then return 1 + s[2] end \
      return 1";
 
 /// Sets the expiry of `KEYS[1]` to `ARGV[2]` ms only if it holds `ARGV[1]`.
@@ -69,15 +78,18 @@ const EXTEND_ALL: &str = "\
 
 /// Deletes every key of `KEYS` that holds `ARGV[1]`, announcing each as
 /// [`RELEASE`] does. Returns 0 when none was ours; else 1 plus the
-/// subscribers the notices reached.
+/// subscribers of exactly those channels (`PUBSUB NUMSUB`, as [`RELEASE`]).
 const RELEASE_ALL: &str = "\
      local deleted, heard = 0, 0 \
      for _, k in ipairs(KEYS) do \
        if redis.call('get', k) == ARGV[1] then \
          redis.call('del', k) \
          deleted = deleted + 1 \
-         local n = redis.pcall('publish', 'quorum-lock:released:' .. k, '') \
-         if type(n) == 'number' then heard = heard + n end \
+         local ch = 'quorum-lock:released:' .. k \
+         if type(redis.pcall('publish', ch, '')) == 'number' then \
+           local s = redis.pcall('pubsub', 'numsub', ch) \
+           if type(s) == 'table' and type(s[2]) == 'number' then heard = heard + s[2] end \
+         end \
        end \
      end \
      if deleted == 0 then return 0 end \
