@@ -323,4 +323,8 @@ fn forged_notices_bring_a_retry_forward_a_bounded_number_of_times() {
         locks.woken,
         published.load(Ordering::Relaxed)
     );
+    assert!(
+        locks.held_back >= 1,
+        "no wait went on past a notice: {locks:?}"
+    );
 }

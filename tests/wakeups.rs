@@ -194,3 +194,36 @@ fn a_deaf_node_does_not_let_the_waiters_undos_wake_each_other() {
         );
     }
 }
+
+/// Issue 27, item 4, the other side: notices that lead to a change of
+/// holder are real, and a waiter that keeps losing races to other waiters
+/// keeps its early wake-ups (it never sleeps out a retry delay while
+/// releases come). Three managers take turns on one key many times.
+#[test]
+fn waiters_that_lose_real_races_keep_their_early_wake_ups() {
+    const ROUNDS: usize = 15;
+    let nodes = nodes();
+    let managers = [manager(&nodes), manager(&nodes), manager(&nodes)];
+    let options = retries(RETRY_DELAY).wait(Duration::from_secs(120));
+    std::thread::scope(|s| {
+        for locks in &managers {
+            let options = &options;
+            s.spawn(move || {
+                for _ in 0..ROUNDS {
+                    let guard = locks.lock_with("turns", options).unwrap();
+                    // A critical section that others wait through.
+                    std::thread::sleep(Duration::from_millis(2));
+                    guard.release().unwrap();
+                }
+            });
+        }
+    });
+    let counters: Vec<_> = managers.iter().map(|m| m.health().locks).collect();
+    for locks in &counters {
+        assert_eq!(locks.acquired, ROUNDS as u64, "{counters:?}");
+        assert_eq!(
+            locks.held_back, 0,
+            "a wait went on to its retry delay while the lock changed hands: {counters:?}"
+        );
+    }
+}

@@ -78,6 +78,28 @@ struct Waiter {
     /// order for a set), per node: a notice for that member came from it
     /// since the waiter last cleared.
     heard_from: Vec<Vec<bool>>,
+    /// Per node, the digest of the value an acquire of the key was last
+    /// refused with there ([`Reply::HeldBy`](crate::backend::Reply)).
+    seen: Vec<Option<u64>>,
+    /// The holder when the waiter last asked: the digest then seen on a
+    /// quorum of nodes, once one was.
+    known: Option<u64>,
+    /// Some refusal was noted since the waiter last asked.
+    refused: bool,
+}
+
+/// What the refusals since a waiter last asked say of the lock's holder
+/// (see [`Waiters::note_holder`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HolderNews {
+    /// Another holder than before holds it on a quorum of nodes: the lock
+    /// was let go (or expired) and taken again, for real.
+    Moved,
+    /// The same holder as before still holds it on a quorum of nodes.
+    Stayed,
+    /// Nothing to tell: no refusal since, no holder on a quorum (a split
+    /// vote), or the first holder seen.
+    Unknown,
 }
 
 impl Waiters {
@@ -106,6 +128,9 @@ impl Waiters {
             id,
             bell,
             heard_from,
+            seen: vec![None; self.deaf.len()],
+            known: None,
+            refused: false,
         };
         book.keys.entry(Arc::clone(key)).or_default().push(waiter);
         self.generation.fetch_add(1, Ordering::SeqCst);
@@ -226,6 +251,58 @@ impl Waiters {
         }
     }
 
+    /// Takes note that node `node` refused an acquire of `key` because
+    /// it holds the value of digest `digest`, for the waiters of `key`
+    /// (see [`Watch::take_holder_news`]). Only a process with access to
+    /// the key can change what this shows; one that may only publish
+    /// notices cannot.
+    pub(super) fn note_holder(&self, key: &[u8], node: usize, digest: u64) {
+        let mut book = self.book.lock();
+        let Some(list) = book.keys.get_mut(key) else {
+            return;
+        };
+        for waiter in list {
+            if let Some(slot) = waiter.seen.get_mut(node) {
+                *slot = Some(digest);
+                waiter.refused = true;
+            }
+        }
+    }
+
+    /// What the refusals noted since the last call say of the holder of
+    /// the key that waiter `id` waits for. The holder is the value a
+    /// quorum of nodes refused with, not one node's: while a holder holds
+    /// a quorum, another waiter's failed attempt holds the key for a
+    /// moment on at most the other nodes, so its token is never taken for
+    /// a new holder.
+    fn take_holder_news(&self, key: &[u8], id: u64) -> HolderNews {
+        let quorum = self.quorum;
+        let mut book = self.book.lock();
+        let Some(waiter) = book
+            .keys
+            .get_mut(key)
+            .and_then(|list| list.iter_mut().find(|w| w.id == id))
+        else {
+            return HolderNews::Unknown;
+        };
+        if !std::mem::take(&mut waiter.refused) {
+            return HolderNews::Unknown;
+        }
+        let seen = &waiter.seen;
+        let holder = seen
+            .iter()
+            .flatten()
+            .copied()
+            .find(|d| seen.iter().filter(|s| **s == Some(*d)).count() >= quorum);
+        let news = match (waiter.known, holder) {
+            (Some(known), Some(now)) if known != now => HolderNews::Moved,
+            (Some(_), Some(_)) => HolderNews::Stayed,
+            _ => HolderNews::Unknown,
+        };
+        waiter.known = holder.or(waiter.known);
+        news
+    }
+
     /// Remembers that a release of `key` here was heard by others.
     pub(super) fn note_heard(&self, key: &Arc<[u8]>) {
         let now = Instant::now();
@@ -269,6 +346,13 @@ impl Watch {
     pub(crate) fn clear(&self) {
         self.waiters.clear(&self.key, self.id);
         while self.notices.try_recv().is_ok() {}
+    }
+
+    /// What this manager's refused attempts since the last call say of
+    /// the lock's holder: another one than before (the lock changed
+    /// hands), the same one, or nothing new (see `Waiters::note_holder`).
+    pub(crate) fn take_holder_news(&self) -> HolderNews {
+        self.waiters.take_holder_news(&self.key, self.id)
     }
 }
 
@@ -348,6 +432,42 @@ mod tests {
         );
         waiters.notify(b"b", Some(0));
         assert!(watch.notices().try_recv().is_ok(), "b from a quorum");
+    }
+
+    /// The holder a waiter knows is the value a quorum of nodes refused
+    /// it with: a change of it is news once, another waiter's failed
+    /// attempt (on fewer nodes) is none.
+    #[test]
+    fn holder_news_comes_from_a_quorum_of_refusals() {
+        use HolderNews::{Moved, Stayed, Unknown};
+
+        let waiters = Arc::new(Waiters::new(3, 2));
+        let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+        let watch = waiters.register(&key);
+        assert_eq!(watch.take_holder_news(), Unknown, "no refusal yet");
+        waiters.note_holder(b"k", 0, 7);
+        waiters.note_holder(b"k", 1, 7);
+        assert_eq!(watch.take_holder_news(), Unknown, "the first holder seen");
+        assert_eq!(watch.take_holder_news(), Unknown, "no refusal since");
+        waiters.note_holder(b"k", 2, 9);
+        assert_eq!(
+            watch.take_holder_news(),
+            Stayed,
+            "another attempt on the free node"
+        );
+        waiters.note_holder(b"other", 0, 8);
+        waiters.note_holder(b"other", 1, 8);
+        assert_eq!(watch.take_holder_news(), Unknown, "another key");
+        waiters.note_holder(b"k", 0, 11);
+        assert_eq!(watch.take_holder_news(), Unknown, "no value on a quorum");
+        waiters.note_holder(b"k", 1, 11);
+        assert_eq!(watch.take_holder_news(), Moved, "a new holder on a quorum");
+        waiters.note_holder(b"k", 2, 12);
+        waiters.note_holder(b"k", 0, 13);
+        waiters.note_holder(b"k", 1, 14);
+        assert_eq!(watch.take_holder_news(), Unknown, "no holder on a quorum");
+        waiters.note_holder(b"k", 0, 14);
+        assert_eq!(watch.take_holder_news(), Moved, "11 before, 14 now");
     }
 
     /// The threshold never lets the undos of attempts that lost to a
