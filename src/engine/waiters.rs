@@ -78,14 +78,15 @@ struct Waiter {
     /// order for a set), per node: a notice for that member came from it
     /// since the waiter last cleared.
     heard_from: Vec<Vec<bool>>,
-    /// Per node, the digest of the value an acquire of the key was last
-    /// refused with there ([`Reply::HeldBy`](crate::backend::Reply)).
+    /// Per node, the digest of the value an acquire of the key was refused
+    /// with there ([`Reply::HeldBy`](crate::backend::Reply)) since the
+    /// waiter last cleared (the refusals of its last attempt).
     seen: Vec<Option<u64>>,
     /// The holder when the waiter last asked: the digest then seen on a
     /// quorum of nodes, once one was.
     known: Option<u64>,
-    /// Some refusal was noted since the waiter last asked.
-    refused: bool,
+    /// What `seen` shows was told already.
+    told: bool,
 }
 
 /// What the refusals since a waiter last asked say of the lock's holder
@@ -97,8 +98,10 @@ pub(crate) enum HolderNews {
     Moved,
     /// The same holder as before still holds it on a quorum of nodes.
     Stayed,
-    /// Nothing to tell: no refusal since, no holder on a quorum (a split
-    /// vote), or the first holder seen.
+    /// The first holder seen.
+    First,
+    /// Nothing to tell: no refusal since, nothing new since the last
+    /// news, or no holder on a quorum (a split vote).
     Unknown,
 }
 
@@ -130,7 +133,7 @@ impl Waiters {
             heard_from,
             seen: vec![None; self.deaf.len()],
             known: None,
-            refused: false,
+            told: false,
         };
         book.keys.entry(Arc::clone(key)).or_default().push(waiter);
         self.generation.fetch_add(1, Ordering::SeqCst);
@@ -235,7 +238,7 @@ impl Waiters {
         }
     }
 
-    /// Forgets what waiter `id` of `key` heard so far.
+    /// Forgets what waiter `id` of `key` heard and was refused with so far.
     fn clear(&self, key: &[u8], id: u64) {
         let mut book = self.book.lock();
         let waiter = book
@@ -248,6 +251,8 @@ impl Waiters {
                 .iter_mut()
                 .flatten()
                 .for_each(|h| *h = false);
+            waiter.seen.iter_mut().for_each(|d| *d = None);
+            waiter.told = false;
         }
     }
 
@@ -264,17 +269,20 @@ impl Waiters {
         for waiter in list {
             if let Some(slot) = waiter.seen.get_mut(node) {
                 *slot = Some(digest);
-                waiter.refused = true;
+                waiter.told = false;
             }
         }
     }
 
-    /// What the refusals noted since the last call say of the holder of
-    /// the key that waiter `id` waits for. The holder is the value a
-    /// quorum of nodes refused with, not one node's: while a holder holds
-    /// a quorum, another waiter's failed attempt holds the key for a
-    /// moment on at most the other nodes, so its token is never taken for
-    /// a new holder.
+    /// What the refusals noted since the waiter last cleared (those of its
+    /// last attempt, late answers included) say of the holder of the key
+    /// that waiter `id` waits for, against the holder it knew. The holder
+    /// is the value a quorum of nodes refused with, not one node's: while
+    /// a holder holds a quorum, another waiter's failed attempt holds the
+    /// key for a moment on at most the other nodes, so its token is never
+    /// taken for a new holder. Older refusals do not count: a node that
+    /// granted the last attempt would otherwise still show the holder from
+    /// before.
     fn take_holder_news(&self, key: &[u8], id: u64) -> HolderNews {
         let quorum = self.quorum;
         let mut book = self.book.lock();
@@ -285,7 +293,7 @@ impl Waiters {
         else {
             return HolderNews::Unknown;
         };
-        if !std::mem::take(&mut waiter.refused) {
+        if waiter.told {
             return HolderNews::Unknown;
         }
         let seen = &waiter.seen;
@@ -295,11 +303,13 @@ impl Waiters {
             .copied()
             .find(|d| seen.iter().filter(|s| **s == Some(*d)).count() >= quorum);
         let news = match (waiter.known, holder) {
+            (_, None) => return HolderNews::Unknown,
+            (None, Some(_)) => HolderNews::First,
             (Some(known), Some(now)) if known != now => HolderNews::Moved,
             (Some(_), Some(_)) => HolderNews::Stayed,
-            _ => HolderNews::Unknown,
         };
-        waiter.known = holder.or(waiter.known);
+        waiter.known = holder;
+        waiter.told = true;
         news
     }
 
@@ -348,9 +358,11 @@ impl Watch {
         while self.notices.try_recv().is_ok() {}
     }
 
-    /// What this manager's refused attempts since the last call say of
-    /// the lock's holder: another one than before (the lock changed
-    /// hands), the same one, or nothing new (see `Waiters::note_holder`).
+    /// What the refusals of this manager's attempts since the last
+    /// [`clear`](Self::clear) say of the lock's holder: another one than
+    /// the one known (the lock changed hands; it is known from now on),
+    /// the same one, the first one seen, or nothing new (see
+    /// `Waiters::note_holder`). Each refusal is news once.
     pub(crate) fn take_holder_news(&self) -> HolderNews {
         self.waiters.take_holder_news(&self.key, self.id)
     }
@@ -439,35 +451,44 @@ mod tests {
     /// attempt (on fewer nodes) is none.
     #[test]
     fn holder_news_comes_from_a_quorum_of_refusals() {
-        use HolderNews::{Moved, Stayed, Unknown};
+        use HolderNews::{First, Moved, Stayed, Unknown};
 
         let waiters = Arc::new(Waiters::new(3, 2));
         let key: Arc<[u8]> = Arc::from(&b"k"[..]);
         let watch = waiters.register(&key);
         assert_eq!(watch.take_holder_news(), Unknown, "no refusal yet");
         waiters.note_holder(b"k", 0, 7);
+        assert_eq!(watch.take_holder_news(), Unknown, "one node");
         waiters.note_holder(b"k", 1, 7);
-        assert_eq!(watch.take_holder_news(), Unknown, "the first holder seen");
-        assert_eq!(watch.take_holder_news(), Unknown, "no refusal since");
+        assert_eq!(watch.take_holder_news(), First);
+        assert_eq!(watch.take_holder_news(), Unknown, "told once");
+        waiters.note_holder(b"k", 2, 7);
+        assert_eq!(watch.take_holder_news(), Stayed, "a late refusal");
+        watch.clear();
+        waiters.note_holder(b"k", 0, 7);
         waiters.note_holder(b"k", 2, 9);
         assert_eq!(
             watch.take_holder_news(),
-            Stayed,
-            "another attempt on the free node"
+            Unknown,
+            "the holder on one node, another attempt on the other"
         );
         waiters.note_holder(b"other", 0, 8);
         waiters.note_holder(b"other", 1, 8);
         assert_eq!(watch.take_holder_news(), Unknown, "another key");
+        watch.clear();
         waiters.note_holder(b"k", 0, 11);
-        assert_eq!(watch.take_holder_news(), Unknown, "no value on a quorum");
+        assert_eq!(
+            watch.take_holder_news(),
+            Unknown,
+            "one node is not a quorum, and older refusals do not count"
+        );
         waiters.note_holder(b"k", 1, 11);
         assert_eq!(watch.take_holder_news(), Moved, "a new holder on a quorum");
-        waiters.note_holder(b"k", 2, 12);
-        waiters.note_holder(b"k", 0, 13);
-        waiters.note_holder(b"k", 1, 14);
-        assert_eq!(watch.take_holder_news(), Unknown, "no holder on a quorum");
-        waiters.note_holder(b"k", 0, 14);
-        assert_eq!(watch.take_holder_news(), Moved, "11 before, 14 now");
+        assert_eq!(watch.take_holder_news(), Unknown, "told once");
+        watch.clear();
+        waiters.note_holder(b"k", 1, 11);
+        waiters.note_holder(b"k", 2, 11);
+        assert_eq!(watch.take_holder_news(), Stayed);
     }
 
     /// The threshold never lets the undos of attempts that lost to a
