@@ -176,6 +176,12 @@ pub struct LockCounters {
     /// already waiting: this manager had just released the same lock and
     /// they had heard it (the fairness rule of the wake-ups).
     pub yielded: u64,
+    /// Waits between attempts that heard a release notice but went on to
+    /// their retry delay, because the wait's early wake-ups were spent:
+    /// notices that did not lead to a change of holder (forged, or
+    /// repeated for a lock that stayed held). See the wake-ups in
+    /// docs/safety.md.
+    pub held_back: u64,
 }
 
 impl fmt::Display for Health {
@@ -216,7 +222,7 @@ impl fmt::Display for Health {
         write!(
             f,
             "locks: {} acquired, {} contended, {} no quorum, {} too slow, {} lost; \
-             extends {} ok / {} failed; {} hand-overs; {} woken, {} yielded",
+             extends {} ok / {} failed; {} hand-overs; {} woken, {} yielded, {} held back",
             c.acquired,
             c.contended,
             c.no_quorum,
@@ -226,7 +232,8 @@ impl fmt::Display for Health {
             c.extends_failed,
             c.hand_overs,
             c.woken,
-            c.yielded
+            c.yielded,
+            c.held_back
         )
     }
 }

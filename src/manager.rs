@@ -264,10 +264,10 @@ impl LockManager {
             // made before the subscription); then wait between attempts
             // for a release notice, the delay or the cancellation, whichever
             // comes first.
-            match &watch {
+            match &mut watch {
                 None => watch = Some(rounds.watch(&key)),
-                Some(watch) => {
-                    let _ = rounds.wait_for_release(watch, after(delay), Some(alarm.receiver()));
+                Some(wait) => {
+                    let _ = rounds.wait_for_release(wait, after(delay), Some(alarm.receiver()));
                 }
             }
         }

@@ -606,7 +606,8 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
             .iter()
             .map(|r| *r.as_ref().unwrap())
             .collect::<Vec<_>>(),
-        [Reply::Yes, Reply::No, Reply::Yes],
+        // Refused with the digest of the value that holds it there.
+        [Reply::Yes, Reply::held_by(&theirs), Reply::Yes],
         "{replies:?}"
     );
     for (answer, server) in answers.iter().zip(servers.iter()) {
@@ -624,4 +625,20 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
     let answer = flight.finish(&release);
     let error = answer.results()[0].clone().unwrap_err();
     assert!(error.kind().is_connectivity(), "{error}");
+}
+
+/// A refused fenced acquire says who holds the key, by digest, as a
+/// refused plain acquire does (the waiters tell a new holder by it).
+#[test]
+fn a_refused_fenced_acquire_names_the_holder_by_digest() {
+    let server = RedisServer::start();
+    let b = backend(&server.url(), TIMEOUT);
+    let (mine, theirs) = (token(1), token(2));
+    assert!(b.acquire(b"f", &theirs, TTL).unwrap());
+    let ops = [
+        Op::acquire_fenced(b"f", &mine, TTL, b"fences"),
+        Op::acquire_fenced(b"f", &theirs, TTL, b"fences"),
+    ];
+    let replies: Vec<Reply> = b.batch(&ops).into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(replies, [Reply::held_by(&theirs), Reply::AlreadyOurs]);
 }

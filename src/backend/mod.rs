@@ -304,8 +304,8 @@ pub trait Backend: Send + Sync + 'static {
     /// The engine asks once per manager and node, from the node's thread,
     /// and only when some caller first waits for a lock. A backend that
     /// offers listeners also reports, for a release that deleted the key
-    /// and was heard, [`Reply::Notified`] with the number of listeners the
-    /// notice reached.
+    /// and was heard, [`Reply::Notified`] with the number of listeners for
+    /// that key's notices (never catch-all ones, see the variant).
     fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
         None
     }

@@ -192,6 +192,14 @@ pub enum Reply {
     Yes,
     /// Refused: the key is held by another token, or is no longer ours.
     No,
+    /// An acquire refused: the key holds another value, whose digest
+    /// ([`Reply::held_by`]) this is. The engine compares digests to tell
+    /// a new holder from the same one (a hint for the wake-ups: a waiter
+    /// that lost a race to a new holder keeps its early wake-ups, see
+    /// [`ReleaseListener`](super::ReleaseListener)); it counts as
+    /// [`No`](Self::No) otherwise. A backend that cannot read the value
+    /// answers `No`.
+    HeldBy(u64),
     /// A fenced acquire succeeded and the lock's fence counter read this.
     Fenced(u64),
     /// An acquire found the key already holding this op's token: the same
@@ -199,10 +207,13 @@ pub enum Reply {
     /// counted its vote. Not a vote: one server casts one vote, also when
     /// the engine cannot tell who the server is.
     AlreadyOurs,
-    /// A release deleted the key, and its release notice reached this many
-    /// listeners (at least one; the releasing manager's own included, when
-    /// it listens too): others are waiting for this lock. See
-    /// [`ReleaseListener`](super::ReleaseListener).
+    /// A release deleted the key, and this many listeners for exactly this
+    /// key's notices heard it (at least one; the releasing manager's own
+    /// included, when it listens too): others are waiting for this lock,
+    /// and the releaser's next lock of it lets them go first. Count only
+    /// listeners for this key (Redis: `PUBSUB NUMSUB` of its channel),
+    /// never catch-all ones (pattern subscribers) that wait for no lock.
+    /// See [`ReleaseListener`](super::ReleaseListener).
     Notified(u64),
 }
 
@@ -210,7 +221,16 @@ impl Reply {
     /// Whether the op was done by this call (a fenced acquire that
     /// succeeded included; [`AlreadyOurs`](Self::AlreadyOurs) is not).
     pub fn is_yes(self) -> bool {
-        !matches!(self, Self::No | Self::AlreadyOurs)
+        !matches!(self, Self::No | Self::HeldBy(_) | Self::AlreadyOurs)
+    }
+
+    /// [`HeldBy`](Self::HeldBy) the digest of `value`, the value an
+    /// acquire found in the key (not ours). The digest is stable within a
+    /// process, never sent anywhere, and not a secret: tokens are random,
+    /// and a released token is worth nothing.
+    pub fn held_by(value: &[u8]) -> Self {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        Self::HeldBy(BuildHasherDefault::<DefaultHasher>::default().hash_one(value))
     }
 
     /// The counter a fenced acquire read, if it succeeded.

@@ -159,8 +159,18 @@ impl Worker {
                         self.note_release(item.key, reply);
                     }
                 }
+                if let (
+                    Ok(Reply::HeldBy(digest)),
+                    Action::Acquire { .. } | Action::AcquireFenced { .. },
+                ) = (&result, item.action)
+                {
+                    // Who holds the lock, for the waiters' early wake-ups.
+                    self.shared
+                        .waiters
+                        .note_holder(item.key, self.index, *digest);
+                }
                 match result {
-                    Ok(Reply::No) => (NodeOutcome::Refused, None),
+                    Ok(Reply::No | Reply::HeldBy(_)) => (NodeOutcome::Refused, None),
                     // Our token already there: another name of this server
                     // set it. That server votes once: here only when it is
                     // identified and this node is the name it votes under

@@ -39,7 +39,7 @@ use self::identity::Registry;
 pub(crate) use self::pending::Pending;
 pub(crate) use self::tally::majority;
 use self::waiters::Waiters;
-pub(crate) use self::waiters::Watch;
+pub(crate) use self::waiters::{HolderNews, Watch};
 // The protocol check (src/redlock/protocol_check.rs) runs the engine's own
 // vote count and identity judgement.
 use self::drive::Driven;

@@ -213,9 +213,11 @@ impl Worker {
         }
     }
 
-    /// Takes note of a release's answer: when it was heard by others, the
-    /// next `lock` of this key here lets them go first; when this node
-    /// thread heard it too, its notice is an echo to skip.
+    /// Takes note of a release's answer: when others listen for this
+    /// key's notices (the count is of listeners for exactly this key, see
+    /// [`Reply::Notified`]), the next `lock` of this key here lets them go
+    /// first; when this node thread listens too, its notice is an echo to
+    /// skip.
     pub(super) fn note_release(&mut self, key: &Arc<[u8]>, reply: Reply) {
         let Reply::Notified(heard) = reply else {
             return;

@@ -3,15 +3,28 @@
 //! short memory of releases that others were waiting for, for the
 //! fairness rule (see `Rounds::yield_to_waiters`).
 //!
-//! A waiter is woken once notices for its key have come from a quorum of
-//! nodes (of those that can send notices), not at the first one: a
-//! holder's release deletes the key on at least a quorum of nodes, while
-//! a failed attempt's undo deletes it on fewer. Waking on every undo made
-//! the waiters that lost a race wake each other in turn for as long as
-//! the winner held the lock, each wake-up one more failed attempt (and
-//! one more undo); measured with 4 processes on one key, that doubled the
-//! attempts. A split vote, where nobody won, undoes on every node and
-//! still wakes everyone.
+//! A waiter is woken once notices for its key have come from enough
+//! nodes to tell a holder's release from a failed attempt's undo, not at
+//! the first one. While a holder holds the lock on at least a quorum Q of
+//! the N nodes, another process's attempt can take the key only on the
+//! other N - Q nodes, so its undo announces a release on at most N - Q
+//! nodes; the holder's own release announces it on at least Q nodes, of
+//! which all but the deaf ones (nodes that send no notices) are heard.
+//! So the threshold is Q minus the deaf nodes, but **never below
+//! N - Q + 1**: below that, undos would count as releases. Waking on
+//! undos made the waiters that lost a race wake each other in turn for as
+//! long as the winner held the lock, each wake-up one more failed attempt
+//! (and one more undo): measured with 4 processes on one key, that doubled
+//! the attempts; with one of three nodes deaf and a threshold of one
+//! notice, two waiters made about 40 times the attempts (issue 27). The
+//! price of the floor: a release that only deaf nodes and fewer than
+//! N - Q + 1 hearing nodes announce wakes nobody, and the waiters retry
+//! on their timer (with N - Q + 1 or more nodes deaf, always). A split
+//! vote, where nobody won, undoes on every node and still wakes everyone.
+//!
+//! For a set (`lock_all`), each member's notices are counted apart: a
+//! member released on node 0 and another on node 1 is no member released
+//! on a quorum.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,8 +74,35 @@ struct Waiter {
     id: u64,
     /// Rung (one slot) when the waiter should try again.
     bell: Sender<()>,
-    /// Per node: a notice came from it since the waiter last cleared.
-    heard_from: Vec<bool>,
+    /// Per member of the watched key (one for a plain key, in the set's
+    /// order for a set), per node: a notice for that member came from it
+    /// since the waiter last cleared.
+    heard_from: Vec<Vec<bool>>,
+    /// Per node, the digest of the value an acquire of the key was refused
+    /// with there ([`Reply::HeldBy`](crate::backend::Reply)) since the
+    /// waiter last cleared (the refusals of its last attempt).
+    seen: Vec<Option<u64>>,
+    /// The holder when the waiter last asked: the digest then seen on a
+    /// quorum of nodes, once one was.
+    known: Option<u64>,
+    /// What `seen` shows was told already.
+    told: bool,
+}
+
+/// What the refusals since a waiter last asked say of the lock's holder
+/// (see [`Waiters::note_holder`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HolderNews {
+    /// Another holder than before holds it on a quorum of nodes: the lock
+    /// was let go (or expired) and taken again, for real.
+    Moved,
+    /// The same holder as before still holds it on a quorum of nodes.
+    Stayed,
+    /// The first holder seen.
+    First,
+    /// Nothing to tell: no refusal since, nothing new since the last
+    /// news, or no holder on a quorum (a split vote).
+    Unknown,
 }
 
 impl Waiters {
@@ -85,11 +125,15 @@ impl Waiters {
         let mut book = self.book.lock();
         let id = book.next_id;
         book.next_id += 1;
-        let heard_from = vec![false; self.deaf.len()];
+        let members = KeySet::of(key).map_or(1, |set| set.len());
+        let heard_from = vec![vec![false; self.deaf.len()]; members];
         let waiter = Waiter {
             id,
             bell,
             heard_from,
+            seen: vec![None; self.deaf.len()],
+            known: None,
+            told: false,
         };
         book.keys.entry(Arc::clone(key)).or_default().push(waiter);
         self.generation.fetch_add(1, Ordering::SeqCst);
@@ -133,28 +177,49 @@ impl Waiters {
         (self.generation(), keys)
     }
 
-    /// Takes note of a release notice for `key` from node `node`, and
-    /// wakes the waiters of `key` (and of every watched set that has `key`
-    /// as a member) that have now heard from enough nodes (every one of
-    /// them with `node` = `None`: notices may have been missed). Whether
-    /// some waiter still needs notices from other nodes.
-    pub(super) fn notify(&self, key: &[u8], node: Option<usize>) -> bool {
+    /// From how many nodes a key's notices must come to wake its waiters:
+    /// the quorum less the deaf nodes, never below one more than the
+    /// nodes an undo can reach while a holder holds a quorum (see the
+    /// module docs).
+    fn needed(&self) -> usize {
+        let nodes = self.deaf.len();
         let deaf = self
             .deaf
             .iter()
             .filter(|d| d.load(Ordering::Relaxed))
             .count();
-        let needed = self.quorum.saturating_sub(deaf).max(1);
+        let undos_reach = nodes.saturating_sub(self.quorum);
+        self.quorum.saturating_sub(deaf).max(undos_reach + 1).max(1)
+    }
+
+    /// Takes note of a release notice for `key` from node `node`, and
+    /// wakes the waiters of `key` (and of every watched set that has `key`
+    /// as a member) that have now heard of that key from enough nodes
+    /// (every one of them with `node` = `None`: notices may have been
+    /// missed). Whether some waiter still needs notices from other nodes.
+    pub(super) fn notify(&self, key: &[u8], node: Option<usize>) -> bool {
+        let needed = self.needed();
         let mut book = self.book.lock();
         let mut short = false;
-        let concerned = book.keys.iter_mut().filter(|(watched, _)| {
-            &watched[..] == key || KeySet::of(watched).is_some_and(|s| s.iter().any(|m| m == key))
+        // Each concerned watched key with the position of `key` among its
+        // members (0 for a plain key).
+        let concerned = book.keys.iter_mut().filter_map(|(watched, list)| {
+            let member = if &watched[..] == key {
+                Some(0)
+            } else {
+                KeySet::of(watched).and_then(|set| set.iter().position(|m| m == key))
+            };
+            member.map(|m| (m, list))
         });
-        for waiter in concerned.flat_map(|(_, list)| list.iter_mut()) {
-            if let Some(slot) = node.and_then(|n| waiter.heard_from.get_mut(n)) {
+        let waiters = concerned.flat_map(|(m, list)| list.iter_mut().map(move |w| (m, w)));
+        for (member, waiter) in waiters {
+            let Some(heard_from) = waiter.heard_from.get_mut(member) else {
+                continue;
+            };
+            if let Some(slot) = node.and_then(|n| heard_from.get_mut(n)) {
                 *slot = true;
             }
-            let heard = waiter.heard_from.iter().filter(|h| **h).count();
+            let heard = heard_from.iter().filter(|h| **h).count();
             if node.is_none() || heard >= needed {
                 // Full: a wake-up is already pending; disconnected: the
                 // waiter is being dropped. Either way nothing is lost.
@@ -173,7 +238,7 @@ impl Waiters {
         }
     }
 
-    /// Forgets what waiter `id` of `key` heard so far.
+    /// Forgets what waiter `id` of `key` heard and was refused with so far.
     fn clear(&self, key: &[u8], id: u64) {
         let mut book = self.book.lock();
         let waiter = book
@@ -181,8 +246,71 @@ impl Waiters {
             .get_mut(key)
             .and_then(|list| list.iter_mut().find(|w| w.id == id));
         if let Some(waiter) = waiter {
-            waiter.heard_from.iter_mut().for_each(|h| *h = false);
+            waiter
+                .heard_from
+                .iter_mut()
+                .flatten()
+                .for_each(|h| *h = false);
+            waiter.seen.iter_mut().for_each(|d| *d = None);
+            waiter.told = false;
         }
+    }
+
+    /// Takes note that node `node` refused an acquire of `key` because
+    /// it holds the value of digest `digest`, for the waiters of `key`
+    /// (see [`Watch::take_holder_news`]). Only a process with access to
+    /// the key can change what this shows; one that may only publish
+    /// notices cannot.
+    pub(super) fn note_holder(&self, key: &[u8], node: usize, digest: u64) {
+        let mut book = self.book.lock();
+        let Some(list) = book.keys.get_mut(key) else {
+            return;
+        };
+        for waiter in list {
+            if let Some(slot) = waiter.seen.get_mut(node) {
+                *slot = Some(digest);
+                waiter.told = false;
+            }
+        }
+    }
+
+    /// What the refusals noted since the waiter last cleared (those of its
+    /// last attempt, late answers included) say of the holder of the key
+    /// that waiter `id` waits for, against the holder it knew. The holder
+    /// is the value a quorum of nodes refused with, not one node's: while
+    /// a holder holds a quorum, another waiter's failed attempt holds the
+    /// key for a moment on at most the other nodes, so its token is never
+    /// taken for a new holder. Older refusals do not count: a node that
+    /// granted the last attempt would otherwise still show the holder from
+    /// before.
+    fn take_holder_news(&self, key: &[u8], id: u64) -> HolderNews {
+        let quorum = self.quorum;
+        let mut book = self.book.lock();
+        let Some(waiter) = book
+            .keys
+            .get_mut(key)
+            .and_then(|list| list.iter_mut().find(|w| w.id == id))
+        else {
+            return HolderNews::Unknown;
+        };
+        if waiter.told {
+            return HolderNews::Unknown;
+        }
+        let seen = &waiter.seen;
+        let holder = seen
+            .iter()
+            .flatten()
+            .copied()
+            .find(|d| seen.iter().filter(|s| **s == Some(*d)).count() >= quorum);
+        let news = match (waiter.known, holder) {
+            (_, None) => return HolderNews::Unknown,
+            (None, Some(_)) => HolderNews::First,
+            (Some(known), Some(now)) if known != now => HolderNews::Moved,
+            (Some(_), Some(_)) => HolderNews::Stayed,
+        };
+        waiter.known = holder;
+        waiter.told = true;
+        news
     }
 
     /// Remembers that a release of `key` here was heard by others.
@@ -229,6 +357,15 @@ impl Watch {
         self.waiters.clear(&self.key, self.id);
         while self.notices.try_recv().is_ok() {}
     }
+
+    /// What the refusals of this manager's attempts since the last
+    /// [`clear`](Self::clear) say of the lock's holder: another one than
+    /// the one known (the lock changed hands; it is known from now on),
+    /// the same one, the first one seen, or nothing new (see
+    /// `Waiters::note_holder`). Each refusal is news once.
+    pub(crate) fn take_holder_news(&self) -> HolderNews {
+        self.waiters.take_holder_news(&self.key, self.id)
+    }
 }
 
 impl Drop for Watch {
@@ -269,9 +406,11 @@ mod tests {
         waiters.set_deaf(2, true);
         waiters.notify(b"a", Some(0));
         assert!(
-            a1.notices().try_recv().is_ok(),
-            "one of the two nodes that can send"
+            a1.notices().try_recv().is_err(),
+            "one node deaf: one notice is what an undo on the free node sends"
         );
+        waiters.notify(b"a", Some(1));
+        assert!(a1.notices().try_recv().is_ok(), "both nodes that can send");
         waiters.notify(b"b", None);
         assert!(
             b1.notices().try_recv().is_ok(),
@@ -286,6 +425,103 @@ mod tests {
             waiters.keys().1.is_empty(),
             "nothing watched once all are gone"
         );
+    }
+
+    /// Issue 27, item 8: a set waiter counts each member's notices on
+    /// their own. The release of one member on node 0 and of another on
+    /// node 1 is no member released on a quorum.
+    #[test]
+    fn a_set_waiter_counts_the_notices_of_each_member_apart() {
+        let waiters = Arc::new(Waiters::new(3, 2));
+        let set: Arc<[u8]> = Arc::from(crate::backend::compose_keys(&[b"a", b"b"]));
+        let watch = waiters.register(&set);
+        assert_eq!(waiters.keys().1.len(), 2, "both members listened for");
+        waiters.notify(b"a", Some(0));
+        waiters.notify(b"b", Some(1));
+        assert!(
+            watch.notices().try_recv().is_err(),
+            "woken by two members' notices from one node each"
+        );
+        waiters.notify(b"b", Some(0));
+        assert!(watch.notices().try_recv().is_ok(), "b from a quorum");
+    }
+
+    /// The holder a waiter knows is the value a quorum of nodes refused
+    /// it with: a change of it is news once, another waiter's failed
+    /// attempt (on fewer nodes) is none.
+    #[test]
+    fn holder_news_comes_from_a_quorum_of_refusals() {
+        use HolderNews::{First, Moved, Stayed, Unknown};
+
+        let waiters = Arc::new(Waiters::new(3, 2));
+        let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+        let watch = waiters.register(&key);
+        assert_eq!(watch.take_holder_news(), Unknown, "no refusal yet");
+        waiters.note_holder(b"k", 0, 7);
+        assert_eq!(watch.take_holder_news(), Unknown, "one node");
+        waiters.note_holder(b"k", 1, 7);
+        assert_eq!(watch.take_holder_news(), First);
+        assert_eq!(watch.take_holder_news(), Unknown, "told once");
+        waiters.note_holder(b"k", 2, 7);
+        assert_eq!(watch.take_holder_news(), Stayed, "a late refusal");
+        watch.clear();
+        waiters.note_holder(b"k", 0, 7);
+        waiters.note_holder(b"k", 2, 9);
+        assert_eq!(
+            watch.take_holder_news(),
+            Unknown,
+            "the holder on one node, another attempt on the other"
+        );
+        waiters.note_holder(b"other", 0, 8);
+        waiters.note_holder(b"other", 1, 8);
+        assert_eq!(watch.take_holder_news(), Unknown, "another key");
+        watch.clear();
+        waiters.note_holder(b"k", 0, 11);
+        assert_eq!(
+            watch.take_holder_news(),
+            Unknown,
+            "one node is not a quorum, and older refusals do not count"
+        );
+        waiters.note_holder(b"k", 1, 11);
+        assert_eq!(watch.take_holder_news(), Moved, "a new holder on a quorum");
+        assert_eq!(watch.take_holder_news(), Unknown, "told once");
+        watch.clear();
+        waiters.note_holder(b"k", 1, 11);
+        waiters.note_holder(b"k", 2, 11);
+        assert_eq!(watch.take_holder_news(), Stayed);
+    }
+
+    /// The threshold never lets the undos of attempts that lost to a
+    /// holder (at most N - Q nodes) wake anyone.
+    #[test]
+    fn the_threshold_stays_above_what_an_undo_can_reach() {
+        // (nodes, quorum, deaf, needed)
+        let cases = [
+            (1, 1, 0, 1),
+            (3, 2, 0, 2),
+            (3, 2, 1, 2),
+            (3, 2, 2, 2),
+            (3, 3, 0, 3),
+            (3, 3, 1, 2),
+            (3, 3, 2, 1),
+            (4, 3, 0, 3),
+            (4, 3, 1, 2),
+            (4, 3, 2, 2),
+            (5, 3, 0, 3),
+            (5, 3, 1, 3),
+            (5, 4, 1, 3),
+            (5, 4, 3, 2),
+        ];
+        for (nodes, quorum, deaf, needed) in cases {
+            let waiters = Waiters::new(nodes, quorum);
+            (0..deaf).for_each(|n| waiters.set_deaf(n, true));
+            assert_eq!(
+                waiters.needed(),
+                needed,
+                "{nodes} nodes, {quorum} needed, {deaf} deaf"
+            );
+            assert!(needed > nodes - quorum, "an undo could wake");
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub(crate) struct Counters {
     hand_overs: AtomicU64,
     woken: AtomicU64,
     yielded: AtomicU64,
+    held_back: AtomicU64,
 }
 
 /// Something worth counting.
@@ -32,6 +33,9 @@ pub(crate) enum Event {
     Woken,
     /// A lock let the processes already waiting go first.
     Yielded,
+    /// A wait between attempts heard a release notice but went on to its
+    /// retry delay: its early wake-ups were spent.
+    HeldBack,
 }
 
 impl Counters {
@@ -44,6 +48,7 @@ impl Counters {
             Event::HandOver => (&self.hand_overs, "hand_overs"),
             Event::Woken => (&self.woken, "woken"),
             Event::Yielded => (&self.yielded, "yielded"),
+            Event::HeldBack => (&self.held_back, "held_back"),
         };
         counter.fetch_add(1, Ordering::Relaxed);
         crate::metrics::count(field);
@@ -73,6 +78,7 @@ impl Counters {
             hand_overs: get(&self.hand_overs),
             woken: get(&self.woken),
             yielded: get(&self.yielded),
+            held_back: get(&self.held_back),
         }
     }
 }

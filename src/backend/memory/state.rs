@@ -189,7 +189,8 @@ impl State {
                 for k in keys.iter() {
                     if self.live(k, now).is_some() {
                         if !self.holds(k, token, now)? {
-                            return Ok(Reply::No);
+                            let held = self.live(k, now).and_then(|e| e.token());
+                            return Ok(held.map_or(Reply::No, Reply::held_by));
                         }
                         ours = true;
                     }
@@ -285,12 +286,12 @@ impl State {
         ttl: Duration,
         now: Instant,
     ) -> Result<Reply, BackendError> {
-        if self.live(key, now).is_some() {
-            return Ok(if self.holds(key, token, now)? {
-                Reply::AlreadyOurs
-            } else {
-                Reply::No
-            });
+        if let Some(entry) = self.live(key, now) {
+            return match entry.token() {
+                Some(held) if held == token => Ok(Reply::AlreadyOurs),
+                Some(held) => Ok(Reply::held_by(held)),
+                None => Err(wrong_type(key, "a hash, not a lock")),
+            };
         }
         let expires_at = now
             .checked_add(ttl)

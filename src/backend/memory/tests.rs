@@ -65,3 +65,30 @@ fn batch_is_one_round_trip() {
     assert_eq!(results, [true, false, true]);
     assert_eq!((node.round_trips(), node.operations()), (1, 3));
 }
+
+/// A refused acquire says who holds the key, by digest, for a plain key,
+/// a fenced one and a set (the first member held by another value).
+#[test]
+fn a_refused_acquire_names_the_holder_by_digest() {
+    use crate::backend::{KeySet, OpKind, compose_keys};
+
+    let node = MemoryBackend::new("m");
+    assert!(node.acquire(b"b", b"theirs", TTL).unwrap());
+    let composite = compose_keys(&[&b"a"[..], &b"b"[..]]);
+    let keys = KeySet::of(&composite).unwrap();
+    let ops = [
+        Op::acquire(b"b", b"mine", TTL),
+        Op::acquire_fenced(b"b", b"mine", TTL, b"fences"),
+        Op {
+            key: &composite,
+            token: b"mine",
+            kind: OpKind::AcquireAll { ttl: TTL, keys },
+        },
+        Op::acquire(b"b", b"theirs", TTL),
+    ];
+    let replies: Vec<Reply> = node.batch(&ops).into_iter().map(|r| r.unwrap()).collect();
+    let theirs = Reply::held_by(b"theirs");
+    assert_eq!(replies, [theirs, theirs, theirs, Reply::AlreadyOurs]);
+    assert_ne!(theirs, Reply::held_by(b"mine"));
+    assert!(!theirs.is_yes());
+}

@@ -274,7 +274,8 @@ impl Inner {
     fn refused_acquire(&self, op: &Op<'_>, get: Value) -> Result<Reply, BackendError> {
         match get {
             Value::BulkString(held) if held == op.token => Ok(Reply::AlreadyOurs),
-            Value::BulkString(_) | Value::Nil => Ok(Reply::No),
+            Value::BulkString(held) => Ok(Reply::held_by(&held)),
+            Value::Nil => Ok(Reply::No),
             Value::ServerError(e) => Err(self.op_server_error(op, &e)),
             other => Err(self.protocol_error("GET", &other)),
         }
@@ -313,6 +314,12 @@ impl Inner {
             (OpKind::AcquireFenced { .. } | OpKind::AcquireAllFenced { .. }, Value::Int(-1)) => {
                 Ok(Reply::No)
             }
+            (
+                OpKind::AcquireFenced { .. }
+                | OpKind::AcquireAll { .. }
+                | OpKind::AcquireAllFenced { .. },
+                Value::BulkString(held),
+            ) => Ok(Reply::held_by(&held)),
             (OpKind::AcquireFenced { .. } | OpKind::AcquireAllFenced { .. }, Value::Int(-2)) => {
                 Ok(Reply::AlreadyOurs)
             }

@@ -6,13 +6,22 @@
 /// release on the channel `quorum-lock:released:` + `KEYS[1]` (see
 /// [`RELEASE_CHANNEL_PREFIX`](crate::backend::RELEASE_CHANNEL_PREFIX)).
 /// Returns 0 when the key was not ours; else 1 plus the number of
-/// subscribers the notice reached (so 1 when nobody listens). `PUBLISH`
-/// goes through `pcall`: a server (or an ACL) that refuses it still
-/// releases, and answers 1.
+/// subscribers of exactly that channel (so 1 when nobody listens).
+///
+/// The count is `PUBSUB NUMSUB`'s, not `PUBLISH`'s: `PUBLISH` also counts
+/// pattern subscribers (a `PSUBSCRIBE *` debugging session, a dashboard),
+/// which hear every release and wait for no lock; counted, they made
+/// every release look awaited and every re-lock yield (issue 27). A
+/// client of another program subscribed to the exact channel still
+/// counts: nothing on the server tells it from a waiter of ours.
+/// `PUBLISH` and `PUBSUB` go through `pcall`: a server (or an ACL) that
+/// refuses either still releases, and answers 1.
 const RELEASE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
      redis.call('del', KEYS[1]) \
-     local n = redis.pcall('publish', 'quorum-lock:released:' .. KEYS[1], '') \
-     if type(n) == 'number' then return 1 + n end \
+     local ch = 'quorum-lock:released:' .. KEYS[1] \
+     if type(redis.pcall('publish', ch, '')) ~= 'number' then return 1 end \
+     local s = redis.pcall('pubsub', 'numsub', ch) \
+     if type(s) == 'table' and type(s[2]) == 'number' then return 1 + s[2] end \
      return 1";
 
 /// Sets the expiry of `KEYS[1]` to `ARGV[2]` ms only if it holds `ARGV[1]`.
@@ -25,13 +34,16 @@ const EXTEND: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
 /// value there fails before anything is written. Then `SET KEYS[1]
 /// ARGV[1] NX PX ARGV[2]`. Returns the counter (0 when absent) when this
 /// call set the key, -2 when the key already held our token (another name
-/// of the same server set it), -1 when another token holds it.
+/// of the same server set it), and the value that holds it when another
+/// token does (as the `GET` after a refused `SET NX`: it tells a waiter a
+/// new holder from the same one).
 const ACQUIRE_FENCED: &str = "\
      local n = tonumber(redis.call('hget', KEYS[2], KEYS[1]) or '0') \
      if not n then return redis.error_reply('WRONGTYPE fence counter is not a number') end \
      if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return n end \
-     if redis.call('get', KEYS[1]) == ARGV[1] then return -2 end \
-     return -1";
+     local held = redis.call('get', KEYS[1]) \
+     if held == ARGV[1] then return -2 end \
+     return held";
 
 /// Raises the lock's counter (field `KEYS[1]` of the hash `KEYS[2]`) to at
 /// least `ARGV[2]`, only while `KEYS[1]` holds `ARGV[1]`. Returns 1, or 0
@@ -45,14 +57,15 @@ const RAISE_FENCE: &str = "\
 
 /// Takes every key of `KEYS` for `ARGV[1]` with a `PX` of `ARGV[2]`, or
 /// none: each key is read first (a key of another type fails there, before
-/// any write). Returns 1 when all were set, 0 when one is held by another
-/// value, -2 when one already holds `ARGV[1]` (another name of the same
-/// server set them): nothing is written in either case.
+/// any write). Returns 1 when all were set, the value of the first member
+/// held by another value (as [`ACQUIRE_FENCED`]), -2 when one already
+/// holds `ARGV[1]` (another name of the same server set them): nothing is
+/// written in either case.
 const ACQUIRE_ALL: &str = "\
      local ours = false \
      for _, k in ipairs(KEYS) do \
        local v = redis.call('get', k) \
-       if v then if v ~= ARGV[1] then return 0 end ours = true end \
+       if v then if v ~= ARGV[1] then return v end ours = true end \
      end \
      if ours then return -2 end \
      for _, k in ipairs(KEYS) do redis.call('set', k, ARGV[1], 'PX', ARGV[2]) end \
@@ -69,15 +82,18 @@ const EXTEND_ALL: &str = "\
 
 /// Deletes every key of `KEYS` that holds `ARGV[1]`, announcing each as
 /// [`RELEASE`] does. Returns 0 when none was ours; else 1 plus the
-/// subscribers the notices reached.
+/// subscribers of exactly those channels (`PUBSUB NUMSUB`, as [`RELEASE`]).
 const RELEASE_ALL: &str = "\
      local deleted, heard = 0, 0 \
      for _, k in ipairs(KEYS) do \
        if redis.call('get', k) == ARGV[1] then \
          redis.call('del', k) \
          deleted = deleted + 1 \
-         local n = redis.pcall('publish', 'quorum-lock:released:' .. k, '') \
-         if type(n) == 'number' then heard = heard + n end \
+         local ch = 'quorum-lock:released:' .. k \
+         if type(redis.pcall('publish', ch, '')) == 'number' then \
+           local s = redis.pcall('pubsub', 'numsub', ch) \
+           if type(s) == 'table' and type(s[2]) == 'number' then heard = heard + s[2] end \
+         end \
        end \
      end \
      if deleted == 0 then return 0 end \
@@ -86,8 +102,9 @@ const RELEASE_ALL: &str = "\
 /// [`ACQUIRE_ALL`] for fenced sets. The last key is the hash of the fence
 /// counters, the others the members. Every member's counter is read first
 /// (a foreign value in the hash fails there, before any write). Returns
-/// the highest counter (0 when none) when all members were set; -1 when
-/// one is held by another value, -2 when one already holds `ARGV[1]`.
+/// the highest counter (0 when none) when all members were set; the value
+/// of the first member held by another value; -2 when one already holds
+/// `ARGV[1]`.
 const ACQUIRE_ALL_FENCED: &str = "\
      local hash = KEYS[#KEYS] \
      local n = 0 \
@@ -99,7 +116,7 @@ const ACQUIRE_ALL_FENCED: &str = "\
      local ours = false \
      for i = 1, #KEYS - 1 do \
        local v = redis.call('get', KEYS[i]) \
-       if v then if v ~= ARGV[1] then return -1 end ours = true end \
+       if v then if v ~= ARGV[1] then return v end ours = true end \
      end \
      if ours then return -2 end \
      for i = 1, #KEYS - 1 do redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2]) end \
