@@ -416,12 +416,13 @@ fn check_rights(node: &Node, conn: &mut Connection, prefix: &str, c: &mut Checku
 /// The channel a release is announced on is this and the key.
 const RELEASE_CHANNEL: &str = "quorum-lock:released:";
 /// The rights the wake-ups need, for the `rights` line.
-const WAKE_UP_RIGHTS: &str = "PUBLISH, SUBSCRIBE, UNSUBSCRIBE";
+const WAKE_UP_RIGHTS: &str = "PUBLISH, PUBSUB NUMSUB, SUBSCRIBE, UNSUBSCRIBE";
 
 /// The wake-ups' rights on `key`'s release channel: the release script
-/// publishes there, a waiter subscribes (on a connection of its own, as
-/// the library does: this one stays out of subscriber mode). The rights
-/// missing.
+/// publishes there and counts the channel's subscribers (`PUBSUB NUMSUB`,
+/// whether a waiter listens), a waiter subscribes (on a connection of its
+/// own, as the library does: this one stays out of subscriber mode). The
+/// rights missing.
 fn check_wake_ups(node: &Node, conn: &mut Connection, key: &str) -> Vec<&'static str> {
     let channel = format!("{RELEASE_CHANNEL}{key}");
     let mut missing = Vec::new();
@@ -429,6 +430,12 @@ fn check_wake_ups(node: &Node, conn: &mut Connection, key: &str) -> Vec<&'static
         && refused(&e)
     {
         missing.push("PUBLISH");
+    }
+    if let Err(e) =
+        node.query::<redis::Value>(conn, redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel))
+        && refused(&e)
+    {
+        missing.push("PUBSUB NUMSUB");
     }
     let Ok((mut listener, _)) = node.connect() else {
         return missing;

@@ -69,7 +69,7 @@ fn the_documented_acl_user_passes_every_rights_check() {
         .find(|l| l.trim_start().starts_with("rights:"))
         .unwrap_or_else(|| panic!("no rights line: {text}"));
     assert!(rights.ends_with(": ok"), "{text}");
-    for name in ["PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE"] {
+    for name in ["PUBLISH", "PUBSUB NUMSUB", "SUBSCRIBE", "UNSUBSCRIBE"] {
         assert!(rights.contains(name), "{name} is not checked: {text}");
     }
     assert!(!text.contains("missing"), "{text}");
@@ -81,7 +81,7 @@ fn a_user_without_the_wake_up_rights_gets_a_warning_naming_them() {
     let url = user_url(
         &server,
         documented_line(),
-        &["+publish", "+subscribe", "+unsubscribe"],
+        &["+publish", "+pubsub|numsub", "+subscribe", "+unsubscribe"],
     );
     let (code, text) = doctor(&url);
     let verdict = text
@@ -92,7 +92,7 @@ fn a_user_without_the_wake_up_rights_gets_a_warning_naming_them() {
         verdict.contains("verdict: warn"),
         "locks still work: {text}"
     );
-    for name in ["PUBLISH", "SUBSCRIBE"] {
+    for name in ["PUBLISH", "PUBSUB NUMSUB", "SUBSCRIBE"] {
         assert!(verdict.contains(name), "{name} is not named: {text}");
     }
     assert_eq!(code, 1, "{text}");
