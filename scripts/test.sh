@@ -5,10 +5,106 @@
 # redis-server processes on loopback), the docs build, and at the end the
 # real-server tests once more against valkey-server.
 #
+# Every test pass runs to the end (`--no-fail-fast`), its output kept in
+# target/test-logs/; at the end the script lists every failing test with
+# the one-line command that reruns it, and exits non-zero. A failing
+# format, lint or docs step stops the script at once (the tests that failed
+# before it are still listed).
+#
+# The exhaustive explorers of the library (the `*_check` modules, e.g.
+# src/redlock/protocol_check.rs, and the queue-bound tests of
+# src/engine/tests.rs) are CPU-bound: they run once, optimized, in a pass
+# of their own, and the two debug passes skip them.
+#
 # Usage: scripts/test.sh            (from anywhere in the repository)
 # Env:   QUORUM_LOCK_TORTURE_SECS   run the torture test longer (see docs/safety.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The explorers, as libtest filters (substrings of the test names): run by
+# the optimized pass, skipped by the others.
+EXPLORERS=(_check:: engine::tests::)
+SKIP_EXPLORERS=()
+for filter in "${EXPLORERS[@]}"; do SKIP_EXPLORERS+=(--skip "$filter"); done
+
+LOGS="$PWD/target/test-logs"
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+# One line per failing test (or test binary): the command that reruns it.
+FAILED=()
+STEP="setup"
+
+summary() {
+  local status=$?
+  if [ "${#FAILED[@]}" -gt 0 ]; then
+    echo
+    echo "==> ${#FAILED[@]} failing test(s); rerun each with:"
+    printf '  %s\n' "${FAILED[@]}"
+    echo "    (the passes' output is in $LOGS)"
+  fi
+  if [ "$status" -ne 0 ] && [ "$STEP" != "done" ]; then
+    echo "==> stopped: $STEP failed" >&2
+  fi
+}
+trap summary EXIT
+
+# Records the failing tests of the cargo test output in log $1; $2 is the
+# command that reruns a test, before its target (`--lib`, `--test x`, ...).
+record_failures() {
+  local log=$1 rerun=$2 target name line
+  # target<TAB>test name, per failing test; target<TAB> for a binary that
+  # failed without naming a test (it crashed, or did not build).
+  while IFS=$'\t' read -r target name; do
+    if [ -n "$name" ]; then
+      line="$rerun $target -- --exact '$name'"
+    else
+      line="$rerun $target    # the binary failed without naming a test: see $log"
+    fi
+    FAILED+=("$line")
+  done < <(awk '
+    /^ *Running unittests src\/lib\.rs / { t = "--lib"; next }
+    /^ *Running unittests / { t = "--bins"; next }
+    /^ *Running [^ ]+\.rs \(/ {
+      n = $0; sub(/.*[\/]/, "", n); sub(/-[0-9a-f]+\)$/, "", n)
+      t = "--test " n; next
+    }
+    /^ *Doc-tests / { t = "--doc"; next }
+    /^test .* \.\.\. FAILED$/ {
+      name = $0; sub(/^test /, "", name); sub(/ \.\.\. FAILED$/, "", name)
+      print t "\t" name; named[t] = 1; next
+    }
+    # Failed targets as cargo names them (`--lib`, `--test x`, `--doc`,
+    # `--bin x`, after a `-p package` when it names one).
+    /to rerun pass `/ { f = $0; sub(/.*to rerun pass `/, "", f); sub(/`.*/, "", f); fail(f); next }
+    /^ +`-[^`]+`$/ { f = $0; gsub(/^ +`|`$/, "", f); fail(f); next }
+    function fail(f) {
+      sub(/^-p [^ ]+ /, "", f)
+      if (f ~ /^--bin /) f = "--bins"
+      failed[f] = 1
+    }
+    END { for (f in failed) if (!(f in named)) print f "\t" }
+  ' "$log")
+}
+
+# run_tests LABEL RERUN CMD...: runs a cargo test command to its end, its
+# output shown and kept; records its failing tests (RERUN: see
+# record_failures). Never stops the script.
+run_tests() {
+  local label=$1 rerun=$2
+  shift 2
+  local log
+  log="$LOGS/pass-$(find "$LOGS" -name '*.log' | wc -l).log"
+  echo "==> $label"
+  if "$@" 2>&1 | tee "$log"; then
+    return 0
+  fi
+  local before=${#FAILED[@]}
+  record_failures "$log" "$rerun"
+  if [ "${#FAILED[@]}" -eq "$before" ]; then
+    FAILED+=("$* (failed: see $log)")
+  fi
+  return 0
+}
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -58,52 +154,83 @@ VALKEY_SERVER="$(valkey_server)" || {
 }
 "$VALKEY_SERVER" --version
 
-echo "==> cargo fmt --check"
+STEP="cargo fmt --check"
+echo "==> $STEP"
 cargo fmt --all -- --check
 
-echo "==> cargo clippy --all-targets --all-features -- -D warnings"
+STEP="cargo clippy --all-targets --all-features"
+echo "==> $STEP -- -D warnings"
 cargo clippy --all-targets --all-features -- -D warnings
 
-echo "==> cargo test --all-features"
 # Two test threads: the machine has two cores, shared with the redis-servers.
-cargo test --all-features -- --test-threads=2
+run_tests "cargo test --all-features (debug, without the explorers)" \
+  "cargo test --all-features" \
+  cargo test --all-features --no-fail-fast -- --test-threads=2 "${SKIP_EXPLORERS[@]}"
 
-echo "==> cargo clippy -p quorum-lock-bench (the comparison benchmark still builds)"
+STEP="cargo clippy -p quorum-lock-bench"
+echo "==> $STEP (the comparison benchmark still builds)"
 cargo clippy -p quorum-lock-bench --all-targets -- -D warnings
 
+STEP="cargo clippy -p quorum-lock-cli"
 echo "==> the command-line tool: clippy and its tests (the real binary on real servers)"
 cargo clippy -p quorum-lock-cli --all-targets -- -D warnings
-cargo test -p quorum-lock-cli -- --test-threads=2
+run_tests "cargo test -p quorum-lock-cli" "cargo test -p quorum-lock-cli" \
+  cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
 
+STEP="cargo clippy -p testkit"
 echo "==> the test harness (testkit): clippy and its own tests"
 cargo clippy -p testkit --all-targets -- -D warnings
-cargo test -p testkit -- --test-threads=2
+run_tests "cargo test -p testkit" "cargo test -p testkit" \
+  cargo test -p testkit --no-fail-fast -- --test-threads=2
 
-echo "==> cargo clippy --no-default-features (memory backend only)"
+STEP="cargo clippy --no-default-features"
+echo "==> $STEP (memory backend only)"
 cargo clippy --no-default-features --all-targets -- -D warnings
 
-echo "==> cargo test --no-default-features (memory backend only)"
-cargo test --no-default-features --lib --tests -- --test-threads=2
+run_tests "cargo test --no-default-features (memory backend only, without the explorers)" \
+  "cargo test --no-default-features" \
+  cargo test --no-default-features --lib --tests --no-fail-fast -- \
+  --test-threads=2 "${SKIP_EXPLORERS[@]}"
 
-echo "==> loom: every interleaving of the engine's gate (src/engine/gate.rs)"
+# Optimized, once: they explore every schedule of a small model, which
+# takes minutes in a debug build. Without default features: they need
+# none (no feature changes behaviour), and the optimized build then leaves
+# out the Redis client and TLS.
+run_tests "the exhaustive explorers, optimized (${EXPLORERS[*]})" \
+  "cargo test --release --no-default-features" \
+  cargo test --release --no-default-features --lib --no-fail-fast -- \
+  --test-threads=2 "${EXPLORERS[@]}"
+
 # Its own target dir: --cfg loom rebuilds the dependencies, and must not
 # evict the normal build's artifacts.
-RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib \
+run_tests "loom: every interleaving of the engine's gate (src/engine/gate.rs)" \
+  "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
+  env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
   --target-dir target/loom gate -- --nocapture --test-threads=2
 
-echo "==> cargo doc --no-deps"
+STEP="cargo doc --no-deps"
+echo "==> $STEP"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 
-echo "==> the real-server tests again, on Valkey ($VALKEY_SERVER)"
-# The same targets with QUORUM_LOCK_SERVER=valkey (testkit starts
-# valkey-server instead of redis-server; the TLS test stays on Redis).
-export QUORUM_LOCK_SERVER=valkey
-export PATH="$(dirname "$VALKEY_SERVER"):$PATH"
-cargo test --all-features \
-  --test redis_acl --test redis_backend --test redis_hostile --test redis_identity \
-  --test redis_lock --test redis_fencing --test redis_torture --test redis_auto_extend --test redis_exit \
-  --test redis_edges --test redis_wakeups --test redis_inspect --test redis_lock_all \
-  -- --test-threads=2
-cargo test -p quorum-lock-cli -- --test-threads=2
+# The same real-server targets with QUORUM_LOCK_SERVER=valkey (testkit
+# starts valkey-server instead of redis-server; the TLS test stays on
+# Redis): every tests/redis_*.rs and tests/redis_*/ (a target of its own).
+VALKEY_TARGETS=()
+for target in tests/redis_*.rs tests/redis_*/; do
+  VALKEY_TARGETS+=(--test "$(basename "$target" .rs)")
+done
+VALKEY_ENV=(QUORUM_LOCK_SERVER=valkey "PATH=$(dirname "$VALKEY_SERVER"):$PATH")
+VALKEY_RERUN="QUORUM_LOCK_SERVER=valkey PATH=$(dirname "$VALKEY_SERVER"):\$PATH"
+run_tests "the real-server tests again, on Valkey ($VALKEY_SERVER)" \
+  "$VALKEY_RERUN cargo test --all-features" \
+  env "${VALKEY_ENV[@]}" cargo test --all-features --no-fail-fast "${VALKEY_TARGETS[@]}" -- \
+  --test-threads=2
+run_tests "cargo test -p quorum-lock-cli, on Valkey" \
+  "$VALKEY_RERUN cargo test -p quorum-lock-cli" \
+  env "${VALKEY_ENV[@]}" cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
 
+STEP="done"
+if [ "${#FAILED[@]}" -gt 0 ]; then
+  exit 1
+fi
 echo "==> all checks passed"

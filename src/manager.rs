@@ -429,7 +429,13 @@ impl LockManager {
     /// (including background releases from dropped guards), for at most
     /// `timeout`. Returns whether every node got there in time.
     ///
-    /// Useful before a process exits, and in tests.
+    /// Useful before a process exits, and in tests: an acquire or extend
+    /// returns once a quorum has answered, and leaves the other nodes'
+    /// part to their threads, so a test that reads a node's state (its
+    /// key, its TTL, [`health`](Self::health)) after such a call flushes
+    /// first. [`inspect`](Self::inspect) through the same manager needs no
+    /// flush (each node runs it after what was queued before it); through
+    /// another manager it does.
     pub fn flush(&self, timeout: Duration) -> bool {
         self.core.rounds().engine().flush(timeout)
     }
@@ -446,6 +452,16 @@ impl LockManager {
     /// counters) and of this manager's locks (acquired, contended, lost,
     /// extends, hand-overs, ...). Contacts no server and starts no thread;
     /// see [`Health`] for an example.
+    ///
+    /// # Node state lags a round decided at a quorum
+    ///
+    /// An acquire or an extend returns as soon as a quorum has answered:
+    /// the other nodes run their part afterwards, on their own threads,
+    /// and only then record its outcome (a failure, a mark-down, a
+    /// restart seen). So right after such a call a node's entry here, like
+    /// the key on the server itself, may not show that round yet. Call
+    /// [`flush`](Self::flush) first when the snapshot must include every
+    /// round made so far (in tests, before reading any node's state).
     pub fn health(&self) -> Health {
         let rounds = self.core.rounds();
         Health {

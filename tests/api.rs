@@ -130,6 +130,7 @@ fn keys_are_the_prefix_and_the_resource_bytes() {
     let locks = builder(&nodes).prefix("app:").build().unwrap();
     let resource = [0xff, 0x00, b'x', 0xfe]; // not UTF-8
     let guard = locks.try_lock(resource).unwrap();
+    assert!(locks.flush(Duration::from_secs(10)));
     assert_eq!(guard.resource(), resource);
     assert_eq!(guard.key(), b"app:\xff\x00x\xfe");
     assert!(nodes[0].holder(b"app:\xff\x00x\xfe").is_some());

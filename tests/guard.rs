@@ -59,6 +59,8 @@ fn extend_needs_a_quorum_and_marks_the_guard_lost_otherwise() {
     );
     assert!(guard.check().unwrap_err().is_lost());
     assert!(guard.extend(TTL).unwrap_err().is_lost(), "stays lost");
+    // A failed extend may be decided before node 2 answered.
+    assert!(locks.flush(Duration::from_secs(10)));
     // The failed extend deleted nothing: the one healthy node still holds
     // our key until its TTL.
     assert!(
@@ -80,6 +82,8 @@ fn extend_of_an_expired_lock_fails_without_touching_the_new_holder() {
     let before: Vec<_> = nodes.iter().map(|n| n.operations()).collect();
     let err = guard.extend(TTL).unwrap_err();
     assert!(err.is_lost(), "{err}");
+    // Anything the extend queued has run before the count.
+    assert!(locks.flush(Duration::from_secs(10)));
     let after: Vec<_> = nodes.iter().map(|n| n.operations()).collect();
     assert_eq!(before, after, "an expired guard contacts no node");
     for node in &nodes {
@@ -110,6 +114,7 @@ fn extend_of_a_stolen_lock_fails_and_leaves_the_thief_alone() {
     let err = guard.extend(TTL).unwrap_err();
     assert!(err.is_lost(), "{err}");
     assert_eq!(err.report().unwrap().refused(), 2);
+    assert!(locks.flush(Duration::from_secs(10)));
     for node in &nodes[1..] {
         assert_eq!(node.holder(b"job").as_deref(), Some(&b"thief"[..]));
         assert_eq!(
@@ -126,6 +131,7 @@ fn release_reports_each_node_and_frees_the_lock() {
     let guard = lock_settled(&locks, "job");
     let report = guard.release().unwrap();
     assert_eq!(report.granted(), 3);
+    assert!(locks.flush(Duration::from_secs(10)));
     assert!(nodes.iter().all(|n| n.key_count() == 0));
     drop(lock_settled(&locks, "job"));
 }
@@ -143,6 +149,7 @@ fn release_by_a_non_owner_is_harmless_and_reported() {
     let report = stale.release().unwrap();
     assert_eq!((report.granted(), report.refused()), (0, 3));
     assert!(report.to_string().contains("not held by us"), "{report}");
+    assert!(locks.flush(Duration::from_secs(10)));
     for node in &nodes {
         assert!(
             node.holder(b"job")

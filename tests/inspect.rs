@@ -61,6 +61,8 @@ fn a_held_lock_shows_its_owner_and_a_time_left_below_its_ttl() {
     assert!(!format!("{line} {seen:?}").contains(&hex));
 
     guard.release().unwrap();
+    // Another manager's view: let ours finish every node's release first.
+    assert!(ours.flush(Duration::from_secs(5)));
     assert_eq!(theirs.inspect("report").unwrap().verdict(), Verdict::Free);
 }
 
@@ -75,6 +77,9 @@ fn the_default_owner_is_host_and_pid_and_an_empty_label_stores_none() {
 
     let bare = builder(&nodes).owner("").build().unwrap();
     let guard = bare.lock("b").unwrap();
+    // The round may end at a quorum of nodes 1 and 2, leaving node 0's
+    // acquire to its thread: wait for it before reading node 0.
+    assert!(bare.flush(Duration::from_secs(5)));
     assert_eq!(
         nodes[0].holder(b"b").as_deref(),
         Some(guard.token().as_bytes()),
@@ -126,6 +131,8 @@ fn a_paused_node_costs_at_most_the_wait_and_counts_as_failed() {
         .build()
         .unwrap();
     let guard = locks.lock("job").unwrap();
+    // Every node holds the lock before node 0 stalls.
+    assert!(locks.flush(Duration::from_secs(5)));
     nodes[0].pause();
     let seen = locks.inspect("job").unwrap();
     nodes[0].resume();

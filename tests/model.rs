@@ -1090,7 +1090,8 @@ impl Schedule {
         let numbers: Vec<String> = kept.iter().map(|(n, _)| n.to_string()).collect();
         format!(
             "{last}\nshrunk from {original} to {} steps in {replays} replays; replay with \
-             QUORUM_LOCK_MODEL_REPLAY={}:{}:{}:{} cargo test --test model replay -- --nocapture",
+             QUORUM_LOCK_MODEL_REPLAY={}:{}:{}:{} cargo test --test model replay -- --ignored \
+             --exact --nocapture",
             kept.len(),
             self.shape.name,
             self.mode.flags(),
@@ -1223,13 +1224,20 @@ fn the_oracle_catches_evicted_keys_when_the_risk_is_accepted() {
     assert!(to < from && to <= 12, "{report}");
 }
 
-/// Replays a shrunk failure printed by a run:
+/// A tool, not a test: replays a shrunk failure printed by a run, and
+/// fails as that run did (or passes if the schedule no longer fails):
 /// `QUORUM_LOCK_MODEL_REPLAY=<shape>:<mode>:<seed>:<steps> cargo test --test
-/// model replay -- --nocapture`. Without the variable it replays nothing.
+/// model replay -- --ignored --exact --nocapture`. Ignored in the suite,
+/// where it would have nothing to replay; run without the variable, it
+/// fails with this usage.
 #[test]
+#[ignore = "a tool: set QUORUM_LOCK_MODEL_REPLAY and run with --ignored (see its doc)"]
 fn replay() {
     let Ok(spec) = std::env::var("QUORUM_LOCK_MODEL_REPLAY") else {
-        return;
+        panic!(
+            "nothing to replay: set QUORUM_LOCK_MODEL_REPLAY=<shape>:<mode>:<seed>:<steps> \
+             (a failing run prints it)"
+        );
     };
     let parts: Vec<&str> = spec.split(':').collect();
     let [shape, mode, seed, steps] = parts[..] else {
@@ -1251,8 +1259,10 @@ fn replay() {
     std::panic::set_hook(Box::new(|_| {}));
     let steps = schedule.steps_of(&keep);
     std::panic::set_hook(hook);
-    let outcome = schedule.play(&steps);
-    println!("replay of {spec}: {outcome:?}");
+    if let Err(failure) = schedule.play(&steps) {
+        panic!("replay of {spec} fails again:\n{failure}");
+    }
+    println!("replay of {spec}: the schedule passes now");
 }
 
 #[test]

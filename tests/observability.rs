@@ -85,6 +85,8 @@ fn a_node_that_goes_down_and_comes_back() {
     for _ in 0..3 {
         let _ = locks.try_lock("r").map(|g| g.release());
     }
+    // Node 2's failures are counted on its thread: let it finish them.
+    assert!(locks.flush(Duration::from_secs(10)));
     assert!(
         logged(Level::Warn, "obs-down-2", "marked down"),
         "{:?}",
@@ -124,6 +126,8 @@ fn a_restart_is_quarantined_and_its_end_announced() {
     locks.try_lock("r").unwrap().release().unwrap();
     nodes[0].restart();
     locks.try_lock("r").unwrap().release().unwrap(); // two others suffice
+    // The round may be decided by the other two: let node 0's thread finish.
+    assert!(locks.flush(Duration::from_secs(10)));
     assert!(
         logged(Level::Info, "obs-restart-0", "quarantined for"),
         "{:?}",
@@ -136,6 +140,7 @@ fn a_restart_is_quarantined_and_its_end_announced() {
     );
     clock.advance(Duration::from_secs(3));
     locks.try_lock("r").unwrap().release().unwrap();
+    assert!(locks.flush(Duration::from_secs(10)));
     assert!(
         logged(Level::Info, "obs-restart-0", "quarantine is over"),
         "{:?}",
@@ -152,6 +157,9 @@ fn a_lost_lock_is_a_warning_and_counted() {
     let locks = manager(&nodes, &clock);
     let mut guard = locks.lock("obs-lost-resource").unwrap();
     let token = guard.token().as_bytes().to_vec();
+    // The lock may be decided at a quorum: let every node run its acquire
+    // before two of them go down, so the extend is what fails.
+    assert!(locks.flush(Duration::from_secs(10)));
     nodes[0].set_down(true);
     nodes[1].set_down(true);
     assert!(guard.extend(Duration::from_secs(2)).is_err());

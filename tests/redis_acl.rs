@@ -203,6 +203,7 @@ fn the_documented_acl_user_locks_extends_and_releases() {
         .release()
         .unwrap_or_else(|e| panic!("release through the documented ACL user: {e}"));
     assert_eq!(report.granted(), 3, "release on every node: {report}");
+    assert!(locks.flush(Duration::from_secs(5)));
     for server in servers.iter() {
         assert_eq!(
             server.get(&key("job")),
@@ -234,6 +235,7 @@ fn the_documented_acl_user_takes_fenced_locks() {
     second
         .release()
         .unwrap_or_else(|e| panic!("release of a fenced lock: {e}"));
+    assert!(locks.flush(Duration::from_secs(5)));
     assert!(servers.iter().all(|s| s.get(&key("ledger")).is_none()));
     assert_keys_under_prefix(&servers);
 }

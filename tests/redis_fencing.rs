@@ -75,6 +75,7 @@ fn plain_locks_have_no_fence_and_write_no_counter() {
         .unwrap();
     assert_eq!(guard.fence(), None);
     guard.release().unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
     assert!(servers.iter().all(|s| counter(s, "plain").is_none()));
     assert!(servers.iter().all(|s| s.keys().is_empty()), "no key at all");
 }

@@ -58,11 +58,13 @@ fn the_owner_is_stored_with_the_lock_and_read_back_by_another_client() {
     // Extend and release compare the whole stored value: they still work.
     let mut guard = guard;
     guard.extend(TTL * 2).unwrap();
+    assert!(ours.flush(Duration::from_secs(5)));
     assert!(
         theirs.inspect("invoices").unwrap().time_left() > TTL,
         "extended"
     );
     guard.release().unwrap();
+    assert!(ours.flush(Duration::from_secs(5)));
     assert_eq!(theirs.inspect("invoices").unwrap().verdict(), Verdict::Free);
     for server in servers.iter() {
         assert!(server.keys().is_empty(), "{}", server.describe());
@@ -130,6 +132,8 @@ fn a_paused_server_counts_as_failed_and_the_others_still_judge() {
         .build()
         .unwrap();
     let guard = locks.try_lock("job").unwrap();
+    // Every server holds the lock before the first one stops.
+    assert!(locks.flush(Duration::from_secs(5)));
     let paused = servers.iter().next().unwrap();
     paused.pause();
     let seen = locks.inspect("job");

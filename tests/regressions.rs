@@ -302,6 +302,9 @@ fn the_local_line_does_not_wait_behind_a_lost_lease() {
     let ttl = Duration::from_secs(1);
     let locks = waiting_manager(&nodes, &clock, ttl);
     let mut holder = locks.lock("r").unwrap();
+    // The lock may be decided at a quorum: let every node run its acquire,
+    // so the failures armed below hit the extend.
+    assert!(locks.flush(Duration::from_secs(10)));
     let (tx, got) = std::sync::mpsc::channel();
     let waiter = {
         let locks = locks.clone();

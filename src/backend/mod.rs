@@ -2,6 +2,20 @@
 //!
 //! A backend knows nothing about quorums: it answers for one server. The
 //! engine runs one worker thread per backend and counts their votes.
+//!
+//! # A node's state lags a round decided at a quorum
+//!
+//! An acquire or an extend returns as soon as a quorum has decided it; the
+//! remaining nodes run their part later, on their worker threads (each
+//! node runs its operations in the order they were queued). So right after
+//! `lock` or `extend` returns, a node outside that quorum may not hold the
+//! key yet, or may still show the old TTL, whether it is read through a
+//! [`MemoryBackend`](crate::MemoryBackend) inspection method, a plain Redis
+//! client or [`LockManager::health`](crate::LockManager::health). A
+//! release waits for every node's answer, up to the per-node timeout.
+//! [`LockManager::flush`](crate::LockManager::flush) waits until every
+//! node has run what was queued before it: call it before reading a
+//! node's state.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,9 +3,25 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use crate::backend::Op;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::MonotonicClock;
 use crate::engine::*;
+
+/// Holds every call to `node` (its thread stays inside its first call,
+/// so its queue only grows) until the returned sender is dropped, also by
+/// a failing test's unwinding. Not [`MemoryBackend::pause`]: a pause
+/// ends by itself after a minute, and filling the queue on a loaded
+/// machine in a debug build can take longer (the test then found the
+/// queue drained and "never filled").
+fn stall(node: &MemoryBackend) -> crossbeam_channel::Sender<()> {
+    let (hold, held) = crossbeam_channel::bounded::<()>(0);
+    node.set_hook(Some(Arc::new(move |_: &Op<'_>| {
+        // Returns once `hold` is dropped: nothing is ever sent.
+        let _ = held.recv();
+    })));
+    hold
+}
 
 fn settings(wait: Duration) -> Settings {
     Settings {
@@ -26,13 +42,13 @@ fn settings(wait: Duration) -> Settings {
 #[test]
 fn a_stalled_node_refuses_past_the_queue_bound() {
     let node = MemoryBackend::new("slow");
-    node.pause();
+    let hold = stall(&node);
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
     let wait = Duration::from_millis(50);
     let engine = Engine::start(backends, settings(wait)).unwrap();
     let key: Arc<[u8]> = Arc::from(&b"k"[..]);
     let token = Token::random().unwrap();
-    // One job is taken by the (paused) node thread, the rest wait.
+    // One job is taken by the (stalled) node thread, the rest wait.
     for _ in 0..=MAX_QUEUED {
         engine.release_detached(&key, token);
     }
@@ -48,7 +64,7 @@ fn a_stalled_node_refuses_past_the_queue_bound() {
         panic!("expected a refusal, got {:?}", outcomes[0]);
     };
     assert!(e.message().contains("already waiting"), "{e}");
-    node.resume();
+    drop(hold);
     assert!(engine.flush(Duration::from_secs(30)));
 }
 
@@ -59,7 +75,7 @@ fn a_stalled_node_refuses_past_the_queue_bound() {
 #[test]
 fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
     let node = MemoryBackend::new("slow");
-    node.pause();
+    let hold = stall(&node);
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
     let wait = Duration::from_millis(50);
     let engine = Engine::start(backends, settings(wait)).unwrap();
@@ -92,7 +108,7 @@ fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
     }
     assert!(full, "the queue never filled");
     engine.release_detached(&key, token);
-    node.resume();
+    drop(hold);
     assert!(engine.flush(Duration::from_secs(60)));
     assert_eq!(
         node.holder(b"k"),

@@ -196,6 +196,7 @@ fn scenario_without_quarantine_b_wins_while_a_is_valid() {
         "two valid holders at once: the violation quarantine prevents"
     );
     let b_token = *guard_b.token();
+    assert!(b.flush(Duration::from_secs(5)));
     for (i, server) in servers.iter().enumerate() {
         let expected = if i < 3 { b_token } else { a_token };
         assert!(
