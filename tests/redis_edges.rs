@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use quorum_lock::{Backend, LockGuard, LockManager, NodeState, Op, RedisBackend, RetryPolicy};
+use quorum_lock::{
+    Backend, LockGuard, LockManager, LostSignal, NodeState, Op, RedisBackend, RetryPolicy,
+};
 use testkit::{RedisServer, wait_until};
 
 const TTL: Duration = Duration::from_secs(5);
@@ -277,6 +279,32 @@ fn switch_eviction_on(servers: &[RedisServer], policy: &str) {
     }
 }
 
+/// B's `try_lock("r")` is refused while A's `guard` holds it (its key left
+/// on `holding` servers), and A's `lost` signal fires before its TTL
+/// ends. Returns the notice.
+fn refused_and_told(
+    b: &LockManager,
+    guard: &LockGuard,
+    lost: &LostSignal,
+    holding: usize,
+) -> quorum_lock::Error {
+    let left = guard.validity();
+    if let Ok(second) = b.try_lock("r") {
+        panic!(
+            "two valid holders: A ({left:?} left, valid now: {}) and B ({:?}); A's key left \
+             on {holding} of 3 servers; B's health: {}",
+            guard.is_valid(),
+            second.validity(),
+            b.health()
+        );
+    }
+    let notice = lost
+        .recv_timeout(left)
+        .expect("A is told before its TTL ends");
+    assert!(notice.is_lost(), "{notice}");
+    notice
+}
+
 /// Issue 27, item 1. Managers A and B past the start quarantine, with
 /// their pooled connections open; then an evicting policy is switched on
 /// at run time. Before the fix the settings were read once per connection:
@@ -302,22 +330,9 @@ fn an_evicting_policy_switched_on_at_run_time_never_gives_two_valid_holders() {
     std::thread::sleep(
         (b_read + SETTINGS_MAX_AGE).saturating_duration_since(std::time::Instant::now()),
     );
-    let left = guard.validity();
-    if let Ok(second) = b.try_lock("r") {
-        panic!(
-            "two valid holders: A ({left:?} left, valid now: {}) and B ({:?}); A's key left \
-             on {holding} of 3 servers; B's health: {}",
-            guard.is_valid(),
-            second.validity(),
-            b.health()
-        );
-    }
     // A holds the lock without traffic: its nodes' settings are read in
     // the background, and the loss reaches it before its TTL would.
-    let notice = lost
-        .recv_timeout(left)
-        .expect("A is told before its TTL ends");
-    assert!(notice.is_lost(), "{notice}");
+    let notice = refused_and_told(&b, &guard, &lost, holding);
     assert!(notice.to_string().contains("volatile-lru"), "{notice}");
     assert!(!guard.is_valid());
     assert!(b.flush(Duration::from_secs(5)));
@@ -432,20 +447,7 @@ fn evictions_between_two_reads_show_in_the_evicted_keys_count() {
     }
     // B's last read was before the switch; its next one is after both.
     std::thread::sleep(SETTINGS_MAX_AGE);
-    let left = guard.validity();
-    if let Ok(second) = b.try_lock("r") {
-        panic!(
-            "two valid holders: A ({left:?} left, valid now: {}) and B ({:?}); A's key left \
-             on {holding} of 3 servers; B's health: {}",
-            guard.is_valid(),
-            second.validity(),
-            b.health()
-        );
-    }
-    let notice = lost
-        .recv_timeout(left)
-        .expect("A is told before its TTL ends");
-    assert!(notice.is_lost(), "{notice}");
+    refused_and_told(&b, &guard, &lost, holding);
     assert!(b.flush(Duration::from_secs(5)));
     let health = b.health();
     assert!(
