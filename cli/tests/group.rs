@@ -261,8 +261,8 @@ fn after_a_loss_a_child_that_ignores_sigterm_is_gone_before_another_client_gets_
     let pids = Pids::new(dir.path(), &["sh", "bg"]);
     let term = dir.path().join("term");
     let script = format!(
-        "sh -c \"trap '' TERM; exec sleep 300\" >/dev/null 2>&1 & echo $! > {bg}; echo $$ > {sh}; \
-         trap 'touch {term}; exit 0' TERM; while :; do sleep 0.05; done",
+        "sh -c \"trap '' TERM; exec sleep 300\" >/dev/null 2>&1 & echo $! > {bg}; \
+         trap 'touch {term}; exit 0' TERM; echo $$ > {sh}; while :; do sleep 0.05; done",
         bg = pids.path("bg").display(),
         sh = pids.path("sh").display(),
         term = term.display(),
@@ -274,6 +274,7 @@ fn after_a_loss_a_child_that_ignores_sigterm_is_gone_before_another_client_gets_
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
+    // The shell writes its pid once its trap is set.
     let running_pids = pids.read();
     assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
     for server in servers.iter() {
