@@ -181,6 +181,9 @@ fn fencing_passes_an_increasing_fence_to_the_command() {
             &[
                 "run",
                 "--fencing",
+                // Retries: on a loaded machine a first attempt can time out.
+                "--wait",
+                "10s",
                 "job",
                 "--",
                 "sh",
