@@ -284,3 +284,7 @@ impl fmt::Debug for LockGuard {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+#[path = "guard_tests.rs"]
+mod tests;

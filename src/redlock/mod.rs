@@ -33,7 +33,7 @@ mod semaphore_check;
 #[cfg(test)]
 mod set_check;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::Arc;
 
