@@ -169,6 +169,7 @@ mod resource;
 mod semaphore;
 mod sync;
 mod token;
+mod with_lock;
 
 pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
 #[cfg(feature = "redis")]
