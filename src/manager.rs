@@ -267,6 +267,12 @@ impl LockManager {
             match &mut watch {
                 None => watch = Some(rounds.watch(&key)),
                 Some(wait) => {
+                    if matches!(error, Error::ValidityExpired { .. }) {
+                        // Granted on a quorum, but too slowly: the grants
+                        // showed the key free, and must not end this wait
+                        // at once (a slow round would retry in a loop).
+                        wait.forget_heard();
+                    }
                     let _ = rounds.wait_for_release(wait, after(delay), Some(alarm.receiver()));
                 }
             }

@@ -117,3 +117,30 @@ fn extend_validity_is_measured_from_its_own_start() {
         assert_eq!(node.remaining_ttl(b"v"), Some(ttl));
     }
 }
+
+/// A round granted on every node but too slowly fails; the grants showed
+/// the key free, yet they must not end the wait before the next attempt
+/// at once (they count as release notices for a waiter, see
+/// `Waiters::note_free`): a lock whose rounds are always too slow would
+/// retry in a loop instead of every retry delay.
+#[test]
+fn a_slow_round_waits_its_retry_delay_before_the_next() {
+    let clock = ManualClock::new();
+    let (_nodes, locks) = slow_cluster(3, &clock, TTL);
+    let options = quorum_lock::LockOptions::new().retry(
+        RetryPolicy::new()
+            .attempts(3)
+            .delay(Duration::from_millis(20))
+            .jitter(Duration::ZERO),
+    );
+    let err = locks.lock_with("v", &options).unwrap_err();
+    assert!(
+        matches!(err, quorum_lock::Error::ValidityExpired { .. }),
+        "{err}"
+    );
+    let counters = locks.health().locks;
+    assert_eq!(
+        counters.woken, 0,
+        "a slow round's grants woke it: {counters:?}"
+    );
+}

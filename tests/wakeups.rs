@@ -139,6 +139,59 @@ fn one_deaf_node_does_not_stop_the_wake_ups() {
     assert_eq!((locks.woken, locks.acquired), (1, 1), "{locks:?}");
 }
 
+/// A node thread slow to subscribe (busy with the waiter's first attempt)
+/// while the holder releases there: that node never announces the
+/// release to this waiter, which listens only after it. Its late answer,
+/// a grant, shows the key free there instead, and counts as hearing it;
+/// with one node deaf, the waiter needs both live nodes to hear the
+/// release, so without that it slept out its retry delay.
+#[test]
+fn a_release_a_node_applied_before_it_listened_still_wakes_the_waiter() {
+    let nodes = nodes();
+    nodes[2].set_release_notices(false);
+    let (holder, waiter) = (manager(&nodes), manager(&nodes));
+    let guard = holder.try_lock("job").unwrap();
+    // Node 1 holds the waiter's first acquire (the first acquire from now
+    // on) until the holder has released there.
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(gate);
+    let held = std::sync::atomic::AtomicBool::new(false);
+    nodes[1].set_hook(Some(std::sync::Arc::new(
+        move |op: &quorum_lock::Op<'_>| {
+            let acquire = matches!(op.kind, quorum_lock::OpKind::Acquire { .. });
+            if acquire && !held.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            }
+        },
+    )));
+    let after = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_with("job", &retries(RETRY_DELAY)).unwrap();
+            let at = Instant::now();
+            got.release().unwrap();
+            at
+        });
+        // Refused by nodes 0 and 2 twice: before it listened, and after
+        // (node 1 still busy with the first attempt, so not listening).
+        testkit::until_listening(&waiter);
+        let released = Instant::now();
+        guard.release().unwrap();
+        assert!(
+            testkit::wait_until(Duration::from_secs(10), || nodes[1].key_count() == 0),
+            "the holder's release never reached node 1"
+        );
+        open.send(()).unwrap();
+        waiting.join().unwrap().saturating_duration_since(released)
+    });
+    nodes[1].set_hook(None);
+    assert!(
+        after < RETRY_DELAY / 2,
+        "woken {after:?} after the release: it slept out its retry delay"
+    );
+    let locks = waiter.health().locks;
+    assert_eq!(locks.acquired, 1, "{locks:?}");
+}
+
 /// Issue 27, item 3: one node deaf to notices while the holder holds a
 /// bare quorum. Each waiter's failed attempt takes the free node and its
 /// undo announces a release there; those undos must not wake the other

@@ -159,15 +159,26 @@ impl Worker {
                         self.note_release(item.key, reply);
                     }
                 }
-                if let (
-                    Ok(Reply::HeldBy(digest)),
-                    Action::Acquire { .. } | Action::AcquireFenced { .. },
-                ) = (&result, item.action)
-                {
-                    // Who holds the lock, for the waiters' early wake-ups.
-                    self.shared
-                        .waiters
-                        .note_holder(item.key, self.index, *digest);
+                if matches!(
+                    item.action,
+                    Action::Acquire { .. } | Action::AcquireFenced { .. }
+                ) {
+                    match &result {
+                        // Who holds the lock, for the waiters' early
+                        // wake-ups.
+                        Ok(Reply::HeldBy(digest)) => {
+                            self.shared
+                                .waiters
+                                .note_holder(item.key, self.index, *digest);
+                        }
+                        // The key was free here: as good as a notice of
+                        // its release, for a waiter this node may not
+                        // have been listening for yet (`note_free`).
+                        Ok(reply) if reply.is_yes() => {
+                            self.shared.waiters.note_free(item.key, self.index);
+                        }
+                        _ => {}
+                    }
                 }
                 match result {
                     Ok(Reply::No | Reply::HeldBy(_)) => (NodeOutcome::Refused, None),

@@ -22,6 +22,11 @@
 //! on their timer (with N - Q + 1 or more nodes deaf, always). A split
 //! vote, where nobody won, undoes on every node and still wakes everyone.
 //!
+//! An acquire of the key that a node grants counts as that node's notice
+//! (`Waiters::note_free`): the key was free there. It stands in for a
+//! notice the node could not send because it subscribed after the
+//! release, and the floor holds for it as for notices.
+//!
 //! For a set (`lock_all`), each member's notices are counted apart: a
 //! member released on node 0 and another on node 1 is no member released
 //! on a quorum.
@@ -229,6 +234,28 @@ impl Waiters {
             }
         }
         short
+    }
+
+    /// Takes note that an acquire of `key` (a plain key or a set) found
+    /// it free on node `node`: for its waiters, as good as a notice of its
+    /// release there. It closes the gap a subscription leaves: a waiter
+    /// listens on each node from when that node's thread subscribed (the
+    /// watch waits for that only up to a node timeout, so a busy node
+    /// thread may subscribe after the release), but every attempt made
+    /// after the watch runs on each node after the subscription, so that
+    /// node either announces the release or the attempt finds the key
+    /// free (a grant, often a late answer the failed round did not wait
+    /// for). The floor holds as for notices: while a holder holds a
+    /// quorum, the key is free on at most N - Q nodes.
+    pub(super) fn note_free(&self, key: &[u8], node: usize) {
+        match KeySet::of(key) {
+            Some(set) => set.iter().for_each(|member| {
+                self.notify(member, Some(node));
+            }),
+            None => {
+                self.notify(key, Some(node));
+            }
+        }
     }
 
     /// Whether node `node` can send notices now.

@@ -81,6 +81,12 @@ impl ReleaseWait {
             HolderNews::Unknown => {}
         }
     }
+
+    /// Forgets the notices (and grants, see `Waiters::note_free`) heard
+    /// since the last wait: only what comes next may end the next wait.
+    pub(crate) fn forget_heard(&mut self) {
+        self.watch.clear();
+    }
 }
 
 /// Far enough to mean "no deadline" (about a year), without overflow.
