@@ -11,8 +11,8 @@
 # format, lint or docs step stops the script at once (the tests that failed
 # before it are still listed).
 #
-# The exhaustive explorers of the library (the `*_check` modules, e.g.
-# src/redlock/protocol_check.rs, and the queue-bound tests of
+# The exhaustive explorers of the library (the modules of
+# src/redlock/checks/, and the queue-bound tests of
 # src/engine/tests.rs) are CPU-bound: they run once, optimized, in a pass
 # of their own, and the two debug passes skip them.
 #
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 
 # The explorers, as libtest filters (substrings of the test names): run by
 # the optimized pass, skipped by the others.
-EXPLORERS=(_check:: engine::tests::)
+EXPLORERS=(redlock::checks:: engine::tests::)
 SKIP_EXPLORERS=()
 for filter in "${EXPLORERS[@]}"; do SKIP_EXPLORERS+=(--skip "$filter"); done
 

@@ -149,6 +149,7 @@
 
 mod backend;
 mod builder;
+mod canary;
 mod cancel;
 mod clock;
 mod engine;

@@ -10,7 +10,7 @@
 //! one slot, so each slot has at most one valid holder (the Redlock
 //! guarantee, with every protection of this crate: quarantine, fencing,
 //! validity), and K slots have at most K. docs/safety.md carries the
-//! argument; `src/redlock/semaphore_check.rs` shows the naive rule failing
+//! argument; `src/redlock/checks/semaphore.rs` shows the naive rule failing
 //! and the slots holding, exhaustively for small bounds.
 
 use std::time::Instant;

@@ -15,8 +15,10 @@
 //!
 //! That argument is checked by loom, over every interleaving of the gate's
 //! own code (see the `loom_checks` module below and src/sync.rs), with
-//! canaries that break each half of the rule and must be caught.
+//! canaries (src/canary.rs) that break each half of the rule and must be
+//! caught.
 
+use crate::canary::{self, Canary};
 use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// One node's state behind its lock, and the count of jobs admitted to its
@@ -25,19 +27,6 @@ use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering};
 pub(crate) struct Gate<S> {
     state: Mutex<S>,
     queued: AtomicUsize,
-    /// Test-only: a broken rule, for the canaries.
-    #[cfg(all(test, loom))]
-    broken: Option<Broken>,
-}
-
-/// A half of the gate's rule, switched off by a canary test.
-#[cfg(all(test, loom))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Broken {
-    /// Count a job only after it is visible in the queue.
-    CountAfterSend,
-    /// Let the lock alone decide idleness (ignore the count).
-    IgnoreCount,
 }
 
 impl<S> Gate<S> {
@@ -45,8 +34,6 @@ impl<S> Gate<S> {
         Self {
             state: Mutex::new(state),
             queued: AtomicUsize::new(0),
-            #[cfg(all(test, loom))]
-            broken: None,
         }
     }
 
@@ -58,8 +45,7 @@ impl<S> Gate<S> {
     /// Admits one job: counts it, then `send` makes it visible to the
     /// node's thread. A failed send uncounts it and returns its error.
     pub(crate) fn admit<E>(&self, send: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
-        #[cfg(all(test, loom))]
-        if self.broken == Some(Broken::CountAfterSend) {
+        if canary::on(Canary::GateCountsAfterSend) {
             send()?;
             self.queued.fetch_add(1, Ordering::SeqCst);
             return Ok(());
@@ -76,8 +62,7 @@ impl<S> Gate<S> {
     /// it waits for the lock.
     pub(crate) fn try_idle(&self) -> Option<MutexGuard<'_, S>> {
         let state = self.state.try_lock()?;
-        #[cfg(all(test, loom))]
-        if self.broken == Some(Broken::IgnoreCount) {
+        if canary::on(Canary::GateIgnoresCount) {
             return Some(state);
         }
         (self.queued.load(Ordering::SeqCst) == 0).then_some(state)
@@ -98,17 +83,6 @@ impl<S> Gate<S> {
     }
 }
 
-#[cfg(all(test, loom))]
-impl<S> Gate<S> {
-    /// A gate with one half of its rule switched off (canary tests).
-    pub(crate) fn broken(state: S, broken: Broken) -> Self {
-        Self {
-            broken: Some(broken),
-            ..Self::new(state)
-        }
-    }
-}
-
 /// Every interleaving of the gate's code, by loom: a node thread that runs
 /// what is queued in batches, a client that admits a job at any moment, and
 /// a caller that admits a job and then runs its next operation directly if
@@ -122,7 +96,8 @@ mod loom_checks {
     use loom::sync::mpsc::{Receiver, channel};
     use loom::thread;
 
-    use super::{Broken, Gate};
+    use super::Gate;
+    use crate::canary::{self, Canary};
 
     enum Msg {
         Job(u32),
@@ -154,20 +129,19 @@ mod loom_checks {
         }
     }
 
-    /// Explores every interleaving with gates made by `gate`. Returns how
-    /// many executions loom ran and the first violation seen, if any. A
+    /// Explores every interleaving (with at most `preemptions`, if set),
+    /// with the canary on this thread in force (loom runs the model's
+    /// threads on this thread). Returns how many
+    /// executions loom ran and the first violation seen, if any. A
     /// violation is recorded, not panicked on: a panic inside the model
     /// would abort in loom's channel destructors.
-    fn explore(
-        gate: fn() -> Gate<Vec<u32>>,
-        preemptions: Option<usize>,
-    ) -> (usize, Option<String>) {
+    fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
         let seen: StdArc<StdMutex<(usize, Option<String>)>> = StdArc::default();
         let record = StdArc::clone(&seen);
         let mut model = loom::model::Builder::new();
         model.preemption_bound = preemptions;
         model.check(move || {
-            let gate = Arc::new(gate());
+            let gate = Arc::new(Gate::new(Vec::new()));
             let (jobs, queue) = channel();
             let node = {
                 let gate = Arc::clone(&gate);
@@ -213,7 +187,7 @@ mod loom_checks {
     #[test]
     fn a_direct_run_never_overtakes_a_job_queued_before_it() {
         // Unbounded: every interleaving.
-        let (executions, violation) = explore(|| Gate::new(Vec::new()), None);
+        let (executions, violation) = explore(None);
         println!("gate: loom explored {executions} executions, no violation");
         assert_eq!(violation, None, "after {executions} executions");
     }
@@ -223,12 +197,8 @@ mod loom_checks {
     /// reach it, which keeps these runs short.
     #[test]
     fn canaries_breaking_either_half_of_the_rule_are_caught() {
-        for broken in [Broken::CountAfterSend, Broken::IgnoreCount] {
-            let gate = match broken {
-                Broken::CountAfterSend => || Gate::broken(Vec::new(), Broken::CountAfterSend),
-                Broken::IgnoreCount => || Gate::broken(Vec::new(), Broken::IgnoreCount),
-            };
-            let (executions, violation) = explore(gate, Some(2));
+        for broken in [Canary::GateCountsAfterSend, Canary::GateIgnoresCount] {
+            let (executions, violation) = canary::with(broken, || explore(Some(2)));
             let Some(violation) = violation else {
                 panic!("canary {broken:?}: no violation in {executions} executions");
             };

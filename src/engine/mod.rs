@@ -41,7 +41,7 @@ pub(crate) use self::pending::Pending;
 pub(crate) use self::tally::majority;
 use self::waiters::Waiters;
 pub(crate) use self::waiters::{HolderNews, Watch};
-// The protocol check (src/redlock/protocol_check.rs) runs the engine's own
+// The protocol check (src/redlock/checks/protocol.rs) runs the engine's own
 // vote count and identity judgement.
 use self::drive::Driven;
 use self::execute::Item;

@@ -15,6 +15,7 @@ mod forget_watch;
 mod lease;
 mod owners;
 mod rounds;
+mod streak;
 mod support;
 mod turns;
 mod validity;
@@ -23,15 +24,9 @@ mod wakeups;
 mod watchdog;
 
 #[cfg(test)]
-mod lease_check;
+mod checks;
 #[cfg(test)]
 mod lease_tests;
-#[cfg(test)]
-mod protocol_check;
-#[cfg(test)]
-mod semaphore_check;
-#[cfg(test)]
-mod set_check;
 #[cfg(test)]
 pub(crate) mod tests;
 

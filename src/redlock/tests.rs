@@ -128,7 +128,7 @@ fn a_hand_over_during_a_shortening_extend_carries_the_shorter_deadline() {
 // The lease's events in every order (extends from two sources, node
 // answers in per-node FIFO order, release, forget, hand-over, clock
 // steps), checked exhaustively against a model of the nodes: see
-// `lease_check.rs`, which replaced the 40 random schedules that were here.
+// `checks/lease.rs`, which replaced the 40 random schedules that were here.
 
 #[test]
 fn the_deadline_starts_before_the_first_send() {

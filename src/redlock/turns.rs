@@ -32,6 +32,8 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use parking_lot::Mutex;
 
 use super::lease::Lease;
+pub(crate) use super::streak::Streak;
+use crate::canary::{self, Canary};
 use crate::cancel::Alarm;
 use crate::clock::{Clock, wake_at};
 
@@ -40,16 +42,20 @@ use crate::clock::{Clock, wake_at};
 ///
 /// Lock order: the lines' lock before a lease's; never the other way
 /// round (`Rounds::lose` lets go of the lease before it nudges the line).
+///
+/// The line's parts and steps are visible to the rest of `redlock`
+/// (`pub(super)`) for the line explorer, `checks/line.rs`, which runs
+/// them in every order.
 #[derive(Debug)]
 pub(crate) struct LocalQueue {
-    lines: Mutex<Lines>,
+    pub(super) lines: Mutex<Lines>,
     /// The manager's clock: lease deadlines are on it.
     clock: Arc<dyn Clock>,
 }
 
 #[derive(Debug, Default)]
-struct Lines {
-    by_key: HashMap<Arc<[u8]>, Line>,
+pub(super) struct Lines {
+    pub(super) by_key: HashMap<Arc<[u8]>, Line>,
     /// Ids of waiters and turns, unique for the queue's life: a stale
     /// ticket never matches the holder of a line made again later.
     next_id: u64,
@@ -57,29 +63,29 @@ struct Lines {
 
 /// One key's line: who holds the turn, and who waits behind it.
 #[derive(Debug)]
-struct Line {
-    holder: Holder,
-    waiting: VecDeque<Waiter>,
+pub(super) struct Line {
+    pub(super) holder: Holder,
+    pub(super) waiting: VecDeque<Waiter>,
 }
 
 /// The current turn-holder.
 #[derive(Debug)]
-struct Holder {
+pub(super) struct Holder {
     /// The id of the [`Ticket`] that owns the turn.
-    ticket: u64,
+    pub(super) ticket: u64,
     /// Its place in the streak of local turns.
     streak: Streak,
     /// Its lock, once it has one: its validity bounds the line. `None`
     /// while it contends (bounded by its own wait budget).
-    lease: Option<Weak<Lease>>,
+    pub(super) lease: Option<Weak<Lease>>,
 }
 
 #[derive(Debug)]
-struct Waiter {
+pub(super) struct Waiter {
     /// Also the id of the ticket it gets with its turn.
-    id: u64,
+    pub(super) id: u64,
     /// The lock the waiter asked for: a handed-over lock must match it.
-    want: Want,
+    pub(super) want: Want,
     /// Unbounded: besides the one grant, it carries nudges.
     grant: Sender<Grant>,
 }
@@ -98,7 +104,7 @@ pub(crate) struct Want {
 
 /// A message to a waiter.
 #[derive(Debug)]
-enum Grant {
+pub(super) enum Grant {
     /// Its turn, maybe with the lock itself.
     Given(Given),
     /// Look at the line again: the holder got a lock or lost it, or this
@@ -108,42 +114,11 @@ enum Grant {
 
 /// What a waiter receives when its turn comes.
 #[derive(Debug)]
-enum Given {
+pub(super) enum Given {
     /// Contend with the servers now.
     Turn(Streak),
     /// The lock itself, handed over by the previous holder.
     Lock(Streak, Arc<Lease>),
-}
-
-/// Local turns taken in a row for one key. After [`MAX_STREAK`] the next
-/// turn starts with a pause, so other processes get a window to win the
-/// lock: a waiter's acquire is otherwise queued right behind the release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Streak {
-    /// Turns (or hand-overs) in a row before this one.
-    pub(crate) count: u32,
-    /// Pause one retry delay before contending.
-    pub(crate) yield_first: bool,
-}
-
-/// Most local turns (or hand-overs) in a row before one yields to others.
-pub(crate) const MAX_STREAK: u32 = 64;
-
-impl Streak {
-    /// The streak of the turn after this one.
-    pub(crate) fn next(self) -> Self {
-        if self.count + 1 >= MAX_STREAK {
-            Self {
-                count: 0,
-                yield_first: true,
-            }
-        } else {
-            Self {
-                count: self.count + 1,
-                yield_first: false,
-            }
-        }
-    }
 }
 
 /// The outcome of waiting in line.
@@ -168,7 +143,7 @@ pub(crate) enum Turn {
 pub(crate) struct Ticket {
     queue: Arc<LocalQueue>,
     key: Arc<[u8]>,
-    id: u64,
+    pub(super) id: u64,
     streak: Streak,
     /// Passed already (by `pass_with`): `Drop` does nothing more.
     passed: bool,
@@ -185,7 +160,7 @@ enum Watch {
 }
 
 /// What joining the line gave.
-enum Joined {
+pub(super) enum Joined {
     /// Nobody held it: the turn is this thread's.
     Mine(Ticket),
     /// In line, as waiter `id`; the turn will come on `grant`.
@@ -193,7 +168,7 @@ enum Joined {
 }
 
 /// What a look at the line found.
-enum Look {
+pub(super) enum Look {
     /// The turn (or the lock) is this waiter's.
     Done(Given),
     /// Keep waiting, looking again at this real-time instant if set.
@@ -216,7 +191,7 @@ impl LocalQueue {
     /// under the lines' lock ([`join`](Self::join), [`look`](Self::look),
     /// [`leave_line`](Self::leave_line)); between them this thread only
     /// blocks or takes a message from its own channel. The line explorer
-    /// (`line_check.rs`) runs these very steps in every order.
+    /// (`checks/line.rs`) runs these very steps in every order.
     pub(crate) fn wait_turn(
         self: &Arc<Self>,
         key: &Arc<[u8]>,
@@ -269,7 +244,7 @@ impl LocalQueue {
     /// The first step: the turn at once when nobody holds the line for
     /// `key`, else a place at the back of it (and the channel on which the
     /// turn, or a nudge to look again, will come).
-    fn join(self: &Arc<Self>, key: &Arc<[u8]>, want: Want) -> Joined {
+    pub(super) fn join(self: &Arc<Self>, key: &Arc<[u8]>, want: Want) -> Joined {
         let mut lines = self.lines.lock();
         let id = lines.next_id;
         lines.next_id += 1;
@@ -290,7 +265,7 @@ impl LocalQueue {
 
     /// Under the lines' lock: the grant if it came; else, for the first
     /// waiter, the turn if the holder's lock is over, or when to look again.
-    fn look(&self, key: &Arc<[u8]>, id: u64, grant: &Receiver<Grant>) -> Look {
+    pub(super) fn look(&self, key: &Arc<[u8]>, id: u64, grant: &Receiver<Grant>) -> Look {
         let mut lines = self.lines.lock();
         while let Ok(message) = grant.try_recv() {
             if let Grant::Given(given) = message {
@@ -308,13 +283,10 @@ impl LocalQueue {
         if line.waiting.front().is_none_or(|w| w.id != id) {
             return Look::Wait(None);
         }
-        #[cfg(test)]
         let watched = match self.watch(&line.holder) {
-            Watch::Until(_) if canary::get().ignore_validity => Watch::Over,
+            Watch::Until(_) if canary::on(Canary::IgnoreValidity) => Watch::Over,
             watched => watched,
         };
-        #[cfg(not(test))]
-        let watched = self.watch(&line.holder);
         match watched {
             Watch::Busy => Look::Wait(None),
             Watch::Until(at) => Look::Wait(wake_at(&*self.clock, at)),
@@ -351,7 +323,7 @@ impl LocalQueue {
         }
     }
 
-    fn turn(self: &Arc<Self>, key: &Arc<[u8]>, id: u64, given: Given) -> Turn {
+    pub(super) fn turn(self: &Arc<Self>, key: &Arc<[u8]>, id: u64, given: Given) -> Turn {
         match given {
             Given::Turn(streak) => Turn::Mine(self.ticket(key, id, streak)),
             Given::Lock(streak, lease) => Turn::Handed(lease, self.ticket(key, id, streak)),
@@ -371,7 +343,7 @@ impl LocalQueue {
     /// Leaves the line (returning `outcome`), unless the turn arrived
     /// meanwhile (checked under the same lock that hands turns out, so a
     /// turn, or a lock, is never lost).
-    fn leave_line(
+    pub(super) fn leave_line(
         self: &Arc<Self>,
         key: &Arc<[u8]>,
         id: u64,
@@ -379,10 +351,7 @@ impl LocalQueue {
         outcome: Turn,
     ) -> Turn {
         let mut lines = self.lines.lock();
-        #[cfg(test)]
-        let check = !canary::get().leave_ignores_turns;
-        #[cfg(not(test))]
-        let check = true;
+        let check = !canary::on(Canary::LeaveIgnoresTurns);
         while check && let Ok(message) = grant.try_recv() {
             if let Grant::Given(given) = message {
                 drop(lines);
@@ -434,10 +403,7 @@ impl LocalQueue {
             let _ = offer(None);
             return false;
         };
-        #[cfg(test)]
-        let stale = line.holder.ticket != id && !canary::get().stale_tickets_pass;
-        #[cfg(not(test))]
-        let stale = line.holder.ticket != id;
+        let stale = line.holder.ticket != id && !canary::on(Canary::StaleTicketsPass);
         if stale {
             // A stale ticket: the line gave the turn to someone else after
             // this holder's lock ran out. Nothing to pass, nothing to hand.
@@ -527,13 +493,5 @@ impl Drop for Ticket {
 }
 
 #[cfg(test)]
-#[path = "turns_canary.rs"]
-pub(crate) mod canary;
-
-#[cfg(test)]
 #[path = "turns_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "line_check.rs"]
-mod line_check;

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use crate::clock::ManualClock;
+use crate::redlock::streak::MAX_STREAK;
 use crate::redlock::support::Support;
 use crate::redlock::turns::*;
 use crate::token::Token;

@@ -2,11 +2,12 @@
 //! quorum, the TTL, the time the round took and the drift in, the outcome
 //! (and the deadline it gives) out. No clock, no lock, no I/O: the rounds
 //! call them with what they measured, and the lease explorer
-//! (`lease_check`) calls the same functions on a model.
+//! (`checks/lease.rs`) calls the same functions on a model.
 
 use std::time::{Duration, Instant};
 
 use super::validity::validity;
+use crate::canary::{self, Canary};
 
 /// What one acquire round's votes decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,8 +115,7 @@ pub(crate) fn begin_cap(
     ttl: Duration,
     drift: Duration,
 ) -> Instant {
-    #[cfg(test)]
-    if canary::get().no_begin_cap {
+    if canary::on(Canary::NoBeginCap) {
         return deadline;
     }
     deadline.min(start + (ttl - drift))
@@ -126,47 +126,10 @@ pub(crate) fn begin_cap(
 /// nodes apply extends in the order they were begun (per-node FIFO), so
 /// its expiry is what the keys end with, whichever finishes last.
 pub(crate) fn sets_deadline(seq: u64, latest: u64) -> bool {
-    #[cfg(test)]
-    if canary::get().any_extend_sets_deadline {
+    if canary::on(Canary::AnyExtendSetsDeadline) {
         return true;
     }
     seq == latest
-}
-
-/// Test-only switches that undo a protection, so the lease explorer can
-/// show it fails without it. Per thread: other tests are unaffected.
-#[cfg(test)]
-pub(crate) mod canary {
-    use std::cell::Cell;
-
-    /// Which protections are undone.
-    #[derive(Debug, Clone, Copy, Default)]
-    pub(crate) struct Broken {
-        /// Any confirmed extend sets the deadline, not only the last begun.
-        pub(crate) any_extend_sets_deadline: bool,
-        /// Beginning an extend leaves the deadline as it was.
-        pub(crate) no_begin_cap: bool,
-    }
-
-    thread_local! {
-        static BROKEN: Cell<Broken> = Cell::new(Broken::default());
-    }
-
-    /// The switches in force on this thread (none unless a canary test
-    /// sets them).
-    /// The switches in force on this thread (none unless a canary test
-    /// sets them).
-    pub(crate) fn get() -> Broken {
-        BROKEN.with(Cell::get)
-    }
-
-    /// Runs `f` on this thread with `broken` in force.
-    pub(crate) fn with<T>(broken: Broken, f: impl FnOnce() -> T) -> T {
-        BROKEN.with(|b| b.set(broken));
-        let result = f();
-        BROKEN.with(|b| b.set(Broken::default()));
-        result
-    }
 }
 
 #[cfg(test)]

@@ -27,14 +27,19 @@
 //! and when every thread is done, the line is gone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fmt::Write as _;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
-use super::canary::{self, Broken};
-use super::*;
-use crate::clock::ManualClock;
+use crossbeam_channel::Receiver;
+
+use crate::canary::{self, Canary};
+use crate::clock::{Clock, ManualClock};
 use crate::error::Error;
+use crate::redlock::lease::Lease;
 use crate::redlock::support::Support;
+use crate::redlock::turns::{Grant, Joined, LocalQueue, Look, Ticket, Turn, Want};
 use crate::token::Token;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -435,55 +440,61 @@ struct Found {
     violation: Option<(String, Vec<Step>)>,
 }
 
+/// Explores every schedule of `specs`, with `broken` (a canary) on if set.
+fn explore(specs: &[Spec], broken: Option<Canary>) -> Found {
+    match broken {
+        Some(broken) => canary::with(broken, || explore_all(specs)),
+        None => explore_all(specs),
+    }
+}
+
 /// Explores every schedule of `specs`, replaying each prefix on a fresh
 /// world, breadth first (so a violation comes with a shortest schedule);
 /// stops at the first violation.
-fn explore(specs: &[Spec], broken: Broken) -> Found {
-    canary::with(broken, || {
-        let mut seen = HashSet::new();
-        let mut found = Found {
-            states: 0,
-            schedules: 0,
-            seen: Seen::default(),
-            violation: None,
-        };
-        let mut queue = std::collections::VecDeque::from([Vec::new()]);
-        while let Some(path) = queue.pop_front() {
-            let mut world = World::new(specs);
-            let mut failed = None;
-            for &step in &path {
-                if let Err(why) = world.take(step) {
-                    failed = Some(why);
-                    break;
-                }
+fn explore_all(specs: &[Spec]) -> Found {
+    let mut seen = HashSet::new();
+    let mut found = Found {
+        states: 0,
+        schedules: 0,
+        seen: Seen::default(),
+        violation: None,
+    };
+    let mut queue = VecDeque::from([Vec::new()]);
+    while let Some(path) = queue.pop_front() {
+        let mut world = World::new(specs);
+        let mut failed = None;
+        for &step in &path {
+            if let Err(why) = world.take(step) {
+                failed = Some(why);
+                break;
             }
-            if let Some(why) = failed {
+        }
+        if let Some(why) = failed {
+            found.violation = Some((why, path));
+            return found;
+        }
+        found.seen.handed |= world.seen.handed;
+        found.seen.turn_on_leaving |= world.seen.turn_on_leaving;
+        found.seen.timer |= world.seen.timer;
+        if !seen.insert(world.key()) {
+            continue;
+        }
+        found.states += 1;
+        let steps = world.steps();
+        if steps.is_empty() {
+            found.schedules += 1;
+            if let Err(why) = world.check_end() {
                 found.violation = Some((why, path));
                 return found;
             }
-            found.seen.handed |= world.seen.handed;
-            found.seen.turn_on_leaving |= world.seen.turn_on_leaving;
-            found.seen.timer |= world.seen.timer;
-            if !seen.insert(world.key()) {
-                continue;
-            }
-            found.states += 1;
-            let steps = world.steps();
-            if steps.is_empty() {
-                found.schedules += 1;
-                if let Err(why) = world.check_end() {
-                    found.violation = Some((why, path));
-                    return found;
-                }
-            }
-            for step in steps {
-                let mut longer = path.clone();
-                longer.push(step);
-                queue.push_back(longer);
-            }
         }
-        found
-    })
+        for step in steps {
+            let mut longer = path.clone();
+            longer.push(step);
+            queue.push_back(longer);
+        }
+    }
+    found
 }
 
 /// The thread sets explored: a hand-over to a waiter that matches, one
@@ -512,7 +523,7 @@ fn configurations() -> [Vec<Spec>; 2] {
 fn the_line_keeps_its_promises_in_every_order() {
     let mut seen = Seen::default();
     for specs in configurations() {
-        let found = explore(&specs, Broken::default());
+        let found = explore(&specs, None);
         println!(
             "line {specs:?}: {} states, {} complete schedules, no violation",
             found.states, found.schedules
@@ -535,23 +546,14 @@ fn the_line_keeps_its_promises_in_every_order() {
 #[test]
 fn canaries_are_caught() {
     let canaries = [
-        Broken {
-            leave_ignores_turns: true,
-            ..Broken::default()
-        },
-        Broken {
-            ignore_validity: true,
-            ..Broken::default()
-        },
-        Broken {
-            stale_tickets_pass: true,
-            ..Broken::default()
-        },
+        Canary::LeaveIgnoresTurns,
+        Canary::IgnoreValidity,
+        Canary::StaleTicketsPass,
     ];
     for broken in canaries {
         let caught = configurations()
             .iter()
-            .find_map(|specs| explore(specs, broken).violation);
+            .find_map(|specs| explore(specs, Some(broken)).violation);
         let Some((why, path)) = caught else {
             panic!("canary {broken:?} was not caught");
         };

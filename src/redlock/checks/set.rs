@@ -4,7 +4,7 @@
 //! which their acquire scripts reach (or never reach) each node, their
 //! decisions, releases and the passing of time.
 //!
-//! The protocol check (`protocol_check.rs`) takes a round as one step;
+//! The protocol check (`protocol.rs`) takes a round as one step;
 //! here each node applies each client's script at its own moment, so the
 //! scripts of different clients interleave node by node, which is where
 //! the per-node rule matters. The vote count ([`Tally`]) and the validity
@@ -19,8 +19,8 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
-use super::validity::{drift, validity};
 use crate::engine::Tally;
+use crate::redlock::validity::{drift, validity};
 
 const NODES: usize = 3;
 const QUORUM: usize = 2;

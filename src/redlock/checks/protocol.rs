@@ -11,7 +11,7 @@
 //! one step (every node answers at once, `elapsed` = 0; slow rounds are
 //! the validity arithmetic's unit tests), nodes are always reachable, and
 //! the extend ordering of one lease is left to the lease explorer
-//! (`lease_check.rs`).
+//! (`lease.rs`).
 //!
 //! Properties, checked in every state reached: never two valid holders;
 //! fences strictly increase from one grant to the next; a valid guard
@@ -25,12 +25,12 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::fencing::next_fence;
-use super::validity::{drift, validity};
 use crate::backend::{Holding, ServerInfo};
 use crate::engine::{Identity, Registry, Standing, Tally};
 use crate::inspection::Inspection;
 use crate::owner::OWNER_MARK;
+use crate::redlock::fencing::next_fence;
+use crate::redlock::validity::{drift, validity};
 
 /// Steps explored from the initial state.
 const DEPTH: usize = 8;

@@ -11,7 +11,7 @@
 //! worst case for the bound.
 //!
 //! Not modelled here: expiry, restarts and clock arithmetic, which are the
-//! single lock's business and are explored by `protocol_check.rs` (a slot
+//! single lock's business and are explored by `protocol.rs` (a slot
 //! is one such lock).
 
 use std::collections::{HashSet, VecDeque};
