@@ -12,7 +12,7 @@
 //! manager that asks for a plain or a fenced lock, with the holder's TTL or
 //! another one. (Extends from two
 //! sources on one guard, watchdog and holder, interleaved step by step, are
-//! modelled beside the lease code: `src/redlock/lease_check.rs`.)
+//! modelled beside the lease code: `src/redlock/checks/lease.rs`.)
 //!
 //! After every step: at most one client holds a valid guard on a resource,
 //! every guard is the kind of lock its caller asked for (fenced or not, no
