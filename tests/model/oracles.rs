@@ -134,9 +134,10 @@ impl World {
                     assert!(
                         holding > self.shape.nodes / 2,
                         "seed {seed}: client {c}'s guard claims {validity:?} but only {holding} \
-                         nodes hold its key {} that long; last steps: {:?}",
+                         nodes hold its key {} that long; its guard: {:?}; every step: {:?}",
                         String::from_utf8_lossy(key),
-                        &self.log[self.log.len().saturating_sub(12)..]
+                        guard,
+                        &self.log
                     );
                 }
             }
