@@ -1,7 +1,6 @@
 //! What a resource name may be: the checks every call that names a lock
 //! makes before any node is contacted.
 
-use crate::backend::SET_MARK;
 use crate::redlock::FENCE_COUNTERS;
 
 /// The longest resource name a lock may have, in bytes (4 KiB).
@@ -35,13 +34,6 @@ pub(crate) fn invalid_resource(resource: &[u8]) -> Option<String> {
             "the resource name is {} bytes long, over the maximum of {MAX_RESOURCE_LEN}",
             resource.len()
         ));
-    }
-    if resource.starts_with(SET_MARK) {
-        return Some(
-            "a resource name may not start with the byte 0xff followed by \
-             \"quorum-lock:set\": the crate marks sets of resources so"
-                .into(),
-        );
     }
     if resource == FENCE_COUNTERS {
         return Some(format!(

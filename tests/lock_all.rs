@@ -255,10 +255,6 @@ fn bad_sets_are_refused_before_any_node_is_asked() {
             "reserved member",
             locks.lock_all(["a", "{quorum-lock}:fences"], &once()),
         ),
-        (
-            "set mark",
-            locks.lock_all([&b"a"[..], b"\xffquorum-lock:set\xffx"], &once()),
-        ),
     ];
     for (case, result) in cases {
         let err = result.unwrap_err();

@@ -26,8 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorum_lock::{
-    Answers, Backend, BackendError, Clock, Holding, KeyState, LockGuard, LockManager, LockOptions,
-    ManualClock, MemoryBackend, Op, OpKind, Reply, RetryPolicy, ServerInfo, UptimeReport, Verdict,
+    Answers, Backend, BackendError, Clock, Holding, KeySet, KeyState, LockGuard, LockManager,
+    LockOptions, ManualClock, MemoryBackend, Op, OpKind, Reply, RetryPolicy, ServerInfo,
+    UptimeReport, Verdict,
 };
 use testkit::Rng;
 
@@ -724,13 +725,8 @@ impl World {
                     continue;
                 }
                 let deadline = now + validity;
-                // A set's guard holds each resource's key (no prefix here).
-                for key in guard.resources() {
-                    let key = if guard.resources().len() > 1 {
-                        key
-                    } else {
-                        guard.key()
-                    };
+                // A guard holds each of its keys (one, or a set's).
+                for key in guard.keys() {
                     let holding = (0..self.shape.nodes)
                         .filter(|&n| {
                             let node = &self.nodes[n];
@@ -1355,9 +1351,10 @@ fn the_oracle_catches_a_set_taken_piecemeal() {
         fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
             ops.iter()
                 .map(|op| match op.kind {
-                    OpKind::AcquireAll { ttl, keys } => {
+                    OpKind::Acquire { ttl } if op.keys.len() > 1 => {
+                        let ones: Vec<KeySet> = op.keys.iter().map(KeySet::one).collect();
                         let singles: Vec<Op<'_>> =
-                            keys.iter().map(|k| Op::acquire(k, op.token, ttl)).collect();
+                            ones.iter().map(|k| Op::acquire(k, op.token, ttl)).collect();
                         let got = self.0.batch(&singles);
                         Ok(Reply::from(got.iter().any(|r| matches!(r, Ok(Reply::Yes)))))
                     }

@@ -12,8 +12,8 @@ use super::fencing::FENCE_COUNTERS;
 use super::lease::Lease;
 use super::rounds::{Config, Rounds};
 use super::turns::{Streak, Want};
-use crate::backend::Backend;
 use crate::backend::memory::MemoryBackend;
+use crate::backend::{Backend, KeySet};
 use crate::clock::ManualClock;
 use crate::engine::{Engine, Settings};
 
@@ -65,8 +65,9 @@ fn cluster(clock: &ManualClock) -> (Vec<MemoryBackend>, Rounds, Rounds) {
 }
 
 pub(crate) fn lock(rounds: &Rounds) -> Option<Arc<Lease>> {
-    let key = rounds.key_for(b"r");
-    rounds.acquire_once(b"r", &key, LONG, false).ok()
+    let resources = KeySet::one("r");
+    let keys = rounds.keys_for(&resources);
+    rounds.acquire_once(&resources, &keys, LONG, false).ok()
 }
 
 /// The lease's remaining validity on `rounds`' clock (zero once lost).
