@@ -103,8 +103,10 @@ impl LockManager {
     /// once the wait is spent; [`Error::ValidityExpired`] when the last
     /// attempt got a quorum too slowly; [`Error::Deadlock`] when this
     /// thread already holds it (no node contacted);
-    /// [`Error::InvalidArgument`] for an empty resource or one over
-    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes (before any node is contacted).
+    /// [`Error::InvalidArgument`] for an empty resource, one over
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, or one that
+    /// starts with `{quorum-lock}` (the crate's own keys live there), before
+    /// any node is contacted.
     pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard> {
         self.lock_with(resource, &LockOptions::new())
     }

@@ -255,6 +255,10 @@ fn bad_sets_are_refused_before_any_node_is_asked() {
             "reserved member",
             locks.lock_all(["a", "{quorum-lock}:fences"], &once()),
         ),
+        (
+            "member in the reserved namespace",
+            locks.lock_all(["a", "{quorum-lock}:sets"], &once()),
+        ),
     ];
     for (case, result) in cases {
         let err = result.unwrap_err();

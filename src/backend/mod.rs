@@ -125,8 +125,9 @@ pub trait Backend: Send + Sync + 'static {
     /// step. For fencing tokens (`LockOptions::fencing`).
     ///
     /// `counter` names the hash that holds every fence counter of the node
-    /// (one field per lock key, no expiry): a name the crate refuses as a
-    /// resource, so no lock ever collides with a counter. A value of
+    /// (one field per lock key, no expiry), `<prefix>{quorum-lock}:fences`:
+    /// in the crate's own namespace, which no resource may enter, so no
+    /// lock ever collides with a counter. A value of
     /// another type there, or a field that is not a number, is an error
     /// ([`BackendErrorKind::WrongType`]), never a fence.
     ///

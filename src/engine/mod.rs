@@ -178,8 +178,8 @@ pub(crate) struct Settings {
     pub(crate) drain_wait: Duration,
     /// The manager's clock.
     pub(crate) clock: Arc<dyn Clock>,
-    /// The key of every node's fence counters (the prefix followed by
-    /// the reserved name).
+    /// The key of every node's fence counters (in the crate's reserved
+    /// namespace: `<prefix>{quorum-lock}:fences`).
     pub(crate) fence_counters: Vec<u8>,
     /// Count grants of servers that may evict lock keys.
     pub(crate) accept_eviction: bool,

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::fencing::FENCE_COUNTERS;
 use super::lease::Lease;
 use super::rounds::{Config, Rounds};
 use super::turns::{Streak, Want};
@@ -37,7 +36,7 @@ pub(crate) fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
         forget_window: LONG,
         drain_wait: timeout,
         clock: clock.clone(),
-        fence_counters: FENCE_COUNTERS.to_vec(),
+        fence_counters: crate::resource::crate_key(b"", crate::resource::FENCES),
         accept_eviction: false,
         value_suffix: Box::default(),
     };
