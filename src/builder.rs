@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::options::RetryPolicy;
 use crate::owner;
-use crate::redlock::{Config, Core, FENCE_COUNTERS, Rounds, check_ttl, drift};
-use crate::resource::MAX_RESOURCE_LEN;
+use crate::redlock::{Config, Core, Rounds, check_ttl, drift};
+use crate::resource::{FENCES, MAX_RESOURCE_LEN, crate_key};
 
 /// Default lock TTL.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -339,7 +339,7 @@ impl LockManagerBuilder {
         }
         let owner = self.owner.unwrap_or_else(owner::default_label);
         owner::check_label(&owner)?;
-        let fence_counters = [&self.prefix[..], FENCE_COUNTERS].concat();
+        let fence_counters = crate_key(&self.prefix, FENCES);
         let config = Config {
             ttl,
             max_ttl,

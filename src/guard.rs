@@ -6,7 +6,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::KeySet;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::redlock::{Core, Lease, Owned, Ticket};
@@ -85,28 +84,46 @@ impl LockGuard {
         &self.lease
     }
 
-    /// The resource as given to `lock`. For a guard of several resources
-    /// ([`LockManager::lock_all`](crate::LockManager::lock_all)), the set's
-    /// internal name: use [`resources`](Self::resources).
+    /// The resource as given to `lock`. A guard of several resources
+    /// ([`LockManager::lock_all`](crate::LockManager::lock_all)) gives the
+    /// first of its [`resources`](Self::resources) (the smallest, as
+    /// bytes): ask `resources` for all of them.
     pub fn resource(&self) -> &[u8] {
-        &self.lease.resource
+        self.lease.resources.first()
     }
 
-    /// Every resource this guard holds: the one given to `lock`, or the set
-    /// given to [`LockManager::lock_all`](crate::LockManager::lock_all)
-    /// (sorted, without duplicates).
-    pub fn resources(&self) -> Vec<&[u8]> {
-        match KeySet::of(&self.lease.resource) {
-            Some(set) => set.iter().collect(),
-            None => vec![&self.lease.resource[..]],
-        }
+    /// Every resource this guard holds, as given: the one given to `lock`,
+    /// or the set given to
+    /// [`LockManager::lock_all`](crate::LockManager::lock_all), sorted as
+    /// bytes and each once (1 to [`MAX_SET_SIZE`](crate::MAX_SET_SIZE)).
+    ///
+    /// ```
+    /// use quorum_lock::{LockManager, LockOptions, MemoryBackend};
+    ///
+    /// let locks = LockManager::builder().node(MemoryBackend::new("mem")).build()?;
+    /// let one = locks.try_lock("b")?;
+    /// assert_eq!(one.resources(), [&b"b"[..]]);
+    /// let set = locks.lock_all(["c", "a", "c"], &LockOptions::new())?;
+    /// assert_eq!(set.resources(), [&b"a"[..], b"c"]);
+    /// assert_eq!(set.resource(), b"a");
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    pub fn resources(&self) -> &[Vec<u8>] {
+        self.lease.resources.as_slice()
     }
 
-    /// The key on the nodes (prefix + resource). For a guard of several
-    /// resources, the set's internal name (each resource's key is the
-    /// prefix followed by the resource).
+    /// The key on the nodes: the manager's prefix (if any) followed by
+    /// [`resource`](Self::resource). A guard of several resources gives
+    /// the first of its [`keys`](Self::keys).
     pub fn key(&self) -> &[u8] {
-        &self.lease.key
+        self.lease.keys.first()
+    }
+
+    /// The keys on the nodes, one per resource, in the order of
+    /// [`resources`](Self::resources): each is the manager's prefix (if
+    /// any) followed by the resource.
+    pub fn keys(&self) -> &[Vec<u8>] {
+        self.lease.keys.as_slice()
     }
 
     /// This acquisition's token.
@@ -275,10 +292,7 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field(
-                "resource",
-                &crate::backend::show_resource(&self.lease.resource),
-            )
+            .field("resource", &self.lease.resources.to_string())
             .field("token", &self.lease.token)
             .field("validity", &self.validity())
             .finish_non_exhaustive()

@@ -52,8 +52,10 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
-    /// resource no lock can have (empty, or the reserved name of the fence
-    /// counters), before any node is contacted. Nodes that fail are part
+    /// resource no lock can have (empty, too long, or in the crate's own
+    /// namespace `{quorum-lock}`, see
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)), before any node is
+    /// contacted. Nodes that fail are part
     /// of the answer ([`KeyState::Failed`](crate::KeyState::Failed),
     /// [`Verdict::Unknown`](crate::Verdict::Unknown)), not an
     /// error.

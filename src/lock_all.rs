@@ -10,14 +10,15 @@
 //! script found a key of the first. Nothing is held while waiting: a
 //! failed attempt releases what it took on every node, like a single lock.
 //!
-//! Inside the engine the set travels as one composite key (see
-//! `backend/keyset.rs`), so the local line, hand-overs, auto-extension,
-//! retries of releases and every deadline work as for one key.
+//! The set is one [`KeySet`], built here once and carried to the
+//! backends, as a single lock's set of one is: the local line, hand-overs,
+//! auto-extension, retries of releases and every deadline work as for one
+//! key.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use crate::backend::{MAX_SET_SIZE, compose_keys};
+use crate::backend::{KeySet, MAX_SET_SIZE};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::{LockManager, outcome};
@@ -92,13 +93,8 @@ impl LockManager {
         made: &mut u32,
     ) -> Result<LockGuard> {
         let names = self.distinct_names(resources)?;
-        if names.len() == 1 {
-            return self.lock_with(&names[0], options);
-        }
-        let rounds = self.core().rounds();
-        let keys: Vec<_> = names.iter().map(|n| rounds.key_for(n)).collect();
-        let key = compose_keys(&keys).into();
-        self.take_key(&compose_keys(&names), key, options, made)
+        // One resource is a set of one: the same as `lock_with`.
+        self.take_keys(&names, options, made)
     }
 
     /// The distinct names of `resources`, sorted, each checked as a lock's
@@ -108,7 +104,7 @@ impl LockManager {
     fn distinct_names<R: AsRef<[u8]>>(
         &self,
         resources: impl IntoIterator<Item = R>,
-    ) -> Result<Vec<Vec<u8>>> {
+    ) -> Result<KeySet> {
         let invalid = |reason: String| Err(Error::InvalidArgument { reason });
         let mut names = BTreeSet::new();
         for (read, resource) in resources.into_iter().enumerate() {
@@ -131,10 +127,10 @@ impl LockManager {
                 ));
             }
         }
-        if names.is_empty() {
-            return invalid("lock_all needs at least one resource".into());
+        match KeySet::new(names) {
+            Some(set) => Ok(set),
+            None => invalid("lock_all needs at least one resource".into()),
         }
-        Ok(names.into_iter().collect())
     }
 }
 

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::KeySet;
 use crate::cancel::Alarm;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -102,8 +103,10 @@ impl LockManager {
     /// once the wait is spent; [`Error::ValidityExpired`] when the last
     /// attempt got a quorum too slowly; [`Error::Deadlock`] when this
     /// thread already holds it (no node contacted);
-    /// [`Error::InvalidArgument`] for an empty resource or one over
-    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes (before any node is contacted).
+    /// [`Error::InvalidArgument`] for an empty resource, one over
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, or one that
+    /// starts with `{quorum-lock}` (the crate's own keys live there), before
+    /// any node is contacted.
     pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard> {
         self.lock_with(resource, &LockOptions::new())
     }
@@ -156,16 +159,16 @@ impl LockManager {
     /// makes in `made` (for the metrics).
     fn take(&self, resource: &[u8], options: &LockOptions, made: &mut u32) -> Result<LockGuard> {
         self.check_resource(resource)?;
-        let key = self.core.rounds().key_for(resource);
-        self.take_key(resource, key, options, made)
+        // A single lock is a set of one, built here once.
+        let resources = KeySet::one(resource);
+        self.take_keys(&resources, options, made)
     }
 
-    /// [`take`](Self::take) of a checked `resource` (or a set of them, see
-    /// `lock_all.rs`) whose key on the nodes is `key`.
-    pub(crate) fn take_key(
+    /// [`take`](Self::take) of checked `resources` (one, or a set of them,
+    /// see `lock_all.rs`).
+    pub(crate) fn take_keys(
         &self,
-        resource: &[u8],
-        key: Arc<[u8]>,
+        resources: &KeySet,
         options: &LockOptions,
         made: &mut u32,
     ) -> Result<LockGuard> {
@@ -188,6 +191,7 @@ impl LockManager {
             None => retry,
         };
         let rounds = self.core.rounds();
+        let keys = rounds.keys_for(resources);
         let fenced = options.fencing.unwrap_or(config.fencing);
         let started = Instant::now();
         let alarm = Alarm::new(options.cancellation.as_ref());
@@ -196,15 +200,15 @@ impl LockManager {
         }
         if retry.single_attempt() {
             *made = 1;
-            let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
+            let guard = self.guard(rounds.acquire_once(resources, &keys, ttl, fenced)?);
             return self.deliver(guard, ttl, options, &alarm, started);
         }
         // A call that would wait for a lock this thread holds would wait
         // for itself. (One attempt cannot deadlock: it reports what the
         // servers say, as `Mutex::try_lock` does on a mutex its thread holds.)
-        if rounds.owners().held_by_me(&key, rounds.now()) {
+        if rounds.owners().held_by_me(&keys, rounds.now()) {
             return Err(Error::Deadlock {
-                resource: crate::backend::show_resource(resource),
+                resource: resources.to_string(),
             });
         }
         // Threads of this manager that want the same key take turns: only
@@ -214,7 +218,7 @@ impl LockManager {
         let want = Want { ttl, fenced };
         // The turn is a ticket: every return below that does not move it
         // into a guard drops it, which passes the turn to the next waiter.
-        let turn = match rounds.local().wait_turn(&key, want, line_deadline, &alarm) {
+        let turn = match rounds.local().wait_turn(&keys, want, line_deadline, &alarm) {
             Turn::Mine(turn) => turn,
             Turn::Handed(lease, turn) => {
                 let guard = self.guard(lease).with_turn(turn);
@@ -223,7 +227,7 @@ impl LockManager {
             Turn::TimedOut => {
                 // One honest attempt, so the error carries a real report.
                 *made = 1;
-                let guard = self.guard(rounds.acquire_once(resource, &key, ttl, fenced)?);
+                let guard = self.guard(rounds.acquire_once(resources, &keys, ttl, fenced)?);
                 return self.deliver(guard, ttl, options, &alarm, started);
             }
             Turn::Cancelled => return Err(cancelled(started)),
@@ -239,7 +243,7 @@ impl LockManager {
         // the key was heard by waiting processes, they go first.
         let mut watch = retry
             .next_delay(1, started.elapsed())
-            .and_then(|pause| rounds.yield_to_waiters(&key, pause, Some(alarm.receiver())));
+            .and_then(|pause| rounds.yield_to_waiters(&keys, pause, Some(alarm.receiver())));
         loop {
             // Checked before every attempt: a sleep ends early when the
             // token is cancelled.
@@ -248,7 +252,7 @@ impl LockManager {
             }
             *made = made.saturating_add(1);
             let attempts = *made;
-            let error = match rounds.acquire_once(resource, &key, ttl, fenced) {
+            let error = match rounds.acquire_once(resources, &keys, ttl, fenced) {
                 Ok(lease) => {
                     let guard = self.guard(lease).with_turn(turn);
                     return self.deliver(guard, ttl, options, &alarm, started);
@@ -265,7 +269,7 @@ impl LockManager {
             // for a release notice, the delay or the cancellation, whichever
             // comes first.
             match &mut watch {
-                None => watch = Some(rounds.watch(&key)),
+                None => watch = Some(rounds.watch(&keys)),
                 Some(wait) => {
                     if matches!(error, Error::ValidityExpired { .. }) {
                         // Granted on a quorum, but too slowly: the grants
@@ -342,7 +346,8 @@ impl LockManager {
     /// turn it is: a measure of local contention.
     pub fn local_waiters(&self, resource: impl AsRef<[u8]>) -> usize {
         let rounds = self.core.rounds();
-        rounds.local().waiting(&rounds.key_for(resource.as_ref()))
+        let keys = rounds.keys_for(&KeySet::one(resource));
+        rounds.local().waiting(&keys)
     }
 
     /// A snapshot of the nodes (state, round-trip time, last error,
@@ -403,7 +408,7 @@ impl LockManager {
     /// The key stored on the nodes for `resource`: the prefix (if any)
     /// followed by the resource bytes.
     pub fn key_for(&self, resource: impl AsRef<[u8]>) -> Vec<u8> {
-        self.core.rounds().key_for(resource.as_ref()).to_vec()
+        self.core.rounds().key_for(resource.as_ref())
     }
 
     /// Refuses a resource no lock can have (see [`crate::MAX_RESOURCE_LEN`]),

@@ -1,8 +1,12 @@
 //! What a resource name may be: the checks every call that names a lock
-//! makes before any node is contacted.
-
-use crate::backend::SET_MARK;
-use crate::redlock::FENCE_COUNTERS;
+//! makes before any node is contacted, and the crate's own namespace on
+//! the nodes, which no resource can enter.
+//!
+//! Every key the crate keeps for itself on a node (today the hash of the
+//! fence counters; more to come) is `<prefix>{quorum-lock}:<name>`, built
+//! by [`crate_key`]: the manager's prefix, then [`RESERVED`]. A resource
+//! that starts with [`RESERVED`] is refused, so no lock's key is ever one
+//! of the crate's own keys, whatever `<name>` a later version adds.
 
 /// The longest resource name a lock may have, in bytes (4 KiB).
 ///
@@ -13,6 +17,11 @@ use crate::redlock::FENCE_COUNTERS;
 /// suffix (`:` and the slot number). The configured prefix is not counted
 /// (it is bounded on its own by the builder).
 ///
+/// Besides the length, a resource may not be empty, nor start with
+/// `{quorum-lock}`: that namespace (after the prefix) holds the crate's own
+/// keys on the nodes, such as the fence counters
+/// (`<prefix>{quorum-lock}:fences`).
+///
 /// ```
 /// use quorum_lock::{LockManager, MAX_RESOURCE_LEN, MemoryBackend};
 ///
@@ -21,9 +30,24 @@ use crate::redlock::FENCE_COUNTERS;
 ///     .build()?;
 /// assert!(locks.try_lock(vec![b'r'; MAX_RESOURCE_LEN]).is_ok());
 /// assert!(locks.try_lock(vec![b'r'; MAX_RESOURCE_LEN + 1]).unwrap_err().is_invalid());
+/// assert!(locks.try_lock("{quorum-lock}:mine").unwrap_err().is_invalid());
 /// # Ok::<(), quorum_lock::Error>(())
 /// ```
 pub const MAX_RESOURCE_LEN: usize = 4096;
+
+/// The crate's own namespace on the nodes, after the manager's prefix: no
+/// resource may start with it.
+pub(crate) const RESERVED: &[u8] = b"{quorum-lock}";
+
+/// The name of the hash of the fence counters in the crate's namespace:
+/// its key is `<prefix>{quorum-lock}:fences` (see `redlock/fencing.rs`).
+pub(crate) const FENCES: &str = "fences";
+
+/// The key on the nodes of the crate's own `name`, for a manager with
+/// `prefix`: `<prefix>{quorum-lock}:<name>`.
+pub(crate) fn crate_key(prefix: &[u8], name: &str) -> Vec<u8> {
+    [prefix, RESERVED, b":", name.as_bytes()].concat()
+}
 
 /// Why `resource` cannot name a lock, if it cannot.
 pub(crate) fn invalid_resource(resource: &[u8]) -> Option<String> {
@@ -36,18 +60,46 @@ pub(crate) fn invalid_resource(resource: &[u8]) -> Option<String> {
             resource.len()
         ));
     }
-    if resource.starts_with(SET_MARK) {
-        return Some(
-            "a resource name may not start with the byte 0xff followed by \
-             \"quorum-lock:set\": the crate marks sets of resources so"
-                .into(),
-        );
-    }
-    if resource == FENCE_COUNTERS {
+    if resource.starts_with(RESERVED) {
+        let shown = String::from_utf8_lossy(&resource[..resource.len().min(64)]);
+        let cut = if resource.len() > 64 { "..." } else { "" };
         return Some(format!(
-            "the resource name {} is reserved: the nodes keep the fence counters there",
-            String::from_utf8_lossy(FENCE_COUNTERS)
+            "the resource name {shown:?}{cut} starts with {}, the namespace of the crate's \
+             own keys on the nodes (such as the fence counters): no lock may use it",
+            String::from_utf8_lossy(RESERVED)
         ));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_crate_keys_live_in_the_namespace_no_resource_enters() {
+        let fences = crate_key(b"locks:", FENCES);
+        assert_eq!(fences, b"locks:{quorum-lock}:fences");
+        assert_eq!(crate_key(b"", FENCES), b"{quorum-lock}:fences");
+        for reserved in [
+            &b"{quorum-lock}:fences"[..],
+            b"{quorum-lock}",
+            b"{quorum-lock}x",
+        ] {
+            let reason = invalid_resource(reserved).expect("refused");
+            assert!(reason.contains("{quorum-lock}"), "{reason}");
+            assert!(!reason.contains('\n'), "{reason}");
+        }
+        for fine in [
+            &b"quorum-lock"[..],
+            b"x{quorum-lock}",
+            b"{quorum-lock",
+            b"\xffquorum-lock:set\xff",
+        ] {
+            assert_eq!(invalid_resource(fine), None, "{fine:?}");
+        }
+        let long = [RESERVED, &[b'x'; 500][..]].concat();
+        let reason = invalid_resource(&long).expect("refused");
+        assert!(reason.len() < 300, "{reason}");
+    }
 }

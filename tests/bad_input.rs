@@ -261,3 +261,64 @@ fn resource_names_are_bounded_before_any_node_is_asked() {
         .unwrap_err();
     assert!(long_prefix.is_invalid(), "{long_prefix}");
 }
+
+/// Issue 28, item 2: the crate's own keys on the nodes (the fence
+/// counters today) live under `{quorum-lock}` after the prefix, and no
+/// resource may start with it: every call that names a lock refuses such
+/// a name with a one-line reason, before any node is asked, and leaves no
+/// key anywhere. Names that only look like the old set mark are plain
+/// resources now.
+#[test]
+fn the_reserved_namespace_is_refused_everywhere_and_no_key_is_left() {
+    let nodes = nodes();
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .prefix("app:")
+        .build()
+        .unwrap();
+    let before: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
+    let once = LockOptions::new().retry(RetryPolicy::none());
+    for name in [
+        "{quorum-lock}:fences",
+        "{quorum-lock}",
+        "{quorum-lock}:anything-later",
+        "{quorum-lock}x",
+    ] {
+        let errors = [
+            locks.lock(name).map(drop),
+            locks.try_lock(name).map(drop),
+            locks.lock_with(name, &once).map(drop),
+            locks.with_lock(name, &once, |_| ()),
+            locks.lock_all(["fine", name], &once).map(drop),
+            locks.semaphore(name, 2).map(drop),
+            locks.inspect(name).map(drop),
+        ];
+        for (call, result) in errors.into_iter().enumerate() {
+            let err = result.unwrap_err();
+            assert!(err.is_invalid(), "{name}, call {call}: {err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("{quorum-lock}") && text.contains("crate's own keys"),
+                "{name}, call {call}: {text}"
+            );
+            assert!(!text.contains('\n'), "{name}, call {call}: {text}");
+        }
+    }
+    let after: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
+    assert_eq!(before, after, "no node was asked");
+    for node in &nodes {
+        assert_eq!(node.key_count(), 0, "key left on {node:?}");
+    }
+    // The old set mark is no longer reserved: a plain resource.
+    let marked: &[u8] = b"\xffquorum-lock:set\xffx";
+    let guard = locks.try_lock(marked).unwrap();
+    assert_eq!(guard.resources(), [marked]);
+    assert_eq!(guard.key(), [&b"app:"[..], marked].concat());
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert!(nodes.iter().all(|n| n.holder(guard.key()).is_some()));
+    guard.release().unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
+    for node in &nodes {
+        assert_eq!(node.key_count(), 0, "key left on {node:?}");
+    }
+}

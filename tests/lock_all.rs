@@ -256,8 +256,8 @@ fn bad_sets_are_refused_before_any_node_is_asked() {
             locks.lock_all(["a", "{quorum-lock}:fences"], &once()),
         ),
         (
-            "set mark",
-            locks.lock_all([&b"a"[..], b"\xffquorum-lock:set\xffx"], &once()),
+            "member in the reserved namespace",
+            locks.lock_all(["a", "{quorum-lock}:sets"], &once()),
         ),
     ];
     for (case, result) in cases {

@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use quorum_lock::RedisBackend;
-use quorum_lock::{Backend, BackendError, BackendErrorKind, Op, Reply};
+use quorum_lock::{Backend, BackendError, BackendErrorKind, KeySet, Op, Reply};
 
 use testkit::proxy::Proxy;
 use testkit::{RedisServer, RedisServers, connect, free_port, wait_until};
@@ -53,7 +53,7 @@ fn acquire_release_extend_semantics() {
     // our token (the same server under another name set it). The batch
     // says so apart from "held elsewhere"; the TTL is left alone.
     assert!(!b.acquire(b"res", &mine, TTL).unwrap());
-    let again = b.batch(&[Op::acquire(b"res", &mine, TTL)]);
+    let again = b.batch(&[Op::acquire(&KeySet::one("res"), &mine, TTL)]);
     assert_eq!(again[0].as_ref().ok(), Some(&Reply::AlreadyOurs));
     assert_eq!(server.get(b"res"), Some(mine.clone()));
 
@@ -121,16 +121,17 @@ fn batch_returns_per_op_results_in_order_with_wrongtype_isolated() {
     let _: () = server.cmd(redis::cmd("HSET").arg("h").arg("f").arg("v"));
     let b = backend(&server.url(), TIMEOUT);
     let (t1, t2) = (token(7), token(8));
+    let (a, h, bk) = (KeySet::one("a"), KeySet::one("h"), KeySet::one("b"));
     let ops = [
-        Op::acquire(b"a", &t1, TTL),
-        Op::acquire(b"h", &t1, TTL),
-        Op::extend(b"h", &t1, TTL),
-        Op::release(b"h", &t1),
-        Op::acquire(b"a", &t2, TTL),
-        Op::release(b"a", &t2),
-        Op::extend(b"a", &t1, Duration::from_secs(60)),
-        Op::acquire(b"b", &t2, TTL),
-        Op::release(b"a", &t1),
+        Op::acquire(&a, &t1, TTL),
+        Op::acquire(&h, &t1, TTL),
+        Op::extend(&h, &t1, TTL),
+        Op::release(&h, &t1),
+        Op::acquire(&a, &t2, TTL),
+        Op::release(&a, &t2),
+        Op::extend(&a, &t1, Duration::from_secs(60)),
+        Op::acquire(&bk, &t2, TTL),
+        Op::release(&a, &t1),
     ];
     let results = b.batch(&ops);
     assert_eq!(results.len(), ops.len());
@@ -158,7 +159,7 @@ fn batch_is_one_round_trip() {
     assert!(b.acquire(b"warm", &token(9), TTL).unwrap()); // connect before timing
     proxy.delay(Duration::from_millis(100));
     let t = token(10);
-    let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("k{i}").into_bytes()).collect();
+    let keys: Vec<KeySet> = (0..20).map(|i| KeySet::one(format!("k{i}"))).collect();
     let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::acquire(k, &t, TTL)).collect();
     let start = Instant::now();
     let results = b.batch(&ops);
@@ -184,11 +185,12 @@ fn script_flush_then_release_and_extend_still_work() {
     assert!(server.pttl(b"k") > 10_000);
     let _: () = server.cmd(redis::cmd("SCRIPT").arg("FLUSH"));
     let other = token(12);
+    let k = KeySet::one("k");
     let results = b.batch(&[
-        Op::release(b"k", &other),
-        Op::extend(b"k", &t, TTL),
-        Op::release(b"k", &t),
-        Op::release(b"k", &t),
+        Op::release(&k, &other),
+        Op::extend(&k, &t, TTL),
+        Op::release(&k, &t),
+        Op::release(&k, &t),
     ]);
     let results: Vec<bool> = results.into_iter().map(|r| r.unwrap().is_yes()).collect();
     assert_eq!(results, [false, true, true, false]);
@@ -233,7 +235,8 @@ fn readonly_replica() {
     );
     assert_eq!(kind(&b.extend(b"k", &t, TTL)), BackendErrorKind::ReadOnly);
     assert_eq!(kind(&b.release(b"k", &t)), BackendErrorKind::ReadOnly);
-    let results = b.batch(&[Op::acquire(b"k2", &t, TTL), Op::release(b"k", &t)]);
+    let (k, k2) = (KeySet::one("k"), KeySet::one("k2"));
+    let results = b.batch(&[Op::acquire(&k2, &t, TTL), Op::release(&k, &t)]);
     assert!(
         results
             .iter()
@@ -360,10 +363,8 @@ fn open_is_lazy_and_refused_port_is_unreachable_fast() {
         start.elapsed()
     );
     assert_eq!(kind(&b.server_info()), BackendErrorKind::Unreachable);
-    let results = b.batch(&[
-        Op::release(b"k", &token(17)),
-        Op::release(b"k2", &token(17)),
-    ]);
+    let (k, k2) = (KeySet::one("k"), KeySet::one("k2"));
+    let results = b.batch(&[Op::release(&k, &token(17)), Op::release(&k2, &token(17))]);
     assert!(
         results
             .iter()
@@ -417,7 +418,8 @@ fn blackholed_connection_times_out_then_recovers() {
     let t = token(21);
     assert!(b.acquire(b"k", &t, TTL).unwrap());
     proxy.blackhole();
-    let r = b.batch(&[Op::extend(b"k", &t, TTL), Op::acquire(b"k2", &t, TTL)]);
+    let (k, k2) = (KeySet::one("k"), KeySet::one("k2"));
+    let r = b.batch(&[Op::extend(&k, &t, TTL), Op::acquire(&k2, &t, TTL)]);
     assert!(
         r.iter().all(|r| kind(r) == BackendErrorKind::Timeout),
         "{r:?}"
@@ -597,7 +599,8 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
     backends[1]
         .acquire(b"k", &theirs, Duration::from_secs(30))
         .unwrap();
-    let ops = [Op::acquire(b"k", &mine, Duration::from_secs(30))];
+    let k = KeySet::one("k");
+    let ops = [Op::acquire(&k, &mine, Duration::from_secs(30))];
     let flights: Vec<_> = backends.iter().map(|b| b.send_batch(&ops)).collect();
     let answers: Vec<_> = flights.into_iter().map(|f| f.finish(&ops)).collect();
     let replies: Vec<_> = answers.iter().map(|a| a.results()[0].clone()).collect();
@@ -618,7 +621,7 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
     }
     // A server that dies between the two halves (frozen first, so it
     // cannot have answered before it dies).
-    let release = [Op::release(b"k", &mine)];
+    let release = [Op::release(&k, &mine)];
     servers[2].pause();
     let flight = backends[2].send_batch(&release);
     servers[2].kill9();
@@ -635,9 +638,10 @@ fn a_refused_fenced_acquire_names_the_holder_by_digest() {
     let b = backend(&server.url(), TIMEOUT);
     let (mine, theirs) = (token(1), token(2));
     assert!(b.acquire(b"f", &theirs, TTL).unwrap());
+    let f = KeySet::one("f");
     let ops = [
-        Op::acquire_fenced(b"f", &mine, TTL, b"fences"),
-        Op::acquire_fenced(b"f", &theirs, TTL, b"fences"),
+        Op::acquire_fenced(&f, &mine, TTL, b"fences"),
+        Op::acquire_fenced(&f, &theirs, TTL, b"fences"),
     ];
     let replies: Vec<Reply> = b.batch(&ops).into_iter().map(|r| r.unwrap()).collect();
     assert_eq!(replies, [Reply::held_by(&theirs), Reply::AlreadyOurs]);

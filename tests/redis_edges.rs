@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use quorum_lock::{
-    Backend, LockGuard, LockManager, LostSignal, NodeState, Op, RedisBackend, RetryPolicy,
+    Backend, KeySet, LockGuard, LockManager, LostSignal, NodeState, Op, RedisBackend, RetryPolicy,
 };
 use testkit::{RedisServer, wait_until};
 
@@ -158,9 +158,10 @@ fn a_flushed_script_cache_does_not_reorder_a_nodes_pipeline() {
         .query(&mut server.conn())
         .unwrap();
     assert!(!node.release(b"warm", token).unwrap());
+    let k = KeySet::one("k");
     let ops = [
-        Op::acquire_fenced(b"k", token, TTL, b"{quorum-lock}:fences"),
-        Op::release(b"k", token),
+        Op::acquire_fenced(&k, token, TTL, b"{quorum-lock}:fences"),
+        Op::release(&k, token),
     ];
     let results = node.batch(&ops);
     assert!(results.iter().all(Result::is_ok), "{results:?}");

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use quorum_lock::RedisBackend;
-use quorum_lock::{Backend, BackendError, BackendErrorKind, LockManager, Op};
+use quorum_lock::{Backend, BackendError, BackendErrorKind, KeySet, LockManager, Op};
 
 use testkit::fake_server::{Behavior, FakeServer};
 use testkit::{RedisServers, free_port};
@@ -80,7 +80,8 @@ fn hostile_calls(behavior: Behavior, kinds: &[BackendErrorKind]) -> Vec<BackendE
         assert_bounded_error("extend", &node, kinds, || b.extend(b"k", &t, TTL)),
         assert_bounded_error("server_info", &node, kinds, || b.server_info()),
     ];
-    let ops = [Op::acquire(b"a", &t, TTL), Op::release(b"a", &t)];
+    let a = KeySet::one("a");
+    let ops = [Op::acquire(&a, &t, TTL), Op::release(&a, &t)];
     let start = Instant::now();
     let answers = b.identified_batch(&ops);
     assert!(start.elapsed() < BOUND, "batch took {:?}", start.elapsed());

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use quorum_lock::RedisBackend;
-use quorum_lock::{Backend, BackendErrorKind, LockManager, Op, Reply};
+use quorum_lock::{Backend, BackendErrorKind, KeySet, LockManager, Op, Reply};
 
 use testkit::RedisServer;
 use testkit::proxy::Proxy;
@@ -61,7 +61,7 @@ fn try_acquire_and_check(
     servers: &[(&RedisServer, String)],
 ) -> Through {
     let t = token(1);
-    let answers = b.identified_batch(&[Op::acquire(key, &t, TTL)]);
+    let answers = b.identified_batch(&[Op::acquire(&KeySet::one(key), &t, TTL)]);
     if let [Err(e)] = answers.results() {
         // The proxy closed the connection: seen as closed (EOF) or reset.
         let text = e.to_string().to_lowercase();
@@ -236,7 +236,7 @@ fn refused_info_leaves_the_identity_unknown_and_is_asked_once() {
     let t = token(2);
     for i in 0..5 {
         let key = format!("noinfo:{i}").into_bytes();
-        let answers = b.identified_batch(&[Op::acquire(&key, &t, TTL)]);
+        let answers = b.identified_batch(&[Op::acquire(&KeySet::one(&key), &t, TTL)]);
         assert!(matches!(answers.results(), [Ok(Reply::Yes)]), "{answers:?}");
         assert!(answers.server().is_none(), "{:?}", answers.server());
     }

@@ -181,6 +181,30 @@ fn a_release_that_failed_for_any_reason_is_retried() {
     );
 }
 
+/// Issue 28, item 2. A set travelled through the engine as one composite
+/// key, and a release kept for retry was sent again as the release of
+/// that composite key, which no server holds: the set's members stayed on
+/// the node for their whole TTL. The lock's keys are one type now, and the
+/// retry releases every member, as the first release would have.
+#[test]
+fn a_failed_release_of_a_set_is_retried_for_every_member() {
+    let clock = ManualClock::new();
+    let nodes = nodes(3, &clock);
+    let locks = manager(&nodes, &clock, Duration::from_secs(30));
+    let set = locks.lock_all(["a", "b"], &LockOptions::new()).unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert!(nodes[0].holder(b"a").is_some() && nodes[0].holder(b"b").is_some());
+    nodes[0].fail_next(1);
+    drop(set);
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert!(
+        testkit::wait_until(Duration::from_secs(3), || nodes[0].key_count() == 0),
+        "the set's release that failed once was not retried: a {:?} left, b {:?} left",
+        nodes[0].remaining_ttl(b"a"),
+        nodes[0].remaining_ttl(b"b")
+    );
+}
+
 /// Issue 17, hole 2. The local line knew only a waiter's TTL, so a thread
 /// that asked for `fencing(true)` and waited behind a plain holder was
 /// handed that holder's lease on drop: same token, `fence() == None`. A

@@ -1,59 +1,131 @@
-//! Several keys locked as one (`LockManager::lock_all`): the set travels
-//! through the engine as one composite key, and reaches a backend as a
-//! [`KeySet`] in the set operations ([`OpKind::AcquireAll`](super::OpKind)
-//! and its kin), which take every key or none in one atomic step.
-//!
-//! The composite key is never stored on a server: only its members are.
-//! It starts with [`SET_MARK`], which no resource may start with (the
-//! manager refuses such names), so a composite key is never mistaken for
-//! a plain one, nor the other way round.
+//! [`KeySet`]: the keys of one lock, one type from where a call enters to
+//! the backend. A single lock is a set of one; a lock on several
+//! resources at once (`LockManager::lock_all`) is a set of several, which
+//! a backend takes all or nothing in one atomic step.
 
 use std::fmt;
-
-/// The first bytes of a composite key. `0xff` never starts valid UTF-8
-/// text, and the manager refuses resources that start with the mark.
-pub(crate) const SET_MARK: &[u8] = b"\xffquorum-lock:set\xff";
+use std::sync::Arc;
 
 /// Most members of one set.
 pub const MAX_SET_SIZE: usize = 64;
 
-/// The keys of a set operation, in order (sorted, without duplicates).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct KeySet<'a> {
-    /// The members, each as a 4-byte big-endian length and the key.
-    encoded: &'a [u8],
+/// The keys of one lock: sorted (as bytes), distinct, at least one and at
+/// most [`MAX_SET_SIZE`].
+///
+/// A single lock is a set of one, and [`single`](Self::single) gives its
+/// key; a backend runs an op on a set of several keys as one atomic step on
+/// all of them (see [`OpKind`](super::OpKind)). The constructors keep the
+/// invariants, so no other value exists. Cheap to clone (one reference
+/// count); equal, and hashed alike, when the keys are.
+///
+/// The crate also keeps a lock's resource names (its keys before the
+/// manager's prefix) in one; [`Display`](fmt::Display) shows a set of one
+/// as its key and a set of several as `{a, b}` (lossy UTF-8), `Debug` as a
+/// list of lossy strings.
+///
+/// ```
+/// use quorum_lock::{KeySet, MAX_SET_SIZE};
+///
+/// let set = KeySet::new(["b", "a", "b"]).unwrap();
+/// assert_eq!(set.as_slice(), [&b"a"[..], b"b"]);
+/// assert_eq!(set.single(), None);
+/// assert_eq!(set.to_string(), "{a, b}");
+/// assert_eq!(KeySet::one("job").single(), Some(&b"job"[..]));
+/// assert!(KeySet::new(Vec::<&str>::new()).is_none());
+/// assert!(KeySet::new((0..=MAX_SET_SIZE).map(|i| i.to_string())).is_none());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct KeySet {
+    /// Sorted, distinct, 1 to [`MAX_SET_SIZE`] keys.
+    keys: Arc<[Vec<u8>]>,
 }
 
-impl<'a> KeySet<'a> {
-    /// The set in a composite key, if `key` is one.
-    pub(crate) fn of(key: &'a [u8]) -> Option<Self> {
-        key.strip_prefix(SET_MARK).map(|encoded| Self { encoded })
+impl KeySet {
+    /// The set of one key (a single lock's).
+    pub fn one(key: impl AsRef<[u8]>) -> Self {
+        Self {
+            keys: Arc::from([key.as_ref().to_vec()]),
+        }
     }
 
-    /// The keys, in order.
-    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let mut rest = self.encoded;
-        std::iter::from_fn(move || {
-            let (len, tail) = rest.split_first_chunk::<4>()?;
-            let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
-            let (key, tail) = tail.split_at_checked(len)?;
-            rest = tail;
-            Some(key)
+    /// The set of `keys`, sorted, each once; `None` when there are none or
+    /// more than [`MAX_SET_SIZE`] distinct ones (it stops reading as soon
+    /// as it has more; repeats count once).
+    pub fn new<K: AsRef<[u8]>>(keys: impl IntoIterator<Item = K>) -> Option<Self> {
+        let mut sorted = std::collections::BTreeSet::new();
+        for key in keys {
+            let key = key.as_ref();
+            if !sorted.contains(key) {
+                sorted.insert(key.to_vec());
+            }
+            if sorted.len() > MAX_SET_SIZE {
+                return None;
+            }
+        }
+        if sorted.is_empty() {
+            return None;
+        }
+        Some(Self {
+            keys: sorted.into_iter().collect(),
         })
     }
 
-    /// How many keys.
-    pub fn len(&self) -> usize {
-        self.iter().count()
+    /// The keys, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.keys.iter().map(Vec::as_slice)
     }
 
-    /// Whether the set has no keys (never, for a set the crate built).
+    /// The keys, in order, as a slice.
+    pub fn as_slice(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+
+    /// How many keys: 1 to [`MAX_SET_SIZE`].
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Always `false`: a set has at least one key.
     pub fn is_empty(&self) -> bool {
-        self.iter().next().is_none()
+        self.keys.is_empty()
+    }
+
+    /// The key of a set of one (a single lock); `None` for several.
+    pub fn single(&self) -> Option<&[u8]> {
+        match &self.keys[..] {
+            [key] => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The first key (the smallest): the only one of a set of one.
+    pub fn first(&self) -> &[u8] {
+        self.keys.first().map_or(&[][..], Vec::as_slice)
+    }
+
+    /// Where `key` is among the keys, if it is one of them.
+    pub fn position(&self, key: &[u8]) -> Option<usize> {
+        self.keys.binary_search_by(|k| k[..].cmp(key)).ok()
+    }
+
+    /// Whether `key` is one of the keys.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.position(key).is_some()
+    }
+
+    /// Every key with `prefix` in front: a lock's keys on the nodes from
+    /// its resource names (the order and distinctness carry over).
+    pub(crate) fn prefixed(&self, prefix: &[u8]) -> Self {
+        if prefix.is_empty() {
+            return self.clone();
+        }
+        Self {
+            keys: self.keys.iter().map(|k| [prefix, k].concat()).collect(),
+        }
     }
 }
 
-impl fmt::Debug for KeySet<'_> {
+impl fmt::Debug for KeySet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
             .entries(self.iter().map(String::from_utf8_lossy))
@@ -61,27 +133,20 @@ impl fmt::Debug for KeySet<'_> {
     }
 }
 
-/// The composite key of `keys` (already sorted and deduplicated).
-pub(crate) fn compose<K: AsRef<[u8]>>(keys: &[K]) -> Vec<u8> {
-    let mut out = SET_MARK.to_vec();
-    for key in keys {
-        let key = key.as_ref();
-        let len = u32::try_from(key.len()).unwrap_or(u32::MAX);
-        out.extend_from_slice(&len.to_be_bytes());
-        out.extend_from_slice(key);
-    }
-    out
-}
-
-/// A resource or a composite of resources, for messages: `{a, b}` for a
-/// set, the lossy text otherwise.
-pub(crate) fn show(resource: &[u8]) -> String {
-    match KeySet::of(resource) {
-        Some(set) => {
-            let names: Vec<_> = set.iter().map(String::from_utf8_lossy).collect();
-            format!("{{{}}}", names.join(", "))
+/// `a` for a set of one, `{a, b}` for several: lossy UTF-8.
+impl fmt::Display for KeySet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(key) = self.single() {
+            return f.write_str(&String::from_utf8_lossy(key));
         }
-        None => String::from_utf8_lossy(resource).into_owned(),
+        f.write_str("{")?;
+        for (i, key) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(&String::from_utf8_lossy(key))?;
+        }
+        f.write_str("}")
     }
 }
 
@@ -90,19 +155,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_composite_key_lists_its_members_and_a_plain_key_is_none() {
-        let composite = compose(&[&b"a"[..], b"", b"long:key"]);
-        let set = KeySet::of(&composite).unwrap();
+    fn a_set_is_sorted_distinct_and_one_to_the_cap() {
+        let set = KeySet::new([&b"long:key"[..], b"a", b"", b"a"]).unwrap();
         assert_eq!(
             set.iter().collect::<Vec<_>>(),
-            [&b"a"[..], b"", b"long:key"]
+            [&b""[..], b"a", b"long:key"]
         );
         assert_eq!(set.len(), 3);
-        assert_eq!(show(&composite), "{a, , long:key}");
-        assert!(KeySet::of(b"a").is_none());
-        assert_eq!(show(b"plain"), "plain");
-        // A truncated encoding stops; it never reads past the end.
-        let cut = &composite[..composite.len() - 2];
-        assert_eq!(KeySet::of(cut).unwrap().len(), 2);
+        assert!(!set.is_empty());
+        assert_eq!(set.single(), None);
+        assert_eq!(set.first(), b"");
+        assert_eq!(set.position(b"long:key"), Some(2));
+        assert!(set.contains(b"a") && !set.contains(b"b"));
+        assert_eq!(set.to_string(), "{, a, long:key}");
+        assert_eq!(format!("{set:?}"), r#"["", "a", "long:key"]"#);
+        // The order and the equality do not depend on how it was given.
+        assert_eq!(set, KeySet::new([&b"a"[..], b"long:key", b""]).unwrap());
+
+        assert!(KeySet::new(Vec::<Vec<u8>>::new()).is_none(), "empty");
+        let full = (0..MAX_SET_SIZE).map(|i| format!("k{i}"));
+        assert_eq!(KeySet::new(full).unwrap().len(), MAX_SET_SIZE);
+        let over = (0..=MAX_SET_SIZE).map(|i| format!("k{i}"));
+        assert!(KeySet::new(over).is_none(), "over the cap");
+        let repeats = std::iter::repeat_n("a", MAX_SET_SIZE * 4).chain(["b"]);
+        assert_eq!(KeySet::new(repeats).unwrap().len(), 2, "repeats count once");
+    }
+
+    #[test]
+    fn a_single_lock_is_a_set_of_one() {
+        let one = KeySet::one("job");
+        assert_eq!(one.single(), Some(&b"job"[..]));
+        assert_eq!(one.first(), b"job");
+        assert_eq!(one.len(), 1);
+        assert_eq!(one, KeySet::new(["job", "job"]).unwrap());
+        assert_eq!(one.to_string(), "job");
+        assert_eq!(one.position(b"job"), Some(0));
+        let prefixed = KeySet::new(["b", "a"]).unwrap().prefixed(b"p:");
+        assert_eq!(prefixed.as_slice(), [&b"p:a"[..], b"p:b"]);
+        assert_eq!(one.prefixed(b"").single(), Some(&b"job"[..]));
+        assert_eq!(KeySet::one(b"\xff").to_string(), "\u{fffd}");
     }
 }

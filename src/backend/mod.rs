@@ -37,7 +37,6 @@ pub use self::answers::{Answers, InFlight};
 pub use self::error::{BackendError, BackendErrorKind};
 pub use self::holding::{Holding, MAX_INSPECTED_VALUE};
 pub use self::keyset::{KeySet, MAX_SET_SIZE};
-pub(crate) use self::keyset::{SET_MARK, compose as compose_keys, show as show_resource};
 #[cfg(feature = "redis")]
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::ReleaseListener;
@@ -89,7 +88,7 @@ pub trait Backend: Send + Sync + 'static {
     ///
     /// Provided: one [`batch`](Self::batch) of [`Op::acquire`].
     fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        single(self, Op::acquire(key, token, ttl)).map(Reply::is_yes)
+        single(self, Op::acquire(&KeySet::one(key), token, ttl)).map(Reply::is_yes)
     }
 
     /// Deletes `key` only if it still holds `token` (compare-and-delete).
@@ -103,7 +102,7 @@ pub trait Backend: Send + Sync + 'static {
     ///
     /// Provided: one [`batch`](Self::batch) of [`Op::release`].
     fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        single(self, Op::release(key, token)).map(Reply::is_yes)
+        single(self, Op::release(&KeySet::one(key), token)).map(Reply::is_yes)
     }
 
     /// Sets the expiry of `key` to `ttl` from now, only if it still holds
@@ -118,7 +117,7 @@ pub trait Backend: Send + Sync + 'static {
     ///
     /// Provided: one [`batch`](Self::batch) of [`Op::extend`].
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        single(self, Op::extend(key, token, ttl)).map(Reply::is_yes)
+        single(self, Op::extend(&KeySet::one(key), token, ttl)).map(Reply::is_yes)
     }
 
     /// [`acquire`](Self::acquire), and when this call set the key, reads
@@ -126,8 +125,9 @@ pub trait Backend: Send + Sync + 'static {
     /// step. For fencing tokens (`LockOptions::fencing`).
     ///
     /// `counter` names the hash that holds every fence counter of the node
-    /// (one field per lock key, no expiry): a name the crate refuses as a
-    /// resource, so no lock ever collides with a counter. A value of
+    /// (one field per lock key, no expiry), `<prefix>{quorum-lock}:fences`:
+    /// in the crate's own namespace, which no resource may enter, so no
+    /// lock ever collides with a counter. A value of
     /// another type there, or a field that is not a number, is an error
     /// ([`BackendErrorKind::WrongType`]), never a fence.
     ///
@@ -148,7 +148,11 @@ pub trait Backend: Send + Sync + 'static {
         ttl: Duration,
         counter: &[u8],
     ) -> Result<Option<u64>, BackendError> {
-        single(self, Op::acquire_fenced(key, token, ttl, counter)).map(Reply::fence)
+        single(
+            self,
+            Op::acquire_fenced(&KeySet::one(key), token, ttl, counter),
+        )
+        .map(Reply::fence)
     }
 
     /// Raises the lock's fence counter (the field `key` of the hash
@@ -171,7 +175,11 @@ pub trait Backend: Send + Sync + 'static {
         counter: &[u8],
         fence: u64,
     ) -> Result<bool, BackendError> {
-        single(self, Op::raise_fence(key, token, counter, fence)).map(Reply::is_yes)
+        single(
+            self,
+            Op::raise_fence(&KeySet::one(key), token, counter, fence),
+        )
+        .map(Reply::is_yes)
     }
 
     /// A name for reports and logs, such as `redis://10.0.0.1:6379/0`.
@@ -190,6 +198,12 @@ pub trait Backend: Send + Sync + 'static {
     /// reports any missing result as an error. A kind the backend does not
     /// support (fencing, say) gets [`unsupported`].
     ///
+    /// Each op names the lock's keys ([`Op::keys`]): one key for a single
+    /// lock, several for a lock on several resources
+    /// ([`LockManager::lock_all`](crate::LockManager::lock_all)), which the
+    /// backend runs as one atomic step on all of them, or answers
+    /// [`unsupported`] for.
+    ///
     /// A backend of your own, over some store with compare-and-set:
     ///
     /// ```
@@ -203,11 +217,13 @@ pub trait Backend: Send + Sync + 'static {
     ///     }
     ///     fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
     ///         ops.iter()
-    ///             .map(|op| match op.kind {
-    ///                 // Here: SET NX PX, compare-and-delete, compare-and-expire.
-    ///                 OpKind::Acquire { .. } | OpKind::Release | OpKind::Extend { .. } => {
+    ///             .map(|op| match (op.kind, op.keys.single()) {
+    ///                 // Here: SET NX PX, compare-and-delete, compare-and-expire
+    ///                 // of the one key.
+    ///                 (OpKind::Acquire { .. } | OpKind::Release | OpKind::Extend { .. }, Some(_key)) => {
     ///                     Ok(Reply::Yes)
     ///                 }
+    ///                 // Fencing, and several keys at once: not here.
     ///                 _ => Err(unsupported(self, op)),
     ///             })
     ///             .collect()
@@ -421,17 +437,17 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 /// The error a backend gives for an op kind it does not support (say,
 /// fencing): a configuration error naming the backend and the kind.
 pub fn unsupported<B: Backend + ?Sized>(backend: &B, op: &Op<'_>) -> BackendError {
-    let kind = match op.kind {
-        OpKind::Acquire { .. } => "acquire",
-        OpKind::AcquireFenced { .. } => "fenced acquire (fencing tokens)",
-        OpKind::Extend { .. } => "extend",
-        OpKind::Release => "release",
-        OpKind::RaiseFence { .. } => "fence raise (fencing tokens)",
-        OpKind::AcquireAll { .. } => "acquire of several keys (lock_all)",
-        OpKind::ExtendAll { .. } => "extend of several keys (lock_all)",
-        OpKind::ReleaseAll { .. } => "release of several keys (lock_all)",
-        OpKind::AcquireAllFenced { .. } => "fenced acquire of several keys (lock_all)",
-        OpKind::RaiseFenceAll { .. } => "fence raise of several keys (lock_all)",
+    let kind = match (op.kind, op.keys.len() > 1) {
+        (OpKind::Acquire { .. }, false) => "acquire",
+        (OpKind::AcquireFenced { .. }, false) => "fenced acquire (fencing tokens)",
+        (OpKind::Extend { .. }, false) => "extend",
+        (OpKind::Release, false) => "release",
+        (OpKind::RaiseFence { .. }, false) => "fence raise (fencing tokens)",
+        (OpKind::Acquire { .. }, true) => "acquire of several keys (lock_all)",
+        (OpKind::AcquireFenced { .. }, true) => "fenced acquire of several keys (lock_all)",
+        (OpKind::Extend { .. }, true) => "extend of several keys (lock_all)",
+        (OpKind::Release, true) => "release of several keys (lock_all)",
+        (OpKind::RaiseFence { .. }, true) => "fence raise of several keys (lock_all)",
     };
     BackendError::new(
         BackendErrorKind::Config,

@@ -6,39 +6,59 @@ use std::time::Duration;
 
 use super::KeySet;
 
-/// One operation on one lock server, in a [`Backend::batch`](super::Backend::batch): which key,
-/// with whose token, doing what.
+/// One operation on one lock server, in a [`Backend::batch`](super::Backend::batch): which
+/// keys, with whose token, doing what.
+///
+/// The keys are the lock's: one for a single lock, several for a lock on
+/// several resources at once
+/// ([`LockManager::lock_all`](crate::LockManager::lock_all)). A backend
+/// runs an op on several keys as one atomic step on all of them: every
+/// key or none (see each [`OpKind`]).
 ///
 /// ```
 /// use std::time::Duration;
-/// use quorum_lock::{Op, OpKind};
+/// use quorum_lock::{KeySet, Op, OpKind};
 ///
-/// let op = Op::acquire(b"locks:job", b"our-token", Duration::from_secs(10));
+/// let key = KeySet::one("locks:job");
+/// let op = Op::acquire(&key, b"our-token", Duration::from_secs(10));
 /// assert_eq!(op.kind, OpKind::Acquire { ttl: Duration::from_secs(10) });
+/// assert_eq!(op.keys.single(), Some(&b"locks:job"[..]));
 /// assert_eq!(op.ttl(), Some(Duration::from_secs(10)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Op<'a> {
-    /// The lock key.
-    pub key: &'a [u8],
-    /// Our token: the value the key holds while the lock is ours.
+    /// The lock's keys (one, or several taken as one).
+    pub keys: &'a KeySet,
+    /// Our token: the value the keys hold while the lock is ours.
     pub token: &'a [u8],
-    /// What to do with the key.
+    /// What to do with the keys.
     pub kind: OpKind<'a>,
 }
 
-/// What an [`Op`] does with its key.
+/// What an [`Op`] does with its keys. For several keys, each kind is one
+/// atomic step on all of them, as described per variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OpKind<'a> {
     /// Set the key to the token with this expiry, only if it does not
     /// exist (see [`Backend::acquire`](super::Backend::acquire)).
+    ///
+    /// Several keys: set every one, only if none of them exists; all or
+    /// nothing. [`Reply::No`] (or [`Reply::HeldBy`]): some key is held by
+    /// another value and nothing was written; [`Reply::AlreadyOurs`]: some
+    /// key already holds the token (another name of this server set them)
+    /// and nothing was written.
     Acquire {
         /// Expiry to set.
         ttl: Duration,
     },
     /// The same, and read the lock's fence counter in the hash `counter`
     /// (see [`Backend::acquire_fenced`](super::Backend::acquire_fenced)).
+    ///
+    /// Several keys: when this call set them, read the highest of their
+    /// counters (fields of the hash `counter`, 0 when absent) in the same
+    /// atomic step: [`Reply::Fenced`] with that value. One fence then
+    /// serves every member (see [`RaiseFence`](Self::RaiseFence)).
     AcquireFenced {
         /// Expiry to set.
         ttl: Duration,
@@ -47,80 +67,37 @@ pub enum OpKind<'a> {
     },
     /// Set the expiry, only while the key holds the token (see
     /// [`Backend::extend`](super::Backend::extend)).
+    ///
+    /// Several keys: only while each holds the token; else nothing is
+    /// changed and the answer is [`Reply::No`].
     Extend {
         /// New expiry, from now.
         ttl: Duration,
     },
     /// Delete the key, only while it holds the token (see
     /// [`Backend::release`](super::Backend::release)).
+    ///
+    /// Several keys: delete every one that holds the token; [`Reply::Yes`]
+    /// (or [`Reply::Notified`]) when at least one was deleted.
     Release,
     /// Raise the fence counter to at least `fence`, only while the key
     /// holds the token (see [`Backend::raise_fence`](super::Backend::raise_fence)).
+    ///
+    /// Several keys: raise every member's counter, only while every one
+    /// holds the token.
     RaiseFence {
         /// The hash of the fence counters.
         counter: &'a [u8],
         /// The value the counter must reach.
         fence: u64,
     },
-    /// Set every key of `keys` to the token with this expiry, in one atomic
-    /// step, only if none of them exists: all or nothing
-    /// ([`LockManager::lock_all`](crate::LockManager::lock_all)). The op's
-    /// `key` is the set's composite name, never a key to store.
-    /// [`Reply::Yes`]: all set; [`Reply::No`]: some key is held by another
-    /// value and nothing was written; [`Reply::AlreadyOurs`]: some key
-    /// already holds the token (another name of this server set them) and
-    /// nothing was written.
-    AcquireAll {
-        /// Expiry to set.
-        ttl: Duration,
-        /// The keys.
-        keys: KeySet<'a>,
-    },
-    /// Set the expiry of every key of `keys`, only while each holds the
-    /// token (one atomic step; else nothing is changed and the answer is
-    /// [`Reply::No`]).
-    ExtendAll {
-        /// New expiry, from now.
-        ttl: Duration,
-        /// The keys.
-        keys: KeySet<'a>,
-    },
-    /// Delete every key of `keys` that holds the token. [`Reply::Yes`]
-    /// when at least one was deleted.
-    ReleaseAll {
-        /// The keys.
-        keys: KeySet<'a>,
-    },
-    /// [`AcquireAll`](Self::AcquireAll), and when this call set the keys,
-    /// read the highest of their fence counters (fields of the hash
-    /// `counter`, 0 when absent) in the same atomic step:
-    /// [`Reply::Fenced`] with that value. One fence then serves every
-    /// member (see [`RaiseFenceAll`](Self::RaiseFenceAll)).
-    AcquireAllFenced {
-        /// Expiry to set.
-        ttl: Duration,
-        /// The keys.
-        keys: KeySet<'a>,
-        /// The hash of the fence counters.
-        counter: &'a [u8],
-    },
-    /// Raise the fence counter of every key of `keys` to at least `fence`,
-    /// only while every one holds the token (one atomic step).
-    RaiseFenceAll {
-        /// The keys.
-        keys: KeySet<'a>,
-        /// The hash of the fence counters.
-        counter: &'a [u8],
-        /// The value each counter must reach.
-        fence: u64,
-    },
 }
 
 impl<'a> Op<'a> {
-    /// An acquire of `key` for `token` with an expiry of `ttl`.
-    pub fn acquire(key: &'a [u8], token: &'a [u8], ttl: Duration) -> Self {
+    /// An acquire of `keys` for `token` with an expiry of `ttl`.
+    pub fn acquire(keys: &'a KeySet, token: &'a [u8], ttl: Duration) -> Self {
         Self {
-            key,
+            keys,
             token,
             kind: OpKind::Acquire { ttl },
         }
@@ -128,40 +105,40 @@ impl<'a> Op<'a> {
 
     /// A fenced acquire: an acquire that also reads the fence counter.
     pub fn acquire_fenced(
-        key: &'a [u8],
+        keys: &'a KeySet,
         token: &'a [u8],
         ttl: Duration,
         counter: &'a [u8],
     ) -> Self {
         Self {
-            key,
+            keys,
             token,
             kind: OpKind::AcquireFenced { ttl, counter },
         }
     }
 
-    /// An extend of `key` to `ttl` from now, while it holds `token`.
-    pub fn extend(key: &'a [u8], token: &'a [u8], ttl: Duration) -> Self {
+    /// An extend of `keys` to `ttl` from now, while they hold `token`.
+    pub fn extend(keys: &'a KeySet, token: &'a [u8], ttl: Duration) -> Self {
         Self {
-            key,
+            keys,
             token,
             kind: OpKind::Extend { ttl },
         }
     }
 
-    /// A release of `key`, while it holds `token`.
-    pub fn release(key: &'a [u8], token: &'a [u8]) -> Self {
+    /// A release of `keys`, while they hold `token`.
+    pub fn release(keys: &'a KeySet, token: &'a [u8]) -> Self {
         Self {
-            key,
+            keys,
             token,
             kind: OpKind::Release,
         }
     }
 
-    /// A raise of the fence counter of `key` to at least `fence`.
-    pub fn raise_fence(key: &'a [u8], token: &'a [u8], counter: &'a [u8], fence: u64) -> Self {
+    /// A raise of the fence counter of `keys` to at least `fence`.
+    pub fn raise_fence(keys: &'a KeySet, token: &'a [u8], counter: &'a [u8], fence: u64) -> Self {
         Self {
-            key,
+            keys,
             token,
             kind: OpKind::RaiseFence { counter, fence },
         }
@@ -172,14 +149,8 @@ impl<'a> Op<'a> {
         match self.kind {
             OpKind::Acquire { ttl }
             | OpKind::AcquireFenced { ttl, .. }
-            | OpKind::Extend { ttl }
-            | OpKind::AcquireAll { ttl, .. }
-            | OpKind::AcquireAllFenced { ttl, .. }
-            | OpKind::ExtendAll { ttl, .. } => Some(ttl),
-            OpKind::Release
-            | OpKind::RaiseFence { .. }
-            | OpKind::ReleaseAll { .. }
-            | OpKind::RaiseFenceAll { .. } => None,
+            | OpKind::Extend { ttl } => Some(ttl),
+            OpKind::Release | OpKind::RaiseFence { .. } => None,
         }
     }
 }

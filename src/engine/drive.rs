@@ -179,7 +179,7 @@ impl Engine {
         let job = Job::Finish(Box::new(Handed {
             begun,
             action: item.action,
-            key: std::sync::Arc::clone(item.key),
+            keys: item.keys.clone(),
             token: item.token,
             reply: Some((reply.clone(), slot)),
         }));

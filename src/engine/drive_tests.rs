@@ -111,12 +111,12 @@ fn engine(wires: &[Wire], quorum: usize) -> Engine {
     Engine::start(backends, settings).unwrap()
 }
 
-fn acquire<'a>(key: &'a Arc<[u8]>, token: Token) -> Request<'a> {
+fn acquire<'a>(keys: &'a KeySet, token: Token) -> Request<'a> {
     Request {
         action: Action::Acquire {
             ttl: Duration::from_secs(30),
         },
-        key,
+        keys,
         token,
     }
 }
@@ -129,7 +129,7 @@ const SLOW: Duration = Duration::from_millis(1500);
 fn a_round_decided_without_a_slow_node_leaves_its_answer_to_the_node_thread() {
     let wires = wires([SLOW, Duration::ZERO, Duration::ZERO], SLOW * 2, false);
     let engine = engine(&wires, 2);
-    let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+    let key = KeySet::one("k");
     let gather = Gather::UntilDecided { quorum: 2 };
     let outcomes = engine.round(
         &acquire(&key, Token::random().unwrap()),
@@ -165,7 +165,7 @@ fn a_caller_that_gives_up_at_its_deadline_leaves_no_key_behind() {
     let wait = Duration::from_millis(100);
     let wires = wires([SLOW; 3], wait, true);
     let engine = engine(&wires, 2);
-    let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+    let key = KeySet::one("k");
     let token = Token::random().unwrap();
     let gather = Gather::UntilDecided { quorum: 2 };
     let pending = engine.scatter(&acquire(&key, token), wait, Direct::IdleNodes, gather);
@@ -178,7 +178,7 @@ fn a_caller_that_gives_up_at_its_deadline_leaves_no_key_behind() {
     assert!(engine.flush(Duration::from_secs(30)));
     for (i, wire) in wires.iter().enumerate() {
         assert_eq!(
-            wire.node.holder(&key),
+            wire.node.holder(key.first()),
             None,
             "node {i} kept the key: its release overtook the late acquire"
         );

@@ -15,7 +15,9 @@ use std::time::Instant;
 use super::action::Action;
 use super::identity::Standing;
 use super::worker::{Shared, Vote, Worker};
-use crate::backend::{Answers, BackendError, BackendErrorKind, InFlight, Op, Reply, ServerInfo};
+use crate::backend::{
+    Answers, BackendError, BackendErrorKind, InFlight, KeySet, Op, Reply, ServerInfo,
+};
 use crate::owner;
 use crate::report::NodeOutcome;
 use crate::token::{TOKEN_LEN, Token};
@@ -23,7 +25,7 @@ use crate::token::{TOKEN_LEN, Token};
 /// One operation as the executor runs it.
 pub(super) struct Item<'a> {
     pub(super) action: Action,
-    pub(super) key: &'a Arc<[u8]>,
+    pub(super) keys: &'a KeySet,
     pub(super) token: Token,
 }
 
@@ -72,7 +74,7 @@ impl Worker {
         for item in items {
             if down {
                 if item.action == Action::Release {
-                    self.keep(item.key, item.token);
+                    self.keep(item.keys, item.token);
                 }
                 known.push(Some((NodeOutcome::Down, None)));
             } else {
@@ -154,9 +156,9 @@ impl Worker {
                     ))
                 });
                 if item.action == Action::Release {
-                    self.keep_for_retry(item.key, item.token, &result);
+                    self.keep_for_retry(item.keys, item.token, &result);
                     if let Ok(reply) = result {
-                        self.note_release(item.key, reply);
+                        self.note_release(item.keys, reply);
                     }
                 }
                 if matches!(
@@ -169,13 +171,13 @@ impl Worker {
                         Ok(Reply::HeldBy(digest)) => {
                             self.shared
                                 .waiters
-                                .note_holder(item.key, self.index, *digest);
+                                .note_holder(item.keys, self.index, *digest);
                         }
                         // The key was free here: as good as a notice of
                         // its release, for a waiter this node may not
                         // have been listening for yet (`note_free`).
                         Ok(reply) if reply.is_yes() => {
-                            self.shared.waiters.note_free(item.key, self.index);
+                            self.shared.waiters.note_free(item.keys, self.index);
                         }
                         _ => {}
                     }
@@ -297,7 +299,7 @@ fn ops_for<'a>(
         .zip(known)
         .filter(|(_, known)| known.is_none())
         .zip(values.chunks(len.max(1)))
-        .map(|((item, _), value)| item.action.op(&item.key[..], value, counter))
+        .map(|((item, _), value)| item.action.op(item.keys, value, counter))
         .collect()
 }
 

@@ -3,14 +3,13 @@
 //! releases kept for a node that could not take them yet.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::retries::{RetryRelease, push_bounded};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KeySet};
 use crate::health::{NodeHealth, NodeState};
 use crate::token::Token;
 
@@ -67,8 +66,8 @@ impl Vitals {
     /// connection attempt; the worker sends it once a probe finds the node
     /// back. Returns `false` if the node came back meanwhile (the caller
     /// then queues the release as usual; a second release is harmless).
-    pub(crate) fn park(&self, key: &Arc<[u8]>, token: Token) -> bool {
-        if push_bounded(&mut self.parked.lock(), key, token, Instant::now()) {
+    pub(crate) fn park(&self, keys: &KeySet, token: Token) -> bool {
+        if push_bounded(&mut self.parked.lock(), keys, token, Instant::now()) {
             self.note_abandoned(1);
         }
         self.is_down()

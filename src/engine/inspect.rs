@@ -16,7 +16,7 @@ impl Engine {
     /// says so.
     pub(crate) fn inspect(
         &self,
-        key: &Arc<[u8]>,
+        key: &[u8],
         wait: Duration,
     ) -> Vec<Result<Option<Holding>, BackendError>> {
         let deadline = Instant::now().checked_add(wait);
@@ -24,9 +24,10 @@ impl Engine {
         let (reply, answers) = crossbeam_channel::bounded(n);
         let mut found: Vec<Option<Result<Option<Holding>, BackendError>>> = vec![None; n];
         let mut expected = 0;
+        let key: Arc<[u8]> = Arc::from(key);
         for (slot, node) in self.nodes.iter().enumerate() {
             let job = Job::Inspect {
-                key: Arc::clone(key),
+                key: Arc::clone(&key),
                 reply: (reply.clone(), slot),
             };
             match node.enqueue(job) {

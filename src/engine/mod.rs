@@ -50,7 +50,7 @@ pub(crate) use self::identity::{Identity, Registry, Standing};
 #[cfg(test)]
 pub(crate) use self::tally::Tally;
 use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared, Vote};
-use crate::backend::{Backend, BackendError, BackendErrorKind};
+use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet};
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::health::NodeHealth;
@@ -110,7 +110,7 @@ impl Node {
     fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> Result<(), Refused> {
         self.enqueue(Job::Op {
             action: req.action,
-            key: Arc::clone(req.key),
+            keys: req.keys.clone(),
             token: req.token,
             reply,
         })
@@ -119,7 +119,7 @@ impl Node {
     /// A release for a node marked down is parked (no wake-up, no
     /// connection attempt) until it is back. Whether it was parked.
     fn park_release(&self, req: &Request<'_>) -> bool {
-        let parked = self.health.is_down() && self.health.park(req.key, req.token);
+        let parked = self.health.is_down() && self.health.park(req.keys, req.token);
         if parked {
             log::debug!(
                 "quorum-lock: node {} is down: release parked until it is back",
@@ -141,10 +141,10 @@ pub(crate) enum Direct {
     IdleNodes,
 }
 
-/// One operation for every node.
+/// One operation for every node, on one lock's keys.
 pub(crate) struct Request<'a> {
     pub(crate) action: Action,
-    pub(crate) key: &'a Arc<[u8]>,
+    pub(crate) keys: &'a KeySet,
     pub(crate) token: Token,
 }
 
@@ -178,8 +178,8 @@ pub(crate) struct Settings {
     pub(crate) drain_wait: Duration,
     /// The manager's clock.
     pub(crate) clock: Arc<dyn Clock>,
-    /// The key of every node's fence counters (the prefix followed by
-    /// the reserved name).
+    /// The key of every node's fence counters (in the crate's reserved
+    /// namespace: `<prefix>{quorum-lock}:fences`).
     pub(crate) fence_counters: Vec<u8>,
     /// Count grants of servers that may evict lock keys.
     pub(crate) accept_eviction: bool,
@@ -326,7 +326,7 @@ impl Engine {
         let mut queued = vec![true; n];
         let item = Item {
             action: req.action,
-            key: req.key,
+            keys: req.keys,
             token: req.token,
         };
         // The caller drives the round only when every node is idle (and
@@ -388,20 +388,20 @@ impl Engine {
         round
     }
 
-    /// Queues a release of `key` on every node (down or not) and returns at
-    /// once. Each release runs after whatever was queued before it.
-    pub(crate) fn release_detached(&self, key: &Arc<[u8]>, token: Token) {
-        self.release_detached_where(key, token, &vec![true; self.nodes.len()]);
+    /// Queues a release of `keys` on every node (down or not) and returns
+    /// at once. Each release runs after whatever was queued before it.
+    pub(crate) fn release_detached(&self, keys: &KeySet, token: Token) {
+        self.release_detached_where(keys, token, &vec![true; self.nodes.len()]);
     }
 
     /// [`release_detached`](Self::release_detached) on the nodes where
     /// `reached` is true: those that an attempt's acquire may have reached
     /// ([`Pending::reached`]). A node that never got the acquire needs no
     /// release.
-    pub(crate) fn release_detached_where(&self, key: &Arc<[u8]>, token: Token, reached: &[bool]) {
+    pub(crate) fn release_detached_where(&self, keys: &KeySet, token: Token, reached: &[bool]) {
         let req = Request {
             action: Action::Release,
-            key,
+            keys,
             token,
         };
         for (node, _) in self.nodes.iter().zip(reached).filter(|(_, r)| **r) {
@@ -419,23 +419,24 @@ impl Engine {
         self.barrier(Job::Barrier, wait)
     }
 
-    /// Registers a waiter for the release of `key` and waits (at most
-    /// `wait`) until every node listens for it: a release that a node
+    /// Registers a waiter for the release of `keys` (of any member, for a
+    /// set) and waits (at most `wait`) until every node listens for it: a
+    /// release that a node
     /// applies after that wakes the waiter (a hint, see
     /// [`ReleaseListener`](crate::ReleaseListener)). Every operation
     /// queued after this call runs after the node subscribed (per-node
     /// FIFO), also if the wait ends first. Dropping the [`Watch`]
     /// unregisters it; a node stops listening once nobody waits.
-    pub(crate) fn watch(&self, key: &Arc<[u8]>, wait: Duration) -> Watch {
-        let watch = self.shared.waiters.register(key);
+    pub(crate) fn watch(&self, keys: &KeySet, wait: Duration) -> Watch {
+        let watch = self.shared.waiters.register(keys);
         self.barrier(Job::Listen, wait);
         watch
     }
 
-    /// Whether the last release of `key` here, a moment ago, was heard
+    /// Whether the last release of `keys` here, a moment ago, was heard
     /// by another process waiting for it (forgotten once asked).
-    pub(crate) fn others_waited(&self, key: &[u8]) -> bool {
-        self.shared.waiters.take_heard(key)
+    pub(crate) fn others_waited(&self, keys: &KeySet) -> bool {
+        self.shared.waiters.take_heard(keys)
     }
 
     /// Queues the job `make` builds to every node and waits (at most

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::worker::{Job, Worker};
-use crate::backend::{ReleaseListener, Reply};
+use crate::backend::{KeySet, ReleaseListener, Reply};
 
 /// How long a node thread waits for a job before it looks for release
 /// notices, while some key is watched: about the longest a notice waits
@@ -214,20 +214,24 @@ impl Worker {
     }
 
     /// Takes note of a release's answer: when others listen for this
-    /// key's notices (the count is of listeners for exactly this key, see
-    /// [`Reply::Notified`]), the next `lock` of this key here lets them go
-    /// first; when this node thread listens too, its notice is an echo to
-    /// skip.
-    pub(super) fn note_release(&mut self, key: &Arc<[u8]>, reply: Reply) {
+    /// lock's notices (the count is of listeners for exactly its keys, see
+    /// [`Reply::Notified`]), the next `lock` of it here lets them go
+    /// first; when this node thread listens for a single lock's key too,
+    /// its notice is an echo to skip (the members of a set are not
+    /// tracked as echoes).
+    pub(super) fn note_release(&mut self, keys: &KeySet, reply: Reply) {
         let Reply::Notified(heard) = reply else {
             return;
         };
-        let own = self.notices.listening.contains(key);
-        if own {
+        let own = keys
+            .single()
+            .and_then(|key| self.notices.listening.get(key))
+            .cloned();
+        if let Some(key) = &own {
             *self.notices.echoes.entry(Arc::clone(key)).or_default() += 1;
         }
-        if heard > u64::from(own) {
-            self.shared.waiters.note_heard(key);
+        if heard > u64::from(own.is_some()) {
+            self.shared.waiters.note_heard(keys);
         }
     }
 }

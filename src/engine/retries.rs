@@ -11,9 +11,9 @@
 //! first.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::KeySet;
 use crate::token::Token;
 
 /// How often releases that could not reach the node are sent again.
@@ -26,7 +26,7 @@ const MAX_KEPT: usize = 10_000;
 /// One release kept for another try.
 #[derive(Debug)]
 pub(super) struct RetryRelease {
-    pub(super) key: Arc<[u8]>,
+    pub(super) keys: KeySet,
     pub(super) token: Token,
     /// When it was first due: it is dropped once the window has passed.
     since: Instant,
@@ -36,7 +36,7 @@ pub(super) struct RetryRelease {
 /// Whether one was dropped.
 pub(super) fn push_bounded(
     list: &mut VecDeque<RetryRelease>,
-    key: &Arc<[u8]>,
+    keys: &KeySet,
     token: Token,
     now: Instant,
 ) -> bool {
@@ -45,7 +45,7 @@ pub(super) fn push_bounded(
         list.pop_front();
     }
     list.push_back(RetryRelease {
-        key: Arc::clone(key),
+        keys: keys.clone(),
         token,
         since: now,
     });
@@ -80,8 +80,8 @@ impl RetryList {
     }
 
     /// Keeps a release. Whether the oldest was dropped for it.
-    pub(super) fn keep(&mut self, key: &Arc<[u8]>, token: Token, now: Instant) -> bool {
-        push_bounded(&mut self.list, key, token, now)
+    pub(super) fn keep(&mut self, keys: &KeySet, token: Token, now: Instant) -> bool {
+        push_bounded(&mut self.list, keys, token, now)
     }
 
     /// Takes the releases parked while the node was down; they go with the
@@ -138,7 +138,7 @@ mod tests {
         let window = Duration::from_secs(10);
         let mut list = RetryList::new(window, t0);
         assert_eq!(list.next_wake(), None, "nothing kept: nothing to wake for");
-        let key: Arc<[u8]> = b"k".as_slice().into();
+        let key = KeySet::one("k");
         list.keep(&key, token(), t0);
         list.keep(&key, token(), t0 + Duration::from_secs(5));
         assert!(list.due(t0));
@@ -160,7 +160,7 @@ mod tests {
     fn the_list_is_bounded_and_parked_releases_go_one_period_later() {
         let t0 = Instant::now();
         let mut list = RetryList::new(Duration::from_secs(60), t0);
-        let key: Arc<[u8]> = b"k".as_slice().into();
+        let key = KeySet::one("k");
         let dropped = (0..=MAX_KEPT)
             .filter(|_| list.keep(&key, token(), t0))
             .count();

@@ -46,7 +46,7 @@ fn a_stalled_node_refuses_past_the_queue_bound() {
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
     let wait = Duration::from_millis(50);
     let engine = Engine::start(backends, settings(wait)).unwrap();
-    let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+    let key = KeySet::one("k");
     let token = Token::random().unwrap();
     // One job is taken by the (stalled) node thread, the rest wait.
     for _ in 0..=MAX_QUEUED {
@@ -56,7 +56,7 @@ fn a_stalled_node_refuses_past_the_queue_bound() {
         action: Action::Acquire {
             ttl: Duration::from_secs(1),
         },
-        key: &key,
+        keys: &key,
         token,
     };
     let outcomes = engine.round(&acquire, Gather::All, wait, Direct::Never);
@@ -79,13 +79,13 @@ fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
     let wait = Duration::from_millis(50);
     let engine = Engine::start(backends, settings(wait)).unwrap();
-    let (key, filler): (Arc<[u8]>, Arc<[u8]>) = (Arc::from(&b"k"[..]), Arc::from(&b"f"[..]));
+    let (key, filler) = (KeySet::one("k"), KeySet::one("f"));
     let token = Token::random().unwrap();
     let acquire = |key| Request {
         action: Action::Acquire {
             ttl: Duration::from_secs(60),
         },
-        key,
+        keys: key,
         token,
     };
     drop(engine.scatter(&acquire(&key), wait, Direct::Never, Gather::All));

@@ -4,7 +4,6 @@
 //! `announce.rs`); this file runs their calls and says what they decided.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -13,7 +12,7 @@ use super::execute::contained;
 use super::identity::Standing;
 use super::liveness::Change;
 use super::worker::Worker;
-use crate::backend::{BackendError, BackendErrorKind, Op, Reply, ServerInfo};
+use crate::backend::{BackendError, BackendErrorKind, KeySet, Op, Reply, ServerInfo};
 use crate::owner;
 use crate::token::Token;
 
@@ -32,18 +31,18 @@ impl Worker {
     /// acquire it undoes possibly in place.
     pub(super) fn keep_for_retry(
         &mut self,
-        key: &Arc<[u8]>,
+        keys: &KeySet,
         token: Token,
         result: &Result<Reply, BackendError>,
     ) {
         if result.as_ref().is_err_and(release_outcome_unknown) {
-            self.keep(key, token);
+            self.keep(keys, token);
         }
     }
 
     /// Adds a release to the retry list (bounded: the oldest go first).
-    pub(super) fn keep(&mut self, key: &Arc<[u8]>, token: Token) {
-        if self.retries.keep(key, token, Instant::now()) {
+    pub(super) fn keep(&mut self, keys: &KeySet, token: Token) {
+        if self.retries.keep(keys, token, Instant::now()) {
             self.health.note_abandoned(1);
         }
         self.health.note_retrying(self.retries.len());
@@ -80,7 +79,7 @@ impl Worker {
             .retries
             .pending()
             .zip(values.chunks(len.max(1)))
-            .map(|(r, value)| Op::release(&r.key, value))
+            .map(|(r, value)| Op::release(&r.keys, value))
             .collect();
         let (results, _) = self.call_backend(&ops);
         self.note_health(&results);

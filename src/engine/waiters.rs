@@ -1,5 +1,7 @@
-//! Who in this manager waits for which key's release, shared by the node
-//! threads, which hand each notice to the waiters of its key. Also the
+//! Who in this manager waits for which lock's release, shared by the node
+//! threads, which hand each notice (it names one server key) to the
+//! waiters of every lock with that key: a single lock's, or a set's with
+//! it as a member. Also the
 //! short memory of releases that others were waiting for, for the
 //! fairness rule (see `Rounds::yield_to_waiters`).
 //!
@@ -64,13 +66,15 @@ pub(crate) struct Waiters {
     /// Changes whenever the set of watched keys may have changed: a node
     /// thread compares it with the one it last subscribed for.
     generation: AtomicU64,
-    /// Keys whose last release here was heard by another process, and when.
-    heard: Mutex<HashMap<Arc<[u8]>, Instant>>,
+    /// Locks whose last release here was heard by another process, and
+    /// when.
+    heard: Mutex<HashMap<KeySet, Instant>>,
 }
 
 #[derive(Debug, Default)]
 struct Book {
-    keys: HashMap<Arc<[u8]>, Vec<Waiter>>,
+    /// The waiters of each lock, by its keys.
+    keys: HashMap<KeySet, Vec<Waiter>>,
     next_id: u64,
 }
 
@@ -79,8 +83,8 @@ struct Waiter {
     id: u64,
     /// Rung (one slot) when the waiter should try again.
     bell: Sender<()>,
-    /// Per member of the watched key (one for a plain key, in the set's
-    /// order for a set), per node: a notice for that member came from it
+    /// Per member of the watched keys (one for a single lock, in the
+    /// set's order for a set), per node: a notice for that member came from it
     /// since the waiter last cleared.
     heard_from: Vec<Vec<bool>>,
     /// Per node, the digest of the value an acquire of the key was refused
@@ -122,16 +126,16 @@ impl Waiters {
         }
     }
 
-    /// Registers a waiter for `key`; dropping the [`Watch`] unregisters it.
-    pub(crate) fn register(self: &Arc<Self>, key: &Arc<[u8]>) -> Watch {
+    /// Registers a waiter for the lock of `keys`; dropping the [`Watch`]
+    /// unregisters it.
+    pub(crate) fn register(self: &Arc<Self>, keys: &KeySet) -> Watch {
         // One slot: notices that arrive while the waiter is busy coalesce
         // into one wake-up.
         let (bell, notices) = crossbeam_channel::bounded(1);
         let mut book = self.book.lock();
         let id = book.next_id;
         book.next_id += 1;
-        let members = KeySet::of(key).map_or(1, |set| set.len());
-        let heard_from = vec![vec![false; self.deaf.len()]; members];
+        let heard_from = vec![vec![false; self.deaf.len()]; keys.len()];
         let waiter = Waiter {
             id,
             bell,
@@ -140,22 +144,22 @@ impl Waiters {
             known: None,
             told: false,
         };
-        book.keys.entry(Arc::clone(key)).or_default().push(waiter);
+        book.keys.entry(keys.clone()).or_default().push(waiter);
         self.generation.fetch_add(1, Ordering::SeqCst);
         Watch {
             waiters: Arc::clone(self),
-            key: Arc::clone(key),
+            keys: keys.clone(),
             id,
             notices,
         }
     }
 
-    fn unregister(&self, key: &[u8], id: u64) {
+    fn unregister(&self, keys: &KeySet, id: u64) {
         let mut book = self.book.lock();
-        if let Some(list) = book.keys.get_mut(key) {
+        if let Some(list) = book.keys.get_mut(keys) {
             list.retain(|w| w.id != id);
             if list.is_empty() {
-                book.keys.remove(key);
+                book.keys.remove(keys);
                 self.generation.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -166,16 +170,14 @@ impl Waiters {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// The keys to listen for and the generation they belong to: each
-    /// watched key, or each member of a watched set (`lock_all`), once.
+    /// The keys to listen for and the generation they belong to: every
+    /// key of every watched lock (a single lock's, each member of a set),
+    /// once.
     pub(super) fn keys(&self) -> (u64, Vec<Arc<[u8]>>) {
         let book = self.book.lock();
         let mut keys: Vec<Arc<[u8]>> = Vec::with_capacity(book.keys.len());
-        for key in book.keys.keys() {
-            match KeySet::of(key) {
-                Some(set) => keys.extend(set.iter().map(Arc::from)),
-                None => keys.push(Arc::clone(key)),
-            }
+        for watched in book.keys.keys() {
+            keys.extend(watched.iter().map(Arc::from));
         }
         keys.sort_unstable();
         keys.dedup();
@@ -197,25 +199,21 @@ impl Waiters {
         self.quorum.saturating_sub(deaf).max(undos_reach + 1).max(1)
     }
 
-    /// Takes note of a release notice for `key` from node `node`, and
-    /// wakes the waiters of `key` (and of every watched set that has `key`
-    /// as a member) that have now heard of that key from enough nodes
+    /// Takes note of a release notice for the server key `key` from node
+    /// `node`, and wakes the waiters of every lock with that key (a single
+    /// lock's, or a set's member) that have now heard of it from enough nodes
     /// (every one of them with `node` = `None`: notices may have been
     /// missed). Whether some waiter still needs notices from other nodes.
     pub(super) fn notify(&self, key: &[u8], node: Option<usize>) -> bool {
         let needed = self.needed();
         let mut book = self.book.lock();
         let mut short = false;
-        // Each concerned watched key with the position of `key` among its
-        // members (0 for a plain key).
-        let concerned = book.keys.iter_mut().filter_map(|(watched, list)| {
-            let member = if &watched[..] == key {
-                Some(0)
-            } else {
-                KeySet::of(watched).and_then(|set| set.iter().position(|m| m == key))
-            };
-            member.map(|m| (m, list))
-        });
+        // Each concerned watched lock with the position of `key` among
+        // its keys (0 for a single lock).
+        let concerned = book
+            .keys
+            .iter_mut()
+            .filter_map(|(watched, list)| watched.position(key).map(|m| (m, list)));
         let waiters = concerned.flat_map(|(m, list)| list.iter_mut().map(move |w| (m, w)));
         for (member, waiter) in waiters {
             let Some(heard_from) = waiter.heard_from.get_mut(member) else {
@@ -236,9 +234,9 @@ impl Waiters {
         short
     }
 
-    /// Takes note that an acquire of `key` (a plain key or a set) found
-    /// it free on node `node`: for its waiters, as good as a notice of its
-    /// release there. It closes the gap a subscription leaves: a waiter
+    /// Takes note that an acquire of `keys` (a single lock or a set)
+    /// found them free on node `node`: for their waiters, as good as a
+    /// notice of their release there. It closes the gap a subscription leaves: a waiter
     /// listens on each node from when that node's thread subscribed (the
     /// watch waits for that only up to a node timeout, so a busy node
     /// thread may subscribe after the release), but every attempt made
@@ -247,14 +245,9 @@ impl Waiters {
     /// free (a grant, often a late answer the failed round did not wait
     /// for). The floor holds as for notices: while a holder holds a
     /// quorum, the key is free on at most N - Q nodes.
-    pub(super) fn note_free(&self, key: &[u8], node: usize) {
-        match KeySet::of(key) {
-            Some(set) => set.iter().for_each(|member| {
-                self.notify(member, Some(node));
-            }),
-            None => {
-                self.notify(key, Some(node));
-            }
+    pub(super) fn note_free(&self, keys: &KeySet, node: usize) {
+        for key in keys.iter() {
+            self.notify(key, Some(node));
         }
     }
 
@@ -265,12 +258,12 @@ impl Waiters {
         }
     }
 
-    /// Forgets what waiter `id` of `key` heard and was refused with so far.
-    fn clear(&self, key: &[u8], id: u64) {
+    /// Forgets what waiter `id` of `keys` heard and was refused with so far.
+    fn clear(&self, keys: &KeySet, id: u64) {
         let mut book = self.book.lock();
         let waiter = book
             .keys
-            .get_mut(key)
+            .get_mut(keys)
             .and_then(|list| list.iter_mut().find(|w| w.id == id));
         if let Some(waiter) = waiter {
             waiter
@@ -283,14 +276,14 @@ impl Waiters {
         }
     }
 
-    /// Takes note that node `node` refused an acquire of `key` because
-    /// it holds the value of digest `digest`, for the waiters of `key`
+    /// Takes note that node `node` refused an acquire of `keys` because
+    /// it holds the value of digest `digest`, for the waiters of `keys`
     /// (see [`Watch::take_holder_news`]). Only a process with access to
     /// the key can change what this shows; one that may only publish
     /// notices cannot.
-    pub(super) fn note_holder(&self, key: &[u8], node: usize, digest: u64) {
+    pub(super) fn note_holder(&self, keys: &KeySet, node: usize, digest: u64) {
         let mut book = self.book.lock();
-        let Some(list) = book.keys.get_mut(key) else {
+        let Some(list) = book.keys.get_mut(keys) else {
             return;
         };
         for waiter in list {
@@ -302,7 +295,7 @@ impl Waiters {
     }
 
     /// What the refusals noted since the waiter last cleared (those of its
-    /// last attempt, late answers included) say of the holder of the key
+    /// last attempt, late answers included) say of the holder of the lock
     /// that waiter `id` waits for, against the holder it knew. The holder
     /// is the value a quorum of nodes refused with, not one node's: while
     /// a holder holds a quorum, another waiter's failed attempt holds the
@@ -310,12 +303,12 @@ impl Waiters {
     /// taken for a new holder. Older refusals do not count: a node that
     /// granted the last attempt would otherwise still show the holder from
     /// before.
-    fn take_holder_news(&self, key: &[u8], id: u64) -> HolderNews {
+    fn take_holder_news(&self, keys: &KeySet, id: u64) -> HolderNews {
         let quorum = self.quorum;
         let mut book = self.book.lock();
         let Some(waiter) = book
             .keys
-            .get_mut(key)
+            .get_mut(keys)
             .and_then(|list| list.iter_mut().find(|w| w.id == id))
         else {
             return HolderNews::Unknown;
@@ -340,34 +333,34 @@ impl Waiters {
         news
     }
 
-    /// Remembers that a release of `key` here was heard by others.
-    pub(super) fn note_heard(&self, key: &Arc<[u8]>) {
+    /// Remembers that a release of `keys` here was heard by others.
+    pub(super) fn note_heard(&self, keys: &KeySet) {
         let now = Instant::now();
         let mut heard = self.heard.lock();
         if heard.len() >= MAX_HEARD {
             heard.retain(|_, at| now.saturating_duration_since(*at) < HEARD_FOR);
         }
-        if heard.len() < MAX_HEARD || heard.contains_key(key) {
-            heard.insert(Arc::clone(key), now);
+        if heard.len() < MAX_HEARD || heard.contains_key(keys) {
+            heard.insert(keys.clone(), now);
         }
     }
 
-    /// Whether the last release of `key` here, less than [`HEARD_FOR`]
+    /// Whether the last release of `keys` here, less than [`HEARD_FOR`]
     /// ago, was heard by others; forgets it either way.
-    pub(crate) fn take_heard(&self, key: &[u8]) -> bool {
+    pub(crate) fn take_heard(&self, keys: &KeySet) -> bool {
         self.heard
             .lock()
-            .remove(key)
+            .remove(keys)
             .is_some_and(|at| at.elapsed() < HEARD_FOR)
     }
 }
 
-/// A registered waiter for one key. Dropping it unregisters it, and the
-/// node threads stop listening for the key once nobody waits for it.
+/// A registered waiter for one lock. Dropping it unregisters it, and the
+/// node threads stop listening for its keys once nobody waits for them.
 #[derive(Debug)]
 pub(crate) struct Watch {
     waiters: Arc<Waiters>,
-    key: Arc<[u8]>,
+    keys: KeySet,
     id: u64,
     notices: Receiver<()>,
 }
@@ -381,7 +374,7 @@ impl Watch {
     /// Forgets the notices that arrived so far (they are about releases
     /// that an attempt starting now sees anyway).
     pub(crate) fn clear(&self) {
-        self.waiters.clear(&self.key, self.id);
+        self.waiters.clear(&self.keys, self.id);
         while self.notices.try_recv().is_ok() {}
     }
 
@@ -391,13 +384,13 @@ impl Watch {
     /// the same one, the first one seen, or nothing new (see
     /// `Waiters::note_holder`). Each refusal is news once.
     pub(crate) fn take_holder_news(&self) -> HolderNews {
-        self.waiters.take_holder_news(&self.key, self.id)
+        self.waiters.take_holder_news(&self.keys, self.id)
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.waiters.unregister(&self.key, self.id);
+        self.waiters.unregister(&self.keys, self.id);
     }
 }
 
@@ -410,7 +403,7 @@ mod tests {
     #[test]
     fn notices_from_a_quorum_wake_every_waiter_of_their_key_and_only_them() {
         let waiters = Arc::new(Waiters::new(3, 2));
-        let (a, b): (Arc<[u8]>, Arc<[u8]>) = (Arc::from(&b"a"[..]), Arc::from(&b"b"[..]));
+        let (a, b) = (KeySet::one("a"), KeySet::one("b"));
         let (a1, a2, b1) = (
             waiters.register(&a),
             waiters.register(&a),
@@ -460,7 +453,7 @@ mod tests {
     #[test]
     fn a_set_waiter_counts_the_notices_of_each_member_apart() {
         let waiters = Arc::new(Waiters::new(3, 2));
-        let set: Arc<[u8]> = Arc::from(crate::backend::compose_keys(&[b"a", b"b"]));
+        let set = KeySet::new(["a", "b"]).unwrap();
         let watch = waiters.register(&set);
         assert_eq!(waiters.keys().1.len(), 2, "both members listened for");
         waiters.notify(b"a", Some(0));
@@ -481,40 +474,41 @@ mod tests {
         use HolderNews::{First, Moved, Stayed, Unknown};
 
         let waiters = Arc::new(Waiters::new(3, 2));
-        let key: Arc<[u8]> = Arc::from(&b"k"[..]);
+        let key = KeySet::one("k");
         let watch = waiters.register(&key);
         assert_eq!(watch.take_holder_news(), Unknown, "no refusal yet");
-        waiters.note_holder(b"k", 0, 7);
+        waiters.note_holder(&key, 0, 7);
         assert_eq!(watch.take_holder_news(), Unknown, "one node");
-        waiters.note_holder(b"k", 1, 7);
+        waiters.note_holder(&key, 1, 7);
         assert_eq!(watch.take_holder_news(), First);
         assert_eq!(watch.take_holder_news(), Unknown, "told once");
-        waiters.note_holder(b"k", 2, 7);
+        waiters.note_holder(&key, 2, 7);
         assert_eq!(watch.take_holder_news(), Stayed, "a late refusal");
         watch.clear();
-        waiters.note_holder(b"k", 0, 7);
-        waiters.note_holder(b"k", 2, 9);
+        waiters.note_holder(&key, 0, 7);
+        waiters.note_holder(&key, 2, 9);
         assert_eq!(
             watch.take_holder_news(),
             Unknown,
             "the holder on one node, another attempt on the other"
         );
-        waiters.note_holder(b"other", 0, 8);
-        waiters.note_holder(b"other", 1, 8);
+        let other = KeySet::one("other");
+        waiters.note_holder(&other, 0, 8);
+        waiters.note_holder(&other, 1, 8);
         assert_eq!(watch.take_holder_news(), Unknown, "another key");
         watch.clear();
-        waiters.note_holder(b"k", 0, 11);
+        waiters.note_holder(&key, 0, 11);
         assert_eq!(
             watch.take_holder_news(),
             Unknown,
             "one node is not a quorum, and older refusals do not count"
         );
-        waiters.note_holder(b"k", 1, 11);
+        waiters.note_holder(&key, 1, 11);
         assert_eq!(watch.take_holder_news(), Moved, "a new holder on a quorum");
         assert_eq!(watch.take_holder_news(), Unknown, "told once");
         watch.clear();
-        waiters.note_holder(b"k", 1, 11);
-        waiters.note_holder(b"k", 2, 11);
+        waiters.note_holder(&key, 1, 11);
+        waiters.note_holder(&key, 2, 11);
         assert_eq!(watch.take_holder_news(), Stayed);
     }
 
@@ -554,13 +548,13 @@ mod tests {
     #[test]
     fn heard_releases_are_remembered_briefly_and_boundedly() {
         let waiters = Waiters::new(3, 2);
-        let key: Arc<[u8]> = Arc::from(&b"k"[..]);
-        assert!(!waiters.take_heard(b"k"));
+        let key = KeySet::one("k");
+        assert!(!waiters.take_heard(&key));
         waiters.note_heard(&key);
-        assert!(waiters.take_heard(b"k"));
-        assert!(!waiters.take_heard(b"k"), "taken once");
+        assert!(waiters.take_heard(&key));
+        assert!(!waiters.take_heard(&key), "taken once");
         for i in 0..MAX_HEARD * 2 {
-            waiters.note_heard(&Arc::from(i.to_string().as_bytes()));
+            waiters.note_heard(&KeySet::one(i.to_string()));
         }
         assert!(waiters.heard.lock().len() <= MAX_HEARD);
     }

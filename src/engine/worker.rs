@@ -29,7 +29,7 @@ use super::notices::NodeNotices;
 use super::retries::RetryList;
 use super::settings_look::SettingsLook;
 use super::waiters::Waiters;
-use crate::backend::{Backend, BackendError, BackendErrorKind, Holding};
+use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, KeySet};
 use crate::clock::Clock;
 use crate::report::NodeOutcome;
 use crate::token::Token;
@@ -62,7 +62,7 @@ pub(crate) enum Job {
     /// A lock operation. `reply` is `None` for fire-and-forget releases.
     Op {
         action: Action,
-        key: Arc<[u8]>,
+        keys: KeySet,
         token: Token,
         reply: Option<ReplyTo>,
     },
@@ -96,7 +96,7 @@ pub(crate) type Inspected = (usize, Result<Option<Holding>, BackendError>);
 pub(crate) struct Handed {
     pub(super) begun: Begun,
     pub(super) action: Action,
-    pub(super) key: Arc<[u8]>,
+    pub(super) keys: KeySet,
     pub(super) token: Token,
     pub(super) reply: Option<ReplyTo>,
 }
@@ -249,7 +249,7 @@ pub(crate) struct Shared {
     pub(crate) value_suffix: Box<[u8]>,
     /// Count grants of servers that may evict lock keys.
     pub(crate) accept_eviction: bool,
-    /// Who waits for which key's release (wake-ups).
+    /// Who waits for which lock's release (wake-ups).
     pub(crate) waiters: Arc<Waiters>,
     /// When each node was seen to have possibly forgotten keys.
     pub(crate) forgets: Arc<Forgets>,
@@ -371,13 +371,13 @@ impl Worker {
         let Handed {
             begun,
             action,
-            key,
+            keys,
             token,
             reply,
         } = handed;
         let item = Item {
             action,
-            key: &key,
+            keys: &keys,
             token,
         };
         for vote in self.complete(begun, std::slice::from_ref(&item)) {
@@ -391,14 +391,14 @@ impl Worker {
         for job in jobs {
             if let Job::Op {
                 action,
-                key,
+                keys,
                 token,
                 reply,
             } = job
             {
                 items.push(Item {
                     action: *action,
-                    key,
+                    keys,
                     token: *token,
                 });
                 replies.push(reply);

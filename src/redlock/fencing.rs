@@ -2,9 +2,9 @@
 //! resource to the next, agreed by a quorum (see `docs/safety.md`).
 //!
 //! Each node keeps one counter per lock key, all of them in one hash
-//! ([`FENCE_COUNTERS`] after the manager's prefix; a field per lock key, no
-//! expiry): a name the crate refuses as a resource, so no lock ever
-//! collides with a counter. Phase 1, in the acquire itself: every granting node returns its
+//! (`<prefix>{quorum-lock}:fences`, a field per lock key, no expiry), in
+//! the crate's own namespace that no resource may enter (see
+//! `src/resource.rs`), so no lock ever collides with a counter. Phase 1, in the acquire itself: every granting node returns its
 //! counter. Phase 2, only after a quorum granted: the fence is
 //! `F = max(highest counter read + 1, wall-clock microseconds since the
 //! epoch)`, written back as "counter = max(counter, F)" to the nodes while
@@ -25,11 +25,6 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::report::{NodeOutcome, NodeReport, Report};
-
-/// The name of the hash that holds every fence counter of a node, after
-/// the manager's prefix. Refused as a resource name (see
-/// `LockManager::lock_with`).
-pub(crate) const FENCE_COUNTERS: &[u8] = b"{quorum-lock}:fences";
 
 /// Fences stay below 2^53, so SQL integer columns, JSON numbers and
 /// JavaScript carry them unchanged (and Redis' Lua compares them exactly).

@@ -149,9 +149,9 @@ pub(super) fn after_loss(
         counters.note(Event::Lost);
         log::warn!(
             "quorum-lock: the lock on {} may be lost: {error}",
-            Shortened(&crate::backend::show_resource(&lease.resource))
+            Shortened(&lease.resources.to_string())
         );
     }
     drop(state);
-    local.nudge(&lease.key);
+    local.nudge(&lease.keys);
 }

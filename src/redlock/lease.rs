@@ -1,10 +1,9 @@
-//! The [`Lease`]: what a held lock is on the servers (key, token) and its
+//! The [`Lease`]: what a held lock is on the servers (keys, token) and its
 //! state (deadline, TTL, the nodes that support it, lost, finished) as a
 //! closed state machine with named transitions, shared by the guard, the
 //! rounds that extend and release it, the watchdog, and the forget watch.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -12,13 +11,16 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::support::Support;
 use super::verdict::{ExtendVerdict, begin_cap, sets_deadline};
+use crate::backend::KeySet;
 use crate::error::Error;
 use crate::token::Token;
 
 /// The part of a held lock that the watchdog shares with the guard.
 pub(crate) struct Lease {
-    pub(crate) resource: Box<[u8]>,
-    pub(crate) key: Arc<[u8]>,
+    /// The resources as the caller named them (one, or a set's).
+    pub(crate) resources: KeySet,
+    /// Their keys on the nodes (the prefix, then each resource).
+    pub(crate) keys: KeySet,
     pub(crate) token: Token,
     /// The fencing token, when the lock was acquired with fencing.
     pub(crate) fence: Option<u64>,
@@ -156,8 +158,8 @@ pub(crate) struct Handed {
 
 impl Lease {
     pub(crate) fn new(
-        resource: &[u8],
-        key: Arc<[u8]>,
+        resources: KeySet,
+        keys: KeySet,
         token: Token,
         ttl: Duration,
         deadline: Instant,
@@ -165,8 +167,8 @@ impl Lease {
         fence: Option<u64>,
     ) -> Self {
         Self {
-            resource: resource.into(),
-            key,
+            resources,
+            keys,
             token,
             fence,
             state: Mutex::new(LeaseState::new(ttl, deadline, support)),
@@ -181,7 +183,7 @@ impl Lease {
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("resource", &crate::backend::show_resource(&self.resource))
+            .field("resource", &self.resources.to_string())
             .field("token", &self.token)
             .finish_non_exhaustive()
     }

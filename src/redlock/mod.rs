@@ -34,7 +34,6 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-pub(crate) use self::fencing::FENCE_COUNTERS;
 pub(crate) use self::lease::Lease;
 pub(crate) use self::owners::Owned;
 pub(crate) use self::rounds::{Config, Rounds, with_attempts};

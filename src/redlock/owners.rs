@@ -28,16 +28,16 @@ pub(crate) struct Owners {
     held: Mutex<HashMap<Holder, Vec<Weak<Lease>>>>,
 }
 
-/// A key and the thread that took a guard for it.
-type Holder = (Arc<[u8]>, ThreadId);
+/// One key (a set of one) and the thread that took a guard for it.
+type Holder = (KeySet, ThreadId);
 
 impl Owners {
-    /// Whether the current thread holds a live guard for `key` whose lock
-    /// is still valid at `now` (on the manager's clock).
-    pub(crate) fn held_by_me(&self, key: &Arc<[u8]>, now: Instant) -> bool {
+    /// Whether the current thread holds a live guard for any of `keys`
+    /// whose lock is still valid at `now` (on the manager's clock).
+    pub(crate) fn held_by_me(&self, keys: &KeySet, now: Instant) -> bool {
         let me = thread::current().id();
         let held = self.held.lock();
-        members(key).any(|member| {
+        members(keys).any(|member| {
             held.get(&(member, me)).is_some_and(|leases| {
                 leases.iter().filter_map(Weak::upgrade).any(|lease| {
                     let state = lease.state();
@@ -63,10 +63,10 @@ impl Owners {
     /// returned [`Owned`] is dropped.
     pub(crate) fn own(self: &Arc<Self>, lease: &Arc<Lease>) -> Owned {
         let thread = thread::current().id();
-        let key = Arc::clone(&lease.key);
+        let keys = lease.keys.clone();
         let lease = Arc::downgrade(lease);
         let mut held = self.held.lock();
-        for member in members(&key) {
+        for member in members(&keys) {
             held.entry((member, thread))
                 .or_default()
                 .push(Weak::clone(&lease));
@@ -74,28 +74,29 @@ impl Owners {
         drop(held);
         Owned {
             owners: Arc::clone(self),
-            key,
+            keys,
             lease,
             thread,
         }
     }
 }
 
-/// One live guard's entry in [`Owners`]; removed when dropped.
-/// The keys a lease holds: its key, or each member's key of a set (a
-/// thread that holds a set holds each of its resources, and waiting for
-/// one of them, alone or in another set, would wait for itself).
-fn members(key: &Arc<[u8]>) -> impl Iterator<Item = Arc<[u8]>> {
-    // No allocation for a single key: the hot path.
-    let set: Option<Vec<Arc<[u8]>>> = KeySet::of(key).map(|s| s.iter().map(Arc::from).collect());
-    let single = set.is_none().then(|| Arc::clone(key));
+/// The keys a lease holds, each as a set of one: a single lock's, or
+/// each member's of a set (a thread that holds a set holds each of its
+/// resources, and waiting for one of them, alone or in another set, would
+/// wait for itself).
+fn members(keys: &KeySet) -> impl Iterator<Item = KeySet> + '_ {
+    // No allocation for a single lock: the hot path.
+    let single = (keys.len() == 1).then(|| keys.clone());
+    let set = (keys.len() > 1).then(|| keys.iter().map(KeySet::one));
     single.into_iter().chain(set.into_iter().flatten())
 }
 
+/// One live guard's entry in [`Owners`]; removed when dropped.
 #[derive(Debug)]
 pub(crate) struct Owned {
     owners: Arc<Owners>,
-    key: Arc<[u8]>,
+    keys: KeySet,
     /// Compared by address only: it may be gone already.
     lease: Weak<Lease>,
     thread: ThreadId,
@@ -104,7 +105,7 @@ pub(crate) struct Owned {
 impl Drop for Owned {
     fn drop(&mut self) {
         let mut held = self.owners.held.lock();
-        for member in members(&self.key) {
+        for member in members(&self.keys) {
             let entry = (member, self.thread);
             if let Some(leases) = held.get_mut(&entry) {
                 leases.retain(|l| !l.ptr_eq(&self.lease));
@@ -128,8 +129,8 @@ mod tests {
         let token = Token::random().unwrap();
         let ttl = Duration::from_secs(1);
         Arc::new(Lease::new(
-            b"r",
-            key.as_bytes().into(),
+            KeySet::one("r"),
+            KeySet::one(key),
             token,
             ttl,
             deadline,
@@ -144,13 +145,13 @@ mod tests {
         let now = Instant::now();
         let later = now + Duration::from_secs(1);
         let (r, s) = (lease("r", later), lease("s", later));
-        let key = Arc::clone(&r.key);
+        let key = r.keys.clone();
         let owned = owners.own(&r);
         assert!(owners.held_by_me(&key, now));
-        assert!(!owners.held_by_me(&s.key, now));
+        assert!(!owners.held_by_me(&s.keys, now));
         assert!(!owners.held_by_me(&key, later), "expired: holds nothing");
         let other = Arc::clone(&owners);
-        let k = Arc::clone(&key);
+        let k = key.clone();
         assert!(
             !std::thread::spawn(move || other.held_by_me(&k, now))
                 .join()

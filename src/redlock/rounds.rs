@@ -18,6 +18,7 @@ use super::support::Support;
 use super::turns::{LocalQueue, Streak, Ticket, Want};
 use super::validity::{check_ttl, drift};
 use super::verdict::{AcquireVerdict, Votes, acquire_verdict, extend_verdict};
+use crate::backend::KeySet;
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Pending, Request};
 use crate::error::{Error, Result};
@@ -41,7 +42,7 @@ pub(crate) struct Config {
 }
 
 /// The node workers and what the rounds over them share: the settings, the
-/// local line of each key and who holds which key on which thread.
+/// local line of each lock and who holds which key on which thread.
 #[derive(Debug)]
 pub(crate) struct Rounds {
     engine: Engine,
@@ -137,12 +138,14 @@ impl Rounds {
 
     /// The key stored on the nodes for `resource`: the prefix (if any)
     /// followed by the resource bytes.
-    pub(crate) fn key_for(&self, resource: &[u8]) -> Arc<[u8]> {
-        let prefix = &self.config.prefix;
-        let mut key = Vec::with_capacity(prefix.len() + resource.len());
-        key.extend_from_slice(prefix);
-        key.extend_from_slice(resource);
-        key.into()
+    pub(crate) fn key_for(&self, resource: &[u8]) -> Vec<u8> {
+        [&self.config.prefix[..], resource].concat()
+    }
+
+    /// The keys stored on the nodes for a lock on `resources`: each
+    /// resource's key (see [`key_for`](Self::key_for)).
+    pub(crate) fn keys_for(&self, resources: &KeySet) -> KeySet {
+        resources.prefixed(&self.config.prefix)
     }
 
     /// One Redlock attempt: vote, then keep the lock only with a quorum and
@@ -152,8 +155,8 @@ impl Rounds {
     /// within the validity (see [`super::fencing`]).
     pub(crate) fn acquire_once(
         &self,
-        resource: &[u8],
-        key: &Arc<[u8]>,
+        resources: &KeySet,
+        keys: &KeySet,
         ttl: Duration,
         fenced: bool,
     ) -> Result<Arc<Lease>> {
@@ -169,7 +172,7 @@ impl Rounds {
             } else {
                 Action::Acquire { ttl }
             },
-            key,
+            keys,
             token,
         };
         // The caller drives the round on every idle node (no thread
@@ -187,7 +190,7 @@ impl Rounds {
         let outcomes = votes.into_iter().map(|(outcome, _)| outcome).collect();
         let elapsed = self.now().saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
-        let report = self.report(Round::Acquire, resource, outcomes, elapsed);
+        let report = self.report(Round::Acquire, resources, outcomes, elapsed);
         let votes = Votes {
             granted: report.granted(),
             refused: report.refused(),
@@ -197,10 +200,10 @@ impl Rounds {
         let verdict = acquire_verdict(votes, ttl, drift, start, elapsed);
         if let AcquireVerdict::Granted { deadline } = verdict {
             let fence = if fenced {
-                match self.fence(key, token, reads, deadline) {
+                match self.fence(keys, token, reads, deadline) {
                     Ok(fence) => Some(fence),
                     Err(error) => {
-                        self.engine.release_detached_where(key, token, &reached);
+                        self.engine.release_detached_where(keys, token, &reached);
                         let error = error.into_error(report, self.engine.node_names());
                         self.counters.note_failed_attempt(&error);
                         return Err(error);
@@ -212,8 +215,8 @@ impl Rounds {
             let granted = report.nodes.iter().map(|n| n.outcome.is_granted());
             let support = Support::of_grants(&epochs, granted);
             let lease = Lease::new(
-                resource,
-                Arc::clone(key),
+                resources.clone(),
+                keys.clone(),
                 token,
                 ttl,
                 deadline,
@@ -226,7 +229,7 @@ impl Rounds {
         // Give up on this attempt everywhere it went, including the nodes
         // that said no, failed or have not answered: any of them may hold
         // our token.
-        self.engine.release_detached_where(key, token, &reached);
+        self.engine.release_detached_where(keys, token, &reached);
         let report = Box::new(report);
         let error = match verdict {
             AcquireVerdict::TooSlow => Error::ValidityExpired { report },
@@ -242,7 +245,7 @@ impl Rounds {
     /// `deadline`. On failure the caller releases everywhere.
     fn fence(
         &self,
-        key: &Arc<[u8]>,
+        keys: &KeySet,
         token: Token,
         reads: Vec<u64>,
         deadline: Instant,
@@ -253,7 +256,7 @@ impl Rounds {
         let wait = self.config.node_timeout.min(left);
         let request = Request {
             action: Action::RaiseFence(fence),
-            key,
+            keys,
             token,
         };
         let quorum = self.config.quorum;
@@ -316,7 +319,7 @@ impl Rounds {
         };
         let request = Request {
             action: Action::Extend { ttl },
-            key: &lease.key,
+            keys: &lease.keys,
             token: lease.token,
         };
         let wait = config.node_timeout.min(ticket.remaining());
@@ -340,7 +343,7 @@ impl Rounds {
         });
         let end = self.now();
         let elapsed = end.saturating_duration_since(ticket.start());
-        let report = self.report(Round::Extend, &lease.resource, outcomes, elapsed);
+        let report = self.report(Round::Extend, &lease.resources, outcomes, elapsed);
         let verdict = extend_verdict(
             report.granted(),
             config.quorum,
@@ -386,7 +389,7 @@ impl Rounds {
         let start = self.now();
         let request = Request {
             action: Action::Release,
-            key: &lease.key,
+            keys: &lease.keys,
             token: lease.token,
         };
         lease.state().finish();
@@ -400,7 +403,7 @@ impl Rounds {
         drop(turn);
         let outcomes = pending.gather(Gather::All);
         let elapsed = self.now().saturating_duration_since(start);
-        let report = self.report(Round::Release, &lease.resource, outcomes, elapsed);
+        let report = self.report(Round::Release, &lease.resources, outcomes, elapsed);
         // Once a quorum has answered, no quorum can still hold our token.
         if report.granted() + report.refused() >= config.quorum {
             Ok(report)
@@ -415,7 +418,7 @@ impl Rounds {
     pub(crate) fn release_detached(&self, lease: &Lease) {
         let mut state = lease.state();
         state.finish();
-        self.engine.release_detached(&lease.key, lease.token);
+        self.engine.release_detached(&lease.keys, lease.token);
     }
 
     /// A dropped guard that holds the local turn: hands the lock itself to
@@ -451,8 +454,8 @@ impl Rounds {
         // The old guard's lease is done: its auto-extension stops.
         let handed = lease.state().hand_over(self.now(), want.ttl)?;
         let renamed = Lease::new(
-            &lease.resource,
-            Arc::clone(&lease.key),
+            lease.resources.clone(),
+            lease.keys.clone(),
             lease.token,
             handed.ttl,
             handed.deadline,
@@ -466,13 +469,13 @@ impl Rounds {
     fn report(
         &self,
         operation: Round,
-        resource: &[u8],
+        resources: &KeySet,
         outcomes: Vec<NodeOutcome>,
         elapsed: Duration,
     ) -> Report {
         Report {
             round: operation,
-            resource: crate::backend::show_resource(resource),
+            resource: resources.to_string(),
             quorum: self.config.quorum,
             nodes: self
                 .engine

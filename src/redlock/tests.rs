@@ -8,12 +8,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::fencing::FENCE_COUNTERS;
 use super::lease::Lease;
 use super::rounds::{Config, Rounds};
 use super::turns::{Streak, Want};
-use crate::backend::Backend;
 use crate::backend::memory::MemoryBackend;
+use crate::backend::{Backend, KeySet};
 use crate::clock::ManualClock;
 use crate::engine::{Engine, Settings};
 
@@ -37,7 +36,7 @@ pub(crate) fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
         forget_window: LONG,
         drain_wait: timeout,
         clock: clock.clone(),
-        fence_counters: FENCE_COUNTERS.to_vec(),
+        fence_counters: crate::resource::crate_key(b"", crate::resource::FENCES),
         accept_eviction: false,
         value_suffix: Box::default(),
     };
@@ -65,8 +64,9 @@ fn cluster(clock: &ManualClock) -> (Vec<MemoryBackend>, Rounds, Rounds) {
 }
 
 pub(crate) fn lock(rounds: &Rounds) -> Option<Arc<Lease>> {
-    let key = rounds.key_for(b"r");
-    rounds.acquire_once(b"r", &key, LONG, false).ok()
+    let resources = KeySet::one("r");
+    let keys = rounds.keys_for(&resources);
+    rounds.acquire_once(&resources, &keys, LONG, false).ok()
 }
 
 /// The lease's remaining validity on `rounds`' clock (zero once lost).

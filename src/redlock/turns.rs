@@ -33,12 +33,13 @@ use parking_lot::Mutex;
 
 use super::lease::Lease;
 pub(crate) use super::streak::Streak;
+use crate::backend::KeySet;
 use crate::canary::{self, Canary};
 use crate::cancel::Alarm;
 use crate::clock::{Clock, wake_at};
 
-/// The lines, one per resource key that some thread of this manager is
-/// holding or contending for.
+/// The lines, one per lock (by its keys: one resource's, or a set's) that
+/// some thread of this manager is holding or contending for.
 ///
 /// Lock order: the lines' lock before a lease's; never the other way
 /// round (`Rounds::lose` lets go of the lease before it nudges the line).
@@ -55,13 +56,13 @@ pub(crate) struct LocalQueue {
 
 #[derive(Debug, Default)]
 pub(super) struct Lines {
-    pub(super) by_key: HashMap<Arc<[u8]>, Line>,
+    pub(super) by_key: HashMap<KeySet, Line>,
     /// Ids of waiters and turns, unique for the queue's life: a stale
     /// ticket never matches the holder of a line made again later.
     next_id: u64,
 }
 
-/// One key's line: who holds the turn, and who waits behind it.
+/// One lock's line: who holds the turn, and who waits behind it.
 #[derive(Debug)]
 pub(super) struct Line {
     pub(super) holder: Holder,
@@ -142,7 +143,7 @@ pub(crate) enum Turn {
 #[derive(Debug)]
 pub(crate) struct Ticket {
     queue: Arc<LocalQueue>,
-    key: Arc<[u8]>,
+    key: KeySet,
     pub(super) id: u64,
     streak: Streak,
     /// Passed already (by `pass_with`): `Drop` does nothing more.
@@ -194,7 +195,7 @@ impl LocalQueue {
     /// (`checks/line.rs`) runs these very steps in every order.
     pub(crate) fn wait_turn(
         self: &Arc<Self>,
-        key: &Arc<[u8]>,
+        key: &KeySet,
         want: Want,
         deadline: Option<Instant>,
         alarm: &Alarm,
@@ -244,14 +245,14 @@ impl LocalQueue {
     /// The first step: the turn at once when nobody holds the line for
     /// `key`, else a place at the back of it (and the channel on which the
     /// turn, or a nudge to look again, will come).
-    pub(super) fn join(self: &Arc<Self>, key: &Arc<[u8]>, want: Want) -> Joined {
+    pub(super) fn join(self: &Arc<Self>, key: &KeySet, want: Want) -> Joined {
         let mut lines = self.lines.lock();
         let id = lines.next_id;
         lines.next_id += 1;
         let Some(line) = lines.by_key.get_mut(key) else {
             lines
                 .by_key
-                .insert(Arc::clone(key), Line::held_by(id, Streak::default()));
+                .insert(key.clone(), Line::held_by(id, Streak::default()));
             return Joined::Mine(self.ticket(key, id, Streak::default()));
         };
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -265,7 +266,7 @@ impl LocalQueue {
 
     /// Under the lines' lock: the grant if it came; else, for the first
     /// waiter, the turn if the holder's lock is over, or when to look again.
-    pub(super) fn look(&self, key: &Arc<[u8]>, id: u64, grant: &Receiver<Grant>) -> Look {
+    pub(super) fn look(&self, key: &KeySet, id: u64, grant: &Receiver<Grant>) -> Look {
         let mut lines = self.lines.lock();
         while let Ok(message) = grant.try_recv() {
             if let Grant::Given(given) = message {
@@ -277,7 +278,7 @@ impl LocalQueue {
             // when nobody waits); should it happen, the turn is free.
             lines
                 .by_key
-                .insert(Arc::clone(key), Line::held_by(id, Streak::default()));
+                .insert(key.clone(), Line::held_by(id, Streak::default()));
             return Look::Done(Given::Turn(Streak::default()));
         };
         if line.waiting.front().is_none_or(|w| w.id != id) {
@@ -323,17 +324,17 @@ impl LocalQueue {
         }
     }
 
-    pub(super) fn turn(self: &Arc<Self>, key: &Arc<[u8]>, id: u64, given: Given) -> Turn {
+    pub(super) fn turn(self: &Arc<Self>, key: &KeySet, id: u64, given: Given) -> Turn {
         match given {
             Given::Turn(streak) => Turn::Mine(self.ticket(key, id, streak)),
             Given::Lock(streak, lease) => Turn::Handed(lease, self.ticket(key, id, streak)),
         }
     }
 
-    fn ticket(self: &Arc<Self>, key: &Arc<[u8]>, id: u64, streak: Streak) -> Ticket {
+    fn ticket(self: &Arc<Self>, key: &KeySet, id: u64, streak: Streak) -> Ticket {
         Ticket {
             queue: Arc::clone(self),
-            key: Arc::clone(key),
+            key: key.clone(),
             id,
             streak,
             passed: false,
@@ -345,7 +346,7 @@ impl LocalQueue {
     /// turn, or a lock, is never lost).
     pub(super) fn leave_line(
         self: &Arc<Self>,
-        key: &Arc<[u8]>,
+        key: &KeySet,
         id: u64,
         grant: &Receiver<Grant>,
         outcome: Turn,
@@ -369,7 +370,7 @@ impl LocalQueue {
     }
 
     /// Threads waiting in line for `key` (not counting the turn-holder).
-    pub(crate) fn waiting(&self, key: &[u8]) -> usize {
+    pub(crate) fn waiting(&self, key: &KeySet) -> usize {
         self.lines
             .lock()
             .by_key
@@ -379,7 +380,7 @@ impl LocalQueue {
 
     /// Tells the first waiter for `key` to look at the holder again (its
     /// lock was lost). Call without holding any lease's lock.
-    pub(crate) fn nudge(&self, key: &[u8]) {
+    pub(crate) fn nudge(&self, key: &KeySet) {
         if let Some(line) = self.lines.lock().by_key.get(key) {
             line.nudge_first();
         }
@@ -393,7 +394,7 @@ impl LocalQueue {
     /// the lock was handed over.
     fn pass_with(
         &self,
-        key: &[u8],
+        key: &KeySet,
         id: u64,
         streak: Streak,
         offer: impl FnOnce(Option<&Want>) -> Option<Arc<Lease>>,

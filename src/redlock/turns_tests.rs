@@ -13,15 +13,15 @@ const WANT: Want = Want {
     fenced: false,
 };
 
-fn key(k: &str) -> Arc<[u8]> {
-    k.as_bytes().into()
+fn key(k: &str) -> KeySet {
+    KeySet::one(k)
 }
 
 fn queue(clock: &ManualClock) -> Arc<LocalQueue> {
     Arc::new(LocalQueue::new(Arc::new(clock.clone())))
 }
 
-fn wait(queue: &Arc<LocalQueue>, k: &Arc<[u8]>, deadline: Option<Instant>) -> Turn {
+fn wait(queue: &Arc<LocalQueue>, k: &KeySet, deadline: Option<Instant>) -> Turn {
     queue.wait_turn(k, WANT, deadline, &Alarm::new(None))
 }
 
@@ -33,7 +33,7 @@ fn mine(turn: Turn) -> Ticket {
 }
 
 /// Waits (bounded) until `n` threads wait in line for `k`.
-fn until_waiting(queue: &LocalQueue, k: &[u8], n: usize) {
+fn until_waiting(queue: &LocalQueue, k: &KeySet, n: usize) {
     let end = Instant::now() + Duration::from_secs(30);
     while queue.waiting(k) != n {
         assert!(Instant::now() < end, "never {n} in line");
@@ -41,11 +41,11 @@ fn until_waiting(queue: &LocalQueue, k: &[u8], n: usize) {
     }
 }
 
-fn lease(k: &Arc<[u8]>, deadline: Instant) -> Arc<Lease> {
+fn lease(k: &KeySet, deadline: Instant) -> Arc<Lease> {
     let token = Token::random().unwrap();
     Arc::new(Lease::new(
-        b"r",
-        Arc::clone(k),
+        KeySet::one("r"),
+        k.clone(),
         token,
         WANT.ttl,
         deadline,
@@ -63,7 +63,7 @@ fn turns_are_handed_on_in_order() {
     let (order_tx, order) = crossbeam_channel::unbounded();
     let waiters: Vec<_> = (0..3)
         .map(|i| {
-            let (q, key, order_tx) = (Arc::clone(&queue), Arc::clone(&k), order_tx.clone());
+            let (q, key, order_tx) = (Arc::clone(&queue), k.clone(), order_tx.clone());
             let handle = std::thread::spawn(move || {
                 let ticket = mine(wait(&q, &key, Some(far)));
                 assert_eq!(ticket.streak().count, i as u32 + 1);
@@ -111,7 +111,7 @@ fn the_line_stops_waiting_for_an_expired_holder() {
     let held = lease(&k, clock.now() + WANT.ttl);
     stuck.hold(&held);
     let spawn = |queue: &Arc<LocalQueue>| {
-        let (q, key) = (Arc::clone(queue), Arc::clone(&k));
+        let (q, key) = (Arc::clone(queue), k.clone());
         std::thread::spawn(move || mine(wait(&q, &key, None)))
     };
     let b = spawn(&queue);

@@ -22,13 +22,13 @@
 //! spends nothing. (Holders are told apart by a digest of the value a
 //! refused acquire found: `Reply::HeldBy`, `Waiters::note_holder`.)
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select};
 
 use super::counters::Event;
 use super::rounds::Rounds;
+use crate::backend::KeySet;
 use crate::engine::{HolderNews, Watch};
 
 /// Why [`Rounds::wait_for_release`] returned.
@@ -103,9 +103,9 @@ impl Rounds {
     /// returns once they listen (at most one per-node timeout). Every
     /// attempt made after this call runs after the subscriptions on every
     /// node, so a release that such an attempt did not see is announced.
-    pub(crate) fn watch(&self, key: &Arc<[u8]>) -> ReleaseWait {
+    pub(crate) fn watch(&self, keys: &KeySet) -> ReleaseWait {
         ReleaseWait {
-            watch: self.engine().watch(key, self.config().node_timeout),
+            watch: self.engine().watch(keys, self.config().node_timeout),
             early: EARLY_WAKEUPS,
             brought_forward: false,
         }
@@ -174,14 +174,14 @@ impl Rounds {
     /// waited, for the attempts that follow.
     pub(crate) fn yield_to_waiters<T>(
         &self,
-        key: &Arc<[u8]>,
+        keys: &KeySet,
         delay: Duration,
         interrupt: Option<&Receiver<T>>,
     ) -> Option<ReleaseWait> {
-        if !self.engine().others_waited(key) {
+        if !self.engine().others_waited(keys) {
             return None;
         }
-        let mut wait = self.watch(key);
+        let mut wait = self.watch(keys);
         self.counters().note(Event::Yielded);
         self.wait_for_release(&mut wait, after(delay), interrupt);
         Some(wait)

@@ -204,7 +204,7 @@ impl Timer {
                 log::info!(
                     "quorum-lock: auto-extension of {} stopped ({why}); it ends at its \
                      deadline in {left:?}",
-                    crate::report::Shortened(&crate::backend::show_resource(&lease.resource))
+                    crate::report::Shortened(&lease.resources.to_string())
                 );
                 state.stop_renewal(why);
                 drop(state);

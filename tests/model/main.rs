@@ -42,8 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quorum_lock::{
-    Answers, Backend, BackendError, Holding, LockManager, LockOptions, MemoryBackend, Op, OpKind,
-    Reply, RetryPolicy, ServerInfo, UptimeReport,
+    Answers, Backend, BackendError, Holding, KeySet, LockManager, LockOptions, MemoryBackend, Op,
+    OpKind, Reply, RetryPolicy, ServerInfo, UptimeReport,
 };
 
 use config::{CLIENTS, PERMITS, RESOURCES, SEEDS, STEPS, TIGHT, WIDE};
@@ -286,9 +286,10 @@ fn the_oracle_catches_a_set_taken_piecemeal() {
         fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
             ops.iter()
                 .map(|op| match op.kind {
-                    OpKind::AcquireAll { ttl, keys } => {
+                    OpKind::Acquire { ttl } if op.keys.len() > 1 => {
+                        let ones: Vec<KeySet> = op.keys.iter().map(KeySet::one).collect();
                         let singles: Vec<Op<'_>> =
-                            keys.iter().map(|k| Op::acquire(k, op.token, ttl)).collect();
+                            ones.iter().map(|k| Op::acquire(k, op.token, ttl)).collect();
                         let got = self.0.batch(&singles);
                         Ok(Reply::from(got.iter().any(|r| matches!(r, Ok(Reply::Yes)))))
                     }

@@ -111,13 +111,8 @@ impl World {
                     continue;
                 }
                 let deadline = now + validity;
-                // A set's guard holds each resource's key (no prefix here).
-                for key in guard.resources() {
-                    let key = if guard.resources().len() > 1 {
-                        key
-                    } else {
-                        guard.key()
-                    };
+                // A guard holds each of its keys (one, or a set's).
+                for key in guard.keys() {
                     let holding = (0..self.shape.nodes)
                         .filter(|&n| {
                             let node = &self.nodes[n];

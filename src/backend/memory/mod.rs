@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use self::notices::MemoryListener;
 use self::state::State;
 use super::{
-    Answers, Backend, BackendError, BackendErrorKind, Holding, Op, ReleaseListener, Reply,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, KeySet, Op, ReleaseListener, Reply,
     ServerInfo,
 };
 use crate::clock::{Clock, MonotonicClock};
@@ -356,17 +356,17 @@ impl MemoryBackend {
 impl Backend for MemoryBackend {
     fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply_bool(&Op::acquire(key, token, ttl))
+        self.apply_bool(&Op::acquire(&KeySet::one(key), token, ttl))
     }
 
     fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply_bool(&Op::release(key, token))
+        self.apply_bool(&Op::release(&KeySet::one(key), token))
     }
 
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply_bool(&Op::extend(key, token, ttl))
+        self.apply_bool(&Op::extend(&KeySet::one(key), token, ttl))
     }
 
     fn acquire_fenced(
@@ -377,7 +377,7 @@ impl Backend for MemoryBackend {
         counter: &[u8],
     ) -> Result<Option<u64>, BackendError> {
         self.round_trip();
-        self.apply(&Op::acquire_fenced(key, token, ttl, counter))
+        self.apply(&Op::acquire_fenced(&KeySet::one(key), token, ttl, counter))
             .map(Reply::fence)
     }
 
@@ -389,7 +389,7 @@ impl Backend for MemoryBackend {
         fence: u64,
     ) -> Result<bool, BackendError> {
         self.round_trip();
-        self.apply_bool(&Op::raise_fence(key, token, counter, fence))
+        self.apply_bool(&Op::raise_fence(&KeySet::one(key), token, counter, fence))
     }
 
     fn recoveries(&self) -> u64 {

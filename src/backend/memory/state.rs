@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::notices::Inbox;
 use super::{CallHook, UptimeReport};
-use crate::backend::{BackendError, BackendErrorKind, Holding, Op, OpKind, Reply};
+use crate::backend::{BackendError, BackendErrorKind, Holding, KeySet, Op, OpKind, Reply};
 
 /// What a key holds.
 pub(super) enum Value {
@@ -138,9 +138,24 @@ impl State {
         }
     }
 
-    /// Applies one operation at `now` (the faults were checked before).
+    /// Applies one operation at `now` (the faults were checked before):
+    /// on one key as `SET NX PX` and the one-key scripts do, on several as
+    /// the set scripts do (all or nothing).
     pub(super) fn apply(&mut self, op: &Op<'_>, now: Instant) -> Result<Reply, BackendError> {
-        let Op { key, token, kind } = *op;
+        match op.keys.single() {
+            Some(key) => self.apply_one(key, op.token, op.kind, now),
+            None => self.apply_set(op.keys, op.token, op.kind, now),
+        }
+    }
+
+    /// `kind` on the one key `key`.
+    fn apply_one(
+        &mut self,
+        key: &[u8],
+        token: &[u8],
+        kind: OpKind<'_>,
+        now: Instant,
+    ) -> Result<Reply, BackendError> {
         Ok(match kind {
             OpKind::Acquire { ttl } => self.acquire(key, token, ttl, now)?,
             OpKind::AcquireFenced { ttl, counter } => {
@@ -183,59 +198,42 @@ impl State {
                 self.expire(key, ttl, now)?;
                 Reply::Yes
             }
-            OpKind::AcquireAll { ttl, keys } => {
-                // Read every key first: all or nothing, as the script does.
-                let mut ours = false;
-                for k in keys.iter() {
-                    if self.live(k, now).is_some() {
-                        if !self.holds(k, token, now)? {
-                            let held = self.live(k, now).and_then(|e| e.token());
-                            return Ok(held.map_or(Reply::No, Reply::held_by));
-                        }
-                        ours = true;
-                    }
-                }
-                if ours {
-                    return Ok(Reply::AlreadyOurs);
-                }
-                for k in keys.iter() {
-                    self.acquire(k, token, ttl, now)?;
-                }
-                Reply::Yes
-            }
-            OpKind::AcquireAllFenced { ttl, keys, counter } => {
+        })
+    }
+
+    /// `kind` on every key of `keys` as one step, all or nothing.
+    fn apply_set(
+        &mut self,
+        keys: &KeySet,
+        token: &[u8],
+        kind: OpKind<'_>,
+        now: Instant,
+    ) -> Result<Reply, BackendError> {
+        Ok(match kind {
+            OpKind::Acquire { ttl } => self.acquire_all(keys, token, ttl, now)?,
+            OpKind::AcquireFenced { ttl, counter } => {
                 // Read first: a foreign value there fails before any write.
                 let mut read = 0;
                 for k in keys.iter() {
                     read = read.max(self.counter(counter, k, now)?);
                 }
-                let all = Op {
-                    key,
-                    token,
-                    kind: OpKind::AcquireAll { ttl, keys },
-                };
-                match self.apply(&all, now)? {
+                match self.acquire_all(keys, token, ttl, now)? {
                     Reply::Yes => Reply::Fenced(read),
                     other => other,
                 }
             }
-            OpKind::RaiseFenceAll {
-                keys,
-                counter,
-                fence,
-            } => {
+            OpKind::RaiseFence { counter, fence } => {
                 for k in keys.iter() {
                     if !self.holds(k, token, now)? {
                         return Ok(Reply::No);
                     }
                 }
                 for k in keys.iter() {
-                    let raise = Op::raise_fence(k, token, counter, fence);
-                    self.apply(&raise, now)?;
+                    self.apply_one(k, token, OpKind::RaiseFence { counter, fence }, now)?;
                 }
                 Reply::Yes
             }
-            OpKind::ExtendAll { ttl, keys } => {
+            OpKind::Extend { ttl } => {
                 for k in keys.iter() {
                     if !self.holds(k, token, now)? {
                         return Ok(Reply::No);
@@ -246,7 +244,7 @@ impl State {
                 }
                 Reply::Yes
             }
-            OpKind::ReleaseAll { keys } => {
+            OpKind::Release => {
                 let mut released = false;
                 let mut heard = 0;
                 for k in keys.iter() {
@@ -263,6 +261,34 @@ impl State {
                 }
             }
         })
+    }
+
+    /// Every key of `keys` for `token`, or none, as the set acquire script
+    /// does: every key is read first.
+    fn acquire_all(
+        &mut self,
+        keys: &KeySet,
+        token: &[u8],
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<Reply, BackendError> {
+        let mut ours = false;
+        for k in keys.iter() {
+            if self.live(k, now).is_some() {
+                if !self.holds(k, token, now)? {
+                    let held = self.live(k, now).and_then(|e| e.token());
+                    return Ok(held.map_or(Reply::No, Reply::held_by));
+                }
+                ours = true;
+            }
+        }
+        if ours {
+            return Ok(Reply::AlreadyOurs);
+        }
+        for k in keys.iter() {
+            self.acquire(k, token, ttl, now)?;
+        }
+        Ok(Reply::Yes)
     }
 
     /// Sets the expiry of an existing `key` to `ttl` from `now`.

@@ -52,10 +52,11 @@ fn faults() {
 #[test]
 fn batch_is_one_round_trip() {
     let node = MemoryBackend::new("m");
+    let a = KeySet::one("a");
     let ops = [
-        Op::acquire(b"a", b"t", TTL),
-        Op::acquire(b"a", b"u", TTL),
-        Op::release(b"a", b"t"),
+        Op::acquire(&a, b"t", TTL),
+        Op::acquire(&a, b"u", TTL),
+        Op::release(&a, b"t"),
     ];
     let results: Vec<bool> = node
         .batch(&ops)
@@ -70,21 +71,14 @@ fn batch_is_one_round_trip() {
 /// a fenced one and a set (the first member held by another value).
 #[test]
 fn a_refused_acquire_names_the_holder_by_digest() {
-    use crate::backend::{KeySet, OpKind, compose_keys};
-
     let node = MemoryBackend::new("m");
     assert!(node.acquire(b"b", b"theirs", TTL).unwrap());
-    let composite = compose_keys(&[&b"a"[..], &b"b"[..]]);
-    let keys = KeySet::of(&composite).unwrap();
+    let (b, set) = (KeySet::one("b"), KeySet::new(["a", "b"]).unwrap());
     let ops = [
-        Op::acquire(b"b", b"mine", TTL),
-        Op::acquire_fenced(b"b", b"mine", TTL, b"fences"),
-        Op {
-            key: &composite,
-            token: b"mine",
-            kind: OpKind::AcquireAll { ttl: TTL, keys },
-        },
-        Op::acquire(b"b", b"theirs", TTL),
+        Op::acquire(&b, b"mine", TTL),
+        Op::acquire_fenced(&b, b"mine", TTL, b"fences"),
+        Op::acquire(&set, b"mine", TTL),
+        Op::acquire(&b, b"theirs", TTL),
     ];
     let replies: Vec<Reply> = node.batch(&ops).into_iter().map(|r| r.unwrap()).collect();
     let theirs = Reply::held_by(b"theirs");

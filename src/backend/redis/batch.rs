@@ -23,7 +23,7 @@ use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerIn
 use super::Inner;
 use super::conn::{Ask, value_text};
 use super::pool::{Checkout, Failure};
-use super::redact::show_key;
+use super::redact::{show_key, show_keys};
 use super::scripts::{Digests, Script};
 
 /// Largest TTL sent to the server (about 285 000 years). Redis refuses
@@ -197,13 +197,17 @@ impl Inner {
             let op = &ops[sent[pos]];
             match followup {
                 Followup::Get => {
-                    redis::cmd("GET").arg(op.key).write_packed_command(&mut buf);
+                    redis::cmd("GET")
+                        .arg(op.keys.first())
+                        .write_packed_command(&mut buf);
                     expected += 1;
                 }
                 Followup::Rerun => {
                     self.pack_op(op, ttls[sent[pos]], None, &mut buf);
-                    if let OpKind::Acquire { .. } = op.kind {
-                        redis::cmd("GET").arg(op.key).write_packed_command(&mut buf);
+                    if script_of(op).is_none() {
+                        redis::cmd("GET")
+                            .arg(op.keys.first())
+                            .write_packed_command(&mut buf);
                         expected += 1;
                     }
                     expected += 1;
@@ -222,9 +226,9 @@ impl Inner {
             let i = sent[pos];
             let op = &ops[i];
             let mut next = || replies.next().unwrap_or(Value::Nil);
-            let answer = match (followup, op.kind) {
+            let answer = match (followup, script_of(op)) {
                 (Followup::Get, _) => self.refused_acquire(op, next()),
-                (Followup::Rerun, OpKind::Acquire { .. }) => {
+                (Followup::Rerun, None) => {
                     let (set, get) = (next(), next());
                     match set {
                         Value::Okay => Ok(Reply::Yes),
@@ -233,9 +237,9 @@ impl Inner {
                         other => Err(self.protocol_error("SET NX", &other)),
                     }
                 }
-                (Followup::Rerun, _) => match next() {
+                (Followup::Rerun, Some(script)) => match next() {
                     Value::ServerError(e) => Err(self.op_server_error(op, &e)),
-                    value => self.script_reply(op, value),
+                    value => self.script_reply(script, value),
                 },
             };
             // The first run's answer stands when that run did the work.
@@ -255,15 +259,13 @@ impl Inner {
 
     /// The first round trip's reply to `op`.
     fn first_answer(&self, op: &Op<'_>, reply: Value) -> First {
-        match (op.kind, reply) {
-            (OpKind::Acquire { .. }, Value::Okay) => First::Done(Ok(Reply::Yes)),
-            (OpKind::Acquire { .. }, Value::Nil) => First::NeedsGet,
+        match (script_of(op), reply) {
+            (None, Value::Okay) => First::Done(Ok(Reply::Yes)),
+            (None, Value::Nil) => First::NeedsGet,
             (_, Value::ServerError(e)) if e.code() == "NOSCRIPT" => First::NoScript,
             (_, Value::ServerError(e)) => First::Done(Err(self.op_server_error(op, &e))),
-            (OpKind::Acquire { .. }, other) => {
-                First::Done(Err(self.protocol_error("SET NX", &other)))
-            }
-            (_, value) => First::Done(self.script_reply(op, value)),
+            (None, other) => First::Done(Err(self.protocol_error("SET NX", &other))),
+            (Some(script), value) => First::Done(self.script_reply(script, value)),
         }
     }
 
@@ -289,122 +291,78 @@ impl Inner {
             return self.server_error(e, Some(op.token));
         }
         let what = match op.kind {
-            OpKind::AcquireFenced { counter, .. }
-            | OpKind::RaiseFence { counter, .. }
-            | OpKind::AcquireAllFenced { counter, .. }
-            | OpKind::RaiseFenceAll { counter, .. } => format!(
+            OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } => format!(
                 "key {} or the fence counters {} hold a value quorum-lock did not write \
                  (WRONGTYPE): something else uses these names",
-                show_key(op.key),
+                show_keys(op.keys),
                 show_key(counter)
             ),
             _ => format!(
                 "key {} holds a value that is not a string (WRONGTYPE), not a lock",
-                show_key(op.key)
+                show_keys(op.keys)
             ),
         };
         self.node_error(BackendErrorKind::WrongType, &what, None)
     }
 
-    /// A script's reply to `op`: 0 / 1 for extend and raise; 0, or 1 plus
-    /// the subscribers its notice reached, for release; the counter, -1
-    /// (held elsewhere) or -2 (already ours) for a fenced acquire.
-    fn script_reply(&self, op: &Op<'_>, value: Value) -> Result<Reply, BackendError> {
-        match (op.kind, value) {
-            (OpKind::AcquireFenced { .. } | OpKind::AcquireAllFenced { .. }, Value::Int(-1)) => {
-                Ok(Reply::No)
+    /// A script's reply: 0 / 1 for extend and raise; 0, or 1 plus the
+    /// subscribers its notice reached, for release; the counter, -1 (held
+    /// elsewhere) or -2 (already ours) for a fenced acquire.
+    fn script_reply(&self, script: Script, value: Value) -> Result<Reply, BackendError> {
+        use Script::{
+            AcquireAll, AcquireAllFenced, AcquireFenced, Extend, ExtendAll, RaiseFence,
+            RaiseFenceAll, Release, ReleaseAll,
+        };
+        match (script, value) {
+            (AcquireFenced | AcquireAllFenced, Value::Int(-1)) => Ok(Reply::No),
+            (AcquireFenced | AcquireAll | AcquireAllFenced, Value::BulkString(held)) => {
+                Ok(Reply::held_by(&held))
             }
-            (
-                OpKind::AcquireFenced { .. }
-                | OpKind::AcquireAll { .. }
-                | OpKind::AcquireAllFenced { .. },
-                Value::BulkString(held),
-            ) => Ok(Reply::held_by(&held)),
-            (OpKind::AcquireFenced { .. } | OpKind::AcquireAllFenced { .. }, Value::Int(-2)) => {
-                Ok(Reply::AlreadyOurs)
-            }
-            (OpKind::AcquireFenced { .. } | OpKind::AcquireAllFenced { .. }, Value::Int(n))
-                if n >= 0 =>
-            {
+            (AcquireFenced | AcquireAllFenced, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
+            (AcquireFenced | AcquireAllFenced, Value::Int(n)) if n >= 0 => {
                 Ok(Reply::Fenced(n.unsigned_abs()))
             }
-            (OpKind::AcquireAll { .. }, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
-            (OpKind::Release | OpKind::ReleaseAll { .. }, Value::Int(n)) if n > 1 => {
+            (AcquireAll, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
+            (Release | ReleaseAll, Value::Int(n)) if n > 1 => {
                 Ok(Reply::Notified(n.unsigned_abs() - 1))
             }
             (
-                OpKind::Release
-                | OpKind::Extend { .. }
-                | OpKind::RaiseFence { .. }
-                | OpKind::AcquireAll { .. }
-                | OpKind::ExtendAll { .. }
-                | OpKind::ReleaseAll { .. }
-                | OpKind::RaiseFenceAll { .. },
+                Release | Extend | RaiseFence | AcquireAll | ExtendAll | ReleaseAll | RaiseFenceAll,
                 Value::Int(n @ (0 | 1)),
             ) => Ok(Reply::from(n == 1)),
-            (_, other) => Err(self.protocol_error(op_name(op), &other)),
+            (_, other) => Err(self.protocol_error(script_name(script), &other)),
         }
     }
 
-    /// `op` as one command: `SET NX PX` for a plain acquire; a script by
-    /// `EVALSHA` when its digest is known (`digests`), else by `EVAL` with
-    /// its text.
+    /// `op` as one command: `SET NX PX` for a plain acquire of one key; a
+    /// script by `EVALSHA` when its digest is known (`digests`), else by
+    /// `EVAL` with its text: the one-key scripts for one key, the set
+    /// scripts (all or nothing) for several.
     fn pack_op(&self, op: &Op<'_>, ttl_ms: u64, digests: Option<&Digests>, buf: &mut Vec<u8>) {
-        let Op { key, token, kind } = *op;
+        let Op { keys, token, kind } = *op;
         let ttl_arg = || ttl_ms.to_string().into_bytes();
-        let (script, keys, args): (Script, Vec<&[u8]>, [Vec<u8>; 2]) = match kind {
-            OpKind::Acquire { .. } => {
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .write_packed_command(buf);
-                return;
-            }
-            OpKind::Release => (Script::Release, vec![key], [token.to_vec(), vec![]]),
-            OpKind::Extend { .. } => (Script::Extend, vec![key], [token.to_vec(), ttl_arg()]),
-            OpKind::AcquireFenced { counter, .. } => (
-                Script::AcquireFenced,
-                vec![key, counter],
-                [token.to_vec(), ttl_arg()],
-            ),
+        let Some(script) = script_of(op) else {
+            redis::cmd("SET")
+                .arg(keys.first())
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .write_packed_command(buf);
+            return;
+        };
+        let (counter, args): (Option<&[u8]>, [Vec<u8>; 2]) = match kind {
+            OpKind::Acquire { .. } | OpKind::Extend { .. } => (None, [token.to_vec(), ttl_arg()]),
+            OpKind::Release => (None, [token.to_vec(), vec![]]),
+            OpKind::AcquireFenced { counter, .. } => (Some(counter), [token.to_vec(), ttl_arg()]),
             OpKind::RaiseFence { counter, fence } => (
-                Script::RaiseFence,
-                vec![key, counter],
-                [token.to_vec(), fence.to_string().into_bytes()],
-            ),
-            OpKind::AcquireAll { keys, .. } => (
-                Script::AcquireAll,
-                keys.iter().collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::ExtendAll { keys, .. } => (
-                Script::ExtendAll,
-                keys.iter().collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::ReleaseAll { keys } => (
-                Script::ReleaseAll,
-                keys.iter().collect(),
-                [token.to_vec(), vec![]],
-            ),
-            OpKind::AcquireAllFenced { keys, counter, .. } => (
-                Script::AcquireAllFenced,
-                keys.iter().chain([counter]).collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::RaiseFenceAll {
-                keys,
-                counter,
-                fence,
-            } => (
-                Script::RaiseFenceAll,
-                keys.iter().chain([counter]).collect(),
+                Some(counter),
                 [token.to_vec(), fence.to_string().into_bytes()],
             ),
         };
+        // The lock's keys, then the fence counters' hash when the script
+        // reads it (the last of `KEYS`).
+        let script_keys: Vec<&[u8]> = keys.iter().chain(counter).collect();
         let mut cmd = match digests {
             Some(digests) => {
                 let mut cmd = redis::cmd("EVALSHA");
@@ -417,8 +375,8 @@ impl Inner {
                 cmd
             }
         };
-        cmd.arg(keys.len());
-        for key in keys {
+        cmd.arg(script_keys.len());
+        for key in script_keys {
             cmd.arg(key);
         }
         for arg in args.iter().filter(|a| !a.is_empty()) {
@@ -428,19 +386,23 @@ impl Inner {
     }
 }
 
-/// The script behind `op`, if it runs one.
+/// The script behind `op`, if it runs one (`None`: `SET NX PX`, the
+/// plain acquire of one key). One key runs the one-key scripts; several
+/// run the set scripts, which take, extend, release or fence every key
+/// or none.
 fn script_of(op: &Op<'_>) -> Option<Script> {
+    let one = op.keys.len() == 1;
     match op.kind {
-        OpKind::Acquire { .. } => None,
-        OpKind::Release => Some(Script::Release),
-        OpKind::Extend { .. } => Some(Script::Extend),
-        OpKind::AcquireFenced { .. } => Some(Script::AcquireFenced),
-        OpKind::RaiseFence { .. } => Some(Script::RaiseFence),
-        OpKind::AcquireAll { .. } => Some(Script::AcquireAll),
-        OpKind::ExtendAll { .. } => Some(Script::ExtendAll),
-        OpKind::ReleaseAll { .. } => Some(Script::ReleaseAll),
-        OpKind::AcquireAllFenced { .. } => Some(Script::AcquireAllFenced),
-        OpKind::RaiseFenceAll { .. } => Some(Script::RaiseFenceAll),
+        OpKind::Acquire { .. } if one => None,
+        OpKind::Acquire { .. } => Some(Script::AcquireAll),
+        OpKind::AcquireFenced { .. } if one => Some(Script::AcquireFenced),
+        OpKind::AcquireFenced { .. } => Some(Script::AcquireAllFenced),
+        OpKind::Extend { .. } if one => Some(Script::Extend),
+        OpKind::Extend { .. } => Some(Script::ExtendAll),
+        OpKind::Release if one => Some(Script::Release),
+        OpKind::Release => Some(Script::ReleaseAll),
+        OpKind::RaiseFence { .. } if one => Some(Script::RaiseFence),
+        OpKind::RaiseFence { .. } => Some(Script::RaiseFenceAll),
     }
 }
 
@@ -460,18 +422,17 @@ pub(super) fn ttl_millis(ttl: Duration) -> Result<u64, BackendError> {
     }
 }
 
-fn op_name(op: &Op<'_>) -> &'static str {
-    match op.kind {
-        OpKind::Acquire { .. } => "SET NX",
-        OpKind::Release => "the release script",
-        OpKind::Extend { .. } => "the extend script",
-        OpKind::AcquireFenced { .. } => "the fenced acquire script",
-        OpKind::RaiseFence { .. } => "the fence script",
-        OpKind::AcquireAll { .. } => "the set acquire script",
-        OpKind::ExtendAll { .. } => "the set extend script",
-        OpKind::ReleaseAll { .. } => "the set release script",
-        OpKind::AcquireAllFenced { .. } => "the fenced set acquire script",
-        OpKind::RaiseFenceAll { .. } => "the set fence script",
+fn script_name(script: Script) -> &'static str {
+    match script {
+        Script::Release => "the release script",
+        Script::Extend => "the extend script",
+        Script::AcquireFenced => "the fenced acquire script",
+        Script::RaiseFence => "the fence script",
+        Script::AcquireAll => "the set acquire script",
+        Script::ExtendAll => "the set extend script",
+        Script::ReleaseAll => "the set release script",
+        Script::AcquireAllFenced => "the fenced set acquire script",
+        Script::RaiseFenceAll => "the set fence script",
     }
 }
 

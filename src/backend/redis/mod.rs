@@ -67,8 +67,8 @@ use parking_lot::Mutex;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use crate::backend::{
-    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Op, ReleaseListener,
-    Reply, ServerInfo,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, KeySet, Op,
+    ReleaseListener, Reply, ServerInfo,
 };
 
 use self::conn::{Ask, Setup, pack_info, value_text};
@@ -287,18 +287,21 @@ impl Backend for RedisBackend {
     /// name); another value, or none (expired in between), is `Ok(false)`;
     /// a key of another type gives [`BackendErrorKind::WrongType`].
     fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.single(Op::acquire(key, token, ttl)).map(Reply::is_yes)
+        self.single(Op::acquire(&KeySet::one(key), token, ttl))
+            .map(Reply::is_yes)
     }
 
     /// Compare-and-delete by script.
     fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.single(Op::release(key, token)).map(Reply::is_yes)
+        self.single(Op::release(&KeySet::one(key), token))
+            .map(Reply::is_yes)
     }
 
     /// Compare-and-pexpire by script; `ttl` rounded up like
     /// [`acquire`](Backend::acquire). Never creates a missing key.
     fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.single(Op::extend(key, token, ttl)).map(Reply::is_yes)
+        self.single(Op::extend(&KeySet::one(key), token, ttl))
+            .map(Reply::is_yes)
     }
 
     /// One script: `SET NX PX` (or our token already there), then the
@@ -310,7 +313,7 @@ impl Backend for RedisBackend {
         ttl: Duration,
         counter: &[u8],
     ) -> Result<Option<u64>, BackendError> {
-        self.single(Op::acquire_fenced(key, token, ttl, counter))
+        self.single(Op::acquire_fenced(&KeySet::one(key), token, ttl, counter))
             .map(Reply::fence)
     }
 
@@ -322,7 +325,7 @@ impl Backend for RedisBackend {
         counter: &[u8],
         fence: u64,
     ) -> Result<bool, BackendError> {
-        self.single(Op::raise_fence(key, token, counter, fence))
+        self.single(Op::raise_fence(&KeySet::one(key), token, counter, fence))
             .map(Reply::is_yes)
     }
 

@@ -17,14 +17,6 @@ impl Inner {
 
 /// A key for messages: escaped, at most 64 bytes shown.
 pub(super) fn show_key(key: &[u8]) -> String {
-    if crate::backend::KeySet::of(key).is_some() {
-        // A set of keys (lock_all): its members, as text.
-        let shown = crate::backend::show_resource(key);
-        return match shown.char_indices().nth(200) {
-            Some((cut, _)) => format!("{}... ({} bytes)", &shown[..cut], key.len()),
-            None => shown,
-        };
-    }
     let shown: String = key
         .iter()
         .take(64)
@@ -35,6 +27,23 @@ pub(super) fn show_key(key: &[u8]) -> String {
         format!("\"{shown}...\" ({} bytes)", key.len())
     } else {
         format!("\"{shown}\"")
+    }
+}
+
+/// A lock's keys for messages: the key (as [`show_key`]) of a single
+/// lock; the members of a set (`lock_all`) as text, `{a, b}`, at most 200
+/// characters shown.
+pub(super) fn show_keys(keys: &crate::backend::KeySet) -> String {
+    if let Some(key) = keys.single() {
+        return show_key(key);
+    }
+    let shown = keys.to_string();
+    match shown.char_indices().nth(200) {
+        Some((cut, _)) => {
+            let bytes: usize = keys.iter().map(<[u8]>::len).sum();
+            format!("{}... ({} keys, {bytes} bytes)", &shown[..cut], keys.len())
+        }
+        None => shown,
     }
 }
 

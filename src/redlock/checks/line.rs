@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::backend::KeySet;
 use crate::canary::{self, Canary};
 use crate::clock::{Clock, ManualClock};
 use crate::error::Error;
@@ -115,7 +116,7 @@ enum Step {
 struct World {
     clock: ManualClock,
     queue: Arc<LocalQueue>,
-    key: Arc<[u8]>,
+    key: KeySet,
     specs: Vec<Spec>,
     phases: Vec<Phase>,
     /// Rounds each thread has begun.
@@ -138,7 +139,7 @@ impl World {
         Self {
             queue: Arc::new(LocalQueue::new(Arc::new(clock.clone()))),
             clock,
-            key: b"r".as_slice().into(),
+            key: KeySet::one("r"),
             specs: specs.to_vec(),
             phases: specs.iter().map(|_| Phase::Start).collect(),
             begun: vec![0; specs.len()],
@@ -212,7 +213,7 @@ impl World {
         };
         let phase = std::mem::replace(&mut self.phases[i], Phase::Done);
         let queue = Arc::clone(&self.queue);
-        let key = Arc::clone(&self.key);
+        let key = self.key.clone();
         let want = self.specs[i].want;
         self.phases[i] = match (phase, act) {
             (Phase::Start, Act::Join) => match self.begin(i, &queue, &key, want) {
@@ -284,7 +285,7 @@ impl World {
         self.check()
     }
 
-    fn begin(&mut self, i: usize, queue: &Arc<LocalQueue>, key: &Arc<[u8]>, want: Want) -> Joined {
+    fn begin(&mut self, i: usize, queue: &Arc<LocalQueue>, key: &KeySet, want: Want) -> Joined {
         self.begun[i] += 1;
         queue.join(key, want)
     }
@@ -292,8 +293,8 @@ impl World {
     fn lease(&self, ttl: Duration, deadline: Instant, fence: Option<u64>) -> Arc<Lease> {
         let token = Token::random().expect("random bytes");
         Arc::new(Lease::new(
-            b"r",
-            Arc::clone(&self.key),
+            KeySet::one("r"),
+            self.key.clone(),
             token,
             ttl,
             deadline,
