@@ -216,6 +216,43 @@ impl Report {
     fn count(&self, pred: impl Fn(&NodeOutcome) -> bool) -> usize {
         self.nodes.iter().filter(|n| pred(&n.outcome)).count()
     }
+
+    /// What every node did, said once, when two or more nodes all did
+    /// the same for the same reason (`all 3 nodes: released`); `None`
+    /// when they differ, and each node is then named with its own.
+    fn shared_outcome(&self) -> Option<String> {
+        let (first, rest) = self.nodes.split_first()?;
+        if rest.is_empty() {
+            return None;
+        }
+        let n = self.nodes.len();
+        if let NodeOutcome::Quarantined { remaining } = first.outcome {
+            // One reason; the times left differ by the nodes' start times.
+            let (mut soonest, mut latest) = (remaining, remaining);
+            for node in rest {
+                let NodeOutcome::Quarantined { remaining } = node.outcome else {
+                    return None;
+                };
+                soonest = soonest.min(remaining);
+                latest = latest.max(remaining);
+            }
+            let (soonest, latest) = (human(soonest), human(latest));
+            let when = if soonest == latest {
+                latest
+            } else {
+                format!("{soonest} to {latest}")
+            };
+            return Some(format!(
+                "all {n} nodes quarantined: started or restarted less than max_ttl + drift ago, \
+                 they may have forgotten locks; they vote again in {when} (settings: max_ttl, \
+                 restart_quarantine)"
+            ));
+        }
+        let text = first.outcome.describe(self.round, &first.node);
+        rest.iter()
+            .all(|node| node.outcome.describe(self.round, &node.node) == text)
+            .then(|| format!("all {n} nodes: {text}"))
+    }
 }
 
 impl fmt::Display for Report {
@@ -245,6 +282,10 @@ impl fmt::Display for Report {
             write!(f, ", in {}", human(self.elapsed))?;
         }
         f.write_str(" [")?;
+        if let Some(shared) = self.shared_outcome() {
+            write!(f, "{shared}]")?;
+            return Ok(());
+        }
         for (i, n) in self.nodes.iter().enumerate() {
             if i > 0 {
                 f.write_str("; ")?;
@@ -271,5 +312,100 @@ impl fmt::Display for Shortened<'_> {
         }
         let head: String = self.0.chars().take(SHOWN_RESOURCE_CHARS).collect();
         write!(f, "{head:?}... ({} bytes)", self.0.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::{BackendError, BackendErrorKind};
+    use crate::report::*;
+
+    fn report(outcomes: Vec<NodeOutcome>) -> Report {
+        Report {
+            round: Round::Acquire,
+            resource: "job".into(),
+            quorum: outcomes.len() / 2 + 1,
+            nodes: outcomes
+                .into_iter()
+                .enumerate()
+                .map(|(i, outcome)| NodeReport {
+                    node: format!("mem-{i}"),
+                    outcome,
+                })
+                .collect(),
+            elapsed: Duration::from_millis(3),
+            attempts: 1,
+            waited: Duration::from_millis(3),
+        }
+    }
+
+    fn quarantined(secs: f64) -> NodeOutcome {
+        NodeOutcome::Quarantined {
+            remaining: Duration::from_secs_f64(secs),
+        }
+    }
+
+    fn refused_connection() -> NodeOutcome {
+        NodeOutcome::Failed(BackendError::new(
+            BackendErrorKind::Unreachable,
+            "connection refused",
+        ))
+    }
+
+    /// Issue 29, item 3: a report that gave the same reason for every
+    /// node said it once per node.
+    #[test]
+    fn one_reason_shared_by_every_node_is_said_once() {
+        let text = report(vec![quarantined(31.6); 3]).to_string();
+        assert!(
+            text.ends_with(
+                "[all 3 nodes quarantined: started or restarted less than max_ttl + drift ago, \
+                 they may have forgotten locks; they vote again in 31.60 s (settings: max_ttl, \
+                 restart_quarantine)]"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("mem-"), "{text}");
+        let spread = report(vec![
+            quarantined(58.6),
+            quarantined(59.6),
+            quarantined(60.0),
+        ]);
+        assert!(
+            spread
+                .to_string()
+                .contains("they vote again in 58.60 s to 1 min 0 s"),
+            "{spread}"
+        );
+        let down = report(vec![refused_connection(), refused_connection()]).to_string();
+        assert!(
+            down.ends_with("[all 2 nodes: failed (unreachable: connection refused)]"),
+            "{down}"
+        );
+    }
+
+    #[test]
+    fn different_reasons_name_every_node() {
+        let text = report(vec![
+            quarantined(3.0),
+            refused_connection(),
+            quarantined(3.0),
+        ])
+        .to_string();
+        for part in [
+            "mem-0: quarantined: started or restarted",
+            "mem-1: failed (unreachable: connection refused)",
+            "mem-2: quarantined",
+        ] {
+            assert!(text.contains(part), "{text} lacks {part}");
+        }
+        assert!(!text.contains("all 3"), "{text}");
+        let one = report(vec![quarantined(3.0)]).to_string();
+        assert!(one.contains("mem-0: quarantined"), "{one}");
+        let mixed = report(vec![NodeOutcome::Granted, NodeOutcome::TimedOut]).to_string();
+        assert!(
+            mixed.contains("mem-0: acquired; mem-1: timed out"),
+            "{mixed}"
+        );
     }
 }
