@@ -45,6 +45,21 @@ pub(crate) struct Global {
     /// Prefix of every key (as the library's `prefix`).
     #[arg(long, default_value = "", global = true)]
     pub(crate) prefix: String,
+    /// Votes a lock needs: at least a majority of the nodes, at most all
+    /// of them. [default: a majority]
+    #[arg(long, value_name = "N", global = true)]
+    pub(crate) quorum: Option<usize>,
+    /// Clock-drift allowance: a lock's validity is its TTL, less the time
+    /// taking it took, less TTL x this + 2 ms. In [0, 1).
+    #[arg(long, value_name = "FACTOR", default_value_t = 0.01, global = true)]
+    pub(crate) drift_factor: f64,
+    /// Count the votes of servers that may evict lock keys (`maxmemory`
+    /// with a `maxmemory-policy` other than `noeviction`). The risk: an
+    /// evicted lock can be taken by a second holder while the first one
+    /// runs. Only when the servers cannot reach `maxmemory`, or the work
+    /// is safe to run twice (or fenced, `run --fencing`).
+    #[arg(long, global = true)]
+    pub(crate) accept_eviction_risk: bool,
     /// No warnings on stderr (nodes missing from a run, the library's
     /// warnings, "held elsewhere"); errors are still printed.
     #[arg(short, long, global = true)]
@@ -60,6 +75,17 @@ pub(crate) enum Command {
     Status(StatusArgs),
     /// Check each node for what the lock relies on.
     Doctor(DoctorArgs),
+}
+
+impl Command {
+    /// The lock's name the subcommand works on, if it takes one.
+    pub(crate) fn name(&self) -> Option<&str> {
+        match self {
+            Self::Run(run) => Some(&run.name),
+            Self::Status(status) => Some(&status.name),
+            Self::Doctor(_) => None,
+        }
+    }
 }
 
 /// `quorum-lock run`.
@@ -81,6 +107,12 @@ pub(crate) struct RunArgs {
     /// machine whose cron fired after the first run ended.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) min_hold: Option<Duration>,
+    /// Who holds the lock, as `status` shows it: readable by anyone who
+    /// can read the key, so never a secret (at most 64 printable ASCII
+    /// characters). [default: HOST:PID:NAME, this host, the tool's process
+    /// id and the lock's name; nothing from the command]
+    #[arg(long, value_name = "LABEL")]
+    pub(crate) owner: Option<String>,
     /// Take one of K permits of the semaphore NAME instead of the lock: at
     /// most K commands run at once across machines (the permits are the
     /// locks NAME:0 .. NAME:K-1; the command gets its slot as
@@ -149,21 +181,76 @@ impl RunArgs {
     pub(crate) fn kill_after(&self) -> Duration {
         self.kill_after.unwrap_or(KILL_AFTER.min(self.ttl / 3))
     }
+
+    /// `--owner`, or its default: [`default_owner`] of the lock's name.
+    pub(crate) fn owner(&self) -> String {
+        self.owner
+            .clone()
+            .unwrap_or_else(|| default_owner(&self.name))
+    }
 }
 
 impl Global {
-    /// A manager over the nodes with these settings, and `ttl` as its TTL.
-    pub(crate) fn manager(&self, ttl: Duration) -> Result<LockManager, quorum_lock::Error> {
-        LockManager::builder()
+    /// A manager over the nodes with these settings, `ttl` as its TTL, and
+    /// `owner` as its owner label (`None`: the library's default; only a
+    /// manager that takes locks stores one).
+    pub(crate) fn manager(
+        &self,
+        ttl: Duration,
+        owner: Option<String>,
+    ) -> Result<LockManager, quorum_lock::Error> {
+        let mut builder = LockManager::builder()
             .redis_nodes(&self.nodes)?
             .node_timeout(self.node_timeout)
             .max_ttl(self.max_ttl)
             .ttl(ttl)
             .prefix(&self.prefix)
+            .drift_factor(self.drift_factor)
             .restart_quarantine(!self.no_restart_quarantine)
-            .retry(RetryPolicy::none())
-            .build()
+            .accept_eviction_risk(self.accept_eviction_risk)
+            .retry(RetryPolicy::none());
+        if let Some(quorum) = self.quorum {
+            builder = builder.quorum(quorum);
+        }
+        if let Some(owner) = owner {
+            builder = builder.owner(owner);
+        }
+        builder.build()
     }
+
+    /// Votes a lock needs: `--quorum`, or a majority of the nodes.
+    pub(crate) fn quorum(&self) -> usize {
+        self.quorum.unwrap_or(self.nodes.len() / 2 + 1)
+    }
+}
+
+/// The owner label `run` stores by default: `HOST:PID:NAME`, so that
+/// `status` and `break` tell an operator where to look (the host, and the
+/// tool's process there) and which job it is. Never the command line: a
+/// label is readable by anyone who can read the key, and a command's
+/// arguments may carry secrets. Printable ASCII only (anything else in the
+/// name becomes `?`), cut at the library's limit.
+pub(crate) fn default_owner(name: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().chars().filter(char::is_ascii_graphic).collect())
+        .filter(|h: &String| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    let mut label = format!("{host}:{}:{name}", std::process::id());
+    // ASCII only, so any byte index is a character boundary.
+    label.truncate(quorum_lock::MAX_OWNER_LEN);
+    label
 }
 
 /// `30s`, `500ms`, `2m`, `1h`, `1.5s`: a number and a unit (ms, s, m, h).
@@ -230,5 +317,19 @@ mod tests {
         );
         let given = run_args(&["--ttl", "3s", "--kill-after", "10s"]);
         assert_eq!(given.kill_after(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_default_owner_is_the_host_the_pid_and_the_name_in_printable_ascii() {
+        let pid = format!(":{}:", std::process::id());
+        let owner = default_owner("nightly-report");
+        assert!(owner.ends_with(&format!("{pid}nightly-report")), "{owner}");
+        assert!(!owner.starts_with(':'), "a host first: {owner}");
+        let odd = default_owner("naïve\tjob");
+        assert!(odd.ends_with(&format!("{pid}na?ve?job")), "{odd}");
+        let long = default_owner(&"x".repeat(200));
+        assert_eq!(long.len(), quorum_lock::MAX_OWNER_LEN, "{long}");
+        assert!(long.chars().all(|c| c.is_ascii_graphic() || c == ' '));
+        assert_eq!(run_args(&["--owner", "ci@build-7"]).owner(), "ci@build-7");
     }
 }

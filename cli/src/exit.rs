@@ -6,8 +6,8 @@ use quorum_lock::Error;
 
 /// Held elsewhere (the default of `run -E`), as `flock -n`.
 pub(crate) const CONFLICT: u8 = 1;
-/// Usage: an unknown flag, a missing argument, a malformed duration
-/// (`EX_USAGE`).
+/// Usage: an unknown flag, a missing argument, a malformed duration, an
+/// empty lock name (`EX_USAGE`).
 pub(crate) const USAGE: u8 = 64;
 /// The servers: no quorum of them reachable, or too slow for a safe lock
 /// (`EX_UNAVAILABLE`).
@@ -37,10 +37,11 @@ Exit codes:
   126/127  the command could not be started / was not found
   status   0 held, 1 free, 3 split (the nodes that answered disagree), 69 unknown
   doctor   0 every node ok, 1 warnings (a quorum still works), 3 no quorum
-  64       usage error (unknown flag, missing argument, malformed duration)
+  64       usage error (unknown flag, missing argument, malformed duration, an empty lock name)
   69       servers unavailable: no quorum of nodes answered (or too slowly for a safe lock)
   71       the operating system failed the tool (a thread, the random source, waitpid)
-  78       configuration error (--ttl above --max-ttl or not above --node-timeout, a bad node URL)";
+  78       configuration error (--ttl above --max-ttl or not above --node-timeout, a bad node URL,
+           --quorum below a majority)";
 
 /// The exit code for a library error that is not the lock's answer.
 pub(crate) fn for_error(e: &Error) -> u8 {

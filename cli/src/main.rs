@@ -23,6 +23,7 @@ mod signals;
 mod status;
 mod supervise;
 mod terminal;
+mod wording;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,15 @@ fn main() -> ExitCode {
             "the nodes are required: --nodes URL,URL,... or QUORUM_LOCK_NODES",
         );
         return usage(&e);
+    }
+    if cli.command.name() == Some("") {
+        // No lock has an empty name: a mistake in the command line (often
+        // a variable that was not set), said in one line.
+        eprintln!(
+            "quorum-lock: the lock's name is empty (an unset variable?): give NAME, \
+             e.g. `quorum-lock run nightly-report -- ./report.sh`"
+        );
+        return ExitCode::from(exit::USAGE);
     }
     logger::install(cli.global.quiet);
     let code = match &cli.command {
