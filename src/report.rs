@@ -217,41 +217,79 @@ impl Report {
         self.nodes.iter().filter(|n| pred(&n.outcome)).count()
     }
 
-    /// What every node did, said once, when two or more nodes all did
-    /// the same for the same reason (`all 3 nodes: released`); `None`
-    /// when they differ, and each node is then named with its own.
-    fn shared_outcome(&self) -> Option<String> {
-        let (first, rest) = self.nodes.split_first()?;
-        if rest.is_empty() {
-            return None;
-        }
-        let n = self.nodes.len();
-        if let NodeOutcome::Quarantined { remaining } = first.outcome {
-            // One reason; the times left differ by the nodes' start times.
-            let (mut soonest, mut latest) = (remaining, remaining);
-            for node in rest {
-                let NodeOutcome::Quarantined { remaining } = node.outcome else {
-                    return None;
-                };
-                soonest = soonest.min(remaining);
-                latest = latest.max(remaining);
+    /// The nodes grouped by what they did, in the order each outcome
+    /// first appears: each reason once, with the names of the nodes that
+    /// gave it.
+    fn groups(&self) -> Vec<(Vec<&str>, Said)> {
+        let mut groups: Vec<(Vec<&str>, Said)> = Vec::new();
+        for node in &self.nodes {
+            let said = Said::of(&node.outcome, self.round, &node.node);
+            match groups.iter_mut().find(|(_, s)| s.same(&said)) {
+                Some((names, s)) => {
+                    names.push(&node.node);
+                    s.merge(&said);
+                }
+                None => groups.push((vec![&node.node], said)),
             }
-            let (soonest, latest) = (human(soonest), human(latest));
-            let when = if soonest == latest {
-                latest
-            } else {
-                format!("{soonest} to {latest}")
-            };
-            return Some(format!(
-                "all {n} nodes quarantined: started or restarted less than max_ttl + drift ago, \
-                 they may have forgotten locks; they vote again in {when} (settings: max_ttl, \
-                 restart_quarantine)"
-            ));
         }
-        let text = first.outcome.describe(self.round, &first.node);
-        rest.iter()
-            .all(|node| node.outcome.describe(self.round, &node.node) == text)
-            .then(|| format!("all {n} nodes: {text}"))
+        groups
+    }
+}
+
+/// What one or more nodes did, as a report says it.
+enum Said {
+    /// Quarantined: the shortest and the longest time left (one reason;
+    /// the times differ by the servers' start times).
+    Quarantined(Duration, Duration),
+    /// Any other outcome, in words.
+    Text(String),
+}
+
+impl Said {
+    fn of(outcome: &NodeOutcome, round: Round, node: &str) -> Self {
+        match outcome {
+            NodeOutcome::Quarantined { remaining } => Self::Quarantined(*remaining, *remaining),
+            other => Self::Text(other.describe(round, node)),
+        }
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Quarantined(..), Self::Quarantined(..)) => true,
+            (Self::Text(a), Self::Text(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn merge(&mut self, other: &Self) {
+        if let (Self::Quarantined(soonest, latest), Self::Quarantined(s, l)) = (self, other) {
+            *soonest = (*soonest).min(*s);
+            *latest = (*latest).max(*l);
+        }
+    }
+
+    /// The words for several nodes (`they vote again`), or for one.
+    fn text(&self, several: bool) -> String {
+        match self {
+            Self::Text(text) => text.clone(),
+            Self::Quarantined(soonest, latest) if several => {
+                let (soonest, latest) = (human(*soonest), human(*latest));
+                let when = if soonest == latest {
+                    latest
+                } else {
+                    format!("{soonest} to {latest}")
+                };
+                format!(
+                    "quarantined: started or restarted less than max_ttl + drift ago, they may \
+                     have forgotten locks; they vote again in {when} (settings: max_ttl, \
+                     restart_quarantine)"
+                )
+            }
+            Self::Quarantined(remaining, _) => NodeOutcome::Quarantined {
+                remaining: *remaining,
+            }
+            .describe(Round::Acquire, ""),
+        }
     }
 }
 
@@ -281,16 +319,25 @@ impl fmt::Display for Report {
         } else {
             write!(f, ", in {}", human(self.elapsed))?;
         }
+        // Each reason once: when every node (two or more) gave the same,
+        // without the names; otherwise each reason after the names of the
+        // nodes that gave it.
         f.write_str(" [")?;
-        if let Some(shared) = self.shared_outcome() {
-            write!(f, "{shared}]")?;
-            return Ok(());
+        let groups = self.groups();
+        if let [(names, said)] = groups.as_slice()
+            && names.len() > 1
+        {
+            let n = names.len();
+            return match said {
+                Said::Quarantined(..) => write!(f, "all {n} nodes {}]", said.text(true)),
+                Said::Text(text) => write!(f, "all {n} nodes: {text}]"),
+            };
         }
-        for (i, n) in self.nodes.iter().enumerate() {
+        for (i, (names, said)) in groups.iter().enumerate() {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            write!(f, "{}: {}", n.node, n.outcome.describe(self.round, &n.node))?;
+            write!(f, "{}: {}", names.join(", "), said.text(names.len() > 1))?;
         }
         f.write_str("]")
     }
@@ -384,18 +431,52 @@ mod tests {
         );
     }
 
+    /// The round stops once a quorum is out of reach: two nodes said
+    /// quarantined, the third was not awaited, and the reason was said
+    /// twice.
+    #[test]
+    fn nodes_that_share_a_reason_are_named_together_and_it_is_said_once() {
+        let text = report(vec![
+            quarantined(60.0),
+            quarantined(59.0),
+            NodeOutcome::NotAwaited,
+        ])
+        .to_string();
+        assert!(
+            text.ends_with(
+                "[mem-0, mem-1: quarantined: started or restarted less than max_ttl + drift \
+                 ago, they may have forgotten locks; they vote again in 59.00 s to 1 min 0 s \
+                 (settings: max_ttl, restart_quarantine); mem-2: not awaited]"
+            ),
+            "{text}"
+        );
+        let failed = report(vec![
+            refused_connection(),
+            NodeOutcome::Granted,
+            refused_connection(),
+        ])
+        .to_string();
+        assert!(
+            failed.ends_with(
+                "[mem-0, mem-2: failed (unreachable: connection refused); mem-1: acquired]"
+            ),
+            "{failed}"
+        );
+    }
+
     #[test]
     fn different_reasons_name_every_node() {
         let text = report(vec![
             quarantined(3.0),
             refused_connection(),
-            quarantined(3.0),
+            NodeOutcome::TimedOut,
         ])
         .to_string();
         for part in [
-            "mem-0: quarantined: started or restarted",
+            "mem-0: quarantined: started or restarted less than max_ttl + drift ago, it may \
+             have forgotten locks; votes again in 3.00 s",
             "mem-1: failed (unreachable: connection refused)",
-            "mem-2: quarantined",
+            "mem-2: timed out",
         ] {
             assert!(text.contains(part), "{text} lacks {part}");
         }
