@@ -75,7 +75,31 @@ pub(crate) enum Command {
     Status(StatusArgs),
     /// Check each node for what the lock relies on.
     Doctor(DoctorArgs),
+    /// Break a stuck lock during an incident: show who holds NAME on each
+    /// node and for how long, ask, then delete it on every node. A holder
+    /// that still runs is not told; only fencing protects the resource
+    /// from it then.
+    #[command(after_help = BREAK_HELP)]
+    Break(BreakArgs),
 }
+
+/// What `break --help` adds: its danger and its exit codes.
+const BREAK_HELP: &str = "\
+A holder that is still alive is not told: it goes on as if it held the lock until its next
+extend fails (`run` then stops its command, exit 75), up to the time left shown. Meanwhile the
+next holder runs too: only a fencing token checked by the resource (`run --fencing`) keeps the
+old holder's late writes out. Fence counters are left alone, so fences keep increasing.
+
+A node's key is deleted only while it holds the value that was shown (the library's
+compare-and-delete release, which also wakes waiters): a lock that changed hands since is
+left alone. For a permit of `run -n K NAME`, break `NAME:<slot>`.
+
+Exit codes:
+  0        no node holds the lock shown any more (deleted there, or it was not held)
+  1        not confirmed at the prompt
+  64       no terminal to ask on and no --force; an empty NAME
+  69       a node could not be read or its key deleted (it is named)
+  78       configuration error (a bad node URL, ...)";
 
 impl Command {
     /// The lock's name the subcommand works on, if it takes one.
@@ -83,6 +107,7 @@ impl Command {
         match self {
             Self::Run(run) => Some(&run.name),
             Self::Status(status) => Some(&status.name),
+            Self::Break(broken) => Some(&broken.name),
             Self::Doctor(_) => None,
         }
     }
@@ -164,6 +189,16 @@ pub(crate) struct StatusArgs {
     /// Print JSON for scripts.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `quorum-lock break`.
+#[derive(Debug, Args)]
+pub(crate) struct BreakArgs {
+    /// The lock's name (the resource).
+    pub(crate) name: String,
+    /// Do not ask: break it at once (needed without a terminal).
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// `quorum-lock doctor`.

@@ -3,12 +3,15 @@
 //! * `quorum-lock run NAME -- COMMAND...` runs a command while holding the
 //!   lock (extended while it runs), like `flock -n`;
 //! * `quorum-lock status NAME` shows who holds a lock on each node;
-//! * `quorum-lock doctor` checks each node for what the lock relies on.
+//! * `quorum-lock doctor` checks each node for what the lock relies on;
+//! * `quorum-lock break NAME` deletes a stuck lock on every node, after
+//!   showing what it breaks and asking.
 //!
 //! Nodes come from `--nodes URL,URL,...` or `QUORUM_LOCK_NODES`. Exit codes
 //! are in `exit.rs` (and `--help`).
 
 mod args;
+mod break_lock;
 mod child;
 mod doctor;
 mod exit;
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Run(run) => run::run(&cli.global, run),
         Command::Status(status) => status::status(&cli.global, status),
         Command::Doctor(doctor) => doctor::doctor(&cli.global, doctor),
+        Command::Break(broken) => break_lock::break_lock(&cli.global, broken),
     };
     ExitCode::from(code)
 }

