@@ -129,7 +129,10 @@ pub(crate) struct RunArgs {
     /// Keep the lock at least this long from when it was taken, even if
     /// the command ends sooner (then it is left to expire, not released):
     /// a job on several machines then runs once per period, not once per
-    /// machine whose cron fired after the first run ended.
+    /// machine whose cron fired after the first run ended. The tool stays
+    /// in the foreground until the hold ends (it extends the lock), then
+    /// exits with the command's status: a systemd oneshot unit stays
+    /// activating that long, a CI step takes that long.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) min_hold: Option<Duration>,
     /// Who holds the lock, as `status` shows it: readable by anyone who

@@ -28,6 +28,11 @@ fn run_help_has_a_flag_for_every_library_setting() {
     ] {
         assert!(help.contains(flag), "run --help lacks {flag}: {help}");
     }
+    // What --min-hold means for whoever waits for the tool.
+    assert!(
+        help.contains("stays in the foreground until the hold ends"),
+        "{help}"
+    );
 }
 
 /// `status` shows `HOST:PID:NAME` by default: the host and the lock,
