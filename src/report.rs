@@ -216,6 +216,81 @@ impl Report {
     fn count(&self, pred: impl Fn(&NodeOutcome) -> bool) -> usize {
         self.nodes.iter().filter(|n| pred(&n.outcome)).count()
     }
+
+    /// The nodes grouped by what they did, in the order each outcome
+    /// first appears: each reason once, with the names of the nodes that
+    /// gave it.
+    fn groups(&self) -> Vec<(Vec<&str>, Said)> {
+        let mut groups: Vec<(Vec<&str>, Said)> = Vec::new();
+        for node in &self.nodes {
+            let said = Said::of(&node.outcome, self.round, &node.node);
+            match groups.iter_mut().find(|(_, s)| s.same(&said)) {
+                Some((names, s)) => {
+                    names.push(&node.node);
+                    s.merge(&said);
+                }
+                None => groups.push((vec![&node.node], said)),
+            }
+        }
+        groups
+    }
+}
+
+/// What one or more nodes did, as a report says it.
+enum Said {
+    /// Quarantined: the shortest and the longest time left (one reason;
+    /// the times differ by the servers' start times).
+    Quarantined(Duration, Duration),
+    /// Any other outcome, in words.
+    Text(String),
+}
+
+impl Said {
+    fn of(outcome: &NodeOutcome, round: Round, node: &str) -> Self {
+        match outcome {
+            NodeOutcome::Quarantined { remaining } => Self::Quarantined(*remaining, *remaining),
+            other => Self::Text(other.describe(round, node)),
+        }
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Quarantined(..), Self::Quarantined(..)) => true,
+            (Self::Text(a), Self::Text(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn merge(&mut self, other: &Self) {
+        if let (Self::Quarantined(soonest, latest), Self::Quarantined(s, l)) = (self, other) {
+            *soonest = (*soonest).min(*s);
+            *latest = (*latest).max(*l);
+        }
+    }
+
+    /// The words for several nodes (`they vote again`), or for one.
+    fn text(&self, several: bool) -> String {
+        match self {
+            Self::Text(text) => text.clone(),
+            Self::Quarantined(soonest, latest) if several => {
+                let (soonest, latest) = (human(*soonest), human(*latest));
+                let when = if soonest == latest {
+                    latest
+                } else {
+                    format!("{soonest} to {latest}")
+                };
+                format!(
+                    "quarantined: started or restarted less than max_ttl + drift ago, they may \
+                     have forgotten locks; they vote again in {when} (settings: max_ttl, \
+                     restart_quarantine)"
+                )
+            }
+            Self::Quarantined(remaining, _) => NodeOutcome::Quarantined {
+                remaining: *remaining,
+            }
+            .describe(Round::Acquire, ""),
+        }
+    }
 }
 
 impl fmt::Display for Report {
@@ -244,12 +319,25 @@ impl fmt::Display for Report {
         } else {
             write!(f, ", in {}", human(self.elapsed))?;
         }
+        // Each reason once: when every node (two or more) gave the same,
+        // without the names; otherwise each reason after the names of the
+        // nodes that gave it.
         f.write_str(" [")?;
-        for (i, n) in self.nodes.iter().enumerate() {
+        let groups = self.groups();
+        if let [(names, said)] = groups.as_slice()
+            && names.len() > 1
+        {
+            let n = names.len();
+            return match said {
+                Said::Quarantined(..) => write!(f, "all {n} nodes {}]", said.text(true)),
+                Said::Text(text) => write!(f, "all {n} nodes: {text}]"),
+            };
+        }
+        for (i, (names, said)) in groups.iter().enumerate() {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            write!(f, "{}: {}", n.node, n.outcome.describe(self.round, &n.node))?;
+            write!(f, "{}: {}", names.join(", "), said.text(names.len() > 1))?;
         }
         f.write_str("]")
     }
@@ -271,5 +359,134 @@ impl fmt::Display for Shortened<'_> {
         }
         let head: String = self.0.chars().take(SHOWN_RESOURCE_CHARS).collect();
         write!(f, "{head:?}... ({} bytes)", self.0.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::{BackendError, BackendErrorKind};
+    use crate::report::*;
+
+    fn report(outcomes: Vec<NodeOutcome>) -> Report {
+        Report {
+            round: Round::Acquire,
+            resource: "job".into(),
+            quorum: outcomes.len() / 2 + 1,
+            nodes: outcomes
+                .into_iter()
+                .enumerate()
+                .map(|(i, outcome)| NodeReport {
+                    node: format!("mem-{i}"),
+                    outcome,
+                })
+                .collect(),
+            elapsed: Duration::from_millis(3),
+            attempts: 1,
+            waited: Duration::from_millis(3),
+        }
+    }
+
+    fn quarantined(secs: f64) -> NodeOutcome {
+        NodeOutcome::Quarantined {
+            remaining: Duration::from_secs_f64(secs),
+        }
+    }
+
+    fn refused_connection() -> NodeOutcome {
+        NodeOutcome::Failed(BackendError::new(
+            BackendErrorKind::Unreachable,
+            "connection refused",
+        ))
+    }
+
+    /// Issue 29, item 3: a report that gave the same reason for every
+    /// node said it once per node.
+    #[test]
+    fn one_reason_shared_by_every_node_is_said_once() {
+        let text = report(vec![quarantined(31.6); 3]).to_string();
+        assert!(
+            text.ends_with(
+                "[all 3 nodes quarantined: started or restarted less than max_ttl + drift ago, \
+                 they may have forgotten locks; they vote again in 31.60 s (settings: max_ttl, \
+                 restart_quarantine)]"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("mem-"), "{text}");
+        let spread = report(vec![
+            quarantined(58.6),
+            quarantined(59.6),
+            quarantined(60.0),
+        ]);
+        assert!(
+            spread
+                .to_string()
+                .contains("they vote again in 58.60 s to 1 min 0 s"),
+            "{spread}"
+        );
+        let down = report(vec![refused_connection(), refused_connection()]).to_string();
+        assert!(
+            down.ends_with("[all 2 nodes: failed (unreachable: connection refused)]"),
+            "{down}"
+        );
+    }
+
+    /// The round stops once a quorum is out of reach: two nodes said
+    /// quarantined, the third was not awaited, and the reason was said
+    /// twice.
+    #[test]
+    fn nodes_that_share_a_reason_are_named_together_and_it_is_said_once() {
+        let text = report(vec![
+            quarantined(60.0),
+            quarantined(59.0),
+            NodeOutcome::NotAwaited,
+        ])
+        .to_string();
+        assert!(
+            text.ends_with(
+                "[mem-0, mem-1: quarantined: started or restarted less than max_ttl + drift \
+                 ago, they may have forgotten locks; they vote again in 59.00 s to 1 min 0 s \
+                 (settings: max_ttl, restart_quarantine); mem-2: not awaited]"
+            ),
+            "{text}"
+        );
+        let failed = report(vec![
+            refused_connection(),
+            NodeOutcome::Granted,
+            refused_connection(),
+        ])
+        .to_string();
+        assert!(
+            failed.ends_with(
+                "[mem-0, mem-2: failed (unreachable: connection refused); mem-1: acquired]"
+            ),
+            "{failed}"
+        );
+    }
+
+    #[test]
+    fn different_reasons_name_every_node() {
+        let text = report(vec![
+            quarantined(3.0),
+            refused_connection(),
+            NodeOutcome::TimedOut,
+        ])
+        .to_string();
+        for part in [
+            "mem-0: quarantined: started or restarted less than max_ttl + drift ago, it may \
+             have forgotten locks; votes again in 3.00 s",
+            "mem-1: failed (unreachable: connection refused)",
+            "mem-2: timed out",
+        ] {
+            assert!(text.contains(part), "{text} lacks {part}");
+        }
+        assert!(!text.contains("all 3"), "{text}");
+        let one = report(vec![quarantined(3.0)]).to_string();
+        assert!(one.contains("mem-0: quarantined"), "{one}");
+        let mixed = report(vec![NodeOutcome::Granted, NodeOutcome::TimedOut]).to_string();
+        assert!(
+            mixed.contains("mem-0: acquired; mem-1: timed out"),
+            "{mixed}"
+        );
     }
 }

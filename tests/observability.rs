@@ -117,6 +117,55 @@ fn a_node_that_goes_down_and_comes_back() {
     );
 }
 
+/// Issue 29, item 3: a node down for longer than `max_ttl` came back
+/// with "sending 2 parked releases", then "gave up on 2 releases" (a
+/// warning) for the same two: they were never sent. Releases kept past
+/// the window are dropped when the node comes back, and said so once.
+#[test]
+fn releases_kept_past_max_ttl_are_dropped_not_said_to_be_sent() {
+    capture();
+    let clock = ManualClock::new();
+    let nodes = nodes("obs-parked", &clock);
+    let locks = manager(&nodes, &clock);
+    nodes[2].set_down(true);
+    assert!(wait_until(Duration::from_secs(10), || {
+        let _ = locks.try_lock("r").map(|g| g.release());
+        locks.flush(Duration::from_secs(10));
+        matches!(locks.health().nodes[2].state, NodeState::Down { .. })
+    }));
+    // Parked for the node that is down.
+    for resource in ["p1", "p2"] {
+        let _ = locks.try_lock(resource).unwrap().release();
+    }
+    assert!(
+        locks.health().nodes[2].releases_waiting >= 2,
+        "{}",
+        locks.health()
+    );
+    // The retry window is max_ttl (2 s) on the monotonic clock.
+    std::thread::sleep(Duration::from_millis(2100));
+    nodes[2].set_down(false);
+    assert!(wait_until(Duration::from_secs(10), || {
+        logged(Level::Info, "obs-parked-2", "back up")
+    }));
+    assert!(
+        logged(Level::Info, "obs-parked-2", "dropped unsent"),
+        "{:?}",
+        events("obs-parked")
+    );
+    assert!(
+        !logged(Level::Info, "obs-parked-2", "sending 2"),
+        "{:?}",
+        events("obs-parked")
+    );
+    assert!(locks.flush(Duration::from_secs(10)));
+    assert!(
+        !logged(Level::Warn, "obs-parked-2", "stopped retrying"),
+        "{:?}",
+        events("obs-parked")
+    );
+}
+
 #[test]
 fn a_restart_is_quarantined_and_its_end_announced() {
     capture();

@@ -45,6 +45,21 @@ pub(crate) struct Global {
     /// Prefix of every key (as the library's `prefix`).
     #[arg(long, default_value = "", global = true)]
     pub(crate) prefix: String,
+    /// Votes a lock needs: at least a majority of the nodes, at most all
+    /// of them. [default: a majority]
+    #[arg(long, value_name = "N", global = true)]
+    pub(crate) quorum: Option<usize>,
+    /// Clock-drift allowance: a lock's validity is its TTL, less the time
+    /// taking it took, less TTL x this + 2 ms. In [0, 1).
+    #[arg(long, value_name = "FACTOR", default_value_t = 0.01, global = true)]
+    pub(crate) drift_factor: f64,
+    /// Count the votes of servers that may evict lock keys (`maxmemory`
+    /// with a `maxmemory-policy` other than `noeviction`). The risk: an
+    /// evicted lock can be taken by a second holder while the first one
+    /// runs. Only when the servers cannot reach `maxmemory`, or the work
+    /// is safe to run twice (or fenced, `run --fencing`).
+    #[arg(long, global = true)]
+    pub(crate) accept_eviction_risk: bool,
     /// No warnings on stderr (nodes missing from a run, the library's
     /// warnings, "held elsewhere"); errors are still printed.
     #[arg(short, long, global = true)]
@@ -60,6 +75,42 @@ pub(crate) enum Command {
     Status(StatusArgs),
     /// Check each node for what the lock relies on.
     Doctor(DoctorArgs),
+    /// Break a stuck lock during an incident: show who holds NAME on each
+    /// node and for how long, ask, then delete it on every node. A holder
+    /// that still runs is not told; only fencing protects the resource
+    /// from it then.
+    #[command(after_help = BREAK_HELP)]
+    Break(BreakArgs),
+}
+
+/// What `break --help` adds: its danger and its exit codes.
+const BREAK_HELP: &str = "\
+A holder that is still alive is not told: it goes on as if it held the lock until its next
+extend fails (`run` then stops its command, exit 75), up to the time left shown. Meanwhile the
+next holder runs too: only a fencing token checked by the resource (`run --fencing`) keeps the
+old holder's late writes out. Fence counters are left alone, so fences keep increasing.
+
+A node's key is deleted only while it holds the value that was shown (the library's
+compare-and-delete release, which also wakes waiters): a lock that changed hands since is
+left alone. For a permit of `run -n K NAME`, break `NAME:<slot>`.
+
+Exit codes:
+  0        no node holds the lock shown any more (deleted there, or it was not held)
+  1        not confirmed at the prompt
+  64       no terminal to ask on and no --force; an empty NAME
+  69       a node could not be read or its key deleted (it is named)
+  78       configuration error (a bad node URL, ...)";
+
+impl Command {
+    /// The lock's name the subcommand works on, if it takes one.
+    pub(crate) fn name(&self) -> Option<&str> {
+        match self {
+            Self::Run(run) => Some(&run.name),
+            Self::Status(status) => Some(&status.name),
+            Self::Break(broken) => Some(&broken.name),
+            Self::Doctor(_) => None,
+        }
+    }
 }
 
 /// `quorum-lock run`.
@@ -78,9 +129,18 @@ pub(crate) struct RunArgs {
     /// Keep the lock at least this long from when it was taken, even if
     /// the command ends sooner (then it is left to expire, not released):
     /// a job on several machines then runs once per period, not once per
-    /// machine whose cron fired after the first run ended.
+    /// machine whose cron fired after the first run ended. The tool stays
+    /// in the foreground until the hold ends (it extends the lock), then
+    /// exits with the command's status: a systemd oneshot unit stays
+    /// activating that long, a CI step takes that long.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) min_hold: Option<Duration>,
+    /// Who holds the lock, as `status` shows it: readable by anyone who
+    /// can read the key, so never a secret (at most 64 printable ASCII
+    /// characters). [default: HOST:PID:NAME, this host, the tool's process
+    /// id and the lock's name; nothing from the command]
+    #[arg(long, value_name = "LABEL")]
+    pub(crate) owner: Option<String>,
     /// Take one of K permits of the semaphore NAME instead of the lock: at
     /// most K commands run at once across machines (the permits are the
     /// locks NAME:0 .. NAME:K-1; the command gets its slot as
@@ -134,6 +194,16 @@ pub(crate) struct StatusArgs {
     pub(crate) json: bool,
 }
 
+/// `quorum-lock break`.
+#[derive(Debug, Args)]
+pub(crate) struct BreakArgs {
+    /// The lock's name (the resource).
+    pub(crate) name: String,
+    /// Do not ask: break it at once (needed without a terminal).
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
 /// `quorum-lock doctor`.
 #[derive(Debug, Args)]
 pub(crate) struct DoctorArgs {
@@ -149,21 +219,76 @@ impl RunArgs {
     pub(crate) fn kill_after(&self) -> Duration {
         self.kill_after.unwrap_or(KILL_AFTER.min(self.ttl / 3))
     }
+
+    /// `--owner`, or its default: [`default_owner`] of the lock's name.
+    pub(crate) fn owner(&self) -> String {
+        self.owner
+            .clone()
+            .unwrap_or_else(|| default_owner(&self.name))
+    }
 }
 
 impl Global {
-    /// A manager over the nodes with these settings, and `ttl` as its TTL.
-    pub(crate) fn manager(&self, ttl: Duration) -> Result<LockManager, quorum_lock::Error> {
-        LockManager::builder()
+    /// A manager over the nodes with these settings, `ttl` as its TTL, and
+    /// `owner` as its owner label (`None`: the library's default; only a
+    /// manager that takes locks stores one).
+    pub(crate) fn manager(
+        &self,
+        ttl: Duration,
+        owner: Option<String>,
+    ) -> Result<LockManager, quorum_lock::Error> {
+        let mut builder = LockManager::builder()
             .redis_nodes(&self.nodes)?
             .node_timeout(self.node_timeout)
             .max_ttl(self.max_ttl)
             .ttl(ttl)
             .prefix(&self.prefix)
+            .drift_factor(self.drift_factor)
             .restart_quarantine(!self.no_restart_quarantine)
-            .retry(RetryPolicy::none())
-            .build()
+            .accept_eviction_risk(self.accept_eviction_risk)
+            .retry(RetryPolicy::none());
+        if let Some(quorum) = self.quorum {
+            builder = builder.quorum(quorum);
+        }
+        if let Some(owner) = owner {
+            builder = builder.owner(owner);
+        }
+        builder.build()
     }
+
+    /// Votes a lock needs: `--quorum`, or a majority of the nodes.
+    pub(crate) fn quorum(&self) -> usize {
+        self.quorum.unwrap_or(self.nodes.len() / 2 + 1)
+    }
+}
+
+/// The owner label `run` stores by default: `HOST:PID:NAME`, so that
+/// `status` and `break` tell an operator where to look (the host, and the
+/// tool's process there) and which job it is. Never the command line: a
+/// label is readable by anyone who can read the key, and a command's
+/// arguments may carry secrets. Printable ASCII only (anything else in the
+/// name becomes `?`), cut at the library's limit.
+pub(crate) fn default_owner(name: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().chars().filter(char::is_ascii_graphic).collect())
+        .filter(|h: &String| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    let mut label = format!("{host}:{}:{name}", std::process::id());
+    // ASCII only, so any byte index is a character boundary.
+    label.truncate(quorum_lock::MAX_OWNER_LEN);
+    label
 }
 
 /// `30s`, `500ms`, `2m`, `1h`, `1.5s`: a number and a unit (ms, s, m, h).
@@ -230,5 +355,19 @@ mod tests {
         );
         let given = run_args(&["--ttl", "3s", "--kill-after", "10s"]);
         assert_eq!(given.kill_after(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_default_owner_is_the_host_the_pid_and_the_name_in_printable_ascii() {
+        let pid = format!(":{}:", std::process::id());
+        let owner = default_owner("nightly-report");
+        assert!(owner.ends_with(&format!("{pid}nightly-report")), "{owner}");
+        assert!(!owner.starts_with(':'), "a host first: {owner}");
+        let odd = default_owner("naïve\tjob");
+        assert!(odd.ends_with(&format!("{pid}na?ve?job")), "{odd}");
+        let long = default_owner(&"x".repeat(200));
+        assert_eq!(long.len(), quorum_lock::MAX_OWNER_LEN, "{long}");
+        assert!(long.chars().all(|c| c.is_ascii_graphic() || c == ' '));
+        assert_eq!(run_args(&["--owner", "ci@build-7"]).owner(), "ci@build-7");
     }
 }

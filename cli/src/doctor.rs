@@ -119,9 +119,18 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
             return exit::CONFIG;
         }
     };
-    let mut checkups: Vec<Checkup> = nodes.iter().map(|n| check(n, global)).collect();
+    // The settings are checked as `run` checks them (a --quorum below a
+    // majority, a --drift-factor out of range), and give the drift.
+    let drift = match global.manager(global.max_ttl, None) {
+        Ok(locks) => locks.drift_for(global.max_ttl),
+        Err(e) => {
+            eprintln!("quorum-lock: {}", crate::wording::flags(&e.to_string()));
+            return exit::CONFIG;
+        }
+    };
+    let mut checkups: Vec<Checkup> = nodes.iter().map(|n| check(n, global, drift)).collect();
     find_duplicates(&nodes, &mut checkups);
-    let quorum = nodes.len() / 2 + 1;
+    let quorum = global.quorum();
     // A node that only warns can still vote (a quarantine ends by itself).
     let usable = checkups
         .iter()
@@ -206,7 +215,7 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
     code
 }
 
-fn check(node: &Node, global: &Global) -> Checkup {
+fn check(node: &Node, global: &Global, drift: Duration) -> Checkup {
     let mut c = Checkup::new();
     // First contact through the library, so that a failure reads as it
     // does in `run` ("authentication failed: WRONGPASS ...").
@@ -234,14 +243,21 @@ fn check(node: &Node, global: &Global) -> Checkup {
         ),
         Err(e) => c.note(Verdict::Fail, format!("PING: {e}")),
     }
-    check_identity(node, &mut conn, global, &mut c);
+    check_identity(node, &mut conn, global, drift, &mut c);
     check_config(node, &mut conn, global, &mut c);
     check_rights(node, &mut conn, &global.prefix, &mut c);
     c
 }
 
-/// Version, role, uptime and what restart quarantine makes of it.
-fn check_identity(node: &Node, conn: &mut Connection, global: &Global, c: &mut Checkup) {
+/// Version, role, uptime and what restart quarantine makes of it (`drift`:
+/// the drift allowance over --max-ttl).
+fn check_identity(
+    node: &Node,
+    conn: &mut Connection,
+    global: &Global,
+    drift: Duration,
+    c: &mut Checkup,
+) {
     let server = match node.query::<String>(conn, redis::cmd("INFO").arg("server")) {
         Ok(text) => text,
         Err(e) => {
@@ -263,9 +279,9 @@ fn check_identity(node: &Node, conn: &mut Connection, global: &Global, c: &mut C
     let uptime = info_field(&server, "uptime_in_seconds").and_then(|u| u.parse::<u64>().ok());
     if let Some(secs) = uptime {
         c.fact("uptime", "uptime_s", Value::Secs(secs));
-        // The quarantine a manager meeting it now would apply: max_ttl
-        // plus drift (1 % + 2 ms), less the uptime it can vouch for.
-        let quarantine = global.max_ttl + global.max_ttl / 100 + Duration::from_millis(2);
+        // The quarantine a manager meeting it now would apply: --max-ttl
+        // plus drift, less the uptime it can vouch for.
+        let quarantine = global.max_ttl + drift;
         let credited = Duration::from_secs(secs.saturating_sub(1));
         if !global.no_restart_quarantine && credited < quarantine {
             let left = quarantine - credited;
@@ -274,7 +290,7 @@ fn check_identity(node: &Node, conn: &mut Connection, global: &Global, c: &mut C
             c.note(
                 Verdict::Warn,
                 format!(
-                    "started {secs} s ago: quarantined for about {:.1} s more (max_ttl + drift)",
+                    "started {secs} s ago: quarantined for about {:.1} s more (--max-ttl + drift)",
                     left.as_secs_f64()
                 ),
             );
@@ -303,10 +319,37 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
     match get(conn, "maxmemory-policy") {
         Ok(policy) => {
             if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
-                c.note(
-                    Verdict::Warn,
-                    format!("maxmemory-policy {policy} can evict lock keys under memory pressure; use noeviction"),
-                );
+                // As the library judges it: a limit and an evicting
+                // policy; without a limit nothing is evicted yet.
+                let limit = get(conn, "maxmemory")
+                    .ok()
+                    .and_then(|m| m.parse::<u64>().ok());
+                let (verdict, finding) = match limit {
+                    Some(limit) if limit > 0 && global.accept_eviction_risk => (
+                        Verdict::Warn,
+                        format!(
+                            "maxmemory {limit} with maxmemory-policy {policy} can evict lock keys \
+                             under memory pressure (a second holder can then take a held lock); \
+                             its votes count because of --accept-eviction-risk"
+                        ),
+                    ),
+                    Some(limit) if limit > 0 => (
+                        Verdict::Fail,
+                        format!(
+                            "maxmemory {limit} with maxmemory-policy {policy} can evict lock keys \
+                             under memory pressure, so its votes do not count: use noeviction \
+                             (or --accept-eviction-risk)"
+                        ),
+                    ),
+                    _ => (
+                        Verdict::Warn,
+                        format!(
+                            "maxmemory-policy {policy} would evict lock keys once a maxmemory \
+                             is set; use noeviction"
+                        ),
+                    ),
+                };
+                c.note(verdict, finding);
             }
             c.text("maxmemory-policy", "maxmemory_policy", policy);
         }

@@ -6,7 +6,8 @@ use quorum_lock::Error;
 
 /// Held elsewhere (the default of `run -E`), as `flock -n`.
 pub(crate) const CONFLICT: u8 = 1;
-/// Usage: an unknown flag, a missing argument, a malformed duration
+/// Usage: an unknown flag, a missing argument, a malformed duration, an
+/// empty lock name, `break` with no terminal and no `--force`
 /// (`EX_USAGE`).
 pub(crate) const USAGE: u8 = 64;
 /// The servers: no quorum of them reachable, or too slow for a safe lock
@@ -37,10 +38,13 @@ Exit codes:
   126/127  the command could not be started / was not found
   status   0 held, 1 free, 3 split (the nodes that answered disagree), 69 unknown
   doctor   0 every node ok, 1 warnings (a quorum still works), 3 no quorum
-  64       usage error (unknown flag, missing argument, malformed duration)
+  break    0 no node holds it any more, 1 not confirmed, 69 a node could not be read or cleared
+  64       usage error (unknown flag, missing argument, malformed duration, an empty lock name;
+           break without a terminal to ask on and without --force)
   69       servers unavailable: no quorum of nodes answered (or too slowly for a safe lock)
   71       the operating system failed the tool (a thread, the random source, waitpid)
-  78       configuration error (--ttl above --max-ttl or not above --node-timeout, a bad node URL)";
+  78       configuration error (--ttl above --max-ttl or not above --node-timeout, a bad node URL,
+           --quorum below a majority)";
 
 /// The exit code for a library error that is not the lock's answer.
 pub(crate) fn for_error(e: &Error) -> u8 {

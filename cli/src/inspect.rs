@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::{Backend, RedisBackend, ServerInfo};
+use quorum_lock::{Backend, Holding, RedisBackend, ServerInfo};
 use redis::{Connection, FromRedisValue, IntoConnectionInfo};
 
 /// One configured node.
@@ -39,6 +39,24 @@ impl Node {
     /// ...`, `unreachable: ...`), without the node's name.
     pub(crate) fn probe(&self) -> Result<ServerInfo, String> {
         self.backend.server_info().map_err(|e| e.reason(&self.name))
+    }
+
+    /// What `key` holds (value and time left, one atomic read), through
+    /// the library; a failure worded as [`probe`](Self::probe)'s.
+    pub(crate) fn read(&self, key: &[u8]) -> Result<Option<Holding>, String> {
+        self.backend
+            .inspect(key)
+            .map_err(|e| crate::wording::flags(&e.reason(&self.name)))
+    }
+
+    /// Deletes `key` only while it holds exactly `value` (the library's
+    /// release: compare-and-delete, which also wakes the waiters). Whether
+    /// it was deleted (`false`: it held something else by then, or
+    /// nothing).
+    pub(crate) fn delete_if_holds(&self, key: &[u8], value: &[u8]) -> Result<bool, String> {
+        self.backend
+            .release(key, value)
+            .map_err(|e| crate::wording::flags(&e.reason(&self.name)))
     }
 
     /// A connection, and how long connecting took.

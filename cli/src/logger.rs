@@ -1,8 +1,13 @@
 //! The library reports a degraded cluster (a node marked down, the same
 //! server under two names, a lock that may be lost) through the `log`
 //! facade; without a logger those warnings vanish. This one writes them to
-//! stderr, one line each. A dependency (env_logger and its friends) would
+//! stderr, one line each, naming flags where the library names its
+//! settings (`wording.rs`). A dependency (env_logger and its friends) would
 //! bring formatting and filters this tool does not need.
+//!
+//! One warning is left out: the library's "the lock on NAME may be lost".
+//! The only lock the tool holds is `run`'s, and `run` reports its loss
+//! itself, once, with what it does about it (the command stopped).
 
 use std::io::Write;
 
@@ -25,6 +30,10 @@ impl Log for Stderr {
         let text = record.args().to_string();
         // The library's messages start with the crate's name already.
         let text = text.strip_prefix("quorum-lock: ").unwrap_or(&text);
+        if reported_by_run(text) {
+            return;
+        }
+        let text = crate::wording::flags(text);
         let level = if record.level() == Level::Error {
             "error"
         } else {
@@ -42,6 +51,12 @@ impl Log for Stderr {
     fn flush(&self) {
         let _ = std::io::stderr().flush();
     }
+}
+
+/// The library's loss warning (`the lock on "job" may be lost: ...`),
+/// which `run` reports itself.
+fn reported_by_run(text: &str) -> bool {
+    text.starts_with("the lock on ") && text.contains(" may be lost: ")
 }
 
 /// Installs the logger, unless `quiet`: then nothing is logged at all.

@@ -3,12 +3,15 @@
 //! * `quorum-lock run NAME -- COMMAND...` runs a command while holding the
 //!   lock (extended while it runs), like `flock -n`;
 //! * `quorum-lock status NAME` shows who holds a lock on each node;
-//! * `quorum-lock doctor` checks each node for what the lock relies on.
+//! * `quorum-lock doctor` checks each node for what the lock relies on;
+//! * `quorum-lock break NAME` deletes a stuck lock on every node, after
+//!   showing what it breaks and asking.
 //!
 //! Nodes come from `--nodes URL,URL,...` or `QUORUM_LOCK_NODES`. Exit codes
 //! are in `exit.rs` (and `--help`).
 
 mod args;
+mod break_lock;
 mod child;
 mod doctor;
 mod exit;
@@ -23,6 +26,7 @@ mod signals;
 mod status;
 mod supervise;
 mod terminal;
+mod wording;
 
 use std::process::ExitCode;
 
@@ -53,11 +57,21 @@ fn main() -> ExitCode {
         );
         return usage(&e);
     }
+    if cli.command.name() == Some("") {
+        // No lock has an empty name: a mistake in the command line (often
+        // a variable that was not set), said in one line.
+        eprintln!(
+            "quorum-lock: the lock's name is empty (an unset variable?): give NAME, \
+             e.g. `quorum-lock run nightly-report -- ./report.sh`"
+        );
+        return ExitCode::from(exit::USAGE);
+    }
     logger::install(cli.global.quiet);
     let code = match &cli.command {
         Command::Run(run) => run::run(&cli.global, run),
         Command::Status(status) => status::status(&cli.global, status),
         Command::Doctor(doctor) => doctor::doctor(&cli.global, doctor),
+        Command::Break(broken) => break_lock::break_lock(&cli.global, broken),
     };
     ExitCode::from(code)
 }

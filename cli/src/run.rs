@@ -19,12 +19,13 @@ use crate::hold::{self, Cut};
 use crate::logger::warn;
 use crate::signals::Signals;
 use crate::supervise::{Held, KILL_MARGIN, Outcome, Rest, Watch};
+use crate::wording;
 
 pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
-    let locks = match global.manager(args.ttl) {
+    let locks = match global.manager(args.ttl, Some(args.owner())) {
         Ok(locks) => locks,
         Err(e) => {
-            eprintln!("quorum-lock: {e}");
+            eprintln!("quorum-lock: {}", wording::flags(&e.to_string()));
             return exit::for_error(&e);
         }
     };
@@ -80,7 +81,7 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             return args.conflict_exit_code;
         }
         Err(e) => {
-            eprintln!("quorum-lock: {e}");
+            eprintln!("quorum-lock: {}", wording::flags(&e.to_string()));
             return exit::for_error(&e);
         }
     };
@@ -206,10 +207,10 @@ fn finish(held: Held, outcome: Outcome, cx: &Context<'_>) -> u8 {
                 ended.code()
             }
         },
-        Outcome::Lost(why) => {
-            // Only cleans up what may be left.
+        Outcome::Lost => {
+            // Only cleans up what may be left. The loss was said when it
+            // was found (`supervise.rs`): the exit code says the rest.
             let _ = held.guard.release();
-            eprintln!("quorum-lock: {why}; the command was stopped");
             args.lost_exit_code
         }
         Outcome::Failed(e) => {

@@ -20,12 +20,12 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
     // The TTL is not used (nothing is locked); the longest one allowed is
     // valid with any other setting.
     let seen = match global
-        .manager(global.max_ttl)
+        .manager(global.max_ttl, None)
         .and_then(|locks| locks.inspect(&args.name))
     {
         Ok(seen) => seen,
         Err(e) => {
-            eprintln!("quorum-lock: {e}");
+            eprintln!("quorum-lock: {}", crate::wording::flags(&e.to_string()));
             return exit::CONFIG;
         }
     };
@@ -57,7 +57,7 @@ fn node_text(state: &KeyState, node: &str) -> String {
             }
         }
         KeyState::Free => "free".to_owned(),
-        KeyState::Failed(e) => e.reason(node),
+        KeyState::Failed(e) => crate::wording::flags(&e.reason(node)),
         _ => "unknown state".to_owned(),
     }
 }

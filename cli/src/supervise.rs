@@ -62,7 +62,7 @@ impl Held {
                 self.next_extend = begun + self.ttl / 3;
                 Ok(())
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(crate::wording::flags(&e.to_string())),
         }
     }
 
@@ -76,7 +76,9 @@ impl Held {
         if self.due() {
             return self.extend(locks, self.ttl);
         }
-        self.guard.check().map_err(|e| e.to_string())
+        self.guard
+            .check()
+            .map_err(|e| crate::wording::flags(&e.to_string()))
     }
 }
 
@@ -85,8 +87,9 @@ pub(crate) enum Outcome {
     /// It ended with the lock held throughout; the last signal forwarded
     /// to it, if any.
     Ended(Ended, Option<Signal>),
-    /// The lock was lost (why); the command was stopped.
-    Lost(String),
+    /// The lock was lost (said on stderr when it was found); the command
+    /// was stopped.
+    Lost,
     /// Waiting for it failed.
     Failed(std::io::Error),
 }
@@ -151,7 +154,7 @@ impl Watch<'_> {
                     || killed_at.is_some_and(|at| at.elapsed() >= GONE_WAIT);
                 if done {
                     return match lost {
-                        Some(why) => Outcome::Lost(why),
+                        Some(_) => Outcome::Lost,
                         None => Outcome::Ended(how, forwarded),
                     };
                 }
@@ -210,26 +213,34 @@ impl Watch<'_> {
 
     /// SIGTERM to the command, and when to SIGKILL it: after
     /// `--kill-after`, but never later than the validity left less a margin.
+    /// The loss is said here, once, with what is done about it (an error:
+    /// `-q` does not silence it; the library's own warning of it is left
+    /// out, see `logger.rs`).
     fn stop_after_loss(&self, deadline: Instant, why: &str, child: &Child) -> Instant {
         let now = Instant::now();
         let left = deadline.saturating_duration_since(now);
         let grace = self.kill_after.min(left.saturating_sub(KILL_MARGIN));
         if grace.is_zero() {
-            crate::logger::warn(&format!(
-                "{why}; the lock's validity is (nearly) over: SIGKILL to the command now"
-            ));
+            eprintln!(
+                "quorum-lock: {why}; the lock's validity is (nearly) over: SIGKILL to the \
+                 command now"
+            );
             child.signal(Signal::SIGKILL);
             return now;
         }
         child.signal(Signal::SIGTERM);
-        if grace < self.kill_after {
-            crate::logger::warn(&format!(
-                "{why}; SIGTERM to the command, SIGKILL in {} ms, before the lock's validity \
-                 ends (not after --kill-after {} ms)",
-                grace.as_millis(),
+        let shortened = if grace < self.kill_after {
+            format!(
+                ", before the lock's validity ends (not after --kill-after {} ms)",
                 self.kill_after.as_millis()
-            ));
-        }
+            )
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "quorum-lock: {why}; stopping the command: SIGTERM, SIGKILL in {} ms{shortened}",
+            grace.as_millis()
+        );
         now + grace
     }
 }

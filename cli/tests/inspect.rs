@@ -35,8 +35,8 @@ fn status_names_the_owner_of_a_running_lock() {
     let holder = tool(&servers, &["run", "job", "--", "sleep", "30"])
         .spawn()
         .unwrap();
-    // The default owner label of the holding process: host:pid.
-    let label_end = format!(":{} ", holder.id());
+    // The default owner label of the holding process: HOST:PID:NAME.
+    let label_end = format!(":{}:job,", holder.id());
     assert!(
         wait_until(HANG, || code(&output(&mut tool(
             &servers,
@@ -46,13 +46,10 @@ fn status_names_the_owner_of_a_running_lock() {
     );
     let text = stdout(&output(&mut tool(&servers, &["status", "job"])));
     assert!(text.contains("job: held by "), "{text}");
-    assert!(
-        text.contains(&label_end.replace(' ', ",")),
-        "per node: {text}"
-    );
+    assert!(text.contains(&label_end), "per node: {text}");
     let json = stdout(&output(&mut tool(&servers, &["status", "--json", "job"])));
     assert!(
-        json.contains(&format!(r#":{}""#, holder.id())) && json.contains(r#""time_left_ms":"#),
+        json.contains(&format!(r#":{}:job""#, holder.id())) && json.contains(r#""time_left_ms":"#),
         "{json}"
     );
     // SIGTERM: the run stops its command and releases.

@@ -55,6 +55,21 @@ impl Holding {
         self.ttl
     }
 
+    /// The holder's owner label, when the value is a quorum-lock lock
+    /// that carries one
+    /// ([`LockManagerBuilder::owner`](crate::LockManagerBuilder::owner)):
+    /// never any part of its token. `None` for a value of another client,
+    /// or one stored without a label.
+    ///
+    /// ```
+    /// use quorum_lock::Holding;
+    ///
+    /// assert_eq!(Holding::new(b"some other client's value", 25, None).owner(), None);
+    /// ```
+    pub fn owner(&self) -> Option<&str> {
+        crate::owner::owner_in(&self.value)
+    }
+
     /// Whether `other` holds the same value (the same holder).
     pub(crate) fn same_holder(&self, other: &Self) -> bool {
         self.len == other.len && self.value == other.value
@@ -67,5 +82,24 @@ impl fmt::Debug for Holding {
             .field("len", &self.len)
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::holding::*;
+    use crate::owner::{push_value, value_suffix};
+    use crate::token::Token;
+
+    #[test]
+    fn the_owner_is_read_from_a_labelled_lock_value() {
+        let token = Token::random().unwrap_or_else(|e| panic!("random: {e}"));
+        let mut value = Vec::new();
+        push_value(&token, &value_suffix("build-7:4211:job"), &mut value);
+        let held = Holding::new(&value, value.len(), Some(Duration::from_secs(3)));
+        assert_eq!(held.owner(), Some("build-7:4211:job"));
+        let mut bare = Vec::new();
+        push_value(&token, &value_suffix(""), &mut bare);
+        assert_eq!(Holding::new(&bare, bare.len(), None).owner(), None);
     }
 }

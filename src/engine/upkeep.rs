@@ -55,8 +55,8 @@ impl Worker {
         if expired > 0 {
             self.health.note_abandoned(expired as u64);
             log::warn!(
-                "quorum-lock: node {}: gave up on {expired} releases it could not take within \
-                 max_ttl; their keys have expired by now",
+                "quorum-lock: node {}: stopped retrying {expired} releases it did not take \
+                 within max_ttl: no longer needed, their keys have expired by now",
                 self.name()
             );
         }
@@ -188,15 +188,29 @@ impl Worker {
                 // The releases parked while down go out with the next
                 // retry, after whatever is already queued (an acquire
                 // queued before the node went down runs first, then its
-                // release).
+                // release). Those kept longer than the retry window are
+                // dropped first, so that what is said to be sent is sent
+                // (it read "sending 2 parked releases", then "gave up on
+                // 2 releases").
                 let parked = std::mem::take(&mut *self.health.parked.lock());
+                let now = Instant::now();
+                self.retries.take_parked(parked, now);
+                let dropped = self.retries.expire(now);
+                self.health.note_abandoned(dropped as u64);
+                let pending = self.retries.len();
+                let releases = match (pending, dropped) {
+                    (0, 0) => String::new(),
+                    (_, 0) => format!("; sending {pending} pending releases"),
+                    _ => format!(
+                        "; sending {pending} pending releases, {dropped} dropped unsent: kept \
+                         longer than max_ttl, their keys have expired by now"
+                    ),
+                };
                 log::info!(
-                    "quorum-lock: node {} is back up after {:?} down; sending {} parked releases",
+                    "quorum-lock: node {} is back up after {:?} down{releases}",
                     self.name(),
                     since.elapsed(),
-                    parked.len()
                 );
-                self.retries.take_parked(parked, Instant::now());
                 self.health.note_retrying(self.retries.len());
             }
         }
