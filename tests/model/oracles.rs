@@ -126,14 +126,31 @@ impl World {
                             ours || covered
                         })
                         .count();
-                    assert!(
-                        holding > self.shape.nodes / 2,
-                        "seed {seed}: client {c}'s guard claims {validity:?} but only {holding} \
-                         nodes hold its key {} that long; its guard: {:?}; every step: {:?}",
-                        String::from_utf8_lossy(key),
-                        guard,
-                        &self.log
-                    );
+                    if holding <= self.shape.nodes / 2 {
+                        // Per node: ours, time left, clock steps so far,
+                        // evicting.
+                        let nodes: Vec<_> = (0..self.shape.nodes)
+                            .map(|n| {
+                                let node = &self.nodes[n];
+                                let ours = node
+                                    .holder(key)
+                                    .is_some_and(|v| guard.token().matches_stored(&v));
+                                (
+                                    ours,
+                                    node.remaining_ttl(key),
+                                    self.wall_steps[n],
+                                    self.evicting[n],
+                                )
+                            })
+                            .collect();
+                        panic!(
+                            "seed {seed}: client {c}'s guard claims {validity:?} but only \
+                             {holding} nodes hold its key {} that long; per node (ours, time \
+                             left, clock steps, evicting): {nodes:?}; every step: {:?}",
+                            String::from_utf8_lossy(key),
+                            &self.log
+                        );
+                    }
                 }
             }
         }
