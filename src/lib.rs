@@ -170,6 +170,7 @@ mod resource;
 mod semaphore;
 mod sync;
 mod token;
+mod waiting;
 mod with_lock;
 
 pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};

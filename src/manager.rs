@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::KeySet;
-use crate::cancel::Alarm;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::health::Health;
@@ -16,6 +15,7 @@ use crate::redlock::{
     Core, Lease, RenewalPlan, Turn, Want, after, check_ttl, drift, with_attempts,
 };
 use crate::resource::invalid_resource;
+use crate::waiting::Waiting;
 
 /// Acquires, extends and releases locks over a quorum of nodes.
 ///
@@ -185,23 +185,15 @@ impl LockManager {
                 ),
             });
         }
-        let retry = options.retry.clone().unwrap_or_else(|| self.retry.clone());
-        let retry = match options.wait {
-            Some(wait) => retry.max_wait(wait),
-            None => retry,
-        };
+        let mut waiting = Waiting::new(options, &self.retry, made);
         let rounds = self.core.rounds();
         let keys = rounds.keys_for(resources);
         let fenced = options.fencing.unwrap_or(config.fencing);
-        let started = Instant::now();
-        let alarm = Alarm::new(options.cancellation.as_ref());
-        if alarm.is_cancelled() {
-            return Err(cancelled(started));
-        }
-        if retry.single_attempt() {
-            *made = 1;
+        waiting.check_cancelled()?;
+        if waiting.single_attempt() {
+            waiting.attempt();
             let guard = self.guard(rounds.acquire_once(resources, &keys, ttl, fenced)?);
-            return self.deliver(guard, ttl, options, &alarm, started);
+            return self.deliver(guard, ttl, options, &waiting);
         }
         // A call that would wait for a lock this thread holds would wait
         // for itself. (One attempt cannot deadlock: it reports what the
@@ -214,54 +206,54 @@ impl LockManager {
         // Threads of this manager that want the same key take turns: only
         // the turn-holder contends with the servers. (`None`: no deadline
         // can be expressed, the caller waits as long as it takes.)
-        let line_deadline = started.checked_add(retry.budget());
         let want = Want { ttl, fenced };
         // The turn is a ticket: every return below that does not move it
         // into a guard drops it, which passes the turn to the next waiter.
-        let turn = match rounds.local().wait_turn(&keys, want, line_deadline, &alarm) {
+        let line = rounds
+            .local()
+            .wait_turn(&keys, want, waiting.deadline(), waiting.alarm());
+        let turn = match line {
             Turn::Mine(turn) => turn,
             Turn::Handed(lease, turn) => {
                 let guard = self.guard(lease).with_turn(turn);
-                return self.deliver(guard, ttl, options, &alarm, started);
+                return self.deliver(guard, ttl, options, &waiting);
             }
             Turn::TimedOut => {
                 // One honest attempt, so the error carries a real report.
-                *made = 1;
+                waiting.attempt();
                 let guard = self.guard(rounds.acquire_once(resources, &keys, ttl, fenced)?);
-                return self.deliver(guard, ttl, options, &alarm, started);
+                return self.deliver(guard, ttl, options, &waiting);
             }
-            Turn::Cancelled => return Err(cancelled(started)),
+            Turn::Cancelled => return Err(waiting.cancelled()),
         };
         if turn.streak().yield_first {
             // This process has had the lock many times in a row: leave the
             // others a window before contending again.
-            if let Some(pause) = retry.next_delay(1, started.elapsed()) {
-                alarm.sleep(pause);
+            if let Some(pause) = waiting.next_delay() {
+                waiting.alarm().sleep(pause);
             }
         }
         // Wake-ups (issue 18, item 5): when this manager's last release of
         // the key was heard by waiting processes, they go first.
-        let mut watch = retry
-            .next_delay(1, started.elapsed())
-            .and_then(|pause| rounds.yield_to_waiters(&keys, pause, Some(alarm.receiver())));
+        let alarm = waiting.alarm().receiver();
+        let mut watch = waiting
+            .next_delay()
+            .and_then(|pause| rounds.yield_to_waiters(&keys, pause, Some(alarm)));
         loop {
             // Checked before every attempt: a sleep ends early when the
             // token is cancelled.
-            if alarm.is_cancelled() {
-                return Err(cancelled(started));
-            }
-            *made = made.saturating_add(1);
-            let attempts = *made;
+            waiting.check_cancelled()?;
+            let attempts = waiting.attempt();
             let error = match rounds.acquire_once(resources, &keys, ttl, fenced) {
                 Ok(lease) => {
                     let guard = self.guard(lease).with_turn(turn);
-                    return self.deliver(guard, ttl, options, &alarm, started);
+                    return self.deliver(guard, ttl, options, &waiting);
                 }
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
             };
-            let Some(delay) = retry.next_delay(attempts, started.elapsed()) else {
-                return Err(with_attempts(error, attempts, started.elapsed()));
+            let Some(delay) = waiting.next_delay() else {
+                return Err(with_attempts(error, attempts, waiting.started().elapsed()));
             };
             // Wake-ups: after the first failed attempt, listen for the
             // release and try once more at once (that catches a release
@@ -277,7 +269,8 @@ impl LockManager {
                         // at once (a slow round would retry in a loop).
                         wait.forget_heard();
                     }
-                    let _ = rounds.wait_for_release(wait, after(delay), Some(alarm.receiver()));
+                    let alarm = waiting.alarm().receiver();
+                    let _ = rounds.wait_for_release(wait, after(delay), Some(alarm));
                 }
             }
         }
@@ -292,12 +285,11 @@ impl LockManager {
         guard: LockGuard,
         ttl: Duration,
         options: &LockOptions,
-        alarm: &Alarm,
-        started: Instant,
+        waiting: &Waiting<'_>,
     ) -> Result<LockGuard> {
-        if alarm.is_cancelled() {
+        if let Err(cancelled) = waiting.check_cancelled() {
             drop(guard);
-            return Err(cancelled(started));
+            return Err(cancelled);
         }
         self.start_auto_extend(guard, ttl, options)
     }
@@ -432,13 +424,6 @@ pub(crate) fn outcome(taken: &Result<LockGuard>) -> &'static str {
         Err(Error::Deadlock { .. }) => "deadlock",
         Err(Error::InvalidArgument { .. }) => "invalid",
         Err(_) => "error",
-    }
-}
-
-/// The error of a cancelled wait that began at `started`.
-fn cancelled(started: Instant) -> Error {
-    Error::Cancelled {
-        waited: started.elapsed(),
     }
 }
 

@@ -15,11 +15,11 @@
 
 use std::time::Instant;
 
-use crate::cancel::Alarm;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
 use crate::options::{LockOptions, RetryPolicy};
+use crate::waiting::Waiting;
 
 /// Most permits one semaphore may have: a scan tries one slot per round, so
 /// a full semaphore of K permits costs K rounds per attempt.
@@ -133,42 +133,29 @@ impl Semaphore {
     /// error that retrying cannot fix (an invalid TTL, an ACL refusal) at
     /// once.
     pub fn acquire_with(&self, options: &LockOptions) -> Result<LockGuard> {
-        let started = Instant::now();
-        let retry = options
-            .retry
-            .clone()
-            .unwrap_or_else(|| self.locks.retry().clone());
-        let retry = match options.wait {
-            Some(wait) => retry.max_wait(wait),
-            None => retry,
-        };
+        let mut scans = 0;
+        let mut waiting = Waiting::new(options, self.locks.retry(), &mut scans);
         // Each slot gets exactly one attempt per scan: the semaphore does
         // its own waiting, between scans.
         let once = options.clone().retry(RetryPolicy::none());
-        let alarm = Alarm::new(options.cancellation.as_ref());
-        let mut scans = 0u32;
+        // A single attempt scans every slot once; a wait stops a scan (of
+        // a large semaphore) when its budget is spent.
+        let stop = match waiting.single_attempt() {
+            true => None,
+            false => waiting.deadline(),
+        };
         loop {
-            if alarm.is_cancelled() {
-                return Err(Error::Cancelled {
-                    waited: started.elapsed(),
-                });
-            }
-            scans = scans.saturating_add(1);
-            // A single attempt scans every slot once; a wait stops a
-            // scan (of a large semaphore) when its budget is spent.
-            let stop = match retry.single_attempt() {
-                true => None,
-                false => started.checked_add(retry.budget()),
-            };
+            waiting.check_cancelled()?;
+            waiting.attempt();
             let error = match self.scan(&once, stop) {
                 Ok(guard) => return Ok(guard),
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
             };
-            let Some(delay) = retry.next_delay(scans, started.elapsed()) else {
+            let Some(delay) = waiting.next_delay() else {
                 return Err(error);
             };
-            alarm.sleep(delay);
+            waiting.alarm().sleep(delay);
         }
     }
 
