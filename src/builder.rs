@@ -338,7 +338,7 @@ impl LockManagerBuilder {
             )));
         }
         let owner = self.owner.unwrap_or_else(owner::default_label);
-        owner::check_label(&owner)?;
+        owner::check_label(&owner).map_err(config_err)?;
         let fence_counters = crate_key(&self.prefix, FENCES);
         let config = Config {
             ttl,
