@@ -601,10 +601,9 @@ fn tls_url_without_the_feature_is_a_config_error() {
     assert_no_secret(&err.to_string());
 }
 
-/// `send_batch` writes to a node and returns before any answer is read,
-/// so a caller can write to every node first: the answers `finish` reads
-/// are each node's own, the same as `identified_batch` gives, identity
-/// included; a server killed between the halves fails the batch with a
+/// `send` writes to a node and returns before any answer is read, so a
+/// caller can write to every node first: the answers `finish` reads are
+/// each node's own, the same as `backend::run` gives, identity included; a server killed between the halves fails the batch with a
 /// connectivity error, not a hang or another batch's answer.
 #[test]
 fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
