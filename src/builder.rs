@@ -235,7 +235,8 @@ impl LockManagerBuilder {
     /// for less than `max_ttl` plus drift, does not count towards a quorum
     /// until that much time has passed since its start (it may have
     /// forgotten locks it held). Needs a backend that reports its identity
-    /// ([`Backend::server_info`]; Redis does). Switching it off is safe only
+    /// ([`Backend::probe`](crate::backend::Backend::probe); Redis and
+    /// memory nodes do). Switching it off is safe only
     /// when every node persists its keys durably (`appendfsync always`), or
     /// restarts are always delayed by `max_ttl` by the operator. Default: on.
     #[must_use]
@@ -338,7 +339,7 @@ impl LockManagerBuilder {
             )));
         }
         let owner = self.owner.unwrap_or_else(owner::default_label);
-        owner::check_label(&owner)?;
+        owner::check_label(&owner).map_err(config_err)?;
         let fence_counters = crate_key(&self.prefix, FENCES);
         let config = Config {
             ttl,
@@ -363,15 +364,15 @@ impl LockManagerBuilder {
         if quarantine.is_some() {
             let blind: Vec<String> = backends
                 .iter()
-                .filter(|b| !b.reports_identity())
+                .filter(|b| b.probe().is_none())
                 .map(|b| b.describe())
                 .collect();
             if !blind.is_empty() {
                 return Err(config_err(format!(
                     "node(s) {} cannot report their server's identity \
-                     (Backend::reports_identity is false), so restart quarantine could never \
-                     count their grants: report the server's run_id (Backend::identified_batch \
-                     or server_info) and return true from reports_identity, or switch the \
+                     (their Backend::probe is None), so restart quarantine could never \
+                     count their grants: report the server's run_id with every batch's \
+                     answers and give the backend a probe (Backend::probe), or switch the \
                      quarantine off with LockManagerBuilder::restart_quarantine(false) where \
                      restarts are made safe another way (durable persistence, or restarts \
                      delayed by max_ttl)",

@@ -178,8 +178,8 @@ impl fmt::Display for Error {
 /// `Display` already names every node and its reason in one line, so no
 /// single node's error is chained as the `source`: a round can fail on
 /// several nodes for different reasons. [`Error::report`] gives them all,
-/// typed ([`NodeOutcome::Failed`](crate::NodeOutcome::Failed) holds each
-/// [`BackendError`](crate::BackendError)).
+/// typed ([`NodeOutcome::Failed`](crate::report::NodeOutcome::Failed) holds each
+/// [`BackendError`](crate::backend::BackendError)).
 impl StdError for Error {}
 
 /// Shorthand for results of this crate.

@@ -1,5 +1,8 @@
-//! [`Health`]: what the lock servers and the manager's locks are doing,
-//! as a snapshot for people and health endpoints.
+//! What the lock servers and a manager's locks are doing:
+//! [`Health`], the snapshot that
+//! [`LockManager::health`](crate::LockManager::health) takes, with each
+//! node's [`NodeHealth`] and [`NodeState`] and the manager's
+//! [`LockCounters`]. For people, health endpoints and readiness checks.
 
 use std::fmt;
 use std::time::Duration;
@@ -16,7 +19,8 @@ use crate::report::human;
 /// screen.
 ///
 /// ```
-/// use quorum_lock::{LockManager, MemoryBackend, NodeState};
+/// use quorum_lock::health::NodeState;
+/// use quorum_lock::{LockManager, MemoryBackend};
 ///
 /// let nodes: Vec<MemoryBackend> = (0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))).collect();
 /// let locks = LockManager::builder().nodes(nodes.iter().cloned()).build()?;

@@ -32,7 +32,8 @@ impl LockManager {
     /// ```
     /// use std::time::Duration;
     ///
-    /// use quorum_lock::{LockManager, MemoryBackend, Verdict};
+    /// use quorum_lock::inspection::Verdict;
+    /// use quorum_lock::{LockManager, MemoryBackend};
     ///
     /// let locks = LockManager::builder()
     ///     .nodes((0..3).map(|i| MemoryBackend::new(format!("n{i}"))))
@@ -56,8 +57,8 @@ impl LockManager {
     /// namespace `{quorum-lock}`, see
     /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)), before any node is
     /// contacted. Nodes that fail are part
-    /// of the answer ([`KeyState::Failed`](crate::KeyState::Failed),
-    /// [`Verdict::Unknown`](crate::Verdict::Unknown)), not an
+    /// of the answer ([`KeyState::Failed`](crate::inspection::KeyState::Failed),
+    /// [`Verdict::Unknown`](crate::inspection::Verdict::Unknown)), not an
     /// error.
     pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
         let resource = resource.as_ref();

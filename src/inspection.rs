@@ -1,6 +1,7 @@
-//! "Who holds this lock, and for how long?": what
-//! [`LockManager::inspect`](crate::LockManager::inspect) read on every node,
-//! and the quorum's verdict on it.
+//! "Who holds this lock, and for how long?": the [`Inspection`] that
+//! [`LockManager::inspect`](crate::LockManager::inspect) returns, what it
+//! read on every node ([`NodeView`], [`KeyState`]), and the quorum's
+//! [`Verdict`] on it.
 //!
 //! An inspection is read-only and stale by construction: the answer is
 //! about the moment each node was read, and a lock can be taken, released

@@ -64,9 +64,24 @@
 //! * The engine: one worker thread per node, scatter-gather rounds that
 //!   return as soon as the outcome is decided, per-node FIFO so a release
 //!   always follows the acquire it undoes.
-//! * [`Backend`]: one lock server; [`MemoryBackend`] and (feature `redis`)
-//!   `RedisBackend`.
+//! * [`backend::Backend`]: one lock server; [`MemoryBackend`] and
+//!   (feature `redis`) `RedisBackend`.
 //! * [`LockGuard`]: the held lock; released when dropped.
+//!
+//! # What is where
+//!
+//! The crate root holds what a lock user touches: the manager, its
+//! builder and options, the guard, the errors, the semaphore,
+//! cancellation, the clocks and the two backends. The rest has a module
+//! of its own:
+//!
+//! * [`report`]: what each node did in a round (every release returns a
+//!   [`Report`](report::Report), and errors carry one);
+//! * [`health`]: the snapshot [`LockManager::health`] takes;
+//! * [`inspection`]: what [`LockManager::inspect`] read, and its verdict;
+//! * [`backend`]: the service-provider interface, for writers of a
+//!   backend of their own (and [`BackendError`](backend::BackendError),
+//!   the per-node error the reports carry).
 //!
 //! # Long work, restarts, and many threads
 //!
@@ -132,7 +147,8 @@
 //!   `docs/operations.md`); nothing is recorded without it.
 //!
 //! Features only add items; none changes behaviour. Without `redis` the
-//! crate is the engine and [`MemoryBackend`], for your own [`Backend`]s.
+//! crate is the engine and [`MemoryBackend`], for your own
+//! [`Backend`](backend::Backend)s.
 //!
 //! # Minimum supported Rust version
 //!
@@ -147,7 +163,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod backend;
+pub mod backend;
 mod builder;
 mod canary;
 mod cancel;
@@ -155,9 +171,9 @@ mod clock;
 mod engine;
 mod error;
 mod guard;
-mod health;
+pub mod health;
 mod inspect;
-mod inspection;
+pub mod inspection;
 mod lock_all;
 mod lost;
 mod manager;
@@ -165,7 +181,7 @@ mod metrics;
 mod options;
 mod owner;
 mod redlock;
-mod report;
+pub mod report;
 mod resource;
 mod semaphore;
 mod sync;
@@ -173,26 +189,20 @@ mod token;
 mod waiting;
 mod with_lock;
 
-pub use backend::memory::{CallHook, MemoryBackend, UptimeReport};
+pub use backend::keyset::MAX_SET_SIZE;
+pub use backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::RedisBackend;
-pub use backend::{
-    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, KeySet,
-    MAX_INSPECTED_VALUE, MAX_SET_SIZE, Op, OpKind, ReleaseListener, Reply, ServerInfo, unsupported,
-};
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
-pub use health::{Health, LockCounters, NodeHealth, NodeState};
-pub use inspection::{Inspection, KeyState, NodeView, Verdict};
 pub use lost::LostSignal;
 pub use manager::LockManager;
 pub use options::{LockOptions, RetryPolicy};
 pub use owner::MAX_OWNER_LEN;
-pub use report::{NodeOutcome, NodeReport, Report, Round};
 pub use resource::MAX_RESOURCE_LEN;
 pub use semaphore::{MAX_PERMITS, Semaphore};
 pub use token::Token;

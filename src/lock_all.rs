@@ -18,7 +18,8 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use crate::backend::{KeySet, MAX_SET_SIZE};
+use crate::backend::KeySet;
+use crate::backend::keyset::MAX_SET_SIZE;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::{LockManager, outcome};

@@ -4,12 +4,12 @@
 //! every function here is empty and inlined away: no cost.
 //!
 //! The names and labels are listed in docs/operations.md; the counters are
-//! the [`LockCounters`](crate::LockCounters) of `health()`, counted at the
+//! the [`LockCounters`](crate::health::LockCounters) of `health()`, counted at the
 //! same places.
 
 use std::time::Duration;
 
-/// A counter of `health()`'s [`LockCounters`](crate::LockCounters),
+/// A counter of `health()`'s [`LockCounters`](crate::health::LockCounters),
 /// by its field name.
 #[inline]
 pub(crate) fn count(field: &'static str) {

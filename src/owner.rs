@@ -10,7 +10,6 @@
 //! A label is public (anyone who can read the key reads it), so it must
 //! never carry a secret: the default is the host name and process id.
 
-use crate::error::Error;
 use crate::token::{TOKEN_LEN, Token};
 
 /// Longest owner label, in bytes.
@@ -22,22 +21,20 @@ pub(crate) const OWNER_MARK: &[u8] = b";owner=";
 /// Checks a label given to
 /// [`LockManagerBuilder::owner`](crate::LockManagerBuilder::owner): at most
 /// [`MAX_OWNER_LEN`] bytes of printable ASCII (space included), so that it
-/// prints on one line anywhere. Empty means "store no label".
-pub(crate) fn check_label(label: &str) -> Result<(), Error> {
+/// prints on one line anywhere. Empty means "store no label". The error
+/// is the reason, which the builder reports as
+/// [`Error::Config`](crate::Error::Config).
+pub(crate) fn check_label(label: &str) -> Result<(), String> {
     if label.len() > MAX_OWNER_LEN {
-        return Err(Error::Config {
-            reason: format!(
-                "owner label is {} bytes long; at most {MAX_OWNER_LEN} are allowed",
-                label.len()
-            ),
-        });
+        return Err(format!(
+            "owner label is {} bytes long; at most {MAX_OWNER_LEN} are allowed",
+            label.len()
+        ));
     }
     if let Some(bad) = label.chars().find(|c| !is_printable(*c)) {
-        return Err(Error::Config {
-            reason: format!(
-                "owner label contains {bad:?}: only printable ASCII (space included) is allowed"
-            ),
-        });
+        return Err(format!(
+            "owner label contains {bad:?}: only printable ASCII (space included) is allowed"
+        ));
     }
     Ok(())
 }

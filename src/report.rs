@@ -1,5 +1,10 @@
-//! The per-node [`Report`] every quorum round produces: which node granted,
-//! refused, failed, timed out or was skipped, in one line for people.
+//! What each node did in a quorum round: the per-node [`Report`] that
+//! every acquire, extend and release produces (and every error that a
+//! round decided carries), with each node's [`NodeOutcome`]: granted,
+//! refused, failed, timed out or skipped, in one line for people.
+//!
+//! For a program that acts on a round's details (logs, metrics, alerts);
+//! a lock user who only needs the lock reads none of it.
 
 use std::fmt;
 use std::time::Duration;
@@ -111,7 +116,7 @@ pub struct NodeReport {
 }
 
 impl NodeReport {
-    /// The node's name (its [`Backend::describe`](crate::Backend::describe),
+    /// The node's name (its [`Backend::describe`](crate::backend::Backend::describe),
     /// without credentials).
     pub fn node(&self) -> &str {
         &self.node

@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use crate::error::Error;
-
 /// Number of random bytes in a [`Token`].
 pub(crate) const TOKEN_LEN: usize = 20;
 
@@ -22,13 +20,12 @@ impl Token {
     ///
     /// # Errors
     ///
-    /// [`Error::Runtime`] when the operating system's random source fails
-    /// (this does not happen on supported platforms once booted).
-    pub(crate) fn random() -> Result<Self, Error> {
+    /// The reason, when the operating system's random source fails (this
+    /// does not happen on supported platforms once booted): the caller
+    /// reports it as [`Error::Runtime`](crate::Error::Runtime).
+    pub(crate) fn random() -> Result<Self, String> {
         let mut bytes = [0u8; TOKEN_LEN];
-        getrandom::fill(&mut bytes).map_err(|e| Error::Runtime {
-            reason: format!("the OS random source failed: {e}"),
-        })?;
+        getrandom::fill(&mut bytes).map_err(|e| format!("the OS random source failed: {e}"))?;
         Ok(Self(bytes))
     }
 

@@ -19,7 +19,7 @@ fn public_types_are_thread_safe() {
     send_sync::<LockGuard>();
     send_sync::<MemoryBackend>();
     error::<Error>();
-    error::<quorum_lock::BackendError>();
+    error::<quorum_lock::backend::BackendError>();
 }
 
 fn nodes(n: usize) -> Vec<MemoryBackend> {

@@ -6,6 +6,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
+use quorum_lock::backend::{self, Answers, Backend, InFlight, Op};
 use quorum_lock::{
     Clock, LockManager, LockManagerBuilder, LockOptions, MAX_RESOURCE_LEN, ManualClock,
     MemoryBackend, RetryPolicy,
@@ -174,19 +175,17 @@ fn a_wait_budget_retries_until_it_is_spent() {
     held.release().unwrap();
 }
 
-/// A backend of a user's own: a name and one batch call (here over a
-/// memory node), nothing about the server behind it.
+/// A backend of a user's own: a name and one way to send a batch (here
+/// over a memory node), nothing about the server behind it.
 struct OwnBackend(MemoryBackend);
 
-impl quorum_lock::Backend for OwnBackend {
+impl Backend for OwnBackend {
     fn describe(&self) -> String {
         format!("own:{}", self.0.describe())
     }
-    fn batch(
-        &self,
-        ops: &[quorum_lock::Op<'_>],
-    ) -> Vec<Result<quorum_lock::Reply, quorum_lock::BackendError>> {
-        self.0.batch(ops)
+    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+        let results = backend::run(&self.0, ops).into_results();
+        Box::new(Answers::new(results, None))
     }
 }
 
@@ -204,7 +203,7 @@ fn a_backend_without_identity_is_refused_at_build_with_quarantine_on() {
     assert!(error.is_invalid(), "{error:?}");
     assert!(
         text.contains("own:mem-0, own:mem-1, own:mem-2")
-            && text.contains("reports_identity")
+            && text.contains("Backend::probe")
             && text.contains("restart_quarantine(false)"),
         "{text}"
     );

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{Error, LockManager, ManualClock, MemoryBackend, NodeOutcome, RetryPolicy};
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{Error, LockManager, ManualClock, MemoryBackend, RetryPolicy};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -108,7 +109,7 @@ fn extend_of_a_stolen_lock_fails_and_leaves_the_thief_alone() {
     nodes[1].expire_now(b"job");
     nodes[2].expire_now(b"job");
     for node in &nodes[1..] {
-        assert!(quorum_lock::Backend::acquire(node, b"job", b"thief", TTL).unwrap());
+        assert!(quorum_lock::backend::acquire(node, b"job", b"thief", TTL).unwrap());
     }
     clock.advance(Duration::from_secs(2));
     let err = guard.extend(TTL).unwrap_err();

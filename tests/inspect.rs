@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use quorum_lock::{
-    Backend, Error, KeyState, LockManager, LockManagerBuilder, MAX_OWNER_LEN, MemoryBackend,
-    Verdict,
-};
+use quorum_lock::backend;
+use quorum_lock::inspection::{KeyState, Verdict};
+use quorum_lock::{Error, LockManager, LockManagerBuilder, MAX_OWNER_LEN, MemoryBackend};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -93,15 +92,15 @@ fn the_default_owner_is_host_and_pid_and_an_empty_label_stores_none() {
 #[test]
 fn holders_on_a_minority_each_are_a_split_not_a_holder() {
     let nodes = nodes("insp-split");
-    nodes[0].acquire(b"job", b"one-client", TTL).unwrap();
-    nodes[1].acquire(b"job", b"another-client", TTL).unwrap();
+    backend::acquire(&nodes[0], b"job", b"one-client", TTL).unwrap();
+    backend::acquire(&nodes[1], b"job", b"another-client", TTL).unwrap();
     let locks = builder(&nodes).build().unwrap();
     let seen = locks.inspect("job").unwrap();
     assert_eq!(seen.verdict(), Verdict::Split, "{seen}");
     assert!(!seen.is_held());
     assert_eq!(seen.time_left(), Duration::ZERO);
     // A foreign holder on a quorum is a holder, without an owner.
-    nodes[2].acquire(b"job", b"one-client", TTL).unwrap();
+    backend::acquire(&nodes[2], b"job", b"one-client", TTL).unwrap();
     let seen = locks.inspect("job").unwrap();
     assert!(seen.is_held(), "{seen}");
     assert_eq!(seen.owner(), None);

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use quorum_lock::backend;
 use quorum_lock::{
-    Backend, Error, LockManager, LockManagerBuilder, LockOptions, MAX_SET_SIZE, MemoryBackend,
-    RetryPolicy,
+    Error, LockManager, LockManagerBuilder, LockOptions, MAX_SET_SIZE, MemoryBackend, RetryPolicy,
 };
 
 const TTL: Duration = Duration::from_secs(10);
@@ -89,7 +89,7 @@ fn single_locks_and_overlapping_sets_contend_with_a_set_and_disjoint_ones_do_not
 #[test]
 fn a_node_where_one_member_is_taken_votes_no_and_writes_nothing() {
     let nodes = nodes("all-partial");
-    nodes[0].acquire(b"b", b"someone-else", TTL).unwrap();
+    backend::acquire(&nodes[0], b"b", b"someone-else", TTL).unwrap();
     let locks = builder(&nodes).build().unwrap();
     let guard = locks.lock_all(["a", "b"], &once()).unwrap();
     assert!(locks.flush(FLUSH));
@@ -105,7 +105,7 @@ fn a_node_where_one_member_is_taken_votes_no_and_writes_nothing() {
     // Taken on two nodes of three: now two nodes refuse the set.
     nodes[1].expire_now(b"a");
     nodes[1].expire_now(b"b");
-    nodes[1].acquire(b"a", b"someone-else", TTL).unwrap();
+    backend::acquire(&nodes[1], b"a", b"someone-else", TTL).unwrap();
     drop(guard);
     assert!(locks.flush(FLUSH));
     let err = locks.lock_all(["a", "b"], &once()).unwrap_err();

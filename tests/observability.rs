@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
-use quorum_lock::{LockManager, ManualClock, MemoryBackend, NodeState, RetryPolicy};
+use quorum_lock::health::NodeState;
+use quorum_lock::{LockManager, ManualClock, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
 use testkit::wait_until;
 

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{Error, LockManager, ManualClock, MemoryBackend, NodeOutcome, RetryPolicy};
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{Error, LockManager, ManualClock, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
 
 const TTL: Duration = Duration::from_secs(5);

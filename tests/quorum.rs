@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use quorum_lock::{Backend, Error, LockManager, MemoryBackend, NodeOutcome, RetryPolicy};
+use quorum_lock::backend::{self, Backend};
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{Error, LockManager, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -60,7 +62,7 @@ fn split_case(n: usize, yes: usize, no: usize, err: usize) -> bool {
     let slow = n - yes - no - err;
     let nodes = nodes(n);
     for node in &nodes[yes..yes + no] {
-        assert!(node.acquire(RESOURCE, other, TTL).unwrap());
+        assert!(backend::acquire(node, RESOURCE, other, TTL).unwrap());
     }
     for node in &nodes[yes + no..yes + no + err] {
         node.set_down(true);
@@ -137,7 +139,7 @@ fn late_yes_after_a_failed_round_is_cleaned_up() {
     let locks = manager(&nodes, Duration::from_millis(20));
     // Two nodes are held by another client; node 0 is slow.
     for node in &nodes[1..] {
-        assert!(node.acquire(RESOURCE, b"other", TTL).unwrap());
+        assert!(backend::acquire(node, RESOURCE, b"other", TTL).unwrap());
     }
     nodes[0].pause();
     let err = locks.try_lock(RESOURCE).unwrap_err();
@@ -288,9 +290,9 @@ fn a_memory_node_brought_back_up_votes_in_the_next_round() {
 #[test]
 fn panicking_backend_does_not_kill_the_engine() {
     let nodes = nodes(3);
-    nodes[0].set_hook(Some(std::sync::Arc::new(|_: &quorum_lock::Op<'_>| {
-        panic!("injected backend panic")
-    })));
+    nodes[0].set_hook(Some(std::sync::Arc::new(
+        |_: &quorum_lock::backend::Op<'_>| panic!("injected backend panic"),
+    )));
     let locks = manager(&nodes, Duration::from_secs(1));
     for _ in 0..3 {
         let guard = locks.try_lock(RESOURCE).unwrap();

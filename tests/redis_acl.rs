@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use quorum_lock::{
-    Backend, Error, LockGuard, LockManager, LockOptions, NodeOutcome, RedisBackend, RetryPolicy,
-};
+use quorum_lock::backend::Probe;
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{Error, LockGuard, LockManager, LockOptions, RedisBackend, RetryPolicy};
 use testkit::{RedisServer, RedisServers, wait_until};
 
 /// The documentation the line is read from (compiled in, so an edit of

@@ -6,7 +6,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use quorum_lock::RedisBackend;
-use quorum_lock::{Backend, BackendError, BackendErrorKind, KeySet, Op, Reply};
+use quorum_lock::backend::{
+    self, Backend, BackendError, BackendErrorKind, KeySet, Op, Probe, Reply,
+};
 
 use testkit::proxy::Proxy;
 use testkit::{RedisServer, RedisServers, connect, free_port, wait_until};
@@ -14,7 +16,7 @@ use testkit::{RedisServer, RedisServers, connect, free_port, wait_until};
 const TIMEOUT: Duration = Duration::from_secs(2);
 const TTL: Duration = Duration::from_secs(10);
 
-fn backend(url: &str, timeout: Duration) -> RedisBackend {
+fn open(url: &str, timeout: Duration) -> RedisBackend {
     RedisBackend::open(url, timeout).unwrap_or_else(|e| panic!("open {url}: {e}"))
 }
 
@@ -35,83 +37,74 @@ fn kind<T: std::fmt::Debug>(r: &Result<T, BackendError>) -> BackendErrorKind {
 #[test]
 fn acquire_release_extend_semantics() {
     let server = RedisServer::start();
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let (mine, theirs) = (token(1), token(2));
 
-    assert!(b.acquire(b"res", &mine, TTL).unwrap());
+    assert!(backend::acquire(&b, b"res", &mine, TTL).unwrap());
     assert_eq!(server.get(b"res"), Some(mine.clone()));
     let pttl = server.pttl(b"res");
     assert!(pttl > 0 && pttl <= 10_000, "pttl {pttl}");
 
     // Held: another token can neither take, release nor extend it.
-    assert!(!b.acquire(b"res", &theirs, TTL).unwrap());
-    assert!(!b.release(b"res", &theirs).unwrap());
-    assert!(!b.extend(b"res", &theirs, Duration::from_secs(60)).unwrap());
+    assert!(!backend::acquire(&b, b"res", &theirs, TTL).unwrap());
+    assert!(!backend::release(&b, b"res", &theirs).unwrap());
+    assert!(!backend::extend(&b, b"res", &theirs, Duration::from_secs(60)).unwrap());
     assert_eq!(server.get(b"res"), Some(mine.clone()));
     assert!(server.pttl(b"res") <= 10_000);
     // Our own second acquire is not a second vote: the key already holds
     // our token (the same server under another name set it). The batch
     // says so apart from "held elsewhere"; the TTL is left alone.
-    assert!(!b.acquire(b"res", &mine, TTL).unwrap());
-    let again = b.batch(&[Op::acquire(&KeySet::one("res"), &mine, TTL)]);
+    assert!(!backend::acquire(&b, b"res", &mine, TTL).unwrap());
+    let again = backend::run(&b, &[Op::acquire(&KeySet::one("res"), &mine, TTL)]).into_results();
     assert_eq!(again[0].as_ref().ok(), Some(&Reply::AlreadyOurs));
     assert_eq!(server.get(b"res"), Some(mine.clone()));
 
-    assert!(b.extend(b"res", &mine, Duration::from_secs(60)).unwrap());
+    assert!(backend::extend(&b, b"res", &mine, Duration::from_secs(60)).unwrap());
     assert!(server.pttl(b"res") > 10_000);
 
-    assert!(b.release(b"res", &mine).unwrap());
+    assert!(backend::release(&b, b"res", &mine).unwrap());
     assert_eq!(server.get(b"res"), None);
     assert!(server.keys().is_empty());
-    assert!(!b.release(b"res", &mine).unwrap());
-    assert!(!b.extend(b"res", &mine, TTL).unwrap());
+    assert!(!backend::release(&b, b"res", &mine).unwrap());
+    assert!(!backend::extend(&b, b"res", &mine, TTL).unwrap());
     assert!(server.keys().is_empty(), "extend must not create the key");
 }
 
 #[test]
 fn extend_never_recreates_an_expired_key() {
     let server = RedisServer::start();
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let t = token(3);
-    assert!(b.acquire(b"short", &t, Duration::from_millis(30)).unwrap());
+    assert!(backend::acquire(&b, b"short", &t, Duration::from_millis(30)).unwrap());
     assert!(wait_until(Duration::from_secs(3), || server.pttl(b"short") == -2));
-    assert!(!b.extend(b"short", &t, TTL).unwrap());
+    assert!(!backend::extend(&b, b"short", &t, TTL).unwrap());
     assert_eq!(server.pttl(b"short"), -2);
-    assert!(!b.release(b"short", &t).unwrap());
+    assert!(!backend::release(&b, b"short", &t).unwrap());
 }
 
 #[test]
 fn sub_millisecond_ttl_rounds_up_not_to_zero() {
     let server = RedisServer::start();
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     // PX 0 would be "invalid expire time": the backend must send 1.
-    assert!(
-        b.acquire(b"tiny", &token(4), Duration::from_micros(500))
-            .unwrap()
-    );
-    assert!(
-        b.extend(b"tiny2", &token(4), Duration::from_nanos(1))
-            .is_ok()
-    );
+    assert!(backend::acquire(&b, b"tiny", &token(4), Duration::from_micros(500)).unwrap());
+    assert!(backend::extend(&b, b"tiny2", &token(4), Duration::from_nanos(1)).is_ok());
     // A just-over-a-second TTL is sent as 1001 ms, never 1000.
-    assert!(
-        b.acquire(b"ceil", &token(4), Duration::from_micros(1_000_001))
-            .unwrap()
-    );
+    assert!(backend::acquire(&b, b"ceil", &token(4), Duration::from_micros(1_000_001)).unwrap());
     assert!(server.pttl(b"ceil") <= 1001);
 }
 
 #[test]
 fn non_utf8_keys_and_tokens_work() {
     let server = RedisServer::start();
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let key = b"\xff\x00lock:\xfe\x80";
     let t = token(5);
-    assert!(b.acquire(key, &t, TTL).unwrap());
+    assert!(backend::acquire(&b, key, &t, TTL).unwrap());
     assert_eq!(server.get(key), Some(t.clone()));
-    assert!(b.extend(key, &t, TTL).unwrap());
-    assert!(!b.release(key, &token(6)).unwrap());
-    assert!(b.release(key, &t).unwrap());
+    assert!(backend::extend(&b, key, &t, TTL).unwrap());
+    assert!(!backend::release(&b, key, &token(6)).unwrap());
+    assert!(backend::release(&b, key, &t).unwrap());
     assert!(server.keys().is_empty());
 }
 
@@ -119,7 +112,7 @@ fn non_utf8_keys_and_tokens_work() {
 fn batch_returns_per_op_results_in_order_with_wrongtype_isolated() {
     let server = RedisServer::start();
     let _: () = server.cmd(redis::cmd("HSET").arg("h").arg("f").arg("v"));
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let (t1, t2) = (token(7), token(8));
     let (a, h, bk) = (KeySet::one("a"), KeySet::one("h"), KeySet::one("b"));
     let ops = [
@@ -133,7 +126,7 @@ fn batch_returns_per_op_results_in_order_with_wrongtype_isolated() {
         Op::acquire(&bk, &t2, TTL),
         Op::release(&a, &t1),
     ];
-    let results = b.batch(&ops);
+    let results = backend::run(&b, &ops).into_results();
     assert_eq!(results.len(), ops.len());
     assert_eq!(results[0].as_ref().ok(), Some(&Reply::Yes));
     assert_eq!(kind(&results[1]), BackendErrorKind::WrongType);
@@ -148,21 +141,21 @@ fn batch_returns_per_op_results_in_order_with_wrongtype_isolated() {
     assert_eq!(server.get(b"b"), Some(t2.clone()));
     let kept: String = server.cmd(redis::cmd("HGET").arg("h").arg("f"));
     assert_eq!(kept, "v", "the hash is left alone");
-    assert!(b.batch(&[]).is_empty());
+    assert!(backend::run(&b, &[]).into_results().is_empty());
 }
 
 #[test]
 fn batch_is_one_round_trip() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let b = backend(&proxy.url(), Duration::from_secs(5));
-    assert!(b.acquire(b"warm", &token(9), TTL).unwrap()); // connect before timing
+    let b = open(&proxy.url(), Duration::from_secs(5));
+    assert!(backend::acquire(&b, b"warm", &token(9), TTL).unwrap()); // connect before timing
     proxy.delay(Duration::from_millis(100));
     let t = token(10);
     let keys: Vec<KeySet> = (0..20).map(|i| KeySet::one(format!("k{i}"))).collect();
     let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::acquire(k, &t, TTL)).collect();
     let start = Instant::now();
-    let results = b.batch(&ops);
+    let results = backend::run(&b, &ops).into_results();
     let elapsed = start.elapsed();
     assert!(
         results.iter().all(|r| matches!(r, Ok(Reply::Yes))),
@@ -176,22 +169,26 @@ fn batch_is_one_round_trip() {
 #[test]
 fn script_flush_then_release_and_extend_still_work() {
     let server = RedisServer::start();
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let t = token(11);
-    assert!(b.acquire(b"k", &t, TTL).unwrap());
-    assert!(b.extend(b"k", &t, TTL).unwrap()); // scripts now cached
+    assert!(backend::acquire(&b, b"k", &t, TTL).unwrap());
+    assert!(backend::extend(&b, b"k", &t, TTL).unwrap()); // scripts now cached
     let _: () = server.cmd(redis::cmd("SCRIPT").arg("FLUSH"));
-    assert!(b.extend(b"k", &t, Duration::from_secs(60)).unwrap());
+    assert!(backend::extend(&b, b"k", &t, Duration::from_secs(60)).unwrap());
     assert!(server.pttl(b"k") > 10_000);
     let _: () = server.cmd(redis::cmd("SCRIPT").arg("FLUSH"));
     let other = token(12);
     let k = KeySet::one("k");
-    let results = b.batch(&[
-        Op::release(&k, &other),
-        Op::extend(&k, &t, TTL),
-        Op::release(&k, &t),
-        Op::release(&k, &t),
-    ]);
+    let results = backend::run(
+        &b,
+        &[
+            Op::release(&k, &other),
+            Op::extend(&k, &t, TTL),
+            Op::release(&k, &t),
+            Op::release(&k, &t),
+        ],
+    )
+    .into_results();
     let results: Vec<bool> = results.into_iter().map(|r| r.unwrap().is_yes()).collect();
     assert_eq!(results, [false, true, true, false]);
     assert!(server.keys().is_empty());
@@ -202,14 +199,23 @@ fn wrongtype_for_all_three_ops() {
     let server = RedisServer::start();
     let _: () = server.cmd(redis::cmd("HSET").arg("h").arg("f").arg("v"));
     let _: () = server.cmd(redis::cmd("LPUSH").arg("l").arg("x"));
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let t = token(13);
     for key in [&b"h"[..], b"l"] {
-        assert_eq!(kind(&b.acquire(key, &t, TTL)), BackendErrorKind::WrongType);
-        assert_eq!(kind(&b.release(key, &t)), BackendErrorKind::WrongType);
-        assert_eq!(kind(&b.extend(key, &t, TTL)), BackendErrorKind::WrongType);
+        assert_eq!(
+            kind(&backend::acquire(&b, key, &t, TTL)),
+            BackendErrorKind::WrongType
+        );
+        assert_eq!(
+            kind(&backend::release(&b, key, &t)),
+            BackendErrorKind::WrongType
+        );
+        assert_eq!(
+            kind(&backend::extend(&b, key, &t, TTL)),
+            BackendErrorKind::WrongType
+        );
     }
-    let err = b.acquire(b"h", &t, TTL).unwrap_err();
+    let err = backend::acquire(&b, b"h", &t, TTL).unwrap_err();
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
     assert!(!err.to_string().contains('\n'), "{err}");
     assert_eq!(server.keys(), vec![b"h".to_vec(), b"l".to_vec()]);
@@ -228,15 +234,22 @@ fn readonly_replica() {
         wait_until(Duration::from_secs(5), || replica.get(b"k").is_some()),
         "replication did not catch up"
     );
-    let b = backend(&replica.url(), TIMEOUT);
+    let b = open(&replica.url(), TIMEOUT);
     assert_eq!(
-        kind(&b.acquire(b"new", &t, TTL)),
+        kind(&backend::acquire(&b, b"new", &t, TTL)),
         BackendErrorKind::ReadOnly
     );
-    assert_eq!(kind(&b.extend(b"k", &t, TTL)), BackendErrorKind::ReadOnly);
-    assert_eq!(kind(&b.release(b"k", &t)), BackendErrorKind::ReadOnly);
+    assert_eq!(
+        kind(&backend::extend(&b, b"k", &t, TTL)),
+        BackendErrorKind::ReadOnly
+    );
+    assert_eq!(
+        kind(&backend::release(&b, b"k", &t)),
+        BackendErrorKind::ReadOnly
+    );
     let (k, k2) = (KeySet::one("k"), KeySet::one("k2"));
-    let results = b.batch(&[Op::acquire(&k2, &t, TTL), Op::release(&k, &t)]);
+    let results =
+        backend::run(&b, &[Op::acquire(&k2, &t, TTL), Op::release(&k, &t)]).into_results();
     assert!(
         results
             .iter()
@@ -245,7 +258,7 @@ fn readonly_replica() {
     // Scripts without shebang flags (kept for Redis < 7) only hit READONLY
     // when they reach the write: a release of a key that is not ours is a
     // plain "no" even on a replica. Acquire always reports READONLY.
-    assert!(!b.release(b"absent", &t).unwrap());
+    assert!(!backend::release(&b, b"absent", &t).unwrap());
     assert_eq!(replica.get(b"k"), Some(t));
 }
 
@@ -265,18 +278,18 @@ fn auth_errors_and_passwords_never_leak() {
     let t = token(15);
 
     // No password: NOAUTH.
-    let none = backend(&format!("redis://127.0.0.1:{port}/0"), TIMEOUT);
-    let r = none.acquire(b"k", &t, TTL);
+    let none = open(&format!("redis://127.0.0.1:{port}/0"), TIMEOUT);
+    let r = backend::acquire(&none, b"k", &t, TTL);
     assert_eq!(kind(&r), BackendErrorKind::Auth);
     assert_no_secret(&format!("{} {:?}", r.as_ref().unwrap_err(), r));
 
     // Wrong password: WRONGPASS while connecting.
-    let wrong = backend(&format!("redis://:{WRONG}@127.0.0.1:{port}/0"), TIMEOUT);
+    let wrong = open(&format!("redis://:{WRONG}@127.0.0.1:{port}/0"), TIMEOUT);
     assert_eq!(wrong.describe(), format!("redis://:***@127.0.0.1:{port}/0"));
     for r in [
-        wrong.acquire(b"k", &t, TTL),
-        wrong.release(b"k", &t),
-        wrong.extend(b"k", &t, TTL),
+        backend::acquire(&wrong, b"k", &t, TTL),
+        backend::release(&wrong, b"k", &t),
+        backend::extend(&wrong, b"k", &t, TTL),
     ] {
         assert_eq!(kind(&r), BackendErrorKind::Auth);
         let e = r.unwrap_err();
@@ -286,12 +299,12 @@ fn auth_errors_and_passwords_never_leak() {
     assert_no_secret(&format!("{:?}", wrong.server_info()));
 
     // Right password, user given too: works, and is not shown either.
-    let right = backend(
+    let right = open(
         &format!("redis://default:{PASSWORD}@127.0.0.1:{port}/0"),
         TIMEOUT,
     );
-    assert!(right.acquire(b"k", &t, TTL).unwrap());
-    assert!(right.release(b"k", &t).unwrap());
+    assert!(backend::acquire(&right, b"k", &t, TTL).unwrap());
+    assert!(backend::release(&right, b"k", &t).unwrap());
     assert_eq!(
         right.describe(),
         format!("redis://default:***@127.0.0.1:{port}/0")
@@ -305,10 +318,10 @@ fn percent_encoded_password_and_acl_noperm() {
     let server = RedisServer::start_with(&["--requirepass", "p@ss/w0rd"]);
     let port = server.port();
     let url = format!("redis://:p%40ss%2Fw0rd@127.0.0.1:{port}/0");
-    let b = backend(&url, TIMEOUT);
+    let b = open(&url, TIMEOUT);
     assert_no_secret(&format!("{b:?} {}", b.describe()));
     let t = token(16);
-    assert!(b.acquire(b"k", &t, TTL).unwrap());
+    assert!(backend::acquire(&b, b"k", &t, TTL).unwrap());
 
     // An ACL user without the right to run SET: NOPERM.
     let mut admin = connect(&url);
@@ -324,11 +337,11 @@ fn percent_encoded_password_and_acl_noperm() {
         ])
         .query(&mut admin)
         .unwrap();
-    let reader = backend(
+    let reader = open(
         &format!("redis://reader:reader-pw@127.0.0.1:{port}/0"),
         TIMEOUT,
     );
-    let r = reader.acquire(b"k2", &t, TTL);
+    let r = backend::acquire(&reader, b"k2", &t, TTL);
     assert_eq!(kind(&r), BackendErrorKind::Auth, "{r:?}");
     assert!(!format!("{r:?}").contains("reader-pw"));
 }
@@ -350,12 +363,12 @@ fn malformed_url_is_a_config_error_without_the_password() {
 #[test]
 fn open_is_lazy_and_refused_port_is_unreachable_fast() {
     let port = free_port(); // nothing listens there
-    let b = backend(
+    let b = open(
         &format!("redis://127.0.0.1:{port}/0"),
         Duration::from_secs(3),
     );
     let start = Instant::now();
-    let r = b.acquire(b"k", &token(17), TTL);
+    let r = backend::acquire(&b, b"k", &token(17), TTL);
     assert_eq!(kind(&r), BackendErrorKind::Unreachable, "{r:?}");
     assert!(
         start.elapsed() < Duration::from_secs(1),
@@ -364,7 +377,11 @@ fn open_is_lazy_and_refused_port_is_unreachable_fast() {
     );
     assert_eq!(kind(&b.server_info()), BackendErrorKind::Unreachable);
     let (k, k2) = (KeySet::one("k"), KeySet::one("k2"));
-    let results = b.batch(&[Op::release(&k, &token(17)), Op::release(&k2, &token(17))]);
+    let results = backend::run(
+        &b,
+        &[Op::release(&k, &token(17)), Op::release(&k2, &token(17))],
+    )
+    .into_results();
     assert!(
         results
             .iter()
@@ -374,8 +391,8 @@ fn open_is_lazy_and_refused_port_is_unreachable_fast() {
 
 #[test]
 fn dns_failure_is_unreachable() {
-    let b = backend("redis://no-such-host.invalid:6379/0", TIMEOUT);
-    let r = b.release(b"k", &token(18));
+    let b = open("redis://no-such-host.invalid:6379/0", TIMEOUT);
+    let r = backend::release(&b, b"k", &token(18));
     assert_eq!(kind(&r), BackendErrorKind::Unreachable, "{r:?}");
 }
 
@@ -383,20 +400,23 @@ fn dns_failure_is_unreachable() {
 fn paused_server_times_out_and_the_connection_is_not_reused() {
     let server = RedisServer::start();
     let timeout = Duration::from_millis(300);
-    let b = backend(&server.url(), timeout);
+    let b = open(&server.url(), timeout);
     let (t, other) = (token(19), token(20));
-    assert!(b.acquire(b"warm", &t, TTL).unwrap()); // a pooled connection now
+    assert!(backend::acquire(&b, b"warm", &t, TTL).unwrap()); // a pooled connection now
     server.set(b"taken", &other);
 
     server.pause();
     let start = Instant::now();
-    let r = b.acquire(b"late", &t, TTL);
+    let r = backend::acquire(&b, b"late", &t, TTL);
     let elapsed = start.elapsed();
     assert_eq!(kind(&r), BackendErrorKind::Timeout, "{r:?}");
     assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
     // A new connection to a frozen server times out as well.
-    let fresh = backend(&server.url(), timeout);
-    assert_eq!(kind(&fresh.release(b"x", &t)), BackendErrorKind::Timeout);
+    let fresh = open(&server.url(), timeout);
+    assert_eq!(
+        kind(&backend::release(&fresh, b"x", &t)),
+        BackendErrorKind::Timeout
+    );
     server.resume();
 
     // The frozen SET is applied when the server wakes up: "maybe applied".
@@ -404,9 +424,9 @@ fn paused_server_times_out_and_the_connection_is_not_reused() {
         .get(b"late")
         .is_some()));
     // The late "+OK" to that SET must not be read as this answer.
-    assert!(!b.acquire(b"taken", &t, TTL).unwrap());
-    assert!(b.release(b"late", &t).unwrap());
-    assert!(!b.release(b"late", &t).unwrap());
+    assert!(!backend::acquire(&b, b"taken", &t, TTL).unwrap());
+    assert!(backend::release(&b, b"late", &t).unwrap());
+    assert!(!backend::release(&b, b"late", &t).unwrap());
     assert_eq!(server.get(b"taken"), Some(other));
 }
 
@@ -414,12 +434,12 @@ fn paused_server_times_out_and_the_connection_is_not_reused() {
 fn blackholed_connection_times_out_then_recovers() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let b = backend(&proxy.url(), Duration::from_millis(300));
+    let b = open(&proxy.url(), Duration::from_millis(300));
     let t = token(21);
-    assert!(b.acquire(b"k", &t, TTL).unwrap());
+    assert!(backend::acquire(&b, b"k", &t, TTL).unwrap());
     proxy.blackhole();
     let (k, k2) = (KeySet::one("k"), KeySet::one("k2"));
-    let r = b.batch(&[Op::extend(&k, &t, TTL), Op::acquire(&k2, &t, TTL)]);
+    let r = backend::run(&b, &[Op::extend(&k, &t, TTL), Op::acquire(&k2, &t, TTL)]).into_results();
     assert!(
         r.iter().all(|r| kind(r) == BackendErrorKind::Timeout),
         "{r:?}"
@@ -427,46 +447,46 @@ fn blackholed_connection_times_out_then_recovers() {
     proxy.pass();
     // Fresh connection, own answers: k is held by t (refused to another
     // token), k2 unset.
-    assert!(!b.acquire(b"k", &token(28), TTL).unwrap());
-    assert!(b.acquire(b"k2", &t, TTL).unwrap());
-    assert!(b.release(b"k", &t).unwrap());
+    assert!(!backend::acquire(&b, b"k", &token(28), TTL).unwrap());
+    assert!(backend::acquire(&b, b"k2", &t, TTL).unwrap());
+    assert!(backend::release(&b, b"k", &t).unwrap());
 }
 
 #[test]
 fn client_pause_write_times_out_and_recovers() {
     let server = RedisServer::start();
-    let b = backend(&server.url(), Duration::from_millis(200));
+    let b = open(&server.url(), Duration::from_millis(200));
     let t = token(22);
-    assert!(b.release(b"warm", &t).is_ok());
+    assert!(backend::release(&b, b"warm", &t).is_ok());
     let paused_at = Instant::now();
     server.client_pause_write(700);
-    let r = b.acquire(b"paused", &t, TTL);
+    let r = backend::acquire(&b, b"paused", &t, TTL);
     assert_eq!(kind(&r), BackendErrorKind::Timeout, "{r:?}");
     // Reads still work during a write pause; writes wait for it to end.
     thread::sleep(Duration::from_millis(800).saturating_sub(paused_at.elapsed()));
     // "Maybe applied": whether the timed-out SET ran (Redis drops a paused
     // command whose client disconnected, but a frozen server runs it), the
     // release cleans up and the next answers are the backend's own.
-    assert!(b.release(b"paused", &t).is_ok());
+    assert!(backend::release(&b, b"paused", &t).is_ok());
     assert_eq!(server.get(b"paused"), None);
-    assert!(b.acquire(b"paused", &t, TTL).unwrap());
+    assert!(backend::acquire(&b, b"paused", &t, TTL).unwrap());
 }
 
 #[test]
 fn server_info_run_id_changes_across_kill9_and_restart() {
     let mut server = RedisServer::start();
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let before = b.server_info().unwrap();
     assert_eq!(before.run_id.as_deref(), Some(server.run_id().as_str()));
     assert!(before.uptime.unwrap() < Duration::from_secs(60));
-    assert!(b.acquire(b"k", &token(23), TTL).unwrap());
+    assert!(backend::acquire(&b, b"k", &token(23), TTL).unwrap());
 
     server.kill9();
     server.restart();
     // The pooled connection is dead; the backend retries on a fresh one
     // instead of failing, and that connection refreshes the cached info.
     assert!(
-        b.acquire(b"k", &token(23), TTL).unwrap(),
+        backend::acquire(&b, b"k", &token(23), TTL).unwrap(),
         "no persistence: key gone"
     );
     let after = b.server_info().unwrap();
@@ -478,25 +498,25 @@ fn server_info_run_id_changes_across_kill9_and_restart() {
 #[test]
 fn persistent_restart_keeps_the_key() {
     let mut server = RedisServer::start_persistent();
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let t = token(24);
-    assert!(b.acquire(b"durable", &t, TTL).unwrap());
+    assert!(backend::acquire(&b, b"durable", &t, TTL).unwrap());
     server.kill9();
     assert_eq!(
-        kind(&b.release(b"durable", &token(25))),
+        kind(&backend::release(&b, b"durable", &token(25))),
         BackendErrorKind::Unreachable
     );
     server.restart();
     assert_eq!(server.get(b"durable"), Some(t.clone()));
     let pttl = server.pttl(b"durable");
     assert!(pttl > 0 && pttl <= 10_000, "{pttl}");
-    assert!(b.release(b"durable", &t).unwrap());
+    assert!(backend::release(&b, b"durable", &t).unwrap());
 }
 
 #[test]
 fn shared_backend_from_several_threads() {
     let servers = RedisServers::start(1);
-    let b = backend(&servers.urls()[0], TIMEOUT);
+    let b = open(&servers.urls()[0], TIMEOUT);
     thread::scope(|s| {
         for n in 0..4u8 {
             let b = b.clone();
@@ -504,8 +524,8 @@ fn shared_backend_from_several_threads() {
                 let t = token(100 + n);
                 for i in 0..50 {
                     let key = format!("t{n}:{i}").into_bytes();
-                    assert!(b.acquire(&key, &t, TTL).unwrap());
-                    assert!(b.release(&key, &t).unwrap());
+                    assert!(backend::acquire(&b, &key, &t, TTL).unwrap());
+                    assert!(backend::release(&b, &key, &t).unwrap());
                 }
             });
         }
@@ -522,9 +542,9 @@ fn tls_to_a_plain_port_fails_instead_of_hanging() {
             "rediss://:{PASSWORD}@127.0.0.1:{}/0{fragment}",
             server.port()
         );
-        let b = backend(&url, Duration::from_millis(500));
+        let b = open(&url, Duration::from_millis(500));
         let start = Instant::now();
-        let r = b.acquire(b"k", &token(26), TTL);
+        let r = backend::acquire(&b, b"k", &token(26), TTL);
         let e = r.as_ref().unwrap_err();
         assert!(
             start.elapsed() < Duration::from_secs(5),
@@ -552,21 +572,21 @@ fn tls_to_a_plain_port_fails_instead_of_hanging() {
 #[test]
 fn tls_end_to_end_against_a_tls_server() {
     let server = RedisServer::start_tls();
-    let b = backend(&server.tls_url(), TIMEOUT);
+    let b = open(&server.tls_url(), TIMEOUT);
     assert!(
         b.describe().starts_with("rediss://127.0.0.1:"),
         "{}",
         b.describe()
     );
     let t = token(27);
-    assert!(b.acquire(b"tls", &t, TTL).unwrap());
+    assert!(backend::acquire(&b, b"tls", &t, TTL).unwrap());
     assert_eq!(server.get(b"tls"), Some(t.clone()));
-    assert!(b.extend(b"tls", &t, TTL).unwrap());
+    assert!(backend::extend(&b, b"tls", &t, TTL).unwrap());
     assert!(b.server_info().unwrap().run_id.is_some());
-    assert!(b.release(b"tls", &t).unwrap());
+    assert!(backend::release(&b, b"tls", &t).unwrap());
     // Without `#insecure` the self-signed certificate is refused.
-    let strict = backend(&server.tls_url().replace("#insecure", ""), TIMEOUT);
-    let r = strict.acquire(b"tls", &t, TTL);
+    let strict = open(&server.tls_url().replace("#insecure", ""), TIMEOUT);
+    let r = backend::acquire(&strict, b"tls", &t, TTL);
     assert_eq!(kind(&r), BackendErrorKind::Config, "{r:?}");
     assert!(server.keys().is_empty());
 }
@@ -581,10 +601,9 @@ fn tls_url_without_the_feature_is_a_config_error() {
     assert_no_secret(&err.to_string());
 }
 
-/// `send_batch` writes to a node and returns before any answer is read,
-/// so a caller can write to every node first: the answers `finish` reads
-/// are each node's own, the same as `identified_batch` gives, identity
-/// included; a server killed between the halves fails the batch with a
+/// `send` writes to a node and returns before any answer is read, so a
+/// caller can write to every node first: the answers `finish` reads are
+/// each node's own, the same as `backend::run` gives, identity included; a server killed between the halves fails the batch with a
 /// connectivity error, not a hang or another batch's answer.
 #[test]
 fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
@@ -592,16 +611,14 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
     let backends: Vec<RedisBackend> = servers
         .urls()
         .iter()
-        .map(|u| backend(u, Duration::from_secs(2)))
+        .map(|u| open(u, Duration::from_secs(2)))
         .collect();
     let (mine, theirs) = (token(1), token(2));
     // Node 1 already holds the key for someone else.
-    backends[1]
-        .acquire(b"k", &theirs, Duration::from_secs(30))
-        .unwrap();
+    backend::acquire(&backends[1], b"k", &theirs, Duration::from_secs(30)).unwrap();
     let k = KeySet::one("k");
     let ops = [Op::acquire(&k, &mine, Duration::from_secs(30))];
-    let flights: Vec<_> = backends.iter().map(|b| b.send_batch(&ops)).collect();
+    let flights: Vec<_> = backends.iter().map(|b| b.send(&ops)).collect();
     let answers: Vec<_> = flights.into_iter().map(|f| f.finish(&ops)).collect();
     let replies: Vec<_> = answers.iter().map(|a| a.results()[0].clone()).collect();
     assert_eq!(
@@ -623,7 +640,7 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
     // cannot have answered before it dies).
     let release = [Op::release(&k, &mine)];
     servers[2].pause();
-    let flight = backends[2].send_batch(&release);
+    let flight = backends[2].send(&release);
     servers[2].kill9();
     let answer = flight.finish(&release);
     let error = answer.results()[0].clone().unwrap_err();
@@ -635,14 +652,18 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
 #[test]
 fn a_refused_fenced_acquire_names_the_holder_by_digest() {
     let server = RedisServer::start();
-    let b = backend(&server.url(), TIMEOUT);
+    let b = open(&server.url(), TIMEOUT);
     let (mine, theirs) = (token(1), token(2));
-    assert!(b.acquire(b"f", &theirs, TTL).unwrap());
+    assert!(backend::acquire(&b, b"f", &theirs, TTL).unwrap());
     let f = KeySet::one("f");
     let ops = [
         Op::acquire_fenced(&f, &mine, TTL, b"fences"),
         Op::acquire_fenced(&f, &theirs, TTL, b"fences"),
     ];
-    let replies: Vec<Reply> = b.batch(&ops).into_iter().map(|r| r.unwrap()).collect();
+    let replies: Vec<Reply> = backend::run(&b, &ops)
+        .into_results()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
     assert_eq!(replies, [Reply::held_by(&theirs), Reply::AlreadyOurs]);
 }

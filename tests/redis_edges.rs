@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use quorum_lock::{
-    Backend, KeySet, LockGuard, LockManager, LostSignal, NodeState, Op, RedisBackend, RetryPolicy,
-};
+use quorum_lock::backend::{self, KeySet, Op};
+use quorum_lock::health::NodeState;
+use quorum_lock::{LockGuard, LockManager, LostSignal, RedisBackend, RetryPolicy};
 use testkit::{RedisServer, wait_until};
 
 const TTL: Duration = Duration::from_secs(5);
@@ -152,18 +152,18 @@ fn a_flushed_script_cache_does_not_reorder_a_nodes_pipeline() {
     let token = b"0123456789abcdefghij";
     // The cache is flushed, then a release caches its own script again:
     // the fenced acquire's script is missing, the release's is not.
-    assert!(!node.release(b"warm", token).unwrap());
+    assert!(!backend::release(&node, b"warm", token).unwrap());
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query(&mut server.conn())
         .unwrap();
-    assert!(!node.release(b"warm", token).unwrap());
+    assert!(!backend::release(&node, b"warm", token).unwrap());
     let k = KeySet::one("k");
     let ops = [
         Op::acquire_fenced(&k, token, TTL, b"{quorum-lock}:fences"),
         Op::release(&k, token),
     ];
-    let results = node.batch(&ops);
+    let results = backend::run(&node, &ops).into_results();
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert_eq!(
         server.get(b"k"),

@@ -9,8 +9,9 @@
 
 use std::time::{Duration, Instant};
 
+use quorum_lock::LockManager;
 use quorum_lock::RedisBackend;
-use quorum_lock::{Backend, BackendError, BackendErrorKind, KeySet, LockManager, Op};
+use quorum_lock::backend::{self, BackendError, BackendErrorKind, KeySet, Op, Probe};
 
 use testkit::fake_server::{Behavior, FakeServer};
 use testkit::{RedisServers, free_port};
@@ -75,15 +76,19 @@ fn hostile_calls(behavior: Behavior, kinds: &[BackendErrorKind]) -> Vec<BackendE
     let t = token(1);
     let before = peak_rss_kb();
     let mut errors = vec![
-        assert_bounded_error("acquire", &node, kinds, || b.acquire(b"k", &t, TTL)),
-        assert_bounded_error("release", &node, kinds, || b.release(b"k", &t)),
-        assert_bounded_error("extend", &node, kinds, || b.extend(b"k", &t, TTL)),
+        assert_bounded_error("acquire", &node, kinds, || {
+            backend::acquire(&b, b"k", &t, TTL)
+        }),
+        assert_bounded_error("release", &node, kinds, || backend::release(&b, b"k", &t)),
+        assert_bounded_error("extend", &node, kinds, || {
+            backend::extend(&b, b"k", &t, TTL)
+        }),
         assert_bounded_error("server_info", &node, kinds, || b.server_info()),
     ];
     let a = KeySet::one("a");
     let ops = [Op::acquire(&a, &t, TTL), Op::release(&a, &t)];
     let start = Instant::now();
-    let answers = b.identified_batch(&ops);
+    let answers = backend::run(&b, &ops);
     assert!(start.elapsed() < BOUND, "batch took {:?}", start.elapsed());
     assert!(answers.server().is_none(), "{:?}", answers.server());
     for r in answers.results() {
@@ -165,7 +170,7 @@ fn refused_port_is_unreachable_on_one_line() {
         "acquire",
         &format!("127.0.0.1:{port}"),
         &[BackendErrorKind::Unreachable],
-        || b.acquire(b"k", &token(2), TTL),
+        || backend::acquire(&b, b"k", &token(2), TTL),
     );
     assert!(!format!("{e} {e:?}").contains("hunter2"));
 }

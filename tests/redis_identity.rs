@@ -1,4 +1,4 @@
-//! Which server answered: `RedisBackend::identified_batch` reports the
+//! Which server answered: the answers of a `RedisBackend` batch report the
 //! identity of the connection that carried the batch (issue 9 hole 4), and
 //! an acquire that finds our own token is a grant (the same server under
 //! two names never makes a free lock look contended).
@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
+use quorum_lock::LockManager;
 use quorum_lock::RedisBackend;
-use quorum_lock::{Backend, BackendErrorKind, KeySet, LockManager, Op, Reply};
+use quorum_lock::backend::{self, BackendErrorKind, KeySet, Op, Probe, Reply};
 
 use testkit::RedisServer;
 use testkit::proxy::Proxy;
@@ -61,7 +62,7 @@ fn try_acquire_and_check(
     servers: &[(&RedisServer, String)],
 ) -> Through {
     let t = token(1);
-    let answers = b.identified_batch(&[Op::acquire(&KeySet::one(key), &t, TTL)]);
+    let answers = backend::run(b, &[Op::acquire(&KeySet::one(key), &t, TTL)]);
     if let [Err(e)] = answers.results() {
         // The proxy closed the connection: seen as closed (EOF) or reset.
         let text = e.to_string().to_lowercase();
@@ -236,7 +237,7 @@ fn refused_info_leaves_the_identity_unknown_and_is_asked_once() {
     let t = token(2);
     for i in 0..5 {
         let key = format!("noinfo:{i}").into_bytes();
-        let answers = b.identified_batch(&[Op::acquire(&KeySet::one(&key), &t, TTL)]);
+        let answers = backend::run(&b, &[Op::acquire(&KeySet::one(&key), &t, TTL)]);
         assert!(matches!(answers.results(), [Ok(Reply::Yes)]), "{answers:?}");
         assert!(answers.server().is_none(), "{:?}", answers.server());
     }

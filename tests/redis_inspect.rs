@@ -7,10 +7,9 @@
 
 use std::time::Duration;
 
-use quorum_lock::{
-    BackendErrorKind, KeyState, LockManager, LockManagerBuilder, MAX_INSPECTED_VALUE, RetryPolicy,
-    Verdict,
-};
+use quorum_lock::backend::{BackendErrorKind, MAX_INSPECTED_VALUE};
+use quorum_lock::inspection::{KeyState, Verdict};
+use quorum_lock::{LockManager, LockManagerBuilder, RetryPolicy};
 use testkit::RedisServers;
 
 const TTL: Duration = Duration::from_secs(10);

@@ -7,10 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::{
-    BackendErrorKind, Error, LockGuard, LockManager, LockManagerBuilder, LockOptions, NodeOutcome,
-    Report, RetryPolicy,
-};
+use quorum_lock::backend::BackendErrorKind;
+use quorum_lock::report::{NodeOutcome, Report};
+use quorum_lock::{Error, LockGuard, LockManager, LockManagerBuilder, LockOptions, RetryPolicy};
 
 use testkit::{RedisServer, RedisServers, connect, free_port, wait_until};
 

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use quorum_lock::{
-    BackendErrorKind, LockManager, LockManagerBuilder, LockOptions, NodeOutcome, RetryPolicy,
-};
+use quorum_lock::backend::BackendErrorKind;
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{LockManager, LockManagerBuilder, LockOptions, RetryPolicy};
 use testkit::RedisServers;
 
 const TTL: Duration = Duration::from_secs(10);

@@ -8,9 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{
-    Backend, LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy, UptimeReport,
-};
+use quorum_lock::backend::{self, UptimeReport};
+use quorum_lock::{LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
 
 const MS: Duration = Duration::from_millis(1);
@@ -135,11 +134,7 @@ fn one_server_under_two_names_never_casts_two_votes_without_an_identity() {
     let server = MemoryBackend::with_clock("mem-a", Arc::new(clock.clone()));
     server.set_identity_hidden(true);
     let other = MemoryBackend::with_clock("mem-b", Arc::new(clock.clone()));
-    assert!(
-        other
-            .acquire(b"r", b"someone-else", Duration::from_secs(10))
-            .unwrap()
-    );
+    assert!(backend::acquire(&other, b"r", b"someone-else", Duration::from_secs(10)).unwrap());
     let locks = LockManager::builder()
         .node(Face::alias(&server, "alias-1"))
         .node(Face::alias(&server, "alias-2"))

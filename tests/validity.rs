@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{Clock, LockManager, ManualClock, MemoryBackend, Op, OpKind, RetryPolicy};
+use quorum_lock::backend::{Op, OpKind};
+use quorum_lock::{Clock, LockManager, ManualClock, MemoryBackend, RetryPolicy};
 
 const MS: Duration = Duration::from_millis(1);
 const TTL: Duration = Duration::from_secs(1);

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use quorum_lock::{
-    CancellationToken, LockManager, LockOptions, MemoryBackend, Op, OpKind, RetryPolicy,
-};
+use quorum_lock::backend::{Op, OpKind};
+use quorum_lock::{CancellationToken, LockManager, LockOptions, MemoryBackend, RetryPolicy};
 
 const MS: Duration = Duration::from_millis(1);
 /// A generous bound for "a few milliseconds" on a loaded machine.

@@ -157,8 +157,8 @@ fn a_release_a_node_applied_before_it_listened_still_wakes_the_waiter() {
     let gate = std::sync::Mutex::new(gate);
     let held = std::sync::atomic::AtomicBool::new(false);
     nodes[1].set_hook(Some(std::sync::Arc::new(
-        move |op: &quorum_lock::Op<'_>| {
-            let acquire = matches!(op.kind, quorum_lock::OpKind::Acquire { .. });
+        move |op: &quorum_lock::backend::Op<'_>| {
+            let acquire = matches!(op.kind, quorum_lock::backend::OpKind::Acquire { .. });
             if acquire && !held.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
             }

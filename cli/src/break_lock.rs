@@ -18,7 +18,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use quorum_lock::Holding;
+use quorum_lock::backend::Holding;
 
 use crate::args::{BreakArgs, Global};
 use crate::exit;

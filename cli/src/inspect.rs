@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::{Backend, Holding, RedisBackend, ServerInfo};
+use quorum_lock::RedisBackend;
+use quorum_lock::backend::{self, Backend, Holding, Inspect, Probe, ServerInfo};
 use redis::{Connection, FromRedisValue, IntoConnectionInfo};
 
 /// One configured node.
@@ -54,8 +55,7 @@ impl Node {
     /// it was deleted (`false`: it held something else by then, or
     /// nothing).
     pub(crate) fn delete_if_holds(&self, key: &[u8], value: &[u8]) -> Result<bool, String> {
-        self.backend
-            .release(key, value)
+        backend::release(&self.backend, key, value)
             .map_err(|e| crate::wording::flags(&e.reason(&self.name)))
     }
 

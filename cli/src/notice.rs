@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use quorum_lock::{LockManager, NodeState};
+use quorum_lock::LockManager;
+use quorum_lock::health::NodeState;
 
 /// Names the nodes that did not grant `name`'s lock, waiting at most
 /// `within` for the slow ones to answer first. The manager is this run's

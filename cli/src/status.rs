@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use quorum_lock::{Inspection, KeyState, Verdict};
+use quorum_lock::inspection::{Inspection, KeyState, Verdict};
 
 use crate::args::{Global, StatusArgs};
 use crate::exit;

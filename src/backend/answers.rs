@@ -1,12 +1,17 @@
 //! The answers to a batch of ops: the results with the server that gave
-//! them ([`Answers`]), and a batch sent whose answers are still to be
+//! each ([`Answers`]), and a batch sent whose answers are still to be
 //! read ([`InFlight`]).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{BackendError, Op, Reply, ServerInfo};
 
-/// A batch sent by [`Backend::send_batch`](super::Backend::send_batch) whose answers have not been read.
+/// A batch sent by [`Backend::send`](super::Backend::send) whose answers
+/// have not been read.
+///
+/// [`Answers`] are one too: a backend that knows its answers when the
+/// batch is sent returns them as they are (`finish` gives them back).
 pub trait InFlight: Send {
     /// Waits until the answers have begun to arrive, or `until` passes,
     /// and says whether they have (or the batch failed: `finish` then says
@@ -24,29 +29,78 @@ pub trait InFlight: Send {
     fn finish(self: Box<Self>, ops: &[Op<'_>]) -> Answers;
 }
 
-/// Answers already known when the batch was sent (the default
-/// [`Backend::send_batch`](super::Backend::send_batch)).
-pub(super) struct Answered(pub(super) Answers);
-
-impl InFlight for Answered {
+/// Answers known when the batch was sent: `finish` gives them back.
+impl InFlight for Answers {
     fn finish(self: Box<Self>, _ops: &[Op<'_>]) -> Answers {
-        self.0
+        *self
     }
 }
 
-/// The answers to one [`Backend::identified_batch`](super::Backend::identified_batch): one result per op, and
-/// the server that gave them.
+/// The answers to one batch sent by [`Backend::send`](super::Backend::send):
+/// one result per op, in order, and the server that gave each.
+///
+/// A grant counts only as the vote of the server that gave it, so the
+/// identity travels with the answers: one server for the whole batch
+/// ([`new`](Self::new): a Redis master, an in-memory node), or one per
+/// answer ([`per_answer`](Self::per_answer): a node that answers from
+/// several servers, as a Redis cluster answers each key from its shard).
+///
+/// The engine judges a batch by [`server`](Self::server), the one server
+/// every answer came from: answers from several servers (or from unknown
+/// ones) have none, and with restart quarantine on their grants do not
+/// count. A cluster backend reports each answer's shard with
+/// `per_answer`, so that the engine can judge each grant by the shard that
+/// gave it ([`server_of`](Self::server_of)) once it counts a cluster as one
+/// node.
+///
+/// ```
+/// use std::sync::Arc;
+/// use quorum_lock::backend::{Answers, Reply, ServerInfo};
+///
+/// let one = Answers::new(vec![Ok(Reply::Yes), Ok(Reply::No)], Some(ServerInfo::new("r1", None)));
+/// assert_eq!(one.server().and_then(|s| s.run_id.as_deref()), Some("r1"));
+/// assert_eq!(one.server_of(1), one.server());
+///
+/// let (a, b) = (Arc::new(ServerInfo::new("shard-a", None)), Arc::new(ServerInfo::new("shard-b", None)));
+/// let two = Answers::per_answer(vec![(Ok(Reply::Yes), Some(a)), (Ok(Reply::Yes), Some(b))]);
+/// assert_eq!(two.server(), None); // not one server
+/// assert_eq!(two.server_of(1).and_then(|s| s.run_id.as_deref()), Some("shard-b"));
+/// ```
 #[derive(Debug, Clone)]
 pub struct Answers {
     results: Vec<Result<Reply, BackendError>>,
-    server: Option<ServerInfo>,
+    servers: Servers,
+}
+
+/// Who gave the answers.
+#[derive(Debug, Clone)]
+enum Servers {
+    /// One server for every answer (`None`: unknown).
+    All(Option<Arc<ServerInfo>>),
+    /// One server per answer, in order (`None`: unknown).
+    Each(Vec<Option<Arc<ServerInfo>>>),
 }
 
 impl Answers {
-    /// `results` (one per op, in order) from the server `server` (`None`:
-    /// unknown).
+    /// `results` (one per op, in order), every one from the server
+    /// `server` (`None`: unknown).
     pub fn new(results: Vec<Result<Reply, BackendError>>, server: Option<ServerInfo>) -> Self {
-        Self { results, server }
+        Self {
+            results,
+            servers: Servers::All(server.map(Arc::new)),
+        }
+    }
+
+    /// One result per op, in order, each with the server that gave it
+    /// (`None`: unknown, as for an op that never reached a server).
+    pub fn per_answer(
+        answers: impl IntoIterator<Item = (Result<Reply, BackendError>, Option<Arc<ServerInfo>>)>,
+    ) -> Self {
+        let (results, servers) = answers.into_iter().unzip();
+        Self {
+            results,
+            servers: Servers::Each(servers),
+        }
     }
 
     /// One result per op, in order.
@@ -54,13 +108,49 @@ impl Answers {
         &self.results
     }
 
-    /// The server that answered, when known.
+    /// The one server every answer came from, when known: `None` when the
+    /// answers came from several servers, or from one not known for some
+    /// of them.
     pub fn server(&self) -> Option<&ServerInfo> {
-        self.server.as_ref()
+        match &self.servers {
+            Servers::All(server) => server.as_deref(),
+            Servers::Each(servers) => {
+                let (first, rest) = servers.split_first()?;
+                let first = first.as_deref()?;
+                rest.iter()
+                    .all(|s| s.as_deref() == Some(first))
+                    .then_some(first)
+            }
+        }
     }
 
-    /// The results and the server, by value.
+    /// The server that gave the `i`-th answer, when known (`None` too when
+    /// there is no such answer).
+    pub fn server_of(&self, i: usize) -> Option<&ServerInfo> {
+        if i >= self.results.len() {
+            return None;
+        }
+        match &self.servers {
+            Servers::All(server) => server.as_deref(),
+            Servers::Each(servers) => servers.get(i)?.as_deref(),
+        }
+    }
+
+    /// The results, by value.
+    pub fn into_results(self) -> Vec<Result<Reply, BackendError>> {
+        self.results
+    }
+
+    /// The results and the one server they came from
+    /// ([`server`](Self::server)), by value.
     pub fn into_parts(self) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
-        (self.results, self.server)
+        let server = match &self.servers {
+            Servers::All(_) => None,
+            Servers::Each(_) => self.server().cloned(),
+        };
+        match self.servers {
+            Servers::All(one) => (self.results, one.map(Arc::unwrap_or_clone)),
+            Servers::Each(_) => (self.results, server),
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! What a node holds under a lock's key: the answer to
-//! [`Backend::inspect`](super::Backend::inspect).
+//! [`Inspect::inspect`](super::Inspect::inspect).
 
 use std::fmt;
 use std::time::Duration;
@@ -62,7 +62,7 @@ impl Holding {
     /// or one stored without a label.
     ///
     /// ```
-    /// use quorum_lock::Holding;
+    /// use quorum_lock::backend::Holding;
     ///
     /// assert_eq!(Holding::new(b"some other client's value", 25, None).owner(), None);
     /// ```

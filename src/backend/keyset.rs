@@ -24,7 +24,8 @@ pub const MAX_SET_SIZE: usize = 64;
 /// list of lossy strings.
 ///
 /// ```
-/// use quorum_lock::{KeySet, MAX_SET_SIZE};
+/// use quorum_lock::backend::KeySet;
+/// use quorum_lock::MAX_SET_SIZE;
 ///
 /// let set = KeySet::new(["b", "a", "b"]).unwrap();
 /// assert_eq!(set.as_slice(), [&b"a"[..], b"b"]);

@@ -9,6 +9,8 @@
 //! An expiry sends no notice at all. So waiters always keep their retry
 //! timer as the fallback: with notices they only wait less.
 
+use std::time::Instant;
+
 use super::BackendError;
 
 /// The channel (Redis: pub/sub channel) a release of `key` is announced
@@ -25,18 +27,23 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorum-lock:released:";
 /// [`RedisBackend`](crate::RedisBackend)), so one manager's watched keys
 /// and notices never mix with another's.
 ///
+/// Notices are events: [`receive`](Self::receive) hands over what has
+/// arrived, and may wait for the next one, so that a thread can sleep on
+/// the listener until a release (a listener that cannot wait returns at
+/// once, and its caller polls).
+///
 /// # Contract
 ///
 /// * **Best effort**: a notice may be lost, late, or spurious; callers
 ///   must keep a timer as the fallback and must never take a notice as
 ///   a grant.
-/// * **Time**: each call returns within the backend's timeout, and
-///   [`take`](Self::take) at once when nothing has arrived (it reads only
-///   what is already there; it never waits for the network).
+/// * **Time**: [`listen`](Self::listen) returns within the backend's
+///   timeout; [`receive`](Self::receive) never blocks past its `until`
+///   plus that timeout.
 /// * **Order**: once [`listen`](Self::listen) has returned `Ok`, every
 ///   release of a listed key that the server applies *after* it reaches
 ///   this listener, unless the connection is lost (which
-///   [`take`](Self::take) then reports).
+///   [`receive`](Self::receive) then reports).
 pub trait ReleaseListener: Send + 'static {
     /// Listens for the releases of exactly `keys` from now on, replacing
     /// the previous set (an empty `keys` stops listening). Returns once
@@ -53,12 +60,17 @@ pub trait ReleaseListener: Send + 'static {
     fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError>;
 
     /// The keys whose release notices arrived since the last call (a key
-    /// may appear more than once, one entry per release), without waiting.
+    /// may appear more than once, one entry per release). When none has
+    /// arrived, it may wait for one until `until` and return as soon as
+    /// one does; a listener that cannot wait returns at once with none.
+    /// Never blocks past `until` plus the backend's timeout; with `until`
+    /// already past (the engine passes `Instant::now()`), it reads only
+    /// what is there.
     ///
     /// # Errors
     ///
     /// The connection that carried the notices was lost: notices may have
     /// been missed, and the listener listens for nothing until the next
     /// successful [`listen`](Self::listen).
-    fn take(&mut self) -> Result<Vec<Vec<u8>>, BackendError>;
+    fn receive(&mut self, until: Instant) -> Result<Vec<Vec<u8>>, BackendError>;
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use super::KeySet;
 
-/// One operation on one lock server, in a [`Backend::batch`](super::Backend::batch): which
-/// keys, with whose token, doing what.
+/// One operation on one lock server, in a batch
+/// ([`Backend::send`](super::Backend::send)): which keys, with whose
+/// token, doing what.
 ///
 /// The keys are the lock's: one for a single lock, several for a lock on
 /// several resources at once
@@ -15,9 +16,14 @@ use super::KeySet;
 /// runs an op on several keys as one atomic step on all of them: every
 /// key or none (see each [`OpKind`]).
 ///
+/// Made by its constructors ([`Op::acquire`] and the others); a backend
+/// reads its fields. `#[non_exhaustive]`, as [`OpKind`] and [`Reply`]
+/// are: the kinds to come (a read-write lock's) may bring fields of their
+/// own.
+///
 /// ```
 /// use std::time::Duration;
-/// use quorum_lock::{KeySet, Op, OpKind};
+/// use quorum_lock::backend::{KeySet, Op, OpKind};
 ///
 /// let key = KeySet::one("locks:job");
 /// let op = Op::acquire(&key, b"our-token", Duration::from_secs(10));
@@ -26,6 +32,7 @@ use super::KeySet;
 /// assert_eq!(op.ttl(), Some(Duration::from_secs(10)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Op<'a> {
     /// The lock's keys (one, or several taken as one).
     pub keys: &'a KeySet,
@@ -37,11 +44,16 @@ pub struct Op<'a> {
 
 /// What an [`Op`] does with its keys. For several keys, each kind is one
 /// atomic step on all of them, as described per variant.
+///
+/// `#[non_exhaustive]`: more kinds come with the read-write lock. A
+/// backend answers a kind it does not know with
+/// [`unsupported`](super::unsupported), and the lock that needs it fails
+/// with that error instead of being granted wrongly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OpKind<'a> {
     /// Set the key to the token with this expiry, only if it does not
-    /// exist (see [`Backend::acquire`](super::Backend::acquire)).
+    /// exist (see [`backend::acquire`](super::acquire)).
     ///
     /// Several keys: set every one, only if none of them exists; all or
     /// nothing. [`Reply::No`] (or [`Reply::HeldBy`]): some key is held by
@@ -53,7 +65,7 @@ pub enum OpKind<'a> {
         ttl: Duration,
     },
     /// The same, and read the lock's fence counter in the hash `counter`
-    /// (see [`Backend::acquire_fenced`](super::Backend::acquire_fenced)).
+    /// (see [`backend::acquire_fenced`](super::acquire_fenced)).
     ///
     /// Several keys: when this call set them, read the highest of their
     /// counters (fields of the hash `counter`, 0 when absent) in the same
@@ -66,7 +78,7 @@ pub enum OpKind<'a> {
         counter: &'a [u8],
     },
     /// Set the expiry, only while the key holds the token (see
-    /// [`Backend::extend`](super::Backend::extend)).
+    /// [`backend::extend`](super::extend)).
     ///
     /// Several keys: only while each holds the token; else nothing is
     /// changed and the answer is [`Reply::No`].
@@ -75,13 +87,13 @@ pub enum OpKind<'a> {
         ttl: Duration,
     },
     /// Delete the key, only while it holds the token (see
-    /// [`Backend::release`](super::Backend::release)).
+    /// [`backend::release`](super::release)).
     ///
     /// Several keys: delete every one that holds the token; [`Reply::Yes`]
     /// (or [`Reply::Notified`]) when at least one was deleted.
     Release,
     /// Raise the fence counter to at least `fence`, only while the key
-    /// holds the token (see [`Backend::raise_fence`](super::Backend::raise_fence)).
+    /// holds the token (see [`backend::raise_fence`](super::raise_fence)).
     ///
     /// Several keys: raise every member's counter, only while every one
     /// holds the token.

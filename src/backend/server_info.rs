@@ -89,7 +89,7 @@ impl ServerInfo {
     /// still valid. A policy this crate does not know counts as evicting.
     ///
     /// ```
-    /// use quorum_lock::ServerInfo;
+    /// use quorum_lock::backend::ServerInfo;
     ///
     /// let cache = ServerInfo::new("r1", None).with_memory(4 << 20, "volatile-lru");
     /// assert_eq!(cache.eviction().as_deref(), Some("maxmemory 4194304, maxmemory-policy volatile-lru"));

@@ -8,7 +8,7 @@ use std::thread;
 use parking_lot::Mutex;
 
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{Answers, InFlight, Op, Reply};
+use crate::backend::{Answers, InFlight, Op, run};
 use crate::clock::MonotonicClock;
 use crate::engine::*;
 
@@ -51,26 +51,19 @@ impl InFlight for Flight {
             "a caller".to_owned()
         };
         self.wire.readers.lock().push(reader);
-        self.answers
-            .unwrap_or_else(|| self.wire.node.identified_batch(ops))
+        self.answers.unwrap_or_else(|| run(&self.wire.node, ops))
     }
 }
 
 impl Backend for Wire {
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
-        self.node.batch(ops)
-    }
     fn describe(&self) -> String {
         self.node.describe()
     }
-    fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
-        self.send_batch(ops).finish(ops)
-    }
-    fn send_batch(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
         Box::new(Flight {
             wire: self.clone(),
             ready: Instant::now() + self.delay,
-            answers: (!self.apply_late).then(|| self.node.identified_batch(ops)),
+            answers: (!self.apply_late).then(|| run(&self.node, ops)),
         })
     }
     fn call_timeout(&self) -> Option<Duration> {

@@ -87,7 +87,7 @@ impl Worker {
         let ops = ops_for(items, &known, &values, counters(shared.as_deref()));
         let in_flight = (!ops.is_empty()).then(|| {
             let backend = &self.backend;
-            catch_unwind(AssertUnwindSafe(|| backend.send_batch(&ops)))
+            catch_unwind(AssertUnwindSafe(|| backend.send(&ops)))
                 .unwrap_or_else(|_| Box::new(Panicked))
         });
         Begun {

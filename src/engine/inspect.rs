@@ -9,7 +9,7 @@ use super::worker::{Job, Refused};
 use crate::backend::{BackendError, BackendErrorKind, Holding};
 
 impl Engine {
-    /// Asks every node what `key` holds ([`Backend::inspect`]), after
+    /// Asks every node what `key` holds ([`Inspect::inspect`](crate::backend::Inspect::inspect)), after
     /// whatever is queued there before, and waits for the answers until
     /// `wait` from now. One answer per node, in node order; a node that did
     /// not answer in time (or whose thread is gone) gets an error that

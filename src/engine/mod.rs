@@ -50,7 +50,7 @@ pub(crate) use self::identity::{Identity, Registry, Standing};
 #[cfg(test)]
 pub(crate) use self::tally::Tally;
 use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared, Vote};
-use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet};
+use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet, Probe};
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::health::NodeHealth;
@@ -80,7 +80,7 @@ struct Node {
     health: Arc<Vitals>,
     exec: Arc<NodeExec>,
     /// The backend, for its recovery count only (the node's thread owns
-    /// every call to it).
+    /// every other call to it).
     backend: Arc<dyn Backend>,
     /// The backend's recovery count last acted on.
     recoveries_seen: AtomicU64,
@@ -94,7 +94,7 @@ impl Node {
         if !self.health.is_down() {
             return false;
         }
-        let recoveries = self.backend.recoveries();
+        let recoveries = recoveries(&*self.backend);
         let seen = self.recoveries_seen.swap(recoveries, Ordering::SeqCst);
         if recoveries == seen {
             return true;
@@ -128,6 +128,12 @@ impl Node {
         }
         parked
     }
+}
+
+/// How many recoveries `backend` knows of ([`Probe::recoveries`]); 0
+/// for a backend without a probe.
+fn recoveries(backend: &dyn Backend) -> u64 {
+    backend.probe().map_or(0, Probe::recoveries)
 }
 
 /// Whether the caller may run one node's operation on its own thread
@@ -223,7 +229,7 @@ impl Engine {
         let mut nodes = Vec::with_capacity(backends.len());
         for (index, backend) in backends.into_iter().enumerate() {
             let name = backend.describe();
-            let recoveries_seen = AtomicU64::new(backend.recoveries());
+            let recoveries_seen = AtomicU64::new(recoveries(&*backend));
             let handle = Arc::clone(&backend);
             let (jobs, queue) = unbounded();
             let health = Arc::new(Vitals::default());
@@ -423,7 +429,7 @@ impl Engine {
     /// set) and waits (at most `wait`) until every node listens for it: a
     /// release that a node
     /// applies after that wakes the waiter (a hint, see
-    /// [`ReleaseListener`](crate::ReleaseListener)). Every operation
+    /// [`ReleaseListener`](crate::backend::ReleaseListener)). Every operation
     /// queued after this call runs after the node subscribed (per-node
     /// FIFO), also if the wait ends first. Dropping the [`Watch`]
     /// unregisters it; a node stops listening once nobody waits.

@@ -171,7 +171,10 @@ impl Worker {
         let Some(Some(listener)) = self.notices.listener.as_mut() else {
             return;
         };
-        let arrived = match catch_unwind(AssertUnwindSafe(|| listener.take())) {
+        // `Instant::now()`: what has arrived, without waiting (the node
+        // thread waits on its queue, and looks here between jobs).
+        let now = Instant::now();
+        let arrived = match catch_unwind(AssertUnwindSafe(|| listener.receive(now))) {
             Ok(Ok(arrived)) => arrived,
             Ok(Err(e)) => {
                 log::debug!(

@@ -12,7 +12,7 @@ use super::execute::contained;
 use super::identity::Standing;
 use super::liveness::Change;
 use super::worker::Worker;
-use crate::backend::{BackendError, BackendErrorKind, KeySet, Op, Reply, ServerInfo};
+use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet, Op, Reply, ServerInfo};
 use crate::owner;
 use crate::token::Token;
 
@@ -127,7 +127,7 @@ impl Worker {
     /// batch brought them while a lock may be held on the node.
     pub(super) fn look_at_settings(&mut self) {
         let backend = &self.backend;
-        let looked = catch_unwind(AssertUnwindSafe(|| backend.server_info()));
+        let looked = catch_unwind(AssertUnwindSafe(|| server_info(&**backend)));
         // Seen, or tried: a failing look is not repeated at once (a node
         // that stops answering is found by the lock traffic and probes).
         self.settings_look.seen(Instant::now());
@@ -141,7 +141,7 @@ impl Worker {
     pub(super) fn probe(&mut self) {
         let backend = &self.backend;
         let healthy = matches!(
-            catch_unwind(AssertUnwindSafe(|| backend.server_info())),
+            catch_unwind(AssertUnwindSafe(|| server_info(&**backend))),
             Ok(Ok(_))
         );
         let change = self.liveness.on_probe(healthy, Instant::now());
@@ -302,6 +302,15 @@ impl Worker {
         &self,
         ops: &[Op<'_>],
     ) -> (Vec<Result<Reply, BackendError>>, Option<ServerInfo>) {
-        contained(ops.len(), || self.backend.identified_batch(ops))
+        contained(ops.len(), || self.backend.send(ops).finish(ops))
     }
+}
+
+/// The server's identity through the backend's probe; a backend without
+/// one knows nothing and contacts nobody: an empty answer, so a probe of
+/// it always succeeds and a look at its settings finds none.
+fn server_info(backend: &dyn Backend) -> Result<ServerInfo, BackendError> {
+    backend
+        .probe()
+        .map_or_else(|| Ok(ServerInfo::default()), |probe| probe.server_info())
 }

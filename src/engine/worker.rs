@@ -81,7 +81,7 @@ pub(crate) enum Job {
     /// round was decided): read its answer and pass it on, before any job
     /// queued after it (per-node FIFO).
     Finish(Box<Handed>),
-    /// Read what a key holds ([`Backend::inspect`]), after every job queued
+    /// Read what a key holds ([`Inspect::inspect`](crate::backend::Inspect::inspect)), after every job queued
     /// before this one, and answer on the channel with this node's slot.
     Inspect {
         key: Arc<[u8]>,
@@ -358,7 +358,17 @@ impl Worker {
             ));
         }
         let backend = &self.backend;
-        catch_unwind(AssertUnwindSafe(|| backend.inspect(key))).unwrap_or_else(|_| {
+        catch_unwind(AssertUnwindSafe(|| match backend.inspector() {
+            Some(inspector) => inspector.inspect(key),
+            None => Err(BackendError::new(
+                BackendErrorKind::Config,
+                format!(
+                    "{}: this backend does not support inspection (Backend::inspector)",
+                    backend.describe()
+                ),
+            )),
+        }))
+        .unwrap_or_else(|_| {
             Err(BackendError::new(
                 BackendErrorKind::Panicked,
                 "the backend panicked",

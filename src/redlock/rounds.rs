@@ -161,7 +161,7 @@ impl Rounds {
         fenced: bool,
     ) -> Result<Arc<Lease>> {
         let config = &self.config;
-        let token = Token::random()?;
+        let token = Token::random().map_err(|reason| Error::Runtime { reason })?;
         let start = self.now();
         // Read before the first send: a node seen forgetting from here on
         // no longer supports this lock.

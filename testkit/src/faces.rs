@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use quorum_lock::{Backend, BackendError, BackendErrorKind, MemoryBackend, Op, Reply, ServerInfo};
+use quorum_lock::MemoryBackend;
+use quorum_lock::backend::{
+    self, Answers, Backend, BackendError, BackendErrorKind, InFlight, Op, Probe, ServerInfo,
+};
 
 /// A [`MemoryBackend`] with some of its answers changed; every lock
 /// operation goes to the node itself.
@@ -60,21 +63,24 @@ impl Face {
 }
 
 impl Backend for Face {
-    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.node.acquire(key, token, ttl)
-    }
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.node.release(key, token)
-    }
-    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.node.extend(key, token, ttl)
-    }
     fn describe(&self) -> String {
         self.name.clone().unwrap_or_else(|| self.node.describe())
     }
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
-        self.node.batch(ops)
+    /// The node's answers, with this face's identity (none when hidden).
+    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+        let results = backend::run(&self.node, ops).into_results();
+        Box::new(Answers::new(results, self.server_info().ok()))
     }
+    fn call_timeout(&self) -> Option<Duration> {
+        self.call_timeout
+    }
+    /// The node can report (even when this face hides it at run time).
+    fn probe(&self) -> Option<&dyn Probe> {
+        Some(self)
+    }
+}
+
+impl Probe for Face {
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         if self.hide_identity {
             return Err(BackendError::new(
@@ -83,12 +89,5 @@ impl Backend for Face {
             ));
         }
         self.node.server_info()
-    }
-    fn call_timeout(&self) -> Option<Duration> {
-        self.call_timeout
-    }
-    /// The node can report (even when this face hides it at run time).
-    fn reports_identity(&self) -> bool {
-        true
     }
 }

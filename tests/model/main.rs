@@ -41,10 +41,11 @@ mod world;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{
-    Answers, Backend, BackendError, Holding, KeySet, LockManager, LockOptions, MemoryBackend, Op,
-    OpKind, Reply, RetryPolicy, ServerInfo, UptimeReport,
+use quorum_lock::backend::{
+    self, Answers, Backend, BackendError, Holding, InFlight, Inspect, KeySet, Op, OpKind, Probe,
+    Reply, UptimeReport,
 };
+use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
 
 use config::{CLIENTS, PERMITS, RESOURCES, SEEDS, STEPS, TIGHT, WIDE};
 use draws::Draws;
@@ -235,18 +236,18 @@ fn the_inspection_oracle_catches_a_wrong_answer() {
         fn describe(&self) -> String {
             self.0.describe()
         }
-        fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
-            self.0.batch(ops)
+        fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+            self.0.send(ops)
         }
-        fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
-            self.0.identified_batch(ops)
+        fn probe(&self) -> Option<&dyn Probe> {
+            self.0.probe()
         }
-        fn server_info(&self) -> Result<ServerInfo, BackendError> {
-            self.0.server_info()
+        fn inspector(&self) -> Option<&dyn Inspect> {
+            Some(self)
         }
-        fn reports_identity(&self) -> bool {
-            true
-        }
+    }
+
+    impl Inspect for Blind {
         fn inspect(&self, _key: &[u8]) -> Result<Option<Holding>, BackendError> {
             Ok(None)
         }
@@ -283,25 +284,26 @@ fn the_oracle_catches_a_set_taken_piecemeal() {
         fn describe(&self) -> String {
             self.0.describe()
         }
-        fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
-            ops.iter()
+        fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+            let results = ops
+                .iter()
                 .map(|op| match op.kind {
                     OpKind::Acquire { ttl } if op.keys.len() > 1 => {
                         let ones: Vec<KeySet> = op.keys.iter().map(KeySet::one).collect();
                         let singles: Vec<Op<'_>> =
                             ones.iter().map(|k| Op::acquire(k, op.token, ttl)).collect();
-                        let got = self.0.batch(&singles);
+                        let got = backend::run(&self.0, &singles).into_results();
                         Ok(Reply::from(got.iter().any(|r| matches!(r, Ok(Reply::Yes)))))
                     }
-                    _ => self.0.batch(std::slice::from_ref(op)).remove(0),
+                    _ => backend::run(&self.0, std::slice::from_ref(op))
+                        .into_results()
+                        .remove(0),
                 })
-                .collect()
+                .collect();
+            Box::new(Answers::new(results, self.0.server_info().ok()))
         }
-        fn server_info(&self) -> Result<ServerInfo, BackendError> {
-            self.0.server_info()
-        }
-        fn reports_identity(&self) -> bool {
-            true
+        fn probe(&self) -> Option<&dyn Probe> {
+            self.0.probe()
         }
     }
 

@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use quorum_lock::{Clock, KeyState, LockGuard, LockOptions, Verdict};
+use quorum_lock::inspection::{KeyState, Verdict};
+use quorum_lock::{Clock, LockGuard, LockOptions};
 
 use crate::config::{CLIENTS, PERMITS, RESOURCES};
 use crate::world::World;

@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorum_lock::{LockGuard, LockManager, ManualClock, MemoryBackend, RetryPolicy, UptimeReport};
+use quorum_lock::backend::UptimeReport;
+use quorum_lock::{LockGuard, LockManager, ManualClock, MemoryBackend, RetryPolicy};
 
 use crate::config::{CLIENTS, EVICTING, PERMITS, RESOURCES, Shape};
 use crate::draws::Draws;

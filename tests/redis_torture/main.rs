@@ -74,7 +74,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorum_lock::{LockGuard, LockManager, NodeOutcome, RetryPolicy};
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{LockGuard, LockManager, RetryPolicy};
 
 use testkit::proxy::Proxy;
 use testkit::{RedisServers, Rng};

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::{Backend, LockManager, LockOptions, RedisBackend, RetryPolicy};
+use quorum_lock::backend;
+use quorum_lock::{LockManager, LockOptions, RedisBackend, RetryPolicy};
 
 use crate::clients::{Locker, Service, Settings, Tokens};
 
@@ -98,7 +99,7 @@ pub fn lock_drop(locks: &LockManager, key: &[u8]) -> Result<(), String> {
     locks.try_lock(key).map(drop).map_err(|e| e.to_string())
 }
 
-/// Diagnostic: `RedisBackend::acquire` then `release`, called from the
+/// Diagnostic: `backend::acquire` then `release` on a `RedisBackend`, called from the
 /// measuring thread, node after node (meant for N=1, where that is one
 /// round trip each, like the floor).
 pub struct Direct {
@@ -125,15 +126,12 @@ impl Locker for Direct {
     fn lock_release(&mut self, key: &[u8]) -> Result<(), String> {
         let token = self.tokens.next();
         for node in &self.nodes {
-            if !node
-                .acquire(key, &token, self.ttl)
-                .map_err(|e| e.to_string())?
-            {
+            if !backend::acquire(node, key, &token, self.ttl).map_err(|e| e.to_string())? {
                 return Err("backend: acquire refused".into());
             }
         }
         for node in &self.nodes {
-            if !node.release(key, &token).map_err(|e| e.to_string())? {
+            if !backend::release(node, key, &token).map_err(|e| e.to_string())? {
                 return Err("backend: release refused".into());
             }
         }

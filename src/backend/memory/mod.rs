@@ -12,8 +12,8 @@ use parking_lot::{Condvar, Mutex};
 use self::notices::MemoryListener;
 use self::state::State;
 use super::{
-    Answers, Backend, BackendError, BackendErrorKind, Holding, KeySet, Op, ReleaseListener, Reply,
-    ServerInfo,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Inspect, Op, Probe,
+    ReleaseListener, Reply, ServerInfo,
 };
 use crate::clock::{Clock, MonotonicClock};
 
@@ -29,7 +29,7 @@ const MAX_PAUSE: Duration = Duration::from_secs(60);
 const NEVER_RESTARTED_UPTIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// How a [`MemoryBackend`] reports its uptime in
-/// [`ServerInfo::uptime`](crate::ServerInfo::uptime).
+/// [`ServerInfo::uptime`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum UptimeReport {
@@ -58,19 +58,26 @@ pub type CallHook = Arc<dyn Fn(&Op<'_>) + Send + Sync>;
 /// to inject faults and inspect keys. Expiry follows the node's [`Clock`],
 /// so with a [`ManualClock`](crate::ManualClock) TTL tests are exact.
 ///
+/// It has every capability of a [`Backend`]: it reports its identity
+/// ([`Probe`]; a new one at each [`restart`](Self::restart)), can be
+/// inspected ([`Inspect`]) and announces releases
+/// ([`ReleaseListener`]); it has no bound on a call (a paused node holds
+/// calls until resumed).
+///
 /// ```
 /// use std::time::Duration;
-/// use quorum_lock::{Backend, MemoryBackend};
+/// use quorum_lock::MemoryBackend;
+/// use quorum_lock::backend;
 ///
 /// let node = MemoryBackend::new("mem-0");
-/// assert!(node.acquire(b"job", b"token-a", Duration::from_secs(1))?);
-/// assert!(!node.acquire(b"job", b"token-b", Duration::from_secs(1))?);
-/// assert!(!node.release(b"job", b"token-b")?); // not the holder: untouched
-/// assert!(node.release(b"job", b"token-a")?);
+/// assert!(backend::acquire(&node, b"job", b"token-a", Duration::from_secs(1))?);
+/// assert_eq!(node.holder(b"job").as_deref(), Some(&b"token-a"[..]));
 ///
 /// node.set_down(true);
-/// assert!(node.acquire(b"job", b"token-a", Duration::from_secs(1)).is_err());
-/// # Ok::<(), quorum_lock::BackendError>(())
+/// assert!(backend::release(&node, b"job", b"token-a").is_err());
+/// node.set_down(false);
+/// assert!(backend::release(&node, b"job", b"token-a")?);
+/// # Ok::<(), quorum_lock::backend::BackendError>(())
 /// ```
 #[derive(Clone)]
 pub struct MemoryBackend {
@@ -139,7 +146,7 @@ impl MemoryBackend {
         let was_down = std::mem::replace(&mut self.inner.state.lock().down, down);
         if was_down && !down {
             // Managers that marked the node down use it again on their
-            // next round (see `Backend::recoveries`).
+            // next round (see `Probe::recoveries`).
             self.inner.recoveries.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -200,7 +207,7 @@ impl MemoryBackend {
         state.wall_start_secs = state.wall(self.inner.created, now).as_secs();
     }
 
-    /// How [`server_info`](Backend::server_info) reports the uptime from
+    /// How [`server_info`](Probe::server_info) reports the uptime from
     /// now on: exactly (the default), or in whole seconds of the wall clock
     /// as Redis does. A node that never restarted reports a year of uptime
     /// either way: it never held a lock before it was created.
@@ -346,97 +353,44 @@ impl MemoryBackend {
         }
         Ok(answer)
     }
-
-    /// Applies one op and returns its yes/no answer.
-    fn apply_bool(&self, op: &Op<'_>) -> Result<bool, BackendError> {
-        self.apply(op).map(Reply::is_yes)
-    }
 }
 
 impl Backend for MemoryBackend {
-    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.round_trip();
-        self.apply_bool(&Op::acquire(&KeySet::one(key), token, ttl))
-    }
-
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.round_trip();
-        self.apply_bool(&Op::release(&KeySet::one(key), token))
-    }
-
-    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.round_trip();
-        self.apply_bool(&Op::extend(&KeySet::one(key), token, ttl))
-    }
-
-    fn acquire_fenced(
-        &self,
-        key: &[u8],
-        token: &[u8],
-        ttl: Duration,
-        counter: &[u8],
-    ) -> Result<Option<u64>, BackendError> {
-        self.round_trip();
-        self.apply(&Op::acquire_fenced(&KeySet::one(key), token, ttl, counter))
-            .map(Reply::fence)
-    }
-
-    fn raise_fence(
-        &self,
-        key: &[u8],
-        token: &[u8],
-        counter: &[u8],
-        fence: u64,
-    ) -> Result<bool, BackendError> {
-        self.round_trip();
-        self.apply_bool(&Op::raise_fence(&KeySet::one(key), token, counter, fence))
-    }
-
-    fn recoveries(&self) -> u64 {
-        self.inner.recoveries.load(Ordering::SeqCst)
-    }
-
-    /// Honours the pause, the latency and a node marked down, as every
-    /// call does; consumes no injected failure (those are for the lock
-    /// operations).
-    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
-        self.round_trip();
-        let now = self.inner.clock.now();
-        let mut state = self.inner.state.lock();
-        if state.down {
-            return Err(BackendError::new(
-                BackendErrorKind::Unreachable,
-                "node is down (injected)",
-            ));
-        }
-        state.inspect(key, now)
-    }
-
     fn describe(&self) -> String {
         self.inner.name.clone()
     }
 
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
+    /// Runs the whole batch at once, in one round trip (the pause and the
+    /// latency apply once), and reports the node's identity with the
+    /// answers. The identity is read after the ops were applied: a restart
+    /// in between makes the answers count as the new incarnation's (which
+    /// is quarantined), never the other way round.
+    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
         self.round_trip();
-        ops.iter().map(|op| self.apply(op)).collect()
-    }
-
-    /// The identity is read after the ops were applied: a restart in
-    /// between makes the answers count as the new incarnation's (which is
-    /// quarantined), never the other way round.
-    fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
-        let results = self.batch(ops);
+        let results: Vec<_> = ops.iter().map(|op| self.apply(op)).collect();
         let answered = results.iter().any(Result::is_ok);
         let server = answered.then(|| self.identity()).flatten();
-        Answers::new(results, server)
+        Box::new(Answers::new(results, server))
     }
 
-    /// Yes: every batch reports the node's identity (unless a test hides
-    /// it with `set_identity_hidden`).
-    fn reports_identity(&self) -> bool {
-        true
+    /// The node itself: every batch reports its identity too (unless a
+    /// test hides it with `set_identity_hidden`).
+    fn probe(&self) -> Option<&dyn Probe> {
+        Some(self)
     }
 
+    fn inspector(&self) -> Option<&dyn Inspect> {
+        Some(self)
+    }
+
+    /// A listener of this node's release notices (one per manager that
+    /// uses the node, also when managers share this handle).
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        Some(Box::new(MemoryListener::new(self)))
+    }
+}
+
+impl Probe for MemoryBackend {
     /// The node's identity, without a round trip (like Redis' identity
     /// cached per connection). A node that never restarted reports a long
     /// uptime: it has never forgotten a lock, so nothing needs quarantine.
@@ -459,10 +413,29 @@ impl Backend for MemoryBackend {
         Ok(self.identity().unwrap_or_default())
     }
 
-    /// A listener of this node's release notices (one per manager that
-    /// uses the node, also when managers share this handle).
-    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
-        Some(Box::new(MemoryListener::new(self)))
+    /// Times [`set_down(false)`](MemoryBackend::set_down) brought the node
+    /// back up: a manager that marked it down uses it again on its next
+    /// round.
+    fn recoveries(&self) -> u64 {
+        self.inner.recoveries.load(Ordering::SeqCst)
+    }
+}
+
+impl Inspect for MemoryBackend {
+    /// Honours the pause, the latency and a node marked down, as every
+    /// call does; consumes no injected failure (those are for the lock
+    /// operations).
+    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
+        self.round_trip();
+        let now = self.inner.clock.now();
+        let mut state = self.inner.state.lock();
+        if state.down {
+            return Err(BackendError::new(
+                BackendErrorKind::Unreachable,
+                "node is down (injected)",
+            ));
+        }
+        state.inspect(key, now)
     }
 }
 

@@ -3,6 +3,7 @@
 //! release's reply says how many heard it.
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use super::MemoryBackend;
 use super::state::State;
@@ -71,7 +72,9 @@ impl ReleaseListener for MemoryListener {
         Ok(())
     }
 
-    fn take(&mut self) -> Result<Vec<Vec<u8>>, BackendError> {
+    /// What has arrived, at once: it never waits for a notice (`until`
+    /// is not used yet).
+    fn receive(&mut self, _until: Instant) -> Result<Vec<Vec<u8>>, BackendError> {
         let mut state = self.node.inner.state.lock();
         Ok(state
             .listeners

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::backend::memory::*;
+use crate::backend::{KeySet, acquire, extend, run};
 use crate::clock::ManualClock;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -10,37 +11,37 @@ const TTL: Duration = Duration::from_secs(10);
 fn expiry_follows_the_injected_clock() {
     let clock = ManualClock::new();
     let node = MemoryBackend::with_clock("m", Arc::new(clock.clone()));
-    assert!(node.acquire(b"k", b"a", TTL).unwrap());
+    assert!(acquire(&node, b"k", b"a", TTL).unwrap());
     clock.advance(TTL - Duration::from_millis(1));
     assert_eq!(node.holder(b"k").as_deref(), Some(&b"a"[..]));
     clock.advance(Duration::from_millis(1));
     assert_eq!(node.holder(b"k"), None);
-    assert!(node.acquire(b"k", b"b", TTL).unwrap());
+    assert!(acquire(&node, b"k", b"b", TTL).unwrap());
 }
 
 #[test]
 fn extend_never_recreates_and_checks_the_token() {
     let clock = ManualClock::new();
     let node = MemoryBackend::with_clock("m", Arc::new(clock.clone()));
-    assert!(!node.extend(b"k", b"a", TTL).unwrap());
+    assert!(!extend(&node, b"k", b"a", TTL).unwrap());
     assert_eq!(node.key_count(), 0);
-    assert!(node.acquire(b"k", b"a", TTL).unwrap());
-    assert!(!node.extend(b"k", b"b", TTL * 2).unwrap());
+    assert!(acquire(&node, b"k", b"a", TTL).unwrap());
+    assert!(!extend(&node, b"k", b"b", TTL * 2).unwrap());
     assert_eq!(node.remaining_ttl(b"k"), Some(TTL));
-    assert!(node.extend(b"k", b"a", TTL * 2).unwrap());
+    assert!(extend(&node, b"k", b"a", TTL * 2).unwrap());
     assert_eq!(node.remaining_ttl(b"k"), Some(TTL * 2));
     clock.advance(TTL * 2);
-    assert!(!node.extend(b"k", b"a", TTL).unwrap());
+    assert!(!extend(&node, b"k", b"a", TTL).unwrap());
 }
 
 #[test]
 fn faults() {
     let node = MemoryBackend::new("m");
     node.fail_next(1);
-    assert!(node.acquire(b"k", b"a", TTL).is_err());
+    assert!(acquire(&node, b"k", b"a", TTL).is_err());
     assert_eq!(node.key_count(), 0, "a failed op is not applied");
     node.lose_replies_next(1);
-    let err = node.acquire(b"k", b"a", TTL).unwrap_err();
+    let err = acquire(&node, b"k", b"a", TTL).unwrap_err();
     assert_eq!(err.kind(), BackendErrorKind::Timeout);
     assert_eq!(node.holder(b"k").as_deref(), Some(&b"a"[..]), "applied");
     let before = node.server_info().unwrap();
@@ -58,8 +59,8 @@ fn batch_is_one_round_trip() {
         Op::acquire(&a, b"u", TTL),
         Op::release(&a, b"t"),
     ];
-    let results: Vec<bool> = node
-        .batch(&ops)
+    let results: Vec<bool> = run(&node, &ops)
+        .into_results()
         .into_iter()
         .map(|r| r.unwrap().is_yes())
         .collect();
@@ -72,7 +73,7 @@ fn batch_is_one_round_trip() {
 #[test]
 fn a_refused_acquire_names_the_holder_by_digest() {
     let node = MemoryBackend::new("m");
-    assert!(node.acquire(b"b", b"theirs", TTL).unwrap());
+    assert!(acquire(&node, b"b", b"theirs", TTL).unwrap());
     let (b, set) = (KeySet::one("b"), KeySet::new(["a", "b"]).unwrap());
     let ops = [
         Op::acquire(&b, b"mine", TTL),
@@ -80,7 +81,11 @@ fn a_refused_acquire_names_the_holder_by_digest() {
         Op::acquire(&set, b"mine", TTL),
         Op::acquire(&b, b"theirs", TTL),
     ];
-    let replies: Vec<Reply> = node.batch(&ops).into_iter().map(|r| r.unwrap()).collect();
+    let replies: Vec<Reply> = run(&node, &ops)
+        .into_results()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
     let theirs = Reply::held_by(b"theirs");
     assert_eq!(replies, [theirs, theirs, theirs, Reply::AlreadyOurs]);
     assert_ne!(theirs, Reply::held_by(b"mine"));

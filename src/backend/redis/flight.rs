@@ -1,7 +1,7 @@
 //! A Redis batch in flight: written on a pooled connection by
-//! [`send`], its replies read by [`InFlight::finish`] (the two halves of
-//! `RedisBackend::identified_batch`, so that a caller can write to every
-//! node before it reads from any).
+//! [`send`], its replies read by [`InFlight::finish`] (`RedisBackend`'s
+//! [`Backend::send`](crate::backend::Backend::send) in two halves, so that
+//! a caller can write to every node before it reads from any).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,13 +21,13 @@ pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>]) -> Box<dyn InFlight> {
     let deadline = inner.deadline();
     let (mut results, ttls) = checked_ttls(ops);
     if results.iter().all(Option::is_some) {
-        return Box::new(Done(inner.answers(results, None)));
+        return Box::new(inner.answers(results, None));
     }
     let mut conn = match inner.checkout(deadline, false) {
         Ok(conn) => conn,
         Err(e) => {
             fail_unanswered(&mut results, Err(e));
-            return Box::new(Done(inner.answers(results, None)));
+            return Box::new(inner.answers(results, None));
         }
     };
     match inner.send_first(&mut conn, ops, &ttls, &results, deadline) {
@@ -51,18 +51,8 @@ pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>]) -> Box<dyn InFlight> {
                 Err(failure.error)
             };
             fail_unanswered(&mut results, outcome);
-            Box::new(Done(inner.answers(results, server)))
+            Box::new(inner.answers(results, server))
         }
-    }
-}
-
-/// A Redis batch whose answers were settled when it was sent (every op
-/// refused before any network call, or the send failed).
-struct Done(Answers);
-
-impl InFlight for Done {
-    fn finish(self: Box<Self>, _ops: &[Op<'_>]) -> Answers {
-        self.0
     }
 }
 
@@ -127,7 +117,7 @@ impl InFlight for Sent {
 /// One slot per op: `Some(error)` for a TTL refused before any network
 /// call, `None` for an op to send; and the TTLs in whole milliseconds.
 #[allow(clippy::type_complexity)] // the two lists the batch runs on
-pub(super) fn checked_ttls(ops: &[Op<'_>]) -> (Vec<Option<Result<Reply, BackendError>>>, Vec<u64>) {
+fn checked_ttls(ops: &[Op<'_>]) -> (Vec<Option<Result<Reply, BackendError>>>, Vec<u64>) {
     let mut results = Vec::with_capacity(ops.len());
     let mut ttls = Vec::with_capacity(ops.len());
     for op in ops {
@@ -147,7 +137,7 @@ pub(super) fn checked_ttls(ops: &[Op<'_>]) -> (Vec<Option<Result<Reply, BackendE
 }
 
 /// After a failed round trip: every op without an answer gets its error.
-pub(super) fn fail_unanswered(
+fn fail_unanswered(
     results: &mut [Option<Result<Reply, BackendError>>],
     outcome: Result<(), BackendError>,
 ) {

@@ -1,4 +1,4 @@
-//! [`Backend::inspect`](crate::Backend::inspect) on Redis: the key's value
+//! [`Inspect::inspect`](crate::backend::Inspect::inspect) on Redis: the key's value
 //! (its first bytes only) and its time left, read in one script so both
 //! describe the same moment.
 

@@ -11,7 +11,7 @@
 //!
 //! Scripts run by `EVALSHA` with the digests the server gave for them
 //! (`SCRIPT LOAD`, sent with the first batch that needs a script; no SHA-1
-//! is computed in the client). A [`batch`](Backend::batch) is written as
+//! is computed in the client). A batch ([`send`](Backend::send)) is written as
 //! one pipeline: one round trip for any number of ops, with a second one
 //! only for ops that need a follow-up: a `GET` after a refused acquire, or,
 //! after a `NOSCRIPT` (a restart, a `SCRIPT FLUSH`, a failover), the re-run
@@ -38,9 +38,8 @@
 //!
 //! Each connection reads `INFO` (its default sections) once, in its first
 //! pipeline, and keeps the server's `run_id`, uptime, `maxmemory` and
-//! `maxmemory_policy` for its whole life:
-//! [`identified_batch`](Backend::identified_batch) reports the identity of
-//! the connection that carried the batch. When that `INFO` is refused (an
+//! `maxmemory_policy` for its whole life: the [`Answers`](crate::backend::Answers) of a batch
+//! report the identity of the connection that carried it. When that `INFO` is refused (an
 //! ACL user without `+info` gets `NOPERM`) or its reply is unreadable, the
 //! connection's identity is unknown (`None`) and `INFO` is not asked again
 //! on it: with restart quarantine on, such a node's grants do not count.
@@ -67,12 +66,11 @@ use parking_lot::Mutex;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use crate::backend::{
-    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, KeySet, Op,
-    ReleaseListener, Reply, ServerInfo,
+    Backend, BackendError, BackendErrorKind, Holding, InFlight, Inspect, Op, Probe,
+    ReleaseListener, ServerInfo,
 };
 
 use self::conn::{Ask, Setup, pack_info, value_text};
-use self::flight::{checked_ttls, fail_unanswered};
 use self::pool::{Failure, IdleConn};
 use self::redact::{describe_info, redact_raw_url, scrub, url_secrets};
 use self::scripts::Digests;
@@ -86,6 +84,11 @@ use self::transport::Target;
 ///
 /// Its [`Debug`] output and every error it returns name the server by
 /// [`url_redacted`](Self::url_redacted): the password never appears.
+///
+/// It has every capability of a [`Backend`]: a bound on each call (the
+/// timeout), the server's identity ([`Probe`], reported with every batch
+/// too), inspection ([`Inspect`]) and release notices
+/// ([`ReleaseListener`], by pub/sub).
 #[derive(Clone)]
 pub struct RedisBackend {
     inner: Arc<Inner>,
@@ -129,17 +132,17 @@ impl RedisBackend {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use quorum_lock::Backend;
     /// use quorum_lock::RedisBackend;
+    /// use quorum_lock::backend::{self, Backend};
     ///
     /// let node = RedisBackend::open("redis://:secret@127.0.0.1:6379/0", Duration::from_millis(50))?;
     /// assert_eq!(node.describe(), "redis://:***@127.0.0.1:6379/0");
     /// let token = b"0123456789abcdefghij";
-    /// if node.acquire(b"orders:42", token, Duration::from_secs(10))? {
+    /// if backend::acquire(&node, b"orders:42", token, Duration::from_secs(10))? {
     ///     // ... critical section ...
-    ///     node.release(b"orders:42", token)?;
+    ///     backend::release(&node, b"orders:42", token)?;
     /// }
-    /// # Ok::<(), quorum_lock::BackendError>(())
+    /// # Ok::<(), quorum_lock::backend::BackendError>(())
     /// ```
     pub fn open(url: &str, timeout: Duration) -> Result<Self, BackendError> {
         let mut secrets = url_secrets(url);
@@ -234,7 +237,8 @@ impl RedisBackend {
     /// one, or a new one), and returns the answer.
     ///
     /// A connection whose identity was not read yet keeps this answer as
-    /// its identity (see [`identified_batch`](Backend::identified_batch)).
+    /// its identity (reported with the [`Answers`](crate::backend::Answers) of the batches it
+    /// carries).
     ///
     /// # Errors
     ///
@@ -278,59 +282,32 @@ impl fmt::Debug for RedisBackend {
 }
 
 impl Backend for RedisBackend {
-    /// `SET key token NX PX ttl`, with `ttl` rounded up to whole
-    /// milliseconds (at least 1 ms), so the key never expires before the
-    /// deadline the engine computed.
-    ///
-    /// A refused `SET` is followed by `GET key`: our own token means the key
-    /// is already ours (`Ok(true)`, e.g. the same server under another
-    /// name); another value, or none (expired in between), is `Ok(false)`;
-    /// a key of another type gives [`BackendErrorKind::WrongType`].
-    fn acquire(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.single(Op::acquire(&KeySet::one(key), token, ttl))
-            .map(Reply::is_yes)
-    }
-
-    /// Compare-and-delete by script.
-    fn release(&self, key: &[u8], token: &[u8]) -> Result<bool, BackendError> {
-        self.single(Op::release(&KeySet::one(key), token))
-            .map(Reply::is_yes)
-    }
-
-    /// Compare-and-pexpire by script; `ttl` rounded up like
-    /// [`acquire`](Backend::acquire). Never creates a missing key.
-    fn extend(&self, key: &[u8], token: &[u8], ttl: Duration) -> Result<bool, BackendError> {
-        self.single(Op::extend(&KeySet::one(key), token, ttl))
-            .map(Reply::is_yes)
-    }
-
-    /// One script: `SET NX PX` (or our token already there), then the
-    /// counter's value; see [`Backend::acquire_fenced`].
-    fn acquire_fenced(
-        &self,
-        key: &[u8],
-        token: &[u8],
-        ttl: Duration,
-        counter: &[u8],
-    ) -> Result<Option<u64>, BackendError> {
-        self.single(Op::acquire_fenced(&KeySet::one(key), token, ttl, counter))
-            .map(Reply::fence)
-    }
-
-    /// One script: compare the token, then raise the counter.
-    fn raise_fence(
-        &self,
-        key: &[u8],
-        token: &[u8],
-        counter: &[u8],
-        fence: u64,
-    ) -> Result<bool, BackendError> {
-        self.single(Op::raise_fence(&KeySet::one(key), token, counter, fence))
-            .map(Reply::is_yes)
-    }
-
     fn describe(&self) -> String {
         self.inner.redacted.clone()
+    }
+
+    /// Writes all ops in one pipeline on a pooled connection and returns;
+    /// [`InFlight::finish`] reads the answers, bounded by the same
+    /// deadline (one node timeout from now). A second round trip only for
+    /// `NOSCRIPT` re-runs and `GET` checks after refused acquires. Each op
+    /// gets its own result: one op's server error (e.g. `WRONGTYPE`)
+    /// leaves the others alone. A timeout or I/O error fails every op that
+    /// has no answer yet, with the same error.
+    ///
+    /// The answers carry the identity of the connection that carried the
+    /// batch: the `INFO` that connection read in its first pipeline (the
+    /// uptime advanced by the time since), or `None` when that `INFO` was
+    /// refused or unreadable, or no connection answered. See `flight.rs`.
+    ///
+    /// TTLs are rounded up to whole milliseconds (at least 1 ms), so a key
+    /// never expires before the deadline the engine computed. A refused
+    /// `SET NX` is followed by `GET key`: our own token means the key is
+    /// already ours ([`Reply::AlreadyOurs`](crate::backend::Reply::AlreadyOurs),
+    /// e.g. the same server under another name); another value, or none
+    /// (expired in between), is a refusal; a key of another type gives
+    /// [`BackendErrorKind::WrongType`].
+    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+        flight::send(&self.inner, ops)
     }
 
     /// Every call shares one deadline of the configured timeout (DNS
@@ -339,46 +316,27 @@ impl Backend for RedisBackend {
         Some(self.inner.timeout)
     }
 
-    /// All ops in one pipeline (one round trip; a second one only for
-    /// `NOSCRIPT` re-runs and `GET` checks after refused acquires). Each op
-    /// gets its own result: one op's server error (e.g. `WRONGTYPE`) leaves
-    /// the others alone. A timeout or I/O error fails every op that has no
-    /// answer yet, with the same error.
-    fn batch(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, BackendError>> {
-        self.identified_batch(ops).into_parts().0
+    /// The backend itself: every batch reports the identity its
+    /// connection read (or `None` when the server refused `INFO`).
+    fn probe(&self) -> Option<&dyn Probe> {
+        Some(self)
     }
 
-    /// Runs the batch and reports the identity of the connection that
-    /// carried it: the `INFO` that connection read in its first
-    /// pipeline (the uptime advanced by the time since), or `None` when
-    /// that `INFO` was refused or unreadable, or no connection answered.
-    fn identified_batch(&self, ops: &[Op<'_>]) -> Answers {
-        let inner = &*self.inner;
-        let deadline = inner.deadline();
-        let (mut results, ttls) = checked_ttls(ops);
-        let mut server = None;
-        if results.iter().any(Option::is_none) {
-            let outcome = inner.with_conn(deadline, |c| {
-                inner.run_batch(c, ops, &ttls, &mut results, &mut server, deadline)
-            });
-            fail_unanswered(&mut results, outcome);
-        }
-        inner.answers(results, server)
+    fn inspector(&self) -> Option<&dyn Inspect> {
+        Some(self)
     }
 
-    /// Writes the pipeline on a pooled connection and returns; the
-    /// answers are read by [`InFlight::finish`], bounded by the same
-    /// deadline (one node timeout from now). See `flight.rs`.
-    fn send_batch(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
-        flight::send(&self.inner, ops)
+    /// A subscriber on its own connection (not a pooled one: a connection
+    /// in subscribed mode cannot carry lock operations), opened at its
+    /// first [`listen`](ReleaseListener::listen). The release script
+    /// publishes on `quorum-lock:released:<key>`; the ACL rights needed
+    /// are in `docs/operations.md`.
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        Some(Box::new(notices::Subscriber::new(Arc::clone(&self.inner))))
     }
+}
 
-    /// Yes: every batch reports the identity its connection read (or
-    /// `None` when the server refused `INFO`).
-    fn reports_identity(&self) -> bool {
-        true
-    }
-
+impl Probe for RedisBackend {
     /// The identity of a connection, after checking that the server
     /// answers on it: a connection that has not read `INFO` yet
     /// asks it now, one that has sends `PING`.
@@ -416,31 +374,14 @@ impl Backend for RedisBackend {
             Ok(c.conn.server().unwrap_or_default())
         })
     }
-
-    /// A subscriber on its own connection (not a pooled one: a connection
-    /// in subscribed mode cannot carry lock operations), opened at its
-    /// first [`listen`](ReleaseListener::listen). The release script
-    /// publishes on `quorum-lock:released:<key>`; the ACL rights needed
-    /// are in `docs/operations.md`.
-    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
-        Some(Box::new(notices::Subscriber::new(Arc::clone(&self.inner))))
-    }
-
-    /// `GET` and `PTTL` in one `EVAL` (the first
-    /// [`MAX_INSPECTED_VALUE`](crate::MAX_INSPECTED_VALUE) bytes of the
-    /// value only).
-    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
-        self.inner.inspect(key)
-    }
 }
 
-impl RedisBackend {
-    fn single(&self, op: Op<'_>) -> Result<Reply, BackendError> {
-        self.batch(&[op]).pop().unwrap_or_else(|| {
-            Err(self
-                .inner
-                .node_error(BackendErrorKind::Protocol, "no reply for this op", None))
-        })
+impl Inspect for RedisBackend {
+    /// `GET` and `PTTL` in one `EVAL` (the first
+    /// [`MAX_INSPECTED_VALUE`](crate::backend::MAX_INSPECTED_VALUE) bytes
+    /// of the value only).
+    fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
+        self.inner.inspect(key)
     }
 }
 

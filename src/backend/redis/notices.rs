@@ -19,7 +19,7 @@ use super::Inner;
 use super::conn::Conn;
 use super::transport::Fault;
 
-/// Most replies read from the subscriber per [`take`](ReleaseListener::take):
+/// Most replies read from the subscriber per [`receive`](ReleaseListener::receive):
 /// one call never spends long on a flood of notices (the rest wait for
 /// the next call, a few milliseconds later).
 const MAX_NOTICES_PER_TAKE: usize = 256;
@@ -167,7 +167,9 @@ impl ReleaseListener for Subscriber {
         }
     }
 
-    fn take(&mut self) -> Result<Vec<Vec<u8>>, BackendError> {
+    /// What has arrived, at once: it reads only what is already on the
+    /// socket and never waits for a notice (`until` is not used yet).
+    fn receive(&mut self, _until: Instant) -> Result<Vec<Vec<u8>>, BackendError> {
         let mut arrived = std::mem::take(&mut self.arrived);
         let Some(conn) = self.conn.as_mut() else {
             return Ok(arrived);

@@ -74,7 +74,7 @@ pub(super) fn scrub(text: &str, secrets: &[String], token: Option<&[u8]>) -> Str
 /// `pass` (Unix socket URLs); `password` is redacted too, as a likely
 /// spelling. User names (`user=`, `username=`, or before the `:` in the
 /// user-info) are not secrets and stay visible, like in
-/// [`describe`](crate::Backend::describe).
+/// [`describe`](crate::backend::Backend::describe).
 const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
 
 /// Every password written in `url`, as written and percent-decoded: the
@@ -245,8 +245,8 @@ mod tests {
     fn no_url_form_leaks_its_password() {
         use std::time::Duration;
 
-        use crate::Backend;
         use crate::backend::redis::RedisBackend;
+        use crate::backend::{Backend, Probe};
 
         // (url, opens)
         let cases: &[(&str, bool)] = &[
@@ -295,7 +295,8 @@ mod tests {
                 Ok(b) => {
                     assert!(opens, "{url} opened");
                     check(url, &format!("{b:?} {}", b.describe()));
-                    let e = b.acquire(b"k", b"t", Duration::from_secs(1)).unwrap_err();
+                    let e = crate::backend::acquire(&b, b"k", b"t", Duration::from_secs(1))
+                        .unwrap_err();
                     check(url, &format!("{e} {e:?}"));
                     let e = b.server_info().unwrap_err();
                     check(url, &format!("{e} {e:?}"));
