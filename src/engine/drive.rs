@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use super::execute::{Begun, Item};
 use super::gate::Gate;
+use super::node::{Item, NodeState, Sent, Vote};
 use super::pending::{Pending, known_tally};
-use super::worker::{Handed, Job, NodeExec, Vote, Worker};
+use super::worker::{Handed, Job, NodeExec};
 use super::{Engine, Gather};
 use crate::sync::MutexGuard;
 
@@ -36,8 +36,8 @@ const MIN_SLICE: Duration = Duration::from_micros(500);
 /// A node this caller drives: its state held, its batch sent.
 pub(super) struct Driven<'a> {
     pub(super) slot: usize,
-    worker: MutexGuard<'a, Worker>,
-    begun: Begun,
+    state: MutexGuard<'a, NodeState>,
+    sent: Sent,
     /// When the node's thread had to wake before: a changed wake time
     /// (a probe, a release to retry) must be told to it.
     wake_before: Option<Instant>,
@@ -46,38 +46,39 @@ pub(super) struct Driven<'a> {
 impl NodeExec {
     /// The node's state, if the node is idle and up: the caller may drive
     /// it ([`Driven::begin`]); `None` otherwise.
-    pub(super) fn idle(&self) -> Option<MutexGuard<'_, Worker>> {
-        let worker = Gate::try_idle(&self.gate)?;
-        (!worker.liveness.is_down()).then_some(worker)
+    pub(super) fn idle(&self) -> Option<MutexGuard<'_, NodeState>> {
+        let state = Gate::try_idle(&self.gate)?;
+        (!state.is_down()).then_some(state)
     }
 }
 
 impl<'a> Driven<'a> {
     /// Sends `item` to the node whose idle state the caller holds.
-    pub(super) fn begin(slot: usize, mut worker: MutexGuard<'a, Worker>, item: &Item<'_>) -> Self {
-        let wake_before = worker.next_wake();
-        let begun = worker.begin(std::slice::from_ref(item));
+    pub(super) fn begin(slot: usize, mut state: MutexGuard<'a, NodeState>, item: &Item) -> Self {
+        let wake_before = state.poll_timeout();
+        let sent = state.begin(vec![item.clone()], Instant::now());
         Self {
             slot,
-            worker,
-            begun,
+            state,
+            sent,
             wake_before,
         }
     }
 
     /// Reads the answer. The flag says whether the node's thread must be
     /// woken ([`Job::Wake`]) to act on its own.
-    fn finish(self, item: &Item<'_>) -> Option<(Vote, bool)> {
+    fn finish(self) -> Option<(Vote, bool)> {
         let Self {
-            mut worker,
-            begun,
+            mut state,
+            sent,
             wake_before,
             ..
         } = self;
-        let vote = worker.complete(begun, std::slice::from_ref(item)).pop()?;
+        let arrived = sent.read();
+        let vote = state.answers_arrived(arrived, Instant::now()).pop()?;
         // Only a wake time that came earlier needs the thread: one that
         // moved later finds the thread awake early, with nothing due.
-        let earlier = match (worker.next_wake(), wake_before) {
+        let earlier = match (state.poll_timeout(), wake_before) {
             (Some(now), Some(before)) => now < before,
             (now, _) => now.is_some() && wake_before.is_none(),
         };
@@ -92,7 +93,6 @@ impl Engine {
     pub(super) fn drive(
         &self,
         mut driven: Vec<Driven<'_>>,
-        item: &Item<'_>,
         gather: Gather,
         reply: &Sender<(usize, Vote)>,
         round: &mut Pending,
@@ -118,14 +118,14 @@ impl Engine {
                 // An answer already in costs nothing to read (and spares
                 // the node's thread a wake-up); the others go to it.
                 for mut node in driven.drain(..) {
-                    if node.begun.ready(now) {
+                    if node.sent.ready(now) {
                         let slot = node.slot;
-                        if let Some((vote, wake)) = node.finish(item) {
+                        if let Some((vote, wake)) = node.finish() {
                             self.wake_if(slot, wake);
                             outcomes[slot] = Some(vote);
                         }
                     } else {
-                        self.hand_over(node, item, reply);
+                        self.hand_over(node, reply);
                     }
                 }
                 break;
@@ -138,7 +138,7 @@ impl Engine {
             let latency = self.nodes[driven[next].slot].health.latency();
             let slice = Duration::from_nanos(latency.saturating_mul(2)).max(MIN_SLICE);
             let until = deadline.map_or(now + slice, |d| d.min(now + slice));
-            if !driven[next].begun.ready(until) {
+            if !driven[next].sent.ready(until) {
                 next = (next + 1) % driven.len();
                 continue;
             }
@@ -148,7 +148,7 @@ impl Engine {
                 next = 0;
             }
             let slot = node.slot;
-            let Some((vote, wake)) = node.finish(item) else {
+            let Some((vote, wake)) = node.finish() else {
                 continue;
             };
             self.wake_if(slot, wake);
@@ -168,26 +168,20 @@ impl Engine {
     /// Hands a driven node's unread batch to its thread, under its gate:
     /// the thread reads the answer (and sends it on `reply`, where the
     /// round may still count it) before anything queued later.
-    fn hand_over(&self, driven: Driven<'_>, item: &Item<'_>, reply: &Sender<(usize, Vote)>) {
+    fn hand_over(&self, driven: Driven<'_>, reply: &Sender<(usize, Vote)>) {
         let Driven {
-            slot,
-            worker,
-            begun,
-            ..
+            slot, state, sent, ..
         } = driven;
         let node = &self.nodes[slot];
         let job = Job::Finish(Box::new(Handed {
-            begun,
-            action: item.action,
-            keys: item.keys.clone(),
-            token: item.token,
+            sent,
             reply: Some((reply.clone(), slot)),
         }));
         // Gone: the node's thread has stopped; the batch is dropped with
         // the job (its connection closes) and the round counts the node as
         // not answering.
         let _ = node.enqueue(job);
-        drop(worker);
+        drop(state);
     }
 }
 

@@ -10,19 +10,17 @@
 mod action;
 mod announce;
 mod drive;
-mod execute;
 mod forgets;
 mod gate;
 mod health;
 mod identity;
 mod inspect;
 mod liveness;
-mod notices;
+mod node;
 mod pending;
 mod retries;
 mod settings_look;
 mod tally;
-mod upkeep;
 mod waiters;
 mod worker;
 
@@ -44,12 +42,12 @@ pub(crate) use self::waiters::{HolderNews, Watch};
 // The protocol check (src/redlock/checks/protocol.rs) runs the engine's own
 // vote count and identity judgement.
 use self::drive::Driven;
-use self::execute::Item;
 #[cfg(test)]
 pub(crate) use self::identity::{Identity, Registry, Standing};
+use self::node::{Item, Shared, Vote};
 #[cfg(test)]
 pub(crate) use self::tally::Tally;
-use self::worker::{Job, MAX_QUEUED, NodeExec, Refused, ReplyTo, Shared, Vote};
+use self::worker::{Job, MAX_QUEUED, NodeExec, Peers, Refused, ReplyTo};
 use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet, Probe};
 use crate::clock::Clock;
 use crate::error::Error;
@@ -72,6 +70,8 @@ pub(crate) struct Engine {
     accept_eviction: bool,
     /// What the node threads share (the waiters of the wake-ups among it).
     shared: Arc<Shared>,
+    /// Every node thread's queue, for the threads to wake each other.
+    peers: Peers,
 }
 
 struct Node {
@@ -109,9 +109,7 @@ impl Node {
     /// Queues `req` for this node's thread.
     fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> Result<(), Refused> {
         self.enqueue(Job::Op {
-            action: req.action,
-            keys: req.keys.clone(),
-            token: req.token,
+            item: req.item(),
             reply,
         })
     }
@@ -152,6 +150,17 @@ pub(crate) struct Request<'a> {
     pub(crate) action: Action,
     pub(crate) keys: &'a KeySet,
     pub(crate) token: Token,
+}
+
+impl Request<'_> {
+    /// One node's operation, owning its keys.
+    fn item(&self) -> Item {
+        Item {
+            action: self.action,
+            keys: self.keys.clone(),
+            token: self.token,
+        }
+    }
 }
 
 /// How long a round gathers answers.
@@ -215,17 +224,17 @@ impl Engine {
         let shared = Arc::new(Shared {
             forgets: Arc::new(Forgets::new(backends.len())),
             waiters,
-            peers: parking_lot::Mutex::default(),
             clock,
             quarantine,
             forget_window,
             release_retry_window: max_ttl,
             registry: Registry::default(),
             names: backends.iter().map(|b| b.describe()).collect(),
-            fence_counters,
+            fence_counters: Arc::from(fence_counters),
             accept_eviction,
             value_suffix,
         });
+        let peers = Peers::default();
         let mut nodes = Vec::with_capacity(backends.len());
         for (index, backend) in backends.into_iter().enumerate() {
             let name = backend.describe();
@@ -240,6 +249,7 @@ impl Engine {
                 exited_tx.clone(),
                 Arc::clone(&health),
                 Arc::clone(&shared),
+                Arc::clone(&peers),
             )
             .map_err(|e| Error::Runtime {
                 reason: format!("cannot start the worker thread for node {name}: {e}"),
@@ -253,7 +263,7 @@ impl Engine {
                 recoveries_seen,
             });
         }
-        *shared.peers.lock() = nodes
+        *peers.lock() = nodes
             .iter()
             .map(|n| (n.jobs.clone(), Arc::clone(&n.exec)))
             .collect();
@@ -263,6 +273,7 @@ impl Engine {
             drain_wait,
             accept_eviction,
             shared,
+            peers,
         })
     }
 
@@ -330,11 +341,7 @@ impl Engine {
         // applied). Only a node skipped as down or refusing the job never
         // got it.
         let mut queued = vec![true; n];
-        let item = Item {
-            action: req.action,
-            keys: req.keys,
-            token: req.token,
-        };
+        let item = req.item();
         // The caller drives the round only when every node is idle (and
         // bounds its calls): then no thread hand-off is left. With a node
         // busy, the others' threads batch the contending callers' work
@@ -389,7 +396,7 @@ impl Engine {
             queued,
         };
         if !driven.is_empty() {
-            self.drive(driven, &item, gather, &reply, &mut round);
+            self.drive(driven, gather, &reply, &mut round);
         }
         round
     }
@@ -494,7 +501,7 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let deadline = Instant::now().checked_add(self.drain_wait);
         // First: these keep every queue open.
-        self.shared.peers.lock().clear();
+        self.peers.lock().clear();
         self.nodes.clear();
         while let Some(deadline) = deadline {
             match self.exited.recv_deadline(deadline) {

@@ -6,8 +6,8 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use super::Gather;
+use super::node::Vote;
 use super::tally::Tally;
-use super::worker::Vote;
 use crate::report::NodeOutcome;
 
 /// A scattered round whose answers have not been gathered yet.

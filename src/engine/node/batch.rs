@@ -1,0 +1,226 @@
+//! One batch of lock operations for a node, from its send to its votes.
+//!
+//! A [`Batch`] owns what its ops name (the keys, the values stored: each
+//! token followed by the owner label, the fence counters' key), so the ops
+//! are views of it: the same data serves the send and the read of the
+//! answers, nothing is built twice. [`Sent`] is a batch on the wire,
+//! [`Arrived`] one whose answers were read; the node's state turns the
+//! latter into one [`Vote`] per op (`NodeState::answers_arrived`), with
+//! [`vote`] judging each answer.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::io::{self, Results};
+use crate::backend::{BackendError, BackendErrorKind, InFlight, KeySet, Op, Reply};
+use crate::engine::action::Action;
+use crate::engine::identity::Standing;
+use crate::owner;
+use crate::report::NodeOutcome;
+use crate::token::{TOKEN_LEN, Token};
+
+/// One node's answer in a round: its outcome, and for a fenced acquire
+/// that it granted, the fence counter it read.
+pub(crate) type Vote = (NodeOutcome, Option<u64>);
+
+/// One lock operation for a node: an action on one lock's keys with one
+/// token.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    pub(crate) action: Action,
+    pub(crate) keys: KeySet,
+    pub(crate) token: Token,
+}
+
+/// Operations that go to a node in one round trip, with the data their
+/// ops borrow.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    items: Vec<Item>,
+    /// The stored value of each item (token, then the owner label), all
+    /// of one length, packed in item order.
+    values: Vec<u8>,
+    /// The key of the node's fence counters (empty when no op is fenced).
+    counters: Arc<[u8]>,
+}
+
+impl Batch {
+    /// `items`, their values made with the owner label `suffix`; fenced
+    /// ops name the hash `counters`.
+    pub(super) fn new(items: Vec<Item>, suffix: &[u8], counters: &Arc<[u8]>) -> Self {
+        let mut values = Vec::with_capacity(items.len() * (TOKEN_LEN + suffix.len()));
+        for item in &items {
+            owner::push_value(&item.token, suffix, &mut values);
+        }
+        let fenced = items.iter().any(|i| i.action.is_fenced());
+        Self {
+            items,
+            values,
+            counters: if fenced {
+                Arc::clone(counters)
+            } else {
+                Arc::from(&[][..])
+            },
+        }
+    }
+
+    /// A batch whose ops are never sent (a node marked down).
+    pub(super) fn unsent(items: Vec<Item>) -> Self {
+        Self {
+            items,
+            values: Vec::new(),
+            counters: Arc::from(&[][..]),
+        }
+    }
+
+    pub(super) fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// The backend's ops: views of the batch's own data.
+    pub(super) fn ops(&self) -> Vec<Op<'_>> {
+        let len = self.values.len().checked_div(self.items.len()).unwrap_or(0);
+        self.items
+            .iter()
+            .zip(self.values.chunks(len.max(1)))
+            .map(|(item, value)| item.action.op(&item.keys, value, &self.counters))
+            .collect()
+    }
+}
+
+/// A batch sent to the node (or settled without it: a node marked down),
+/// its answers not read yet.
+pub(crate) struct Sent {
+    batch: Batch,
+    in_flight: Option<Box<dyn InFlight>>,
+    started: Instant,
+}
+
+impl Sent {
+    pub(super) fn new(
+        batch: Batch,
+        in_flight: Option<Box<dyn InFlight>>,
+        started: Instant,
+    ) -> Self {
+        Self {
+            batch,
+            in_flight,
+            started,
+        }
+    }
+
+    /// Whether the answers have begun to arrive (waiting at most until
+    /// `until`); a batch settled without the server always has.
+    pub(crate) fn ready(&mut self, until: Instant) -> bool {
+        match self.in_flight.as_mut() {
+            Some(in_flight) => io::wait(in_flight.as_mut(), until),
+            None => true,
+        }
+    }
+
+    /// Reads the answers (within the backend's bound on one call), with
+    /// the ops the batch was sent with.
+    pub(crate) fn read(self) -> Arrived {
+        let Self {
+            batch,
+            in_flight,
+            started,
+        } = self;
+        let answers = in_flight.map(|in_flight| io::finish(in_flight, &batch.ops()));
+        Arrived {
+            batch,
+            answers,
+            started,
+        }
+    }
+}
+
+/// A batch whose answers were read (`None`: settled without the server).
+pub(crate) struct Arrived {
+    pub(super) batch: Batch,
+    pub(super) answers: Option<Results>,
+    pub(super) started: Instant,
+}
+
+/// The vote for one answer to `action`, from a node whose grants count
+/// as `standing` says; `identified`: the server that answered reported
+/// its run id. `grant` is what a grant counts for.
+pub(super) fn vote(
+    action: Action,
+    result: Result<Reply, BackendError>,
+    standing: Standing,
+    identified: bool,
+    grant: impl FnOnce() -> NodeOutcome,
+) -> Vote {
+    match result {
+        Ok(Reply::No | Reply::HeldBy(_)) => (NodeOutcome::Refused, None),
+        // Our token already there: another name of this server set it.
+        // That server votes once: here only when it is identified and this
+        // node is the name it votes under (its other name's grant then
+        // counts as a duplicate's, i.e. not at all), and not for a fenced
+        // acquire, whose vote must carry the counter it read.
+        Ok(Reply::AlreadyOurs)
+            if identified
+                && standing == Standing::Voting
+                && matches!(action, Action::Acquire { .. }) =>
+        {
+            (NodeOutcome::Granted, None)
+        }
+        Ok(Reply::AlreadyOurs) => (NodeOutcome::Failed(already_ours()), None),
+        // Releases count whoever answers: undoing needs no vote.
+        Ok(_) if action == Action::Release => (NodeOutcome::Granted, None),
+        Ok(Reply::Fenced(read)) => {
+            let outcome = grant();
+            let fence = outcome.is_granted().then_some(read);
+            (outcome, fence)
+        }
+        Ok(_) => (grant(), None),
+        Err(e) => (NodeOutcome::Failed(e), None),
+    }
+}
+
+/// The outcome of a grant from a node in `standing`; `eviction` is the
+/// server's evicting setting, `names` the nodes' names.
+pub(super) fn grant(standing: Standing, eviction: Option<&str>, names: &[String]) -> NodeOutcome {
+    match standing {
+        Standing::Voting => NodeOutcome::Granted,
+        Standing::Quarantined(remaining) => NodeOutcome::Quarantined { remaining },
+        Standing::Unverified => NodeOutcome::Failed(BackendError::new(
+            BackendErrorKind::Protocol,
+            "the server's identity (run_id in INFO server) is unknown, so a restart \
+             cannot be ruled out: with restart quarantine on, its grant does not count",
+        )),
+        Standing::MayEvict => NodeOutcome::Failed(BackendError::new(
+            BackendErrorKind::Config,
+            format!(
+                "{}: the server may evict lock keys under memory pressure, and a lock \
+                 whose keys were evicted can be taken by a second holder: set \
+                 `maxmemory-policy noeviction` (or no maxmemory), or accept the risk \
+                 with LockManagerBuilder::accept_eviction_risk",
+                eviction.unwrap_or("maxmemory with an evicting policy")
+            ),
+        )),
+        Standing::Replica => NodeOutcome::Failed(BackendError::new(
+            BackendErrorKind::Config,
+            "the server is a replica now (role in INFO replication): its keys are \
+             its master's, and what it grants is gone at the next sync",
+        )),
+        Standing::DuplicateOf(owner) => {
+            let other = names.get(owner).map_or("another node", String::as_str);
+            NodeOutcome::Failed(BackendError::new(
+                BackendErrorKind::Config,
+                format!("the same server as {other} (same run id): one server casts one vote"),
+            ))
+        }
+    }
+}
+
+/// The outcome of an acquire that found our token already there: the same
+/// server reached under another name, whose vote counted under that name.
+fn already_ours() -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Config,
+        "the key already held this attempt's token: the same server as another configured \
+         node (one server casts one vote)",
+    )
+}

@@ -1,0 +1,201 @@
+//! The node's state on its own, driven by hand with explicit times: no
+//! thread, no sleeping. Real time is any `Instant` the test picks; the
+//! manager's clock is a [`ManualClock`] that moves only when told.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::*;
+use crate::backend::memory::MemoryBackend;
+use crate::clock::ManualClock;
+use crate::engine::liveness::{FIRST_BACKOFF, MAX_BACKOFF};
+use crate::engine::retries::RETRY_EVERY;
+
+const WINDOW: Duration = Duration::from_secs(10);
+
+fn shared(clock: &ManualClock, quarantine: Option<Duration>) -> Arc<Shared> {
+    Arc::new(Shared {
+        clock: Arc::new(clock.clone()),
+        quarantine,
+        forget_window: WINDOW,
+        registry: Registry::default(),
+        names: vec!["node-0".to_owned()],
+        release_retry_window: WINDOW,
+        fence_counters: Arc::from(&b"{quorum-lock}:fences"[..]),
+        value_suffix: Box::default(),
+        accept_eviction: false,
+        waiters: Arc::new(Waiters::new(1, 1)),
+        forgets: Arc::new(Forgets::new(1)),
+    })
+}
+
+fn node_state(node: &MemoryBackend, shared: Arc<Shared>, now: Instant) -> (NodeState, Arc<Vitals>) {
+    let health = Arc::new(Vitals::default());
+    let backend: Arc<dyn Backend> = Arc::new(node.clone());
+    let state = NodeState::new(0, backend, Arc::clone(&health), shared, now);
+    (state, health)
+}
+
+fn item(action: Action, key: &str, token: Token) -> Item {
+    Item {
+        action,
+        keys: KeySet::one(key),
+        token,
+    }
+}
+
+fn acquire(key: &str, token: Token) -> Item {
+    item(
+        Action::Acquire {
+            ttl: Duration::from_secs(30),
+        },
+        key,
+        token,
+    )
+}
+
+fn release(key: &str, token: Token) -> Item {
+    item(Action::Release, key, token)
+}
+
+/// One round trip as both drivers run it: begin, read, answers arrived.
+fn round_trip(state: &mut NodeState, items: Vec<Item>, now: Instant) -> Vec<NodeOutcome> {
+    let sent = state.begin(items, now);
+    let votes = state.answers_arrived(sent.read(), now);
+    votes.into_iter().map(|(outcome, _)| outcome).collect()
+}
+
+fn token() -> Token {
+    Token::random().unwrap()
+}
+
+#[test]
+fn a_fresh_node_has_nothing_to_wake_for() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let (state, _) = node_state(&node, shared(&clock, None), Instant::now());
+    assert_eq!(state.poll_timeout(), None);
+    assert!(!state.is_down());
+}
+
+/// Marked down after two failed round trips, probed 50 ms later, then
+/// backing off to 2 s; a probe that answers brings it back. The
+/// manager's clock never moves: liveness runs on the real time the
+/// drivers pass in.
+#[test]
+fn down_after_two_failed_round_trips_probed_with_backoff_and_back_up() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let t0 = Instant::now();
+    let (mut state, health) = node_state(&node, shared(&clock, None), t0);
+    node.set_down(true);
+    let first = round_trip(&mut state, vec![acquire("k", token())], t0);
+    assert!(matches!(first[0], NodeOutcome::Failed(_)), "{first:?}");
+    assert!(!state.is_down(), "one failed round trip is not enough");
+    round_trip(&mut state, vec![acquire("k", token())], t0);
+    assert!(state.is_down() && health.is_down());
+    assert_eq!(state.poll_timeout(), Some(t0 + FIRST_BACKOFF));
+    // Down: the node is not contacted, the vote is settled at once.
+    let calls = node.round_trips();
+    let settled = round_trip(&mut state, vec![acquire("k", token())], t0);
+    assert!(matches!(settled[..], [NodeOutcome::Down]), "{settled:?}");
+    assert_eq!(node.round_trips(), calls, "a down node costs no call");
+    // Not due yet: nothing happens.
+    let _ = state.timer_fired(t0 + FIRST_BACKOFF / 2);
+    assert_eq!(node.round_trips(), calls, "no probe before it is due");
+    // Each failed probe doubles the wait, up to the bound.
+    let mut waits = Vec::new();
+    let mut now = t0 + FIRST_BACKOFF;
+    for _ in 0..7 {
+        let _ = state.timer_fired(now);
+        let next = state.poll_timeout().unwrap();
+        waits.push((next - now).as_millis());
+        now = next;
+    }
+    assert_eq!(waits, [100, 200, 400, 800, 1600, 2000, 2000]);
+    assert_eq!(
+        Duration::from_millis(2000),
+        MAX_BACKOFF,
+        "the bound is the liveness machine's"
+    );
+    assert!(state.is_down());
+    node.set_down(false);
+    let _ = state.timer_fired(now);
+    assert!(!state.is_down() && !health.is_down(), "the probe answered");
+    assert_eq!(state.poll_timeout(), None);
+    let granted = round_trip(&mut state, vec![acquire("k", token())], now);
+    assert!(matches!(granted[..], [NodeOutcome::Granted]), "{granted:?}");
+}
+
+/// A release that failed is kept and sent again when due; one still kept
+/// once max TTL has passed is dropped unsent (its key has expired).
+#[test]
+fn a_failed_release_is_retried_when_due_and_dropped_after_max_ttl() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let t0 = Instant::now();
+    let (mut state, health) = node_state(&node, shared(&clock, None), t0);
+    let held = token();
+    round_trip(&mut state, vec![acquire("k", held)], t0);
+    node.fail_next(1);
+    let failed = round_trip(&mut state, vec![release("k", held)], t0);
+    assert!(matches!(failed[0], NodeOutcome::Failed(_)), "{failed:?}");
+    assert!(node.holder(b"k").is_some());
+    let due = state.poll_timeout().unwrap();
+    assert!(due <= t0, "kept releases go with the next tick");
+    let _ = state.timer_fired(t0);
+    assert_eq!(node.holder(b"k"), None, "the retry released the key");
+    let retries_due = state.retries.next_wake();
+    assert_eq!(retries_due, None, "nothing left to retry");
+    // Kept again, but never retried before max TTL has passed.
+    let other = token();
+    round_trip(&mut state, vec![acquire("j", other)], t0);
+    node.fail_next(1);
+    round_trip(&mut state, vec![release("j", other)], t0);
+    assert_eq!(state.retries.next_wake(), Some(t0 + RETRY_EVERY));
+    let calls = node.round_trips();
+    let late = t0 + WINDOW;
+    let _ = state.timer_fired(late);
+    assert_eq!(node.round_trips(), calls, "dropped unsent");
+    assert!(state.retries.is_empty());
+    let snapshot = health.snapshot("n", &[], late, clock.now(), false);
+    assert_eq!(snapshot.releases_waiting, 0);
+    assert_eq!(snapshot.releases_abandoned, 1);
+}
+
+/// A restarted server's grants do not count until the quarantine is over
+/// on the manager's clock, whatever real time the drivers pass in.
+#[test]
+fn quarantine_is_entered_and_over_per_the_managers_clock() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::with_clock("n", Arc::new(clock.clone()));
+    let quarantine = Duration::from_secs(20);
+    let t0 = Instant::now();
+    let (mut state, health) = node_state(&node, shared(&clock, Some(quarantine)), t0);
+    let first = round_trip(&mut state, vec![acquire("a", token())], t0);
+    assert!(
+        matches!(first[..], [NodeOutcome::Granted]),
+        "up for a year: voting, {first:?}"
+    );
+    node.restart();
+    let after = round_trip(&mut state, vec![acquire("b", token())], t0);
+    assert!(
+        matches!(after[..], [NodeOutcome::Quarantined { remaining }] if remaining == quarantine),
+        "{after:?}"
+    );
+    let snapshot = |now| health.snapshot("n", &[], now, clock.now(), false).state;
+    assert!(
+        matches!(snapshot(t0), crate::health::NodeState::Quarantined { .. }),
+        "{:?}",
+        snapshot(t0)
+    );
+    // Real time far ahead, the manager's clock not: still quarantined.
+    let later = t0 + quarantine * 2;
+    let still = round_trip(&mut state, vec![acquire("c", token())], later);
+    assert!(
+        matches!(still[0], NodeOutcome::Quarantined { .. }),
+        "{still:?}"
+    );
+    clock.advance(quarantine);
+    let over = round_trip(&mut state, vec![acquire("d", token())], later);
+    assert!(matches!(over[..], [NodeOutcome::Granted]), "{over:?}");
+    assert_eq!(snapshot(later), crate::health::NodeState::Up);
+}

@@ -1,0 +1,241 @@
+//! A node's part in the wake-ups: it keeps its node's subscription to
+//! the release notices in line with the keys this manager's callers wait
+//! for, reads the notices between jobs, and hands each one to the waiters
+//! of its key (see [`Waiters`]).
+//!
+//! No thread is added: while some key is watched, the node thread waits
+//! for jobs at most [`NOTICE_POLL`] at a time and looks for notices in
+//! between; with nothing watched it sleeps on its queue as before, at no
+//! cost. Like the rest of the node's state, this takes the time as an
+//! argument.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::io;
+use crate::backend::{Backend, KeySet, ReleaseListener, Reply};
+use crate::engine::waiters::Waiters;
+
+/// How long a node thread waits for a job before it looks for release
+/// notices, while some key is watched: about the longest a notice waits
+/// on the socket before the waiters hear of it (the first node thread
+/// that reads one asks the others to read theirs at once). Shorter wakes
+/// waiters sooner but wakes an idle node thread more often (one
+/// non-blocking read each time), and only while someone waits. Measured
+/// with 4 processes on one key and critical sections of 2 ms
+/// (docs/benchmarks.md): 2 ms gave 1.56x the critical sections' time in
+/// all, 1 ms 1.42x; 1 000 wake-ups a second per node cost a few percent
+/// of a core while a manager waits.
+pub(super) const NOTICE_POLL: Duration = Duration::from_millis(1);
+
+/// How long after a subscription failed for want of the server (down,
+/// timed out, connection lost) the node thread tries again.
+const RELISTEN_AFTER: Duration = Duration::from_secs(1);
+
+/// What the subscription needs of its node: the backend (for its
+/// listener), the manager's waiters, the node's slot and name, and
+/// whether the node is marked down.
+pub(super) struct Ears<'a> {
+    pub(super) backend: &'a dyn Backend,
+    pub(super) waiters: &'a Waiters,
+    pub(super) index: usize,
+    pub(super) name: &'a str,
+    pub(super) down: bool,
+}
+
+/// One node's subscription, owned by its node's state.
+#[derive(Default)]
+pub(super) struct NodeNotices {
+    /// `None` until first needed; then the backend's listener, if it
+    /// has one.
+    listener: Option<Option<Box<dyn ReleaseListener>>>,
+    /// Notices are off for good here: the backend has none, or the
+    /// server refused (ACL, a proxy without pub/sub).
+    off: bool,
+    /// Keys whose subscription the server has confirmed.
+    listening: HashSet<Arc<[u8]>>,
+    /// The registry generation last subscribed for.
+    synced: u64,
+    /// When to subscribe again after a failure.
+    retry_at: Option<Instant>,
+    /// When the notices were last looked at.
+    looked_at: Option<Instant>,
+    /// Notices may have been missed (the subscription was lost): wake
+    /// every waiter once it is back.
+    missed: bool,
+    /// Per key, notices of this manager's own releases still to come:
+    /// they wake nobody (an attempt's own undo must not wake its caller).
+    echoes: HashMap<Arc<[u8]>, u32>,
+}
+
+impl NodeNotices {
+    /// When the node must look at the notices again, if at all.
+    pub(super) fn next_wake(&self) -> Option<Instant> {
+        if !self.listening.is_empty() {
+            return self.looked_at.map(|at| at + NOTICE_POLL);
+        }
+        self.retry_at
+    }
+
+    fn lose_subscriptions(&mut self, retry: bool, now: Instant) {
+        self.missed |= !self.listening.is_empty() || retry;
+        self.listening.clear();
+        self.echoes.clear();
+        self.retry_at = retry.then(|| now + RELISTEN_AFTER);
+    }
+
+    /// Subscribes for the keys now watched, when they changed (or a retry
+    /// is due), then hands out the notices that have arrived. Whether the
+    /// other nodes should read theirs now (see [`Self::hand_out`]).
+    pub(super) fn tend(&mut self, node: &Ears<'_>, now: Instant) -> bool {
+        if self.off {
+            return false;
+        }
+        self.looked_at = Some(now);
+        let changed = node.waiters.generation() != self.synced;
+        let due = self.retry_at.is_some_and(|at| now >= at);
+        if changed || due {
+            self.subscribe(node, now);
+        }
+        !self.listening.is_empty() && self.hand_out(node, now)
+    }
+
+    /// Brings the subscription in line with the watched keys.
+    fn subscribe(&mut self, node: &Ears<'_>, now: Instant) {
+        let waiters = node.waiters;
+        let (generation, keys) = waiters.keys();
+        if node.down && !keys.is_empty() {
+            // Down: no subscription attempt per change; once it is back.
+            self.lose_subscriptions(true, now);
+            self.synced = generation;
+            waiters.set_deaf(node.index, true);
+            return;
+        }
+        let backend = node.backend;
+        let listener = self.listener.get_or_insert_with(|| io::listener(backend));
+        let Some(listener) = listener.as_mut() else {
+            self.turn_off(node);
+            return;
+        };
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let outcome = io::listen(listener.as_mut(), &refs);
+        self.synced = generation;
+        let name = node.name;
+        match outcome {
+            Ok(Ok(())) => {
+                waiters.set_deaf(node.index, false);
+                self.listening = keys.iter().cloned().collect();
+                let listening = &self.listening;
+                self.echoes.retain(|k, _| listening.contains(k));
+                self.retry_at = None;
+                if std::mem::take(&mut self.missed) {
+                    // Releases may have gone unheard meanwhile: a spurious
+                    // wake-up costs one attempt, a missed one a retry delay.
+                    for key in &keys {
+                        waiters.notify(key, None);
+                    }
+                }
+            }
+            Ok(Err(e)) if keys.is_empty() => {
+                // Nothing to listen for: the listener dropped what it had.
+                log::debug!("quorum-lock: node {name}: unsubscribing: {e}");
+                self.lose_subscriptions(false, now);
+            }
+            Ok(Err(e)) if e.kind().is_connectivity() => {
+                log::debug!(
+                    "quorum-lock: node {name}: release notices unavailable for now, waiters \
+                     retry on their timer: {e}"
+                );
+                self.lose_subscriptions(true, now);
+                waiters.set_deaf(node.index, true);
+            }
+            Ok(Err(e)) => {
+                log::debug!(
+                    "quorum-lock: node {name}: release notices off (waiters retry on their \
+                     timer): {e}"
+                );
+                self.turn_off(node);
+            }
+            Err(io::ListenerPanicked) => {
+                log::debug!("quorum-lock: node {name}: the release listener panicked: notices off");
+                self.turn_off(node);
+            }
+        }
+    }
+
+    fn turn_off(&mut self, node: &Ears<'_>) {
+        node.waiters.set_deaf(node.index, true);
+        self.off = true;
+        self.listener = Some(None);
+        // Off for good: no retry, so the time is not read.
+        self.missed |= !self.listening.is_empty();
+        self.listening.clear();
+        self.echoes.clear();
+        self.retry_at = None;
+    }
+
+    /// Wakes the waiters of every key whose release notice arrived,
+    /// except for the echoes of this manager's own releases. Whether a
+    /// waiter heard from too few nodes yet: a release reaches every node
+    /// at about the same time, so the other nodes should read their
+    /// notices now rather than at their next poll.
+    fn hand_out(&mut self, node: &Ears<'_>, now: Instant) -> bool {
+        let Some(Some(listener)) = self.listener.as_mut() else {
+            return false;
+        };
+        let arrived = match io::take(listener.as_mut(), now) {
+            Ok(Ok(arrived)) => arrived,
+            Ok(Err(e)) => {
+                log::debug!(
+                    "quorum-lock: node {}: release notices interrupted: {e}",
+                    node.name
+                );
+                self.lose_subscriptions(false, now);
+                node.waiters.set_deaf(node.index, true);
+                // Try again on the next tick: most often the server is
+                // back at once (a dropped connection); if not, the failed
+                // subscription schedules the next try.
+                self.retry_at = Some(now);
+                return false;
+            }
+            Err(io::ListenerPanicked) => {
+                self.turn_off(node);
+                return false;
+            }
+        };
+        let mut short = false;
+        for key in arrived {
+            if let Some(n) = self.echoes.get_mut(&key[..])
+                && *n > 0
+            {
+                *n -= 1;
+                continue;
+            }
+            short |= node.waiters.notify(&key, Some(node.index));
+        }
+        short
+    }
+
+    /// Takes note of a release's answer: when others listen for this
+    /// lock's notices (the count is of listeners for exactly its keys, see
+    /// [`Reply::Notified`]), the next `lock` of it here lets them go
+    /// first; when this node listens for a single lock's key too, its
+    /// notice is an echo to skip (the members of a set are not tracked as
+    /// echoes).
+    pub(super) fn note_release(&mut self, keys: &KeySet, reply: Reply, waiters: &Waiters) {
+        let Reply::Notified(heard) = reply else {
+            return;
+        };
+        let own = keys
+            .single()
+            .and_then(|key| self.listening.get(key))
+            .cloned();
+        if let Some(key) = &own {
+            *self.echoes.entry(Arc::clone(key)).or_default() += 1;
+        }
+        if heard > u64::from(own.is_some()) {
+            waiters.note_heard(keys);
+        }
+    }
+}
