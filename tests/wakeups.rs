@@ -149,7 +149,19 @@ fn one_deaf_node_does_not_stop_the_wake_ups() {
 fn a_release_a_node_applied_before_it_listened_still_wakes_the_waiter() {
     let nodes = nodes();
     nodes[2].set_release_notices(false);
-    let (holder, waiter) = (manager(&nodes), manager(&nodes));
+    // Nodes 0 and 2 must refuse within the node timeout on a loaded
+    // machine, so that each attempt is decided without node 1 (a failure
+    // seen with the default 100 ms: "the waiter never tried twice", its
+    // attempts timing out as no quorum). Nothing here is about a slow
+    // node's timeout.
+    let patient = |nodes: &[MemoryBackend]| {
+        LockManager::builder()
+            .nodes(nodes.iter().cloned())
+            .node_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (patient(&nodes), patient(&nodes));
     let guard = holder.try_lock("job").unwrap();
     // Node 1 holds the waiter's first acquire (the first acquire from now
     // on) until the holder has released there.
