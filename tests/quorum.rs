@@ -193,23 +193,12 @@ fn report_names_dead_nodes() {
     // has failed often enough to be marked down (a release retried in the
     // background counts too).
     for node in ["mem-1", "mem-2", "mem-3"] {
-        let said = said_of(&text, node);
+        let said = testkit::said_of(&text, node);
         assert!(
             said.starts_with("failed (unreachable") || said.starts_with("skipped: marked down"),
             "{text}"
         );
     }
-}
-
-/// What a report's line says of `node`: the words after the names of the
-/// nodes that share them (`a, b: failed (...)`; `c: timed out`).
-fn said_of<'t>(text: &'t str, node: &str) -> &'t str {
-    let at = text
-        .find(&format!("{node}:"))
-        .or_else(|| text.find(&format!("{node},")))
-        .unwrap_or_else(|| panic!("{node} is not named in {text}"));
-    let rest = &text[at..];
-    &rest[rest.find(": ").unwrap_or_else(|| panic!("{text}")) + 2..]
 }
 
 /// A node that keeps failing is marked down and skipped without waiting,

@@ -105,17 +105,6 @@ fn failed_kind(outcome: &NodeOutcome) -> Option<BackendErrorKind> {
 }
 
 /// The outcome reported for the node named `url`.
-/// What a report's line says of `node`: the words after the names of the
-/// nodes that share them (`a, b: failed (...)`; `c: timed out`).
-fn said_of<'t>(text: &'t str, node: &str) -> &'t str {
-    let at = text
-        .find(&format!("{node}:"))
-        .or_else(|| text.find(&format!("{node},")))
-        .unwrap_or_else(|| panic!("{node} is not named in {text}"));
-    let rest = &text[at..];
-    &rest[rest.find(": ").unwrap_or_else(|| panic!("{text}")) + 2..]
-}
-
 fn outcome_of<'r>(report: &'r Report, url: &str) -> &'r NodeOutcome {
     report
         .nodes()
@@ -291,12 +280,12 @@ fn two_of_five_killed_still_locks_and_reports_the_dead_nodes() {
         );
         let named = ["failed (unreachable", "skipped", "not awaited"]
             .iter()
-            .any(|what| said_of(&text, url).starts_with(what));
+            .any(|what| testkit::said_of(&text, url).starts_with(what));
         assert!(named, "{url} is not named as unavailable in: {text}");
     }
     assert!(
         dead.iter()
-            .any(|url| said_of(&text, url).starts_with("failed (unreachable")),
+            .any(|url| testkit::said_of(&text, url).starts_with("failed (unreachable")),
         "{text}"
     );
     // Every cause is in the one-line message; the typed errors are in the

@@ -21,11 +21,13 @@ pub mod blackhole;
 pub mod faces;
 pub mod fake_server;
 pub mod proxy;
+mod report;
 pub mod rng;
 pub mod server;
 mod wait;
 
 pub use blackhole::Blackhole;
+pub use report::said_of;
 pub use rng::Rng;
 pub use server::{RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port};
 pub use wait::{until_listening, wait_until, wait_until_with};
