@@ -21,7 +21,8 @@ use redis::Value;
 use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
-use super::conn::{Ask, value_text};
+use super::frame::value_text;
+use super::info::Ask;
 use super::pool::{Checkout, Failure};
 use super::redact::{show_key, show_keys};
 use super::scripts::{Digests, Script};

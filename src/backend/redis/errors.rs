@@ -16,7 +16,7 @@ use redis::Value;
 use crate::backend::{BackendError, BackendErrorKind};
 
 use super::Inner;
-use super::conn::describe_value;
+use super::frame::describe_value;
 use super::transport::{Fault, Phase};
 
 impl Inner {
@@ -129,11 +129,11 @@ impl Inner {
             Fault::Protocol(why) => (K::Protocol, why.clone()),
             #[cfg(feature = "tls")]
             Fault::Tls(why) => (K::Config, why.clone()),
-            Fault::Refused {
+            Fault::ErrorReply {
                 command: "AUTH",
                 error,
             } => (K::Auth, format!("AUTH refused: {}", server_text(error))),
-            Fault::Refused { command, error } => {
+            Fault::ErrorReply { command, error } => {
                 let kind = match kind_for_server_code(error.code()) {
                     // e.g. SELECT of a database the server does not have.
                     K::Other => K::Config,

@@ -13,6 +13,8 @@
 //! strings, errors, integers, bulk strings and arrays. Anything else is a
 //! peer that is not (acting as) a Redis server.
 
+use redis::Value;
+
 /// Largest reply accepted, in bytes. The largest legitimate answer to the
 /// backend's commands is `INFO server`, a few KiB.
 pub(super) const MAX_REPLY_BYTES: usize = 64 * 1024;
@@ -167,6 +169,31 @@ fn shown(bytes: &[u8], max: usize) -> String {
         .collect();
     let more = if bytes.len() > max { "..." } else { "" };
     format!("\"{text}{more}\"")
+}
+
+/// The text of a status or bulk reply.
+pub(super) fn value_text(value: &Value) -> Option<String> {
+    match value {
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Okay => Some("OK".to_owned()),
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// A reply's shape for messages, without its content.
+pub(super) fn describe_value(value: &Value) -> String {
+    match value {
+        Value::Nil => "nil".to_owned(),
+        Value::Int(n) => format!("integer {n}"),
+        Value::Okay => "OK".to_owned(),
+        Value::SimpleString(_) => "a status reply".to_owned(),
+        Value::BulkString(b) => format!("a {}-byte string", b.len()),
+        Value::Array(a) => format!("an array of {}", a.len()),
+        Value::ServerError(e) => format!("error {}", e.code()),
+        _ => "an unexpected reply type".to_owned(),
+    }
 }
 
 #[cfg(test)]

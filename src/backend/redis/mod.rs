@@ -36,10 +36,15 @@
 //!
 //! # Identity
 //!
-//! Each connection reads `INFO` (its default sections) once, in its first
-//! pipeline, and keeps the server's `run_id`, uptime, `maxmemory` and
-//! `maxmemory_policy` for its whole life: the [`Answers`](crate::backend::Answers) of a batch
-//! report the identity of the connection that carried it. When that `INFO` is refused (an
+//! Each connection reads `INFO` (its default sections) in its first
+//! pipeline and keeps the server's `run_id` and uptime for its whole life
+//! (a restarted server closes its connections); the settings that can
+//! change at run time (`maxmemory`, `maxmemory_policy`, the role and
+//! replication history, `evicted_keys`) are read again (`INFO memory`,
+//! `replication`, `stats`) in the pipeline of the first batch once they
+//! are `SETTINGS_MAX_AGE` (500 ms) old. The
+//! [`Answers`](crate::backend::Answers) of a batch report the identity of
+//! the connection that carried it. When that `INFO` is refused (an
 //! ACL user without `+info` gets `NOPERM`) or its reply is unreadable, the
 //! connection's identity is unknown (`None`) and `INFO` is not asked again
 //! on it: with restart quarantine on, such a node's grants do not count.
@@ -49,6 +54,7 @@ mod conn;
 mod errors;
 mod flight;
 mod frame;
+mod info;
 mod inspect;
 mod notices;
 mod pool;
@@ -70,7 +76,9 @@ use crate::backend::{
     ReleaseListener, ServerInfo,
 };
 
-use self::conn::{Ask, Setup, pack_info, value_text};
+use self::conn::Setup;
+use self::frame::value_text;
+use self::info::{Ask, pack_info, parse_info};
 use self::pool::{Failure, IdleConn};
 use self::redact::{describe_info, redact_raw_url, scrub, url_secrets};
 use self::scripts::Digests;
@@ -263,7 +271,7 @@ impl RedisBackend {
         match reply {
             Some(Value::ServerError(e)) => Err(inner.server_error(&e, None)),
             Some(value) => match value_text(&value) {
-                Some(text) => Ok(conn::parse_info(&text)),
+                Some(text) => Ok(parse_info(&text)),
                 None => Err(inner.protocol_error("INFO", &value)),
             },
             None => Err(inner.node_error(BackendErrorKind::Protocol, "no reply to INFO", None)),

@@ -121,7 +121,7 @@ impl Subscriber {
             Failure::Fault(fault, _) => self.inner.fault_error(&fault),
             // A refusal is for good (an ACL without the pub/sub commands
             // or channels, a proxy without pub/sub): say so by the kind.
-            Failure::Refused(e) => {
+            Failure::ErrorReply(e) => {
                 let error = self.inner.server_error(&e, None);
                 if error.kind().is_permanent() {
                     error
@@ -140,9 +140,9 @@ enum Failure {
     /// connection reused from before (it may simply have gone stale: one
     /// more try on a new one is worth it).
     Fault(Fault, bool),
-    /// The server refused (e.g. `NOPERM` for a channel the ACL does not
+    /// The server answered with an error (e.g. `NOPERM` for a channel the ACL does not
     /// allow, or a proxy without pub/sub).
-    Refused(redis::ServerError),
+    ErrorReply(redis::ServerError),
     /// A reply a subscriber should never see.
     Unexpected(Value),
 }
@@ -207,7 +207,7 @@ fn key_of(channel: &[u8]) -> Option<Vec<u8>> {
 fn classify(reply: Value) -> Result<Push, Failure> {
     let items = match reply {
         Value::Array(items) => items,
-        Value::ServerError(e) => return Err(Failure::Refused(e)),
+        Value::ServerError(e) => return Err(Failure::ErrorReply(e)),
         other => return Err(Failure::Unexpected(other)),
     };
     let text = |v: Option<&Value>| match v {

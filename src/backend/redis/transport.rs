@@ -68,8 +68,9 @@ pub(super) enum Fault {
     /// The TLS layer failed (certificate, handshake, protocol mismatch).
     #[cfg(feature = "tls")]
     Tls(String),
-    /// The server refused a setup command (`AUTH` or `SELECT`).
-    Refused {
+    /// The server answered a setup command (`AUTH` or `SELECT`) with an
+    /// error.
+    ErrorReply {
         command: &'static str,
         error: redis::ServerError,
     },
