@@ -129,7 +129,7 @@ impl ExtendTicket {
 
 /// Why an extend may not begin.
 #[derive(Debug)]
-pub(crate) enum Refused {
+pub(crate) enum CannotExtend {
     /// The lease is lost, for this reason.
     Lost(Error),
     /// The lease was released, forgotten or handed over.
@@ -263,15 +263,15 @@ impl LeaseState {
         ttl: Duration,
         drift: Duration,
         epochs: Vec<u64>,
-    ) -> Result<ExtendTicket, Refused> {
+    ) -> Result<ExtendTicket, CannotExtend> {
         if let Some(lost) = &self.lost {
-            return Err(Refused::Lost(lost.clone()));
+            return Err(CannotExtend::Lost(lost.clone()));
         }
         if self.finished {
-            return Err(Refused::Finished);
+            return Err(CannotExtend::Finished);
         }
         if self.deadline <= start {
-            return Err(Refused::Expired);
+            return Err(CannotExtend::Expired);
         }
         let old_deadline = self.deadline;
         self.deadline = begin_cap(self.deadline, start, ttl, drift);

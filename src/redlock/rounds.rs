@@ -1,26 +1,31 @@
 //! Rounds: the Redlock steps over the engine. Acquire (vote, then keep the
 //! lock only with a quorum and a positive validity, else release
-//! everywhere), extend (in two halves, so the watchdog can send many at
+//! on every node the attempt reached), extend (in two halves, in
+//! `rounds/extend.rs`, so the watchdog can send many at
 //! once), release (waited for, or queued), and the local hand-over of a
 //! held lock to the next thread of the same manager.
+
+mod extend;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
+pub(crate) use self::extend::ExtendInFlight;
+
 use super::counters::{Counters, Event};
 use super::fencing::{FenceFailure, next_fence, wall_micros};
 use super::forget_watch::{ForgetWatch, after_loss};
-use super::lease::{ExtendTicket, Lease, LeaseState, NotExtended, Refused};
+use super::lease::{Lease, LeaseState};
 use super::owners::Owners;
 use super::support::Support;
 use super::turns::{LocalQueue, Streak, Ticket, Want};
-use super::validity::{check_ttl, drift};
-use super::verdict::{AcquireVerdict, Votes, acquire_verdict, extend_verdict};
+use super::validity::drift;
+use super::verdict::{AcquireVerdict, Votes, acquire_verdict};
 use crate::backend::KeySet;
 use crate::clock::Clock;
-use crate::engine::{Action, Direct, Engine, Gather, Pending, Request};
+use crate::engine::{Action, Direct, Engine, Gather, Request};
 use crate::error::{Error, Result};
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
 use crate::token::Token;
@@ -275,111 +280,6 @@ impl Rounds {
         }
     }
 
-    /// Extends a held lock: a quorum must confirm within the remaining
-    /// validity. On success the lease's deadline moves to
-    /// `extend_start + ttl - drift`; on failure the lease is marked lost.
-    pub(crate) fn extend(&self, lease: &Lease, ttl: Duration) -> Result<()> {
-        let in_flight = self.begin_extend(lease, ttl)?;
-        self.finish_extend(lease, in_flight)
-    }
-
-    /// The first half of an extend: checks the lease and sends the extend
-    /// to every node, under the lease's lock so that no extend is ever sent
-    /// after a release. Returns at once.
-    pub(crate) fn begin_extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendInFlight> {
-        let config = &self.config;
-        check_ttl(ttl, config.max_ttl, config.drift_factor)
-            .map_err(|reason| Error::InvalidArgument { reason })?;
-        let mut state = lease.state();
-        let start = self.now();
-        // Caps the deadline at what this extend would give: from the send
-        // on, a node may apply it at any moment, and `PEXPIRE` can shorten
-        // a key (the lease's lock is held until it is sent, so a hand-over
-        // sees the capped deadline).
-        // Read before the send, as for an acquire.
-        let epochs = self.engine.forgets().snapshot();
-        let ticket = match state.begin_extend(start, ttl, drift(ttl, config.drift_factor), epochs) {
-            Ok(ticket) => ticket,
-            Err(Refused::Lost(lost)) => return Err(lost),
-            Err(Refused::Finished) => {
-                return Err(Error::Lost {
-                    reason: "the lock was released".into(),
-                    report: None,
-                });
-            }
-            Err(Refused::Expired) => {
-                let error = Error::Lost {
-                    reason: "the lock's validity ran out before the extend".into(),
-                    report: None,
-                };
-                self.counters.note(Event::ExtendFailed);
-                self.lose(lease, state, &error);
-                return Err(error);
-            }
-        };
-        let request = Request {
-            action: Action::Extend { ttl },
-            keys: &lease.keys,
-            token: lease.token,
-        };
-        let wait = config.node_timeout.min(ticket.remaining());
-        let gather = Gather::UntilDecided {
-            quorum: config.quorum,
-        };
-        let pending = self.engine.scatter(&request, wait, Direct::Never, gather);
-        drop(state);
-        Ok(ExtendInFlight { pending, ticket })
-    }
-
-    /// The second half of an extend: gathers the votes and updates the
-    /// lease with their verdict. The extend begun last moves the support
-    /// to its granting nodes, which are checked at once (under the lease's
-    /// lock, so a forget seen since it was sent is not missed).
-    pub(crate) fn finish_extend(&self, lease: &Lease, in_flight: ExtendInFlight) -> Result<()> {
-        let config = &self.config;
-        let ExtendInFlight { pending, ticket } = in_flight;
-        let outcomes = pending.gather(Gather::UntilDecided {
-            quorum: config.quorum,
-        });
-        let end = self.now();
-        let elapsed = end.saturating_duration_since(ticket.start());
-        let report = self.report(Round::Extend, &lease.resources, outcomes, elapsed);
-        let verdict = extend_verdict(
-            report.granted(),
-            config.quorum,
-            ticket.ttl(),
-            ticket.drift(),
-            ticket.start(),
-            ticket.old_deadline(),
-            end,
-        );
-        let granted: Vec<bool> = report
-            .nodes
-            .iter()
-            .map(|n| n.outcome.is_granted())
-            .collect();
-        let failure = |reason| Error::Lost {
-            reason,
-            report: Some(Box::new(report)),
-        };
-        let mut state = lease.state();
-        match state.finish_extend(ticket, verdict, granted, failure) {
-            Ok(()) => {
-                self.counters.note(Event::ExtendOk);
-                match self.forgets.check(lease, state) {
-                    Some(lost) => Err(lost),
-                    None => Ok(()),
-                }
-            }
-            Err(NotExtended::AlreadyLost(lost)) => Err(lost),
-            Err(NotExtended::Failed { error, first }) => {
-                self.counters.note(Event::ExtendFailed);
-                self.after_loss(lease, state, &error, first);
-                Err(error)
-            }
-        }
-    }
-
     /// Releases on every node and waits for their answers (at most the
     /// per-node timeout). Marks the lease finished first, under its lock, so
     /// the watchdog sends no extend after this release: an extend it sent
@@ -491,12 +391,6 @@ impl Rounds {
             waited: elapsed,
         }
     }
-}
-
-/// An extend that has been sent and not yet gathered.
-pub(crate) struct ExtendInFlight {
-    pending: Pending,
-    ticket: ExtendTicket,
 }
 
 /// `error` of the last attempt, with the count and the whole wait.

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::canary::{self, Canary};
 use crate::error::Error;
-use crate::redlock::lease::{ExtendTicket, Handed, LeaseState, Refused};
+use crate::redlock::lease::{CannotExtend, ExtendTicket, Handed, LeaseState};
 use crate::redlock::support::Support;
 use crate::redlock::validity::drift;
 use crate::redlock::verdict::extend_verdict;
@@ -273,7 +273,7 @@ impl Explorer {
                             granted: [false; NODES],
                         });
                     }
-                    Err(Refused::Expired) => {
+                    Err(CannotExtend::Expired) => {
                         lease.state.lose(&lost("expired before the extend"));
                     }
                     Err(_) => return None,

@@ -1,0 +1,128 @@
+//! Extend, in two halves (send, then gather), so the watchdog can send
+//! many at once and gather them together: a quorum must confirm within
+//! the remaining validity, and the extend begun last moves the lease's
+//! support to its granting nodes.
+
+use std::time::Duration;
+
+use super::Rounds;
+use crate::engine::{Action, Direct, Gather, Pending, Request};
+use crate::error::{Error, Result};
+use crate::redlock::counters::Event;
+use crate::redlock::lease::{CannotExtend, ExtendTicket, Lease, NotExtended};
+use crate::redlock::validity::{check_ttl, drift};
+use crate::redlock::verdict::extend_verdict;
+use crate::report::Round;
+
+/// An extend that has been sent and not yet gathered.
+pub(crate) struct ExtendInFlight {
+    pending: Pending,
+    ticket: ExtendTicket,
+}
+
+impl Rounds {
+    /// Extends a held lock: a quorum must confirm within the remaining
+    /// validity. On success the lease's deadline moves to
+    /// `extend_start + ttl - drift`; on failure the lease is marked lost.
+    pub(crate) fn extend(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        let in_flight = self.begin_extend(lease, ttl)?;
+        self.finish_extend(lease, in_flight)
+    }
+
+    /// The first half of an extend: checks the lease and sends the extend
+    /// to every node, under the lease's lock so that no extend is ever sent
+    /// after a release. Returns at once.
+    pub(crate) fn begin_extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendInFlight> {
+        let config = &self.config;
+        check_ttl(ttl, config.max_ttl, config.drift_factor)
+            .map_err(|reason| Error::InvalidArgument { reason })?;
+        let mut state = lease.state();
+        let start = self.now();
+        // Caps the deadline at what this extend would give: from the send
+        // on, a node may apply it at any moment, and `PEXPIRE` can shorten
+        // a key (the lease's lock is held until it is sent, so a hand-over
+        // sees the capped deadline).
+        // Read before the send, as for an acquire.
+        let epochs = self.engine.forgets().snapshot();
+        let ticket = match state.begin_extend(start, ttl, drift(ttl, config.drift_factor), epochs) {
+            Ok(ticket) => ticket,
+            Err(CannotExtend::Lost(lost)) => return Err(lost),
+            Err(CannotExtend::Finished) => {
+                return Err(Error::Lost {
+                    reason: "the lock was released".into(),
+                    report: None,
+                });
+            }
+            Err(CannotExtend::Expired) => {
+                let error = Error::Lost {
+                    reason: "the lock's validity ran out before the extend".into(),
+                    report: None,
+                };
+                self.counters.note(Event::ExtendFailed);
+                self.lose(lease, state, &error);
+                return Err(error);
+            }
+        };
+        let request = Request {
+            action: Action::Extend { ttl },
+            keys: &lease.keys,
+            token: lease.token,
+        };
+        let wait = config.node_timeout.min(ticket.remaining());
+        let gather = Gather::UntilDecided {
+            quorum: config.quorum,
+        };
+        let pending = self.engine.scatter(&request, wait, Direct::Never, gather);
+        drop(state);
+        Ok(ExtendInFlight { pending, ticket })
+    }
+
+    /// The second half of an extend: gathers the votes and updates the
+    /// lease with their verdict. The extend begun last moves the support
+    /// to its granting nodes, which are checked at once (under the lease's
+    /// lock, so a forget seen since it was sent is not missed).
+    pub(crate) fn finish_extend(&self, lease: &Lease, in_flight: ExtendInFlight) -> Result<()> {
+        let config = &self.config;
+        let ExtendInFlight { pending, ticket } = in_flight;
+        let outcomes = pending.gather(Gather::UntilDecided {
+            quorum: config.quorum,
+        });
+        let end = self.now();
+        let elapsed = end.saturating_duration_since(ticket.start());
+        let report = self.report(Round::Extend, &lease.resources, outcomes, elapsed);
+        let verdict = extend_verdict(
+            report.granted(),
+            config.quorum,
+            ticket.ttl(),
+            ticket.drift(),
+            ticket.start(),
+            ticket.old_deadline(),
+            end,
+        );
+        let granted: Vec<bool> = report
+            .nodes
+            .iter()
+            .map(|n| n.outcome.is_granted())
+            .collect();
+        let failure = |reason| Error::Lost {
+            reason,
+            report: Some(Box::new(report)),
+        };
+        let mut state = lease.state();
+        match state.finish_extend(ticket, verdict, granted, failure) {
+            Ok(()) => {
+                self.counters.note(Event::ExtendOk);
+                match self.forgets.check(lease, state) {
+                    Some(lost) => Err(lost),
+                    None => Ok(()),
+                }
+            }
+            Err(NotExtended::AlreadyLost(lost)) => Err(lost),
+            Err(NotExtended::Failed { error, first }) => {
+                self.counters.note(Event::ExtendFailed);
+                self.after_loss(lease, state, &error, first);
+                Err(error)
+            }
+        }
+    }
+}
