@@ -1,10 +1,13 @@
-//! What a round asks each node to do: the engine's side of the one
+//! What a round asks of the nodes: the engine's side of the one
 //! vocabulary for a node operation. A round is an action on one lock's
-//! keys with one token; [`Action::op`] makes the backend's [`Op`] of it.
+//! keys with one token ([`Request`]; [`Action::op`] makes the backend's
+//! [`Op`] of it), gathered until decided or from every node ([`Gather`]),
+//! on the caller's thread where the nodes are idle or not ([`Direct`]).
 
 use std::time::Duration;
 
 use crate::backend::{KeySet, Op};
+use crate::token::Token;
 
 /// What a round asks each node to do, with what that needs (the TTL of
 /// an acquire or extend, the fence of a raise). The keys and the token
@@ -42,4 +45,34 @@ impl Action {
     pub(crate) fn is_fenced(self) -> bool {
         matches!(self, Self::AcquireFenced { .. } | Self::RaiseFence(_))
     }
+}
+
+/// Whether the caller may run one node's operation on its own thread
+/// (see `Engine::scatter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direct {
+    /// Queue every operation to the node threads (never blocks).
+    Never,
+    /// Drive the round on the caller's thread on every idle node (see
+    /// `drive.rs`).
+    IdleNodes,
+}
+
+/// One operation for every node, on one lock's keys.
+pub(crate) struct Request<'a> {
+    pub(crate) action: Action,
+    pub(crate) keys: &'a KeySet,
+    pub(crate) token: Token,
+}
+
+/// How long a round gathers answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gather {
+    /// Until `quorum` grants arrive or they can no longer arrive.
+    UntilDecided {
+        /// Grants needed.
+        quorum: usize,
+    },
+    /// Until every node has answered.
+    All,
 }

@@ -14,7 +14,7 @@
 //! next, and folds in the answers of the nodes it queued to as they come.
 //! Once the round is decided (a quorum of grants, or too few nodes left),
 //! or its deadline has passed, the batches it has not read yet are handed
-//! to their node threads ([`Job::Finish`]), still under their gates: the
+//! to their node threads ([`Work::Unread`]), still under their gates: the
 //! node thread reads the late answer and passes it on, and a release
 //! queued later (say, of the acquire that lost) runs after it.
 
@@ -25,7 +25,7 @@ use crossbeam_channel::Sender;
 use super::gate::Gate;
 use super::node::{Item, NodeState, Sent, Vote};
 use super::pending::{Pending, known_tally};
-use super::worker::{Handed, Job, NodeExec};
+use super::worker::{Job, NodeExec, Unread, Work};
 use super::{Engine, Gather};
 use crate::sync::MutexGuard;
 
@@ -125,7 +125,7 @@ impl Engine {
                             outcomes[slot] = Some(vote);
                         }
                     } else {
-                        self.hand_over(node, reply);
+                        self.leave_unread(node, reply);
                     }
                 }
                 break;
@@ -161,22 +161,22 @@ impl Engine {
     /// do on its own now (a probe, a release to retry).
     fn wake_if(&self, slot: usize, wake: bool) {
         if wake {
-            let _ = self.nodes[slot].enqueue(Job::Wake);
+            let _ = self.nodes[slot].enqueue(Job::Wake { probe: false });
         }
     }
 
     /// Hands a driven node's unread batch to its thread, under its gate:
     /// the thread reads the answer (and sends it on `reply`, where the
     /// round may still count it) before anything queued later.
-    fn hand_over(&self, driven: Driven<'_>, reply: &Sender<(usize, Vote)>) {
+    fn leave_unread(&self, driven: Driven<'_>, reply: &Sender<(usize, Vote)>) {
         let Driven {
             slot, state, sent, ..
         } = driven;
         let node = &self.nodes[slot];
-        let job = Job::Finish(Box::new(Handed {
+        let job = Job::Work(Work::Unread(Box::new(Unread {
             sent,
             reply: Some((reply.clone(), slot)),
-        }));
+        })));
         // Gone: the node's thread has stopped; the batch is dropped with
         // the job (its connection closes) and the round counts the node as
         // not answering.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Engine;
-use super::worker::{Job, Refused};
+use super::worker::{Job, NotQueued, Work};
 use crate::backend::{BackendError, BackendErrorKind, Holding};
 
 impl Engine {
@@ -26,10 +26,10 @@ impl Engine {
         let mut expected = 0;
         let key: Arc<[u8]> = Arc::from(key);
         for (slot, node) in self.nodes.iter().enumerate() {
-            let job = Job::Inspect {
+            let job = Job::Work(Work::Inspect {
                 key: Arc::clone(&key),
                 reply: (reply.clone(), slot),
-            };
+            });
             match node.enqueue(job) {
                 Ok(()) => expected += 1,
                 Err(refused) => found[slot] = Some(Err(not_inspected(refused))),
@@ -59,13 +59,13 @@ impl Engine {
 }
 
 /// Why a node was not asked to inspect.
-fn not_inspected(refused: Refused) -> BackendError {
+fn not_inspected(refused: NotQueued) -> BackendError {
     match refused {
-        Refused::Gone => BackendError::new(
+        NotQueued::Gone => BackendError::new(
             BackendErrorKind::Other,
             "the node's worker thread has stopped",
         ),
-        Refused::Full => BackendError::new(
+        NotQueued::Full => BackendError::new(
             BackendErrorKind::Other,
             "the node's queue is full (the node is too slow for the load)",
         ),

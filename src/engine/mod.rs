@@ -8,7 +8,6 @@
 //! even when that acquire's answer came too late to count.
 
 mod action;
-mod announce;
 mod drive;
 mod forgets;
 mod gate;
@@ -20,7 +19,6 @@ mod node;
 mod pending;
 mod retries;
 mod settings_look;
-mod tally;
 mod waiters;
 mod worker;
 
@@ -30,13 +28,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
-pub(crate) use self::action::Action;
+pub(crate) use self::action::{Action, Direct, Gather, Request};
 pub(crate) use self::forgets::Forgets;
 use self::health::Vitals;
 #[cfg(not(test))]
 use self::identity::Registry;
 pub(crate) use self::pending::Pending;
-pub(crate) use self::tally::majority;
+pub(crate) use self::pending::majority;
 use self::waiters::Waiters;
 pub(crate) use self::waiters::{HolderNews, Watch};
 // The protocol check (src/redlock/checks/protocol.rs) runs the engine's own
@@ -46,8 +44,8 @@ use self::drive::Driven;
 pub(crate) use self::identity::{Identity, Registry, Standing};
 use self::node::{Item, Shared, Vote};
 #[cfg(test)]
-pub(crate) use self::tally::Tally;
-use self::worker::{Job, MAX_QUEUED, NodeExec, Peers, Refused, ReplyTo};
+pub(crate) use self::pending::Tally;
+use self::worker::{Job, MAX_QUEUED, NodeExec, NotQueued, Peers, ReplyTo, Work};
 use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet, Probe};
 use crate::clock::Clock;
 use crate::error::Error;
@@ -99,19 +97,19 @@ impl Node {
         if recoveries == seen {
             return true;
         }
-        self.enqueue(Job::ProbeNow).is_err()
+        self.enqueue(Job::Wake { probe: true }).is_err()
     }
 
-    fn enqueue(&self, job: Job) -> Result<(), Refused> {
+    fn enqueue(&self, job: Job) -> Result<(), NotQueued> {
         self.exec.enqueue(&self.jobs, job)
     }
 
     /// Queues `req` for this node's thread.
-    fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> Result<(), Refused> {
-        self.enqueue(Job::Op {
+    fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> Result<(), NotQueued> {
+        self.enqueue(Job::Work(Work::Op {
             item: req.item(),
             reply,
-        })
+        }))
     }
 
     /// A release for a node marked down is parked (no wake-up, no
@@ -134,24 +132,6 @@ fn recoveries(backend: &dyn Backend) -> u64 {
     backend.probe().map_or(0, Probe::recoveries)
 }
 
-/// Whether the caller may run one node's operation on its own thread
-/// (see [`Engine::scatter`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Direct {
-    /// Queue every operation to the node threads (never blocks).
-    Never,
-    /// Drive the round on the caller's thread on every idle node (see
-    /// `drive.rs`).
-    IdleNodes,
-}
-
-/// One operation for every node, on one lock's keys.
-pub(crate) struct Request<'a> {
-    pub(crate) action: Action,
-    pub(crate) keys: &'a KeySet,
-    pub(crate) token: Token,
-}
-
 impl Request<'_> {
     /// One node's operation, owning its keys.
     fn item(&self) -> Item {
@@ -161,18 +141,6 @@ impl Request<'_> {
             token: self.token,
         }
     }
-}
-
-/// How long a round gathers answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Gather {
-    /// Until `quorum` grants arrive or they can no longer arrive.
-    UntilDecided {
-        /// Grants needed.
-        quorum: usize,
-    },
-    /// Until every node has answered.
-    All,
 }
 
 /// What the engine needs besides its backends.
@@ -429,7 +397,7 @@ impl Engine {
     /// Waits until every node has run everything queued before this call,
     /// for at most `wait`. Returns whether all nodes got there.
     pub(crate) fn flush(&self, wait: Duration) -> bool {
-        self.barrier(Job::Barrier, wait)
+        self.barrier(false, wait)
     }
 
     /// Registers a waiter for the release of `keys` (of any member, for a
@@ -442,7 +410,7 @@ impl Engine {
     /// unregisters it; a node stops listening once nobody waits.
     pub(crate) fn watch(&self, keys: &KeySet, wait: Duration) -> Watch {
         let watch = self.shared.waiters.register(keys);
-        self.barrier(Job::Listen, wait);
+        self.barrier(true, wait);
         watch
     }
 
@@ -452,14 +420,16 @@ impl Engine {
         self.shared.waiters.take_heard(keys)
     }
 
-    /// Queues the job `make` builds to every node and waits (at most
-    /// `wait`) for each to answer it. Whether all nodes did.
-    fn barrier(&self, make: fn(Sender<()>) -> Job, wait: Duration) -> bool {
+    /// Queues a barrier (that first subscribes, with `listen`) to every
+    /// node and waits (at most `wait`) for each to answer it. Whether all
+    /// nodes did.
+    fn barrier(&self, listen: bool, wait: Duration) -> bool {
         let deadline = Instant::now().checked_add(wait);
         let (ack, acks) = crossbeam_channel::bounded(self.nodes.len());
         let mut expected = 0;
         for node in &self.nodes {
-            if node.enqueue(make(ack.clone())).is_ok() {
+            let done = ack.clone();
+            if node.enqueue(Job::Barrier { listen, done }).is_ok() {
                 expected += 1;
             }
         }
@@ -477,13 +447,13 @@ impl Engine {
     }
 }
 
-fn not_queued(refused: Refused) -> NodeOutcome {
+fn not_queued(refused: NotQueued) -> NodeOutcome {
     NodeOutcome::Failed(match refused {
-        Refused::Gone => BackendError::new(
+        NotQueued::Gone => BackendError::new(
             BackendErrorKind::Panicked,
             "the node's worker thread has stopped",
         ),
-        Refused::Full => BackendError::new(
+        NotQueued::Full => BackendError::new(
             BackendErrorKind::Other,
             format!(
                 "{MAX_QUEUED} operations are already waiting for this node: it is too slow for the load"

@@ -31,7 +31,7 @@ pub(crate) const MAX_QUEUED: usize = 100_000;
 
 /// Why a job was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub(crate) enum NotQueued {
     /// The node's thread has stopped.
     Gone,
     /// [`MAX_QUEUED`] operations are already waiting.
@@ -48,27 +48,31 @@ pub(crate) type ReplyTo = (Sender<(usize, Vote)>, usize);
 /// senders keep open, would never close.
 pub(crate) type Peers = Arc<Mutex<Vec<(Sender<Job>, Arc<NodeExec>)>>>;
 
-/// One unit of work for a node's thread.
+/// What a node's thread is asked to do: work, or one of two control
+/// messages.
 pub(crate) enum Job {
+    /// Work for the node, run in queue order (per-node FIFO).
+    Work(Work),
+    /// Answered once every job queued before it has run. With `listen`,
+    /// the thread first subscribes for the watched keys (the watch changed),
+    /// before running any op of its batch.
+    Barrier { listen: bool, done: Sender<()> },
+    /// Wakes the thread, so it sees a probe or retry time that a caller's
+    /// direct run has set. With `probe`, it also probes the node now if it
+    /// is marked down (its backend reported a recovery), so that the ops
+    /// queued after it go to the node.
+    Wake { probe: bool },
+}
+
+/// Work for a node's thread.
+pub(crate) enum Work {
     /// A lock operation. `reply` is `None` for fire-and-forget releases.
     Op { item: Item, reply: Option<ReplyTo> },
-    /// Answered once every job queued before it has run.
-    Barrier(Sender<()>),
-    /// Does nothing but wake the thread, so it sees a probe or retry time
-    /// that a caller's direct run has set.
-    Wake,
-    /// The watched keys changed: subscribe for them before running any
-    /// job queued after this one, then answer (like a barrier).
-    Listen(Sender<()>),
-    /// Probe the node now if it is marked down (its backend reported a
-    /// recovery): the operations queued after it then go to the node.
-    ProbeNow,
     /// A batch a caller sent to the node and no longer waits for (its
-    /// round was decided): read its answer and pass it on, before any job
-    /// queued after it (per-node FIFO).
-    Finish(Box<Handed>),
-    /// Read what a key holds ([`Inspect::inspect`](crate::backend::Inspect::inspect)), after every job queued
-    /// before this one, and answer on the channel with this node's slot.
+    /// round was decided): read its answers and pass them on.
+    Unread(Box<Unread>),
+    /// Read what a key holds ([`Inspect::inspect`](crate::backend::Inspect::inspect))
+    /// and answer on the channel with this node's slot.
     Inspect {
         key: Arc<[u8]>,
         reply: (Sender<Inspected>, usize),
@@ -78,8 +82,9 @@ pub(crate) enum Job {
 /// One node's answer to an inspection, with its slot.
 pub(crate) type Inspected = (usize, Result<Option<Holding>, BackendError>);
 
-/// A batch a caller sent and handed to the node's thread ([`Job::Finish`]).
-pub(crate) struct Handed {
+/// A batch a caller sent and left to the node's thread to read
+/// ([`Work::Unread`]).
+pub(crate) struct Unread {
     pub(super) sent: Sent,
     pub(super) reply: Option<ReplyTo>,
 }
@@ -95,7 +100,7 @@ pub(crate) struct NodeExec {
 impl NodeExec {
     /// Queues `job` for the node's thread. Returns `false` when the thread
     /// is gone.
-    pub(crate) fn enqueue(&self, jobs: &Sender<Job>, job: Job) -> Result<(), Refused> {
+    pub(crate) fn enqueue(&self, jobs: &Sender<Job>, job: Job) -> Result<(), NotQueued> {
         // Bounded: a node too slow for the load refuses new operations
         // that could take or prolong a key (their keys, if any, expire with
         // their TTL) instead of growing the queue without limit. Releases
@@ -103,14 +108,17 @@ impl NodeExec {
         // rounds release only where the acquire went), so they are bounded
         // by the operations the queue accepted, and dropping one would
         // leave the key of an acquire that may still run.
-        let bounded = matches!(&job, Job::Op { item, .. } if item.action != Action::Release)
-            || matches!(job, Job::Inspect { .. });
+        let bounded = match &job {
+            Job::Work(Work::Op { item, .. }) => item.action != Action::Release,
+            Job::Work(Work::Inspect { .. }) => true,
+            Job::Work(Work::Unread(_)) | Job::Barrier { .. } | Job::Wake { .. } => false,
+        };
         if bounded && self.gate.queued() >= MAX_QUEUED {
-            return Err(Refused::Full);
+            return Err(NotQueued::Full);
         }
         self.gate
             .admit(|| jobs.send(job))
-            .map_err(|_| Refused::Gone)
+            .map_err(|_| NotQueued::Gone)
     }
 
     /// Whether a caller that waits at most `wait` may run this node's
@@ -198,7 +206,10 @@ impl NodeThread<'_> {
             };
             batch.push(first);
             batch.extend(self.jobs.try_iter().take(MAX_BATCH - 1));
-            if batch.iter().any(|job| matches!(job, Job::Listen(_))) {
+            if batch
+                .iter()
+                .any(|job| matches!(job, Job::Barrier { listen: true, .. }))
+            {
                 // Before every op of the batch (earlier is harmless): the
                 // ops queued after the change must find the subscription
                 // in place.
@@ -224,7 +235,7 @@ impl NodeThread<'_> {
         }
         for (i, (jobs, exec)) in self.peers.lock().iter().enumerate() {
             if i != self.index {
-                let _ = exec.enqueue(jobs, Job::Wake);
+                let _ = exec.enqueue(jobs, Job::Wake { probe: false });
             }
         }
     }
@@ -237,31 +248,32 @@ fn run_jobs(state: &mut NodeState, batch: &mut Vec<Job>) {
     let mut replies = Vec::new();
     let mut acks = Vec::new();
     for job in batch.drain(..) {
-        let job = match job {
-            Job::Op { item, reply } => {
+        match job {
+            Job::Work(Work::Op { item, reply }) => {
                 items.push(item);
                 replies.push(reply);
-                continue;
             }
-            // Its work is the timer's, done before the batch.
-            Job::Wake => continue,
-            other => other,
-        };
-        run_ops(state, &mut items, &mut replies);
-        match job {
-            Job::Op { .. } | Job::Wake => {}
-            Job::Barrier(ack) | Job::Listen(ack) => acks.push(ack),
-            Job::ProbeNow => state.probe_now(Instant::now()),
-            Job::Finish(handed) => {
-                let Handed { sent, reply } = *handed;
+            Job::Work(Work::Unread(unread)) => {
+                run_ops(state, &mut items, &mut replies);
+                let Unread { sent, reply } = *unread;
                 let arrived = sent.read();
                 for vote in state.answers_arrived(arrived, Instant::now()) {
                     reply_to(reply.as_ref(), vote);
                 }
             }
-            Job::Inspect { key, reply } => {
+            Job::Work(Work::Inspect { key, reply }) => {
+                run_ops(state, &mut items, &mut replies);
                 let _ = reply.0.send((reply.1, state.inspect(&key)));
             }
+            // Answered after the whole batch, which includes every job
+            // queued before it; its listening was done before the batch.
+            Job::Barrier { done, .. } => acks.push(done),
+            Job::Wake { probe: true } => {
+                run_ops(state, &mut items, &mut replies);
+                state.probe_now(Instant::now());
+            }
+            // Its work is the timer's, done before the batch.
+            Job::Wake { probe: false } => {}
         }
     }
     run_ops(state, &mut items, &mut replies);
