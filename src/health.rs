@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::BackendError;
+use crate::backend::{BackendError, BackendErrorKind};
 use crate::report::human;
 
 /// A snapshot of a manager's nodes and locks, from
@@ -125,6 +125,20 @@ pub enum NodeState {
     /// Its server is a replica now (`role` in `INFO replication`): its
     /// keys are its master's, and its grants do not count.
     Replica,
+    /// It answers, but refused every operation of its last round trip for
+    /// a reason that holds for any key: authentication, a database it does
+    /// not have, TLS, a peer that is not a Redis server. No lock can get
+    /// its vote until that is fixed. It is asked again every second while
+    /// no operation goes to it, and votes again once it serves. (A failure
+    /// tied to one key, such as an ACL key pattern's `NOPERM`, does not
+    /// make a node unusable: see
+    /// [`LockManager::check_ready`](crate::LockManager::check_ready).)
+    Unusable {
+        /// What kind of failure.
+        kind: BackendErrorKind,
+        /// Why, in one line naming the node (its last refusal).
+        reason: String,
+    },
 }
 
 impl fmt::Display for NodeState {
@@ -149,6 +163,7 @@ impl fmt::Display for NodeState {
                 write!(f, "may evict lock keys ({setting}; grants do not count)")
             }
             Self::Replica => f.write_str("a replica now (grants do not count)"),
+            Self::Unusable { reason, .. } => write!(f, "unusable: {reason}"),
         }
     }
 }

@@ -180,6 +180,7 @@ mod manager;
 mod metrics;
 mod options;
 mod owner;
+mod ready;
 mod redlock;
 pub mod report;
 mod resource;

@@ -356,6 +356,15 @@ impl LockManager {
     /// the key on the server itself, may not show that round yet. Call
     /// [`flush`](Self::flush) first when the snapshot must include every
     /// round made so far (in tests, before reading any node's state).
+    ///
+    /// # Readiness
+    ///
+    /// [`Health::has_quorum`] is false while too few nodes vote: down,
+    /// unusable (refusing every operation: a wrong password, a database
+    /// the server does not have, not a Redis server), quarantined, and so
+    /// on. It knows only what the operations so far showed, and nothing of
+    /// failures tied to keys (an ACL key pattern that misses the prefix):
+    /// [`check_ready`](Self::check_ready) asks the servers.
     pub fn health(&self) -> Health {
         let rounds = self.core.rounds();
         Health {

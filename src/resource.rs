@@ -43,6 +43,10 @@ pub(crate) const RESERVED: &[u8] = b"{quorum-lock}";
 /// its key is `<prefix>{quorum-lock}:fences` (see `redlock/fencing.rs`).
 pub(crate) const FENCES: &str = "fences";
 
+/// The names of readiness probe locks in the crate's namespace:
+/// `<prefix>{quorum-lock}:ready:<random>` (see `ready.rs`).
+pub(crate) const READY: &str = "ready";
+
 /// The key on the nodes of the crate's own `name`, for a manager with
 /// `prefix`: `<prefix>{quorum-lock}:<name>`.
 pub(crate) fn crate_key(prefix: &[u8], name: &str) -> Vec<u8> {

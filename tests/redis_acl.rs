@@ -330,3 +330,53 @@ fn the_documented_acl_user_wakes_a_waiter_on_release() {
     });
     assert_keys_under_prefix(&servers);
 }
+
+/// The documented user with the prefix forgotten: its key pattern denies
+/// every lock's key (`NOPERM`), a failure tied to keys, not to the nodes.
+/// `health()` keeps counting the nodes (another manager, or other keys,
+/// may use them), and the readiness check, whose probe lock lives under
+/// the configured prefix, says "not ready", naming `NOPERM`. With the
+/// prefix, the same check says ready.
+#[test]
+fn a_key_pattern_that_misses_the_prefix_is_not_ready_but_keeps_the_nodes() {
+    let servers = servers_with_user();
+    let forgot_prefix = LockManager::builder()
+        .redis_nodes(servers.iter().map(user_url))
+        .unwrap()
+        .ttl(TTL)
+        .node_timeout(Duration::from_millis(500))
+        .retry(RetryPolicy::none())
+        .restart_quarantine(false)
+        .build()
+        .unwrap();
+    let error = forgot_prefix.try_lock("job").unwrap_err();
+    assert!(error.to_string().contains("NOPERM"), "{error}");
+    assert!(forgot_prefix.flush(Duration::from_secs(5)));
+    let health = forgot_prefix.health();
+    assert!(
+        health.has_quorum() && health.voting() == 3,
+        "a key-tied failure takes no node away: {health}"
+    );
+    let not_ready = forgot_prefix.check_ready().unwrap_err();
+    assert!(not_ready.to_string().contains("NOPERM"), "{not_ready}");
+
+    let with_prefix = manager(&servers);
+    let mut last = String::new();
+    let ready = wait_until(QUARANTINE_WAIT, || match with_prefix.check_ready() {
+        Ok(report) => report.granted() == 3,
+        Err(e) => {
+            last = e.to_string();
+            false
+        }
+    });
+    assert!(ready, "not ready within {QUARANTINE_WAIT:?}: {last}");
+    assert_keys_under_prefix(&servers);
+    assert!(with_prefix.flush(Duration::from_secs(5)));
+    for server in servers.iter() {
+        assert!(
+            server.keys().is_empty(),
+            "{}: the probe lock is left",
+            server.describe()
+        );
+    }
+}

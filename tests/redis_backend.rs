@@ -342,7 +342,7 @@ fn percent_encoded_password_and_acl_noperm() {
         TIMEOUT,
     );
     let r = backend::acquire(&reader, b"k2", &t, TTL);
-    assert_eq!(kind(&r), BackendErrorKind::Auth, "{r:?}");
+    assert_eq!(kind(&r), BackendErrorKind::Denied, "{r:?}");
     assert!(!format!("{r:?}").contains("reader-pw"));
 }
 

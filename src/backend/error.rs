@@ -22,10 +22,15 @@ pub enum BackendErrorKind {
     /// The server is a read-only replica (Redis `READONLY`): configure
     /// masters only.
     ReadOnly,
-    /// Authentication or authorization failed (`NOAUTH`, `WRONGPASS`,
-    /// `NOPERM`).
+    /// Authentication failed (`NOAUTH`, `WRONGPASS`, a refused `AUTH`):
+    /// the node as a whole refuses this client.
     Auth,
-    /// The node's configuration is wrong (malformed URL, TLS mismatch).
+    /// The server's access rules deny this command, key or channel to the
+    /// authenticated user (Redis `NOPERM`): tied to what was asked (an ACL
+    /// key pattern denies some keys, not all), not to the node.
+    Denied,
+    /// The node's configuration is wrong (malformed URL, TLS mismatch, a
+    /// database index the server does not have).
     Config,
     /// The server answered something the backend did not expect.
     Protocol,
@@ -42,6 +47,16 @@ impl BackendErrorKind {
         matches!(self, Self::Unreachable | Self::Timeout)
     }
 
+    /// Whether this kind says the node as a whole cannot serve this client,
+    /// whatever it is asked: out of reach, or refusing every request
+    /// (authentication, its configuration, a peer that does not speak the
+    /// protocol). Such a node does not count as voting in
+    /// [`Health`](crate::health::Health). A failure tied to one key or
+    /// command (`Denied`, `WrongType`, a script error) is not node-wide.
+    pub fn is_node_wide(self) -> bool {
+        self.is_connectivity() || matches!(self, Self::Auth | Self::Config | Self::Protocol)
+    }
+
     /// Whether retrying the same request cannot help until someone changes
     /// the server, its configuration or the key: authentication or ACL,
     /// a key of another type, a read-only replica, a misconfigured node, a
@@ -49,7 +64,12 @@ impl BackendErrorKind {
     pub fn is_permanent(self) -> bool {
         matches!(
             self,
-            Self::Auth | Self::WrongType | Self::ReadOnly | Self::Config | Self::Protocol
+            Self::Auth
+                | Self::Denied
+                | Self::WrongType
+                | Self::ReadOnly
+                | Self::Config
+                | Self::Protocol
         )
     }
 }
@@ -62,6 +82,7 @@ impl fmt::Display for BackendErrorKind {
             Self::WrongType => "key holds a non-lock value (WRONGTYPE)",
             Self::ReadOnly => "node is a read-only replica",
             Self::Auth => "authentication failed",
+            Self::Denied => "denied by the server's access rules",
             Self::Config => "misconfigured",
             Self::Protocol => "unexpected reply",
             Self::Panicked => "backend panicked",

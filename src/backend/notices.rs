@@ -54,7 +54,7 @@ pub trait ReleaseListener: Send + 'static {
     ///
     /// The server could not be reached or did not confirm in time (worth
     /// trying again later), or it refused (e.g. an ACL without the
-    /// pub/sub commands or channels: [`BackendErrorKind::Auth`](super::BackendErrorKind::Auth);
+    /// pub/sub commands or channels: [`BackendErrorKind::Denied`](super::BackendErrorKind::Denied);
     /// trying again cannot help). After an error the listener listens for
     /// nothing until a later `listen` succeeds.
     fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError>;

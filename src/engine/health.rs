@@ -40,6 +40,8 @@ pub(super) struct Status {
     pub(super) last_error: Option<BackendError>,
     /// Real time: when it was marked down, and when the next probe is due.
     pub(super) down_since: Option<Instant>,
+    /// Every operation of its last round trip was refused, node-wide.
+    pub(super) refusing: Option<BackendError>,
     pub(super) next_probe: Option<Instant>,
     /// On the manager's clock.
     pub(super) quarantined_until: Option<Instant>,
@@ -135,6 +137,11 @@ impl Vitals {
                 next_probe_in: status
                     .next_probe
                     .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
+            }
+        } else if let Some(error) = status.refusing.clone() {
+            NodeState::Unusable {
+                kind: error.kind(),
+                reason: error.to_string(),
             }
         } else if let Some(owner) = status.duplicate_of {
             NodeState::DuplicateOf(names.get(owner).cloned().unwrap_or_default())

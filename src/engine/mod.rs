@@ -17,6 +17,7 @@ mod inspect;
 mod liveness;
 mod node;
 mod pending;
+mod refusal;
 mod retries;
 mod settings_look;
 mod waiters;

@@ -84,7 +84,7 @@ impl Probe for Face {
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         if self.hide_identity {
             return Err(BackendError::new(
-                BackendErrorKind::Auth,
+                BackendErrorKind::Denied,
                 "NOPERM no INFO for this user",
             ));
         }

@@ -59,7 +59,10 @@ impl ReleaseListener for MemoryListener {
         let refusal = if state.down {
             Some((BackendErrorKind::Unreachable, "node is down (injected)"))
         } else if !state.notices_on && !keys.is_empty() {
-            Some((BackendErrorKind::Auth, "release notices are off (injected)"))
+            Some((
+                BackendErrorKind::Denied,
+                "release notices are off (injected)",
+            ))
         } else {
             None
         };

@@ -4,8 +4,8 @@
 //! password or the lock token.
 //!
 //! Failures that retrying cannot fix keep their own kinds, so that the
-//! manager can stop retrying on them: `Auth` (`NOAUTH`, `WRONGPASS`,
-//! `NOPERM`, a refused `AUTH`), `WrongType`, `Protocol` (a peer that does
+//! manager can stop retrying on them: `Auth` (`NOAUTH`, `WRONGPASS`, a
+//! refused `AUTH`), `Denied` (`NOPERM`), `WrongType`, `Protocol` (a peer that does
 //! not speak RESP2, or a reply beyond the size limits), `Config` (TLS
 //! mismatch or certificate, a refused `SELECT`).
 
@@ -166,7 +166,8 @@ fn kind_for_server_code(code: &str) -> BackendErrorKind {
     match code {
         "WRONGTYPE" => BackendErrorKind::WrongType,
         "READONLY" => BackendErrorKind::ReadOnly,
-        "NOAUTH" | "WRONGPASS" | "NOPERM" => BackendErrorKind::Auth,
+        "NOAUTH" | "WRONGPASS" => BackendErrorKind::Auth,
+        "NOPERM" => BackendErrorKind::Denied,
         _ => BackendErrorKind::Other,
     }
 }
@@ -186,7 +187,7 @@ mod tests {
         assert_eq!(kind_for_server_code("READONLY"), BackendErrorKind::ReadOnly);
         assert_eq!(kind_for_server_code("NOAUTH"), BackendErrorKind::Auth);
         assert_eq!(kind_for_server_code("WRONGPASS"), BackendErrorKind::Auth);
-        assert_eq!(kind_for_server_code("NOPERM"), BackendErrorKind::Auth);
+        assert_eq!(kind_for_server_code("NOPERM"), BackendErrorKind::Denied);
         assert_eq!(kind_for_server_code("ERR"), BackendErrorKind::Other);
         assert_eq!(kind_for_server_code("LOADING"), BackendErrorKind::Other);
     }

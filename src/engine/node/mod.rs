@@ -44,6 +44,7 @@ use super::forgets::Forgets;
 use super::health::Vitals;
 use super::identity::{Identity, Registry, Standing};
 use super::liveness::{Change, Liveness};
+use super::refusal::{self, Refusal};
 use super::retries::RetryList;
 use super::settings_look::SettingsLook;
 use super::waiters::Waiters;
@@ -93,6 +94,8 @@ pub(crate) struct NodeState {
     retries: RetryList,
     /// Up, or down and when to probe it.
     liveness: Liveness,
+    /// Whether it refuses this client as a whole, and when to ask again.
+    refusal: Refusal,
     /// The node's subscription to release notices.
     notices: NodeNotices,
     /// When to read the server's settings while locks may be held on it
@@ -121,6 +124,7 @@ impl NodeState {
             identity,
             retries: RetryList::new(shared.release_retry_window, now),
             liveness: Liveness::default(),
+            refusal: Refusal::default(),
             notices: NodeNotices::default(),
             settings_look: SettingsLook::new(shared.release_retry_window),
             publish: Publisher::new(name.to_owned(), health),
@@ -139,12 +143,13 @@ impl NodeState {
     /// or the server's settings; `None`: nothing until the next job.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         // While down only the probe is due; the releases wait for it.
-        let work = match self.liveness.probe_at() {
-            Some(at) => Some(at),
-            None => self.retries.next_wake(),
+        let (work, recheck) = match self.liveness.probe_at() {
+            Some(at) => (Some(at), None),
+            None => (self.retries.next_wake(), self.refusal.recheck_at()),
         };
         [
             work,
+            recheck,
             self.notices.next_wake(),
             self.settings_look.next_wake(),
         ]
@@ -164,6 +169,9 @@ impl NodeState {
         }
         if !self.liveness.is_down() && self.retries.due(now) {
             self.retry_releases(now);
+        }
+        if !self.liveness.is_down() && self.refusal.recheck_due(now) {
+            self.recheck(now);
         }
         if !self.liveness.is_down() && self.settings_look.due(now) {
             self.look_at_settings(now);
@@ -360,6 +368,27 @@ impl NodeState {
         let change = self.liveness.on_round_trip(reached, now);
         let cause = results.iter().find_map(|r| r.as_ref().err());
         self.announce_liveness(change, cause, now);
+        let refusal = self.refusal.on_round_trip(results, now);
+        self.announce_refusal(refusal);
+    }
+
+    /// Asks a node that refused every operation (and gets none now)
+    /// whether it serves again: the backend's probe, which for Redis
+    /// connects, authenticates and selects the database as the operations
+    /// do.
+    fn recheck(&mut self, now: Instant) {
+        let probed = io::server_info(&*self.backend);
+        let change = self.refusal.on_probe(probed.as_ref().map(|_| ()), now);
+        self.announce_refusal(change);
+    }
+
+    /// Publishes and logs what the refusal machine decided.
+    fn announce_refusal(&self, change: Option<refusal::Change>) {
+        match change {
+            None => {}
+            Some(refusal::Change::Began(error)) => self.publish.refusing(error),
+            Some(refusal::Change::Ended) => self.publish.serving_again(),
+        }
     }
 
     /// Publishes and logs what the liveness machine decided; a node back

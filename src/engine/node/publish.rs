@@ -63,6 +63,24 @@ impl Publisher {
         );
     }
 
+    /// Every operation of a round trip was refused, node-wide, for
+    /// `error`: not voting until it serves again.
+    pub(super) fn refusing(&self, error: BackendError) {
+        log::warn!(
+            "quorum-lock: node {} refuses every operation ({error}): it does not count as \
+             voting until that is fixed; asking it again every {:?}",
+            self.name,
+            crate::engine::refusal::RECHECK
+        );
+        self.health.update(|s| s.refusing = Some(error));
+    }
+
+    /// A node that refused every operation serves again.
+    pub(super) fn serving_again(&self) {
+        log::info!("quorum-lock: node {} serves again", self.name);
+        self.health.update(|s| s.refusing = None);
+    }
+
     /// A probe failed.
     pub(super) fn still_down(&self, backoff: Duration, probe_at: Instant) {
         self.health.update(|s| s.next_probe = Some(probe_at));
