@@ -17,7 +17,7 @@
 # of their own, and the two debug passes skip them.
 #
 # Usage: scripts/test.sh            (from anywhere in the repository)
-# Env:   QUORUM_LOCK_TORTURE_SECS   run the torture test longer (see docs/safety.md)
+# Env:   QUORUM_LOCK_TORTURE_SECS   run the torture test longer (see docs/testing.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -57,7 +57,7 @@ use world::World;
 /// extends and faults in the schedule, each new holder of a resource gets
 /// a larger fence than every holder before it. Checked to fail when the
 /// write-back (phase 2) is skipped and when the wall-clock floor is
-/// removed (docs/safety.md).
+/// removed (docs/testing.md, "Fencing tokens").
 #[test]
 fn fences_strictly_increase_from_one_holder_to_the_next() {
     let fenced = Mode {
