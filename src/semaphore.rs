@@ -15,6 +15,7 @@
 
 use std::time::Instant;
 
+use crate::backend::KeySet;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
@@ -120,6 +121,37 @@ impl Semaphore {
         self.acquire_with(&LockOptions::new().retry(RetryPolicy::none()))
     }
 
+    /// Takes a permit, waiting while every permit is held, as
+    /// [`LockManager::lock`] waits for a lock: with the manager's default
+    /// options and retry policy (by default for up to 60 s).
+    ///
+    /// ```
+    /// use std::thread;
+    ///
+    /// use quorum_lock::{LockManager, MemoryBackend};
+    ///
+    /// let locks = LockManager::builder()
+    ///     .nodes((0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))))
+    ///     .build()?;
+    /// let uploads = locks.semaphore("uploads", 1)?;
+    /// let held = uploads.acquire()?;
+    /// let waiter = {
+    ///     let uploads = uploads.clone();
+    ///     thread::spawn(move || uploads.acquire().map(|permit| permit.release()))
+    /// };
+    /// drop(held); // frees the permit: the waiter takes it
+    /// let report = waiter.join().unwrap()??;
+    /// assert_eq!(report.granted(), 3);
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_with`](Self::acquire_with).
+    pub fn acquire(&self) -> Result<LockGuard> {
+        self.acquire_with(&LockOptions::new())
+    }
+
     /// Takes a permit with `options` (TTL, auto-extension, fencing,
     /// cancellation as for a lock): scans the slots, and while every slot
     /// is held waits between scans as `options`' retry policy says, until
@@ -131,7 +163,9 @@ impl Semaphore {
     /// As [`try_acquire`](Self::try_acquire) once the budget is spent;
     /// [`Error::Cancelled`] once the cancellation token is cancelled; an
     /// error that retrying cannot fix (an invalid TTL, an ACL refusal) at
-    /// once.
+    /// once; [`Error::Deadlock`] at once, before any node is contacted,
+    /// when this thread holds every permit through this manager (it would
+    /// wait for itself).
     pub fn acquire_with(&self, options: &LockOptions) -> Result<LockGuard> {
         let mut scans = 0;
         let mut waiting = Waiting::new(options, self.locks.retry(), &mut scans);
@@ -144,6 +178,15 @@ impl Semaphore {
             true => None,
             false => waiting.deadline(),
         };
+        // A wait while this thread holds every permit would wait for
+        // itself (one scan cannot deadlock: it says what the servers say).
+        // A cancelled token is answered first, as a lock does.
+        waiting.check_cancelled()?;
+        if !waiting.single_attempt() && self.every_permit_held_by_this_thread() {
+            return Err(Error::Deadlock {
+                resource: String::from_utf8_lossy(&self.name).into_owned(),
+            });
+        }
         loop {
             waiting.check_cancelled()?;
             waiting.attempt();
@@ -157,6 +200,17 @@ impl Semaphore {
             };
             waiting.alarm().sleep(delay);
         }
+    }
+
+    /// Whether this thread holds a valid lock on every slot, through this
+    /// manager.
+    fn every_permit_held_by_this_thread(&self) -> bool {
+        let rounds = self.locks.core().rounds();
+        let now = rounds.now();
+        (0..self.permits).all(|slot| {
+            let keys = rounds.keys_for(&KeySet::one(self.slot_resource(slot)));
+            rounds.owners().held_by_me(&keys, now)
+        })
     }
 
     /// One attempt on each slot, from a random one on, until one is taken

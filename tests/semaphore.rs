@@ -141,6 +141,37 @@ fn a_cancelled_wait_for_a_permit_returns_cancelled_and_holds_nothing() {
     drop(held);
 }
 
+/// A thread that holds every permit and asks the same manager for one more
+/// would wait for itself: `Deadlock` at once, counted in attempts (none
+/// made), as a lock does. With one permit held by another manager it waits
+/// as usual. `acquire()` waits with the manager's defaults.
+#[test]
+fn asking_for_a_permit_while_holding_every_one_is_a_deadlock() {
+    let nodes = nodes();
+    let locks = manager(&nodes);
+    let single = locks.semaphore("single", 1).expect("valid");
+    let held = single.acquire().expect("free");
+    let error = single
+        .acquire()
+        .expect_err("this thread holds the only permit");
+    assert!(error.is_deadlock(), "{error}");
+    assert!(error.to_string().contains("single"), "{error}");
+    let pair = locks.semaphore("pair", 2).expect("valid");
+    let first = pair.acquire().expect("free");
+    let second = pair.acquire().expect("one permit is still free");
+    assert!(pair.acquire().expect_err("both held here").is_deadlock());
+    // `try_acquire` does not wait, so it cannot deadlock: it answers what
+    // the servers say, as `Mutex::try_lock` does.
+    assert!(pair.try_acquire().expect_err("both held").is_contended());
+    drop((held, first, second));
+    assert!(locks.flush(Duration::from_secs(5)));
+    single
+        .acquire()
+        .expect("free again")
+        .release()
+        .expect("released");
+}
+
 #[test]
 fn bad_semaphores_are_refused_with_a_typed_error() {
     let nodes = nodes();
