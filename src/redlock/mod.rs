@@ -31,6 +31,7 @@ mod lease_tests;
 pub(crate) mod tests;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -63,6 +64,15 @@ impl Core {
 
     pub(crate) fn rounds(&self) -> &Rounds {
         &self.rounds
+    }
+
+    /// Waits (at most `wait`) until the auto-extension thread, if started,
+    /// has renewed every lease due at the clock's current time. Whether
+    /// it did in time.
+    pub(crate) fn settle_renewals(&self, wait: Duration) -> bool {
+        // Not under the lock while waiting: a lease may be watched meanwhile.
+        let watchdog = self.watchdog.lock().clone();
+        watchdog.is_none_or(|watchdog| watchdog.settle(wait))
     }
 
     /// Starts renewing `lease` per `plan`; starts the timer thread on

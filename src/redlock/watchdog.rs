@@ -61,10 +61,20 @@ impl RenewalPlan {
     }
 }
 
-/// The handle a manager keeps; dropping it stops the timer thread.
-#[derive(Debug)]
+/// The handle a manager keeps; dropping it (and its clones) stops the
+/// timer thread.
+#[derive(Debug, Clone)]
 pub(crate) struct Watchdog {
-    register: Sender<Entry>,
+    register: Sender<Message>,
+}
+
+/// What the manager tells the timer thread.
+enum Message {
+    /// Renew this lease.
+    Watch(Entry),
+    /// Renew every lease due at the clock's current time now, then answer
+    /// (a test that moved a manual clock waits for what became due).
+    Settle(Sender<()>),
 }
 
 struct Entry {
@@ -91,12 +101,26 @@ impl Watchdog {
     /// Starts renewing `lease` per `plan`.
     pub(crate) fn watch(&self, lease: &Arc<Lease>, plan: RenewalPlan) {
         // The thread outlives this handle, so the send cannot fail while we are here.
-        let _ = self.register.send(Entry {
+        let _ = self.register.send(Message::Watch(Entry {
             lease: Arc::downgrade(lease),
             plan,
             renewed: 0,
             expiring: false,
-        });
+        }));
+    }
+
+    /// Waits (at most `wait`) until the timer thread has registered every
+    /// lease watched before this call and renewed every one due at the
+    /// clock's time when it got to this call. Whether it did in time.
+    pub(crate) fn settle(&self, wait: Duration) -> bool {
+        let (done, settled) = crossbeam_channel::bounded(1);
+        if self.register.send(Message::Settle(done)).is_err() {
+            return true; // the thread is gone: nothing left to run
+        }
+        match Instant::now().checked_add(wait) {
+            Some(deadline) => settled.recv_deadline(deadline).is_ok(),
+            None => settled.recv().is_ok(),
+        }
     }
 }
 
@@ -110,7 +134,7 @@ struct Timer {
 }
 
 impl Timer {
-    fn run(mut self, rounds: &Weak<Rounds>, clock: &dyn Clock, registrations: &Receiver<Entry>) {
+    fn run(mut self, rounds: &Weak<Rounds>, clock: &dyn Clock, registrations: &Receiver<Message>) {
         loop {
             // Due times are on the manager's clock: wait in real time for
             // as long as that clock needs to get there (or look again soon,
@@ -125,25 +149,29 @@ impl Timer {
                     .recv()
                     .map_err(|_| RecvTimeoutError::Disconnected),
             };
-            match received {
-                Ok(entry) => {
+            let settled = match received {
+                Ok(Message::Watch(entry)) => {
                     // From when it was registered, not from when this
                     // thread got to it: the clock may have moved since.
                     let at = entry.plan.acquired_at + entry.plan.interval();
                     self.schedule(entry, at);
+                    None
                 }
-                Err(RecvTimeoutError::Timeout) => {}
+                Ok(Message::Settle(done)) => Some(done),
+                Err(RecvTimeoutError::Timeout) => None,
                 // The manager is gone: nothing left to renew.
                 Err(RecvTimeoutError::Disconnected) => return,
-            }
-            let due = self.take_due(clock.now());
-            if due.is_empty() {
-                continue;
-            }
-            let Some(rounds) = rounds.upgrade() else {
-                return;
             };
-            self.renew(&rounds, due);
+            let due = self.take_due(clock.now());
+            if !due.is_empty() {
+                let Some(rounds) = rounds.upgrade() else {
+                    return;
+                };
+                self.renew(&rounds, due);
+            }
+            if let Some(done) = settled {
+                let _ = done.send(());
+            }
         }
     }
 
