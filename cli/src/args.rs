@@ -192,6 +192,15 @@ pub(crate) struct StatusArgs {
     /// Print JSON for scripts.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Show the K permits of the semaphore NAME (as `run -n K NAME` takes
+    /// them: the locks NAME:0 .. NAME:K-1) instead of the lock NAME.
+    #[arg(
+        short = 'n',
+        long = "permits",
+        value_name = "K",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(quorum_lock::MAX_PERMITS))
+    )]
+    pub(crate) permits: Option<u32>,
 }
 
 /// `quorum-lock break`.

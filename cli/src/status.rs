@@ -7,6 +7,11 @@
 //! nodes answered but neither is true; `unknown` when fewer than a quorum
 //! answered (the others could say anything). Exit codes: 0 held, 1 free,
 //! 3 split, 69 unknown (servers unavailable), 78 for a malformed node URL.
+//!
+//! With `-n K` it shows the K permits of the semaphore NAME, one line per
+//! slot, and the count held; the exit code is the most telling of the
+//! slots' (69 when any slot is unknown, else 3 when any is split, else 0
+//! when any permit is held, else 1).
 
 use std::time::Duration;
 
@@ -17,6 +22,9 @@ use crate::exit;
 use crate::json::Json;
 
 pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
+    if let Some(permits) = args.permits {
+        return permits_status(global, args, permits);
+    }
     // The TTL is not used (nothing is locked); the longest one allowed is
     // valid with any other setting.
     let seen = match global
@@ -37,11 +45,63 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
         }
         println!("{seen}");
     }
-    match seen.verdict() {
+    verdict_code(seen.verdict())
+}
+
+fn verdict_code(verdict: Verdict) -> u8 {
+    match verdict {
         Verdict::Held => 0,
         Verdict::Free => 1,
         Verdict::Split => 3,
         _ => exit::UNAVAILABLE,
+    }
+}
+
+/// `status -n K NAME`: every slot of the semaphore, read as one lock each.
+fn permits_status(global: &Global, args: &StatusArgs, permits: u32) -> u8 {
+    let seen: Result<Vec<Inspection>, _> = global.manager(global.max_ttl, None).and_then(|locks| {
+        let semaphore = locks.semaphore(&args.name, permits)?;
+        (0..permits)
+            .map(|slot| locks.inspect(semaphore.slot_resource(slot)))
+            .collect()
+    });
+    let slots = match seen {
+        Ok(slots) => slots,
+        Err(e) => {
+            eprintln!("quorum-lock: {}", crate::wording::flags(&e.to_string()));
+            return exit::CONFIG;
+        }
+    };
+    let held = slots.iter().filter(|s| s.is_held()).count();
+    if args.json {
+        let per_slot = slots.iter().map(json).collect();
+        println!(
+            "{}",
+            Json::Obj(vec![
+                ("name", args.name.as_str().into()),
+                ("permits", u64::from(permits).into()),
+                ("held", held.into()),
+                ("slots", Json::Arr(per_slot)),
+            ])
+        );
+    } else {
+        for slot in &slots {
+            println!("{slot}");
+        }
+        println!("{held} of {permits} permits of {} held", args.name);
+    }
+    let verdicts: Vec<Verdict> = slots.iter().map(Inspection::verdict).collect();
+    if verdicts
+        .iter()
+        .any(|v| !matches!(v, Verdict::Held | Verdict::Free | Verdict::Split))
+    {
+        exit::UNAVAILABLE
+    } else if verdicts.contains(&Verdict::Split) {
+        3
+    } else if held > 0 {
+        0
+    } else {
+        1
     }
 }
 

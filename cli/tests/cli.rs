@@ -277,6 +277,43 @@ fn status_reports_each_node_and_the_verdict() {
     assert_eq!(code(&split), 3, "{split:?}");
 }
 
+/// `status -n K NAME` shows the permits `run -n K NAME` takes (the locks
+/// NAME:0 .. NAME:K-1): free, one held by a running command, and the
+/// count; exit 1 when every permit is free, 0 when one is held.
+#[test]
+fn status_shows_the_permits_of_a_semaphore() {
+    let servers = RedisServers::start(3);
+    let free = output(&mut tool(&servers, &["status", "-n", "2", "uploads"]));
+    assert_eq!(code(&free), 1, "{free:?}");
+    let text = String::from_utf8_lossy(&free.stdout);
+    assert!(text.contains("0 of 2 permits of uploads held"), "{text}");
+    for server in servers.iter() {
+        server.cmd::<()>(
+            redis::cmd("SET")
+                .arg("uploads:1")
+                .arg("t")
+                .arg("PX")
+                .arg(60_000),
+        );
+    }
+    let one = output(&mut tool(&servers, &["status", "-n", "2", "uploads"]));
+    assert_eq!(code(&one), 0, "{one:?}");
+    let text = String::from_utf8_lossy(&one.stdout);
+    assert!(text.contains("1 of 2 permits of uploads held"), "{text}");
+    assert!(text.contains("uploads:1"), "{text}");
+    let json = output(&mut tool(
+        &servers,
+        &["status", "-n", "2", "--json", "uploads"],
+    ));
+    let json = String::from_utf8_lossy(&json.stdout);
+    assert!(
+        json.contains(r#""permits":2"#) && json.contains(r#""held":1"#),
+        "{json}"
+    );
+    let zero = output(&mut tool(&servers, &["status", "-n", "0", "uploads"]));
+    assert_eq!(code(&zero), 64, "0 permits is a usage error: {zero:?}");
+}
+
 #[test]
 fn doctor_sees_healthy_down_and_quarantined_nodes() {
     let mut servers = RedisServers::start(3);
