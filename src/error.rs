@@ -238,7 +238,7 @@ mod tests {
         assert!(e.is_no_quorum() && e.is_retryable() && !e.is_invalid());
     }
 
-    /// Issue 10, item 7: failures that retrying cannot fix end the retries.
+    /// Failures that retrying cannot fix end the retries.
     #[test]
     fn permanent_failures_that_rule_out_a_quorum_are_not_retryable() {
         let mut r = report();
@@ -266,7 +266,7 @@ mod tests {
         );
     }
 
-    /// Issue 10, item 8: a huge resource name does not make a huge message.
+    /// A huge resource name does not make a huge message.
     #[test]
     fn long_resource_names_are_cut_in_messages() {
         let mut r = report();

@@ -1,6 +1,7 @@
-//! The forget watch (issue 27, item 1) as a guard sees it: the engine's
-//! forgets noted by hand on in-memory nodes, the lost signal, validity and
-//! registration race of a real `LockGuard`. The rounds' helpers come from
+//! The forget watch (a held lock is told when a node it counted on may have
+//! forgotten its keys) as a guard sees it: the engine's forgets noted by
+//! hand on in-memory nodes, the lost signal, validity and registration race
+//! of a real `LockGuard`. The rounds' helpers come from
 //! `src/redlock/tests.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -33,10 +34,10 @@ fn support(lease: &Lease) -> Vec<usize> {
     lease.state().support().nodes().collect()
 }
 
-/// Issue 27, item 1: a forget of a node the lock did not count, or that
-/// leaves a quorum of the nodes it counted, leaves the guard valid and
-/// its signal silent. (A round is decided at a quorum of grants, so the
-/// lock usually counted exactly two of the three nodes.)
+/// A forget of a node the lock did not count, or that leaves a quorum of
+/// the nodes it counted, leaves the guard valid and its signal silent. (A
+/// round is decided at a quorum of grants, so the lock usually counted
+/// exactly two of the three nodes.)
 #[test]
 fn a_forget_that_leaves_a_quorum_leaves_the_guard_valid() {
     let clock = ManualClock::new();
@@ -53,9 +54,9 @@ fn a_forget_that_leaves_a_quorum_leaves_the_guard_valid() {
     assert_eq!(core.rounds().counters().snapshot().lost, 0);
 }
 
-/// Issue 27, item 1: a guard whose quorum counted a node seen forgetting
-/// since is told at once: its lost signal fires, its validity is zero,
-/// and the reason names the node and why.
+/// A guard whose quorum counted a node seen forgetting since is told at
+/// once: its lost signal fires, its validity is zero, and the reason names
+/// the node and why.
 #[test]
 fn a_forget_that_takes_the_quorum_fires_the_lost_signal_at_once() {
     let clock = ManualClock::new();
@@ -78,9 +79,9 @@ fn a_forget_that_takes_the_quorum_fires_the_lost_signal_at_once() {
     assert_eq!(core.rounds().counters().snapshot().lost, 1);
 }
 
-/// Issue 27, item 1, the race with registration: a forget seen after the
-/// round was sent but before the guard registered its lease (the hook
-/// cannot see the lease yet) is caught when the guard registers.
+/// The race with registration: a forget seen after the round was sent but
+/// before the guard registered its lease (the hook cannot see the lease
+/// yet) is caught when the guard registers.
 #[test]
 fn a_forget_before_the_guard_registers_is_caught_when_it_does() {
     let clock = ManualClock::new();
@@ -97,10 +98,10 @@ fn a_forget_before_the_guard_registers_is_caught_when_it_does() {
     assert_eq!(guard.validity(), Duration::ZERO);
 }
 
-/// Issue 27, item 1: an extend moves the support to its own grants, read
-/// against the epochs from before it was sent: a forget of a node that
-/// granted it, seen while it was in flight, loses the lease when it
-/// finishes (the hook, seeing the old support, could not).
+/// An extend moves the support to its own grants, read against the epochs
+/// from before it was sent: a forget of a node that granted it, seen while
+/// it was in flight, loses the lease when it finishes (the hook, seeing the
+/// old support, could not).
 #[test]
 fn a_forget_during_an_extend_is_caught_when_it_finishes() {
     let clock = ManualClock::new();

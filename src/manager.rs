@@ -233,8 +233,8 @@ impl LockManager {
                 waiting.alarm().sleep(pause);
             }
         }
-        // Wake-ups (issue 18, item 5): when this manager's last release of
-        // the key was heard by waiting processes, they go first.
+        // Wake-ups: when this manager's last release of the key was heard
+        // by waiting processes, they go first.
         let alarm = waiting.alarm().receiver();
         let mut watch = waiting
             .next_delay()

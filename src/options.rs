@@ -276,8 +276,8 @@ mod tests {
         );
     }
 
-    /// Issue 18, item 6: the default gave up after 10 attempts (about
-    /// 1.3 s), unlike `Mutex::lock`; it now retries until 60 s are spent.
+    /// Regression: the default gave up after 10 attempts (about 1.3 s),
+    /// unlike `Mutex::lock`; it now retries until 60 s are spent.
     #[test]
     fn the_default_policy_waits_past_ten_attempts() {
         let p = RetryPolicy::new();

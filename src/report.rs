@@ -404,8 +404,8 @@ mod tests {
         ))
     }
 
-    /// Issue 29, item 3: a report that gave the same reason for every
-    /// node said it once per node.
+    /// Regression: a report that gave the same reason for every node said
+    /// it once per node.
     #[test]
     fn one_reason_shared_by_every_node_is_said_once() {
         let text = report(vec![quarantined(31.6); 3]).to_string();

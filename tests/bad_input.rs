@@ -1,6 +1,6 @@
-//! Bad input, table-driven (issue 10): every builder setter and lock option
-//! at 0, 1, MAX and nonsense. Each must give a typed error or work: never a
-//! panic, never a hang, and never a key left behind on any node.
+//! Bad input, table-driven: every builder setter and lock option at 0, 1,
+//! MAX and nonsense. Each must give a typed error or work: never a panic,
+//! never a hang, and never a key left behind on any node.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -74,7 +74,7 @@ fn every_builder_setter_at_zero_one_max_and_nonsense() {
     assert!(err.is_invalid(), "{err}");
 }
 
-/// Issue 10, item 2: "wait forever" is a legitimate request, not a panic.
+/// "Wait forever" is a legitimate request, not a panic.
 #[test]
 fn every_lock_option_at_zero_one_max() {
     let nodes = nodes();
@@ -116,7 +116,7 @@ fn every_lock_option_at_zero_one_max() {
     assert!(clock.now() > before);
 }
 
-/// Issue 10, item 4: attempts without a delay are still attempts.
+/// Attempts without a delay are still attempts.
 #[test]
 fn attempts_without_a_delay_are_all_made() {
     let node = MemoryBackend::new("mem");
@@ -140,8 +140,8 @@ fn attempts_without_a_delay_are_all_made() {
     held.release().unwrap();
 }
 
-/// Issue 10, item 5: a wait budget means "retry until it is spent", not
-/// "10 attempts at most".
+/// A wait budget means "retry until it is spent", not "10 attempts at
+/// most".
 #[test]
 fn a_wait_budget_retries_until_it_is_spent() {
     let node = MemoryBackend::new("mem");
@@ -217,9 +217,9 @@ fn a_backend_without_identity_is_refused_at_build_with_quarantine_on() {
     locks.try_lock("job").unwrap().release().unwrap();
 }
 
-/// Issue 27, item 7. A resource name is at most `MAX_RESOURCE_LEN` bytes,
-/// checked before any node is contacted, on every call that names a lock:
-/// a 64 MiB name used to be sent to every node.
+/// A resource name is at most `MAX_RESOURCE_LEN` bytes, checked before any
+/// node is contacted, on every call that names a lock: a 64 MiB name used
+/// to be sent to every node.
 #[test]
 fn resource_names_are_bounded_before_any_node_is_asked() {
     let nodes = nodes();
@@ -261,12 +261,11 @@ fn resource_names_are_bounded_before_any_node_is_asked() {
     assert!(long_prefix.is_invalid(), "{long_prefix}");
 }
 
-/// Issue 28, item 2: the crate's own keys on the nodes (the fence
-/// counters today) live under `{quorum-lock}` after the prefix, and no
-/// resource may start with it: every call that names a lock refuses such
-/// a name with a one-line reason, before any node is asked, and leaves no
-/// key anywhere. Names that only look like the old set mark are plain
-/// resources now.
+/// The crate's own keys on the nodes (the fence counters today) live under
+/// `{quorum-lock}` after the prefix, and no resource may start with it:
+/// every call that names a lock refuses such a name with a one-line reason,
+/// before any node is asked, and leaves no key anywhere. Names that only
+/// look like the old set mark are plain resources now.
 #[test]
 fn the_reserved_namespace_is_refused_everywhere_and_no_key_is_left() {
     let nodes = nodes();

@@ -281,7 +281,7 @@ fn bad_sets_are_refused_before_any_node_is_asked() {
     assert_eq!(one.resources(), [&b"solo"[..]]);
 }
 
-/// Issue 27, item 5. `lock_all` stopped reading names at its cap before it
+/// Regression: `lock_all` stopped reading names at its cap before it
 /// removed duplicates: 300 times "a" then "b" gave a guard for `["a"]`
 /// alone, and another manager then took "b". Duplicates must never hide a
 /// member: the cap counts distinct names.

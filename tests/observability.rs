@@ -1,9 +1,9 @@
-//! What operators see (issue 13): the events the library logs through the
-//! `log` facade, and `LockManager::health()` snapshots, for a node that
-//! goes down and comes back, a restart (quarantine in and out), a lost
-//! lock and a duplicate node. A capturing logger records every event of
-//! this test binary; each test looks only at the lines naming its own
-//! nodes (tests run in parallel).
+//! What operators see: the events the library logs through the `log`
+//! facade, and `LockManager::health()` snapshots, for a node that goes down
+//! and comes back, a restart (quarantine in and out), a lost lock and a
+//! duplicate node. A capturing logger records every event of this test
+//! binary; each test looks only at the lines naming its own nodes (tests
+//! run in parallel).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -118,10 +118,10 @@ fn a_node_that_goes_down_and_comes_back() {
     );
 }
 
-/// Issue 29, item 3: a node down for longer than `max_ttl` came back
-/// with "sending 2 parked releases", then "gave up on 2 releases" (a
-/// warning) for the same two: they were never sent. Releases kept past
-/// the window are dropped when the node comes back, and said so once.
+/// Regression: a node down for longer than `max_ttl` came back with
+/// "sending 2 parked releases", then "gave up on 2 releases" (a warning)
+/// for the same two: they were never sent. Releases kept past the window
+/// are dropped when the node comes back, and said so once.
 #[test]
 fn releases_kept_past_max_ttl_are_dropped_not_said_to_be_sent() {
     capture();

@@ -1,5 +1,6 @@
 //! Restart quarantine and duplicate-node detection on in-memory nodes with
-//! an injected clock (the real-Redis scenario is in `tests/torture.rs`).
+//! an injected clock (the real-Redis scenario is in
+//! `tests/redis_torture/main.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::sync::Arc;

@@ -239,10 +239,10 @@ fn down_node_is_skipped_then_probed_back() {
     assert!(back, "the node was never probed back up");
 }
 
-/// Issue 18, item 7: a `MemoryBackend` brought back with `set_down(false)`
-/// votes in the very next round (the engine probes it first), so a test
-/// needs no sleep for the background probe. Before, it was skipped until
-/// the probe, 50 ms to 2 s later.
+/// A `MemoryBackend` brought back with `set_down(false)` votes in the very
+/// next round (the engine probes it first), so a test needs no sleep for
+/// the background probe. Before, it was skipped until the probe, 50 ms to
+/// 2 s later.
 #[test]
 fn a_memory_node_brought_back_up_votes_in_the_next_round() {
     let nodes = nodes(3);

@@ -16,7 +16,7 @@ fn manager(servers: &RedisServers) -> LockManager {
         .redis_nodes(servers.urls())
         .unwrap()
         .ttl(TTL)
-        // Fresh servers: no restart to guard against (tests/torture.rs
+        // Fresh servers: no restart to guard against (tests/redis_torture/
         // covers quarantine).
         .restart_quarantine(false)
         .node_timeout(Duration::from_millis(100))

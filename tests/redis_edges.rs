@@ -1,7 +1,7 @@
-//! What real servers can do to a lock besides failing: evict its keys
-//! under memory pressure, forget their script cache, and hold keys the
-//! crate itself writes (the fence counters). Each test is a schedule that
-//! broke safety (or locked a resource for ever) before its fix (issue 17).
+//! What real servers can do to a lock besides failing: evict its keys under
+//! memory pressure, forget their script cache, and hold keys the crate
+//! itself writes (the fence counters). Each test is a schedule that broke
+//! safety (or locked a resource for ever) before its fix.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::time::Duration;
@@ -57,12 +57,12 @@ fn fill_until_evicted(servers: &[RedisServer], key: &[u8]) -> usize {
     servers.iter().filter(|s| s.get(key).is_some()).count()
 }
 
-/// Issue 17, hole 1. Servers with `maxmemory` and an evicting policy
-/// (`volatile-lru`, the default of large managed offerings, or any
-/// `allkeys-*`) drop idle lock keys first. Before the fix A locked, cache
-/// writes evicted its keys, and B's `try_lock` was granted while A's guard
-/// still reported seconds of validity. Now such a server's grants do not
-/// count, and the error names the setting and the fix.
+/// Servers with `maxmemory` and an evicting policy (`volatile-lru`, the
+/// default of large managed offerings, or any `allkeys-*`) drop idle lock
+/// keys first. Before the fix A locked, cache writes evicted its keys, and
+/// B's `try_lock` was granted while A's guard still reported seconds of
+/// validity. Now such a server's grants do not count, and the error names
+/// the setting and the fix.
 #[test]
 fn servers_that_evict_keys_never_give_two_valid_holders() {
     for policy in ["volatile-lru", "allkeys-lru"] {
@@ -140,11 +140,11 @@ fn accepting_the_eviction_risk_is_explicit_and_visible() {
     assert!(locks.health().nodes.iter().all(|n| n.eviction.is_none()));
 }
 
-/// Issue 17, hole 5. After `SCRIPT FLUSH` (or a restart, or a failover)
-/// the first `EVALSHA` of a pipeline answers `NOSCRIPT`. Before the fix
-/// that op was re-run by `EVAL` in a second round trip, after the later
-/// ops of the same batch: `[fenced acquire(k), release(k)]` ran the
-/// release first, and the failed attempt's key stayed for its TTL.
+/// After `SCRIPT FLUSH` (or a restart, or a failover) the first `EVALSHA`
+/// of a pipeline answers `NOSCRIPT`. Before the fix that op was re-run by
+/// `EVAL` in a second round trip, after the later ops of the same batch:
+/// `[fenced acquire(k), release(k)]` ran the release first, and the failed
+/// attempt's key stayed for its TTL.
 #[test]
 fn a_flushed_script_cache_does_not_reorder_a_nodes_pipeline() {
     let server = RedisServer::start();
@@ -172,12 +172,11 @@ fn a_flushed_script_cache_does_not_reorder_a_nodes_pipeline() {
     );
 }
 
-/// Issue 17, hole 3. Fence counters lived in `<key>:fence`, in the same
-/// key space as locks: after `job` was fenced once, the resource
-/// `job:fence` could never be locked (the counter has no expiry), and
-/// while `job:fence` was held a fenced lock of `job` failed. Now every
-/// counter of a node sits in one hash under a name the crate refuses as a
-/// resource.
+/// Fence counters lived in `<key>:fence`, in the same key space as locks:
+/// after `job` was fenced once, the resource `job:fence` could never be
+/// locked (the counter has no expiry), and while `job:fence` was held a
+/// fenced lock of `job` failed. Now every counter of a node sits in one
+/// hash under a name the crate refuses as a resource.
 #[test]
 fn fence_counters_never_collide_with_a_resource() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -223,10 +222,10 @@ fn fence_counters_never_collide_with_a_resource() {
     );
 }
 
-/// Issue 27, item 7. A 64 MiB resource name was sent to every node, timed
-/// out, and got all three marked down: another thread's small lock, made
-/// at once, failed with 0 of 3 granted. Now the name is refused before any
-/// node is contacted, and the other thread's lock is granted.
+/// A 64 MiB resource name was sent to every node, timed out, and got all
+/// three marked down: another thread's small lock, made at once, failed
+/// with 0 of 3 granted. Now the name is refused before any node is
+/// contacted, and the other thread's lock is granted.
 #[test]
 fn a_huge_name_never_takes_the_nodes_away_from_other_callers() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -306,16 +305,15 @@ fn refused_and_told(
     notice
 }
 
-/// Issue 27, item 1. Managers A and B past the start quarantine, with
-/// their pooled connections open; then an evicting policy is switched on
-/// at run time. Before the fix the settings were read once per connection:
-/// A's keys were evicted, B was granted the lock while A's guard was valid
-/// with seconds left, and `health()` said every node voted. Now the
-/// settings are at most `SETTINGS_MAX_AGE` old when a grant counts: B is
-/// refused, A's lost signal fires at once (not a TTL later), `health()`
-/// names the setting, and a node whose policy goes back to `noeviction`
-/// is quarantined, as after a restart, until every lock it may have
-/// dropped has expired.
+/// Managers A and B past the start quarantine, with their pooled
+/// connections open; then an evicting policy is switched on at run time.
+/// Before the fix the settings were read once per connection: A's keys were
+/// evicted, B was granted the lock while A's guard was valid with seconds
+/// left, and `health()` said every node voted. Now the settings are at most
+/// `SETTINGS_MAX_AGE` old when a grant counts: B is refused, A's lost
+/// signal fires at once (not a TTL later), `health()` names the setting,
+/// and a node whose policy goes back to `noeviction` is quarantined, as
+/// after a restart, until every lock it may have dropped has expired.
 #[test]
 fn an_evicting_policy_switched_on_at_run_time_never_gives_two_valid_holders() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -370,11 +368,11 @@ fn an_evicting_policy_switched_on_at_run_time_never_gives_two_valid_holders() {
     );
 }
 
-/// Issue 27, item 1: a master turned replica at run time (`REPLICAOF`, what
-/// a failover does to the old master) drops its keys for its new master's.
-/// A's lost signal fires at once, B is refused while the nodes are
-/// replicas, and once they are masters again (a new replication history)
-/// they are quarantined until every lock they may have dropped expired.
+/// A master turned replica at run time (`REPLICAOF`, what a failover does
+/// to the old master) drops its keys for its new master's. A's lost signal
+/// fires at once, B is refused while the nodes are replicas, and once they
+/// are masters again (a new replication history) they are quarantined until
+/// every lock they may have dropped expired.
 #[test]
 fn a_master_turned_replica_at_run_time_is_a_forget_and_then_a_quarantine() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -423,10 +421,10 @@ fn a_master_turned_replica_at_run_time_is_a_forget_and_then_a_quarantine() {
     assert_eq!(quarantined, 2, "{health}");
 }
 
-/// Issue 27, item 1: an evicting policy switched on, keys evicted, and the
-/// policy switched back before B reads the settings again. B's next read
-/// shows `noeviction`, but `evicted_keys` grew since its last read: the
-/// nodes are quarantined and B is refused; A is told.
+/// An evicting policy switched on, keys evicted, and the policy switched
+/// back before B reads the settings again. B's next read shows
+/// `noeviction`, but `evicted_keys` grew since its last read: the nodes are
+/// quarantined and B is refused; A is told.
 #[test]
 fn evictions_between_two_reads_show_in_the_evicted_keys_count() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();

@@ -1,8 +1,8 @@
 //! A "run this job once" program: it locks, drops its guard (or fails an
 //! attempt) and returns from `main`. The releases it queued must reach the
-//! servers before the process is gone (issue 10, item 6). The program is
-//! this test binary itself, run again as a child process with one test
-//! selected and the servers' URLs in its environment.
+//! servers before the process is gone. The program is this test binary
+//! itself, run again as a child process with one test selected and the
+//! servers' URLs in its environment.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::process::Command;

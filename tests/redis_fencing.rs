@@ -1,7 +1,7 @@
-//! Fencing tokens on real redis-servers (issue 12): fences increase from
-//! one holder to the next across managers, survive a majority restart
-//! (wall-clock floor plus quarantine), live in the nodes' counters hash
-//! with no expiry, and cost plain locks nothing.
+//! Fencing tokens on real redis-servers: fences increase from one holder to
+//! the next across managers, survive a majority restart (wall-clock floor
+//! plus quarantine), live in the nodes' counters hash with no expiry, and
+//! cost plain locks nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! Which server answered: the answers of a `RedisBackend` batch report the
-//! identity of the connection that carried the batch (issue 9 hole 4), and
-//! an acquire that finds our own token is a grant (the same server under
-//! two names never makes a free lock look contended).
+//! identity of the connection that carried the batch (a per-backend cache
+//! once reported another server), and an acquire that finds our own token
+//! is a grant (the same server under two names never makes a free lock look
+//! contended).
 // Tests fail by panicking; unwrap/expect/panic are how they report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

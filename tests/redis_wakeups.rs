@@ -1,8 +1,8 @@
-//! Wake-ups across processes (issue 18, item 5) against real
-//! `redis-server`s: a release publishes a notice on each node, and a
-//! waiter in another process (here: another manager, which has its own
-//! engine, connections and node threads, like another process) tries again
-//! at once instead of sleeping out its retry delay.
+//! Wake-ups across processes against real `redis-server`s: a release
+//! publishes a notice on each node, and a waiter in another process (here:
+//! another manager, which has its own engine, connections and node threads,
+//! like another process) tries again at once instead of sleeping out its
+//! retry delay.
 //!
 //! No timing here is tight: the retry delay is 5 s with no jitter, and a
 //! wake-up only has to come well before it.
@@ -236,9 +236,9 @@ fn without_the_pubsub_rights_the_release_works_and_waiters_retry_on_their_timer(
     assert_eq!(holder.health().locks.yielded, 0);
 }
 
-/// Issue 27, item 2: a `PSUBSCRIBE *` client (a redis-cli session, a
-/// dashboard) hears every release; it is not a process waiting for the
-/// lock, and a releaser must not let it "go first".
+/// A `PSUBSCRIBE *` client (a redis-cli session, a dashboard) hears every
+/// release; it is not a process waiting for the lock, and a releaser must
+/// not let it "go first".
 #[test]
 fn a_pattern_subscriber_never_makes_a_releaser_yield() {
     use std::io::{Read, Write};
@@ -269,11 +269,11 @@ fn a_pattern_subscriber_never_makes_a_releaser_yield() {
     drop(watcher);
 }
 
-/// Issue 27, item 4: a client that may only `PUBLISH` (no key access)
-/// forges release notices on every node in a loop while the lock is held.
-/// Notices are hints: they bring a retry forward at most a bounded number
-/// of times per retry delay, so the waiter makes a few times the attempts
-/// it makes without the forger, not one per forged notice.
+/// A client that may only `PUBLISH` (no key access) forges release notices
+/// on every node in a loop while the lock is held. Notices are hints: they
+/// bring a retry forward at most a bounded number of times per retry delay,
+/// so the waiter makes a few times the attempts it makes without the
+/// forger, not one per forged notice.
 #[test]
 fn forged_notices_bring_a_retry_forward_a_bounded_number_of_times() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,8 +1,8 @@
 //! Named regression tests: one per safety hole found by review, each a
 //! deterministic schedule that gave two valid holders (or a wrong answer)
 //! before its fix. In-memory nodes on an injected clock; the extend-order
-//! holes are unit tests beside the lease code (`src/manager.rs`) because
-//! they need the watchdog's two-step extend.
+//! holes are unit tests beside the lease code (`src/redlock/tests.rs`)
+//! because they need the watchdog's two-step extend.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::sync::Arc;
@@ -33,13 +33,13 @@ fn manager(nodes: &[MemoryBackend], clock: &ManualClock, ttl: Duration) -> LockM
         .unwrap()
 }
 
-/// Issue 9, hole 1. Redis reports `uptime_in_seconds` as floor(wall now) -
-/// floor(wall start): 60 ms after a start at wall time x.95 it already
-/// reads 1 s. A manager that first meets such a server must not credit it
-/// with a second it has not been up. Schedule: TTL = max_ttl = 1 s; A
-/// locks 3/3; two nodes restart empty at wall time x.95; B makes first
-/// contact 60 ms later. Before the fix B was quarantined for only 12 ms and
-/// won 15 ms later, while A still had ~900 ms of validity.
+/// Redis reports `uptime_in_seconds` as floor(wall now) - floor(wall
+/// start): 60 ms after a start at wall time x.95 it already reads 1 s. A
+/// manager that first meets such a server must not credit it with a second
+/// it has not been up. Schedule: TTL = max_ttl = 1 s; A locks 3/3; two
+/// nodes restart empty at wall time x.95; B makes first contact 60 ms
+/// later. Before the fix B was quarantined for only 12 ms and won 15 ms
+/// later, while A still had ~900 ms of validity.
 #[test]
 fn first_contact_does_not_trust_a_whole_second_of_uptime() {
     let clock = ManualClock::new();
@@ -68,10 +68,10 @@ fn first_contact_does_not_trust_a_whole_second_of_uptime() {
     );
 }
 
-/// Issue 9, hole 3. A node that reports no identity (a Redis-compatible
-/// proxy whose `INFO` lacks `run_id`) cannot be checked for restarts, so
-/// under quarantine its grants must not count. Before the fix they counted,
-/// and two nodes restarted empty under A's lock let B in.
+/// A node that reports no identity (a Redis-compatible proxy whose `INFO`
+/// lacks `run_id`) cannot be checked for restarts, so under quarantine its
+/// grants must not count. Before the fix they counted, and two nodes
+/// restarted empty under A's lock let B in.
 #[test]
 fn a_node_without_identity_does_not_vote_under_quarantine() {
     let clock = ManualClock::new();
@@ -96,11 +96,11 @@ fn a_node_without_identity_does_not_vote_under_quarantine() {
     assert!(err.to_string().contains("identity"), "{err}");
 }
 
-/// Issue 9, duplicates. The same server under two names: the duplicate's
-/// `SET` may land first, its vote is discarded, and the owning name then
-/// found "our own key" and refused. With only the two names a free lock was
-/// reported as contended in about a third of the attempts. A key that
-/// already holds our token is a grant, so a free lock is never contended.
+/// The same server under two names: the duplicate's `SET` may land first,
+/// its vote is discarded, and the owning name then found "our own key" and
+/// refused. With only the two names a free lock was reported as contended
+/// in about a third of the attempts. A key that already holds our token is
+/// a grant, so a free lock is never contended.
 #[test]
 fn a_duplicate_node_never_makes_a_free_lock_look_contended() {
     let server = MemoryBackend::new("mem-a");
@@ -122,12 +122,12 @@ fn a_duplicate_node_never_makes_a_free_lock_look_contended() {
     }
 }
 
-/// Issue 17, hole 8. One server under two names that cannot be identified
-/// (quarantine off, as docs/safety.md tells such deployments to run):
-/// "a key that already holds our token counts as a grant" let the second
-/// name's answer count too, so one server cast two votes. Schedule: nodes
-/// [A, A (alias), B], B held by someone else; before the fix the lock was
-/// granted 2 of 3 while only one of the two servers held it.
+/// One server under two names that cannot be identified (quarantine off, as
+/// docs/safety.md tells such deployments to run): "a key that already holds
+/// our token counts as a grant" let the second name's answer count too, so
+/// one server cast two votes. Schedule: nodes [A, A (alias), B], B held by
+/// someone else; before the fix the lock was granted 2 of 3 while only one
+/// of the two servers held it.
 #[test]
 fn one_server_under_two_names_never_casts_two_votes_without_an_identity() {
     let clock = ManualClock::new();
@@ -154,11 +154,11 @@ fn one_server_under_two_names_never_casts_two_votes_without_an_identity() {
     assert_eq!(server.holder(b"r"), None, "the failed attempt left a key");
 }
 
-/// Issue 17, hole 6. Only connectivity errors kept a release for retry: a
-/// release that failed otherwise (a connection reset mid-request, `LOADING`,
-/// `BUSY`, a script error) was dropped, though the acquire it undoes had
-/// landed, and the key stayed for its whole TTL. A release whose outcome is
-/// unknown is now retried until the key must have expired.
+/// Only connectivity errors kept a release for retry: a release that failed
+/// otherwise (a connection reset mid-request, `LOADING`, `BUSY`, a script
+/// error) was dropped, though the acquire it undoes had landed, and the key
+/// stayed for its whole TTL. A release whose outcome is unknown is now
+/// retried until the key must have expired.
 #[test]
 fn a_release_that_failed_for_any_reason_is_retried() {
     let clock = ManualClock::new();
@@ -176,11 +176,11 @@ fn a_release_that_failed_for_any_reason_is_retried() {
     );
 }
 
-/// Issue 28, item 2. A set travelled through the engine as one composite
-/// key, and a release kept for retry was sent again as the release of
-/// that composite key, which no server holds: the set's members stayed on
-/// the node for their whole TTL. The lock's keys are one type now, and the
-/// retry releases every member, as the first release would have.
+/// A set travelled through the engine as one composite key, and a release
+/// kept for retry was sent again as the release of that composite key,
+/// which no server holds: the set's members stayed on the node for their
+/// whole TTL. The lock's keys are one type now, and the retry releases
+/// every member, as the first release would have.
 #[test]
 fn a_failed_release_of_a_set_is_retried_for_every_member() {
     let clock = ManualClock::new();
@@ -200,10 +200,10 @@ fn a_failed_release_of_a_set_is_retried_for_every_member() {
     );
 }
 
-/// Issue 17, hole 2. The local line knew only a waiter's TTL, so a thread
-/// that asked for `fencing(true)` and waited behind a plain holder was
-/// handed that holder's lease on drop: same token, `fence() == None`. A
-/// hand-over must give a waiter the lock it asked for, or none.
+/// The local line knew only a waiter's TTL, so a thread that asked for
+/// `fencing(true)` and waited behind a plain holder was handed that
+/// holder's lease on drop: same token, `fence() == None`. A hand-over must
+/// give a waiter the lock it asked for, or none.
 #[test]
 fn a_fenced_waiter_is_never_handed_a_plain_lock() {
     let nodes: Vec<MemoryBackend> = (0..3)
@@ -257,12 +257,12 @@ fn waiting_manager(nodes: &[MemoryBackend], clock: &ManualClock, ttl: Duration) 
         .unwrap()
 }
 
-/// Issue 18, item 1. A thread kept its guard past the validity (stuck, no
-/// auto-extension); another thread of the same manager waited in the
-/// local line for its whole budget (8 s of `wait(8s)`) while a thread of
-/// another process got the lock after 0.69 s. The line is bounded by the
-/// holder's validity. And when the stuck guard drops later, it passes no
-/// turn it no longer owns and hands over nothing: the line stays FIFO.
+/// A thread kept its guard past the validity (stuck, no auto-extension);
+/// another thread of the same manager waited in the local line for its
+/// whole budget (8 s of `wait(8s)`) while a thread of another process got
+/// the lock after 0.69 s. The line is bounded by the holder's validity. And
+/// when the stuck guard drops later, it passes no turn it no longer owns
+/// and hands over nothing: the line stays FIFO.
 #[test]
 fn the_local_line_does_not_wait_behind_an_expired_lease() {
     let clock = ManualClock::new();
@@ -311,9 +311,9 @@ fn the_local_line_does_not_wait_behind_an_expired_lease() {
     assert_eq!(locks.local_waiters("r"), 0);
 }
 
-/// Issue 18, item 1, the loss variant: a holder whose extend failed (the
-/// lock may be gone) does not hold the line either; the next thread
-/// contends with the servers at once.
+/// The same, loss variant: a holder whose extend failed (the lock may be
+/// gone) does not hold the line either; the next thread contends with the
+/// servers at once.
 #[test]
 fn the_local_line_does_not_wait_behind_a_lost_lease() {
     let clock = ManualClock::new();
@@ -355,10 +355,10 @@ fn the_local_line_does_not_wait_behind_a_lost_lease() {
     drop(holder);
 }
 
-/// Issue 18, item 8. The local turn was passed by hand on each exit path
-/// of `lock_with`; a path that unwinds (here a clock that panics in the
-/// caller's thread during the attempt) kept the turn for ever, and the
-/// next thread waited in line for its whole budget.
+/// The local turn was passed by hand on each exit path of `lock_with`; a
+/// path that unwinds (here a clock that panics in the caller's thread
+/// during the attempt) kept the turn for ever, and the next thread waited
+/// in line for its whole budget.
 #[test]
 fn the_local_turn_passes_when_lock_with_unwinds() {
     #[derive(Debug)]
@@ -408,9 +408,9 @@ fn the_local_turn_passes_when_lock_with_unwinds() {
     guard.release().unwrap();
 }
 
-/// Issue 18, item 4. `with_lock` returned `Ok` after the lock was lost
-/// while `work` ran, when `work` never checked: the caller could not tell
-/// that exclusivity was lost.
+/// `with_lock` returned `Ok` after the lock was lost while `work` ran, when
+/// `work` never checked: the caller could not tell that exclusivity was
+/// lost.
 #[test]
 fn with_lock_does_not_return_ok_after_the_lock_was_lost() {
     let clock = ManualClock::new();
@@ -434,10 +434,10 @@ fn with_lock_does_not_return_ok_after_the_lock_was_lost() {
     assert_eq!(locks.with_lock("r", &opts, |_| 7).unwrap(), 7);
 }
 
-/// Issue 18, item 7. Auto-extension ran on real time whatever the
-/// manager's clock: a `ManualClock` advance past an extend's due time
-/// extended nothing, and a loss never fired `lost_signal`, so users'
-/// tests on the in-memory test doubles could not drive it.
+/// Auto-extension ran on real time whatever the manager's clock: a
+/// `ManualClock` advance past an extend's due time extended nothing, and a
+/// loss never fired `lost_signal`, so users' tests on the in-memory test
+/// doubles could not drive it.
 #[test]
 fn auto_extension_follows_the_injected_clock() {
     let clock = ManualClock::new();

@@ -1,7 +1,7 @@
-//! Waiting for a lock as users expect (issue 18): cancellation, no
-//! self-deadlock, a local line bounded by the holder's validity, and a
-//! `lock()` that waits like `Mutex::lock`. In-memory nodes; where time
-//! matters, an injected clock.
+//! Waiting for a lock as users expect: cancellation, no self-deadlock, a
+//! local line bounded by the holder's validity, and a `lock()` that waits
+//! like `Mutex::lock`. In-memory nodes; where time matters, an injected
+//! clock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::sync::Arc;
@@ -165,10 +165,10 @@ fn a_lock_won_by_a_round_in_flight_when_cancelled_is_released() {
     guard.release().unwrap();
 }
 
-/// Issue 18, item 2: holding `r`, the same thread's `lock_with("r", wait
-/// 1.5 s)` returned after 1.5 s as "held elsewhere", `lock("r")` after
-/// 1.8 s. It fails at once now, contacting no node; another thread of the
-/// manager simply waits its turn.
+/// Regression: holding `r`, the same thread's `lock_with("r", wait 1.5 s)`
+/// returned after 1.5 s as "held elsewhere", `lock("r")` after 1.8 s. It
+/// fails at once now, contacting no node; another thread of the manager
+/// simply waits its turn.
 #[test]
 fn locking_again_on_the_same_thread_fails_at_once_with_deadlock() {
     let nodes = nodes(3);
@@ -219,9 +219,9 @@ fn locking_again_on_the_same_thread_fails_at_once_with_deadlock() {
     assert!(locks.try_lock("r").unwrap_err().is_contended());
 }
 
-/// Issue 18, item 6: `lock()` gave up after about 1.3 s (10 attempts),
-/// which is not what a method named like `Mutex::lock` suggests. A holder
-/// in another process that keeps the lock for 2 s no longer makes it fail.
+/// Regression: `lock()` gave up after about 1.3 s (10 attempts), which is
+/// not what a method named like `Mutex::lock` suggests. A holder in another
+/// process that keeps the lock for 2 s no longer makes it fail.
 #[test]
 fn lock_waits_longer_than_ten_attempts_by_default() {
     let nodes = nodes(3);

@@ -1,7 +1,6 @@
-//! Wake-ups across processes on in-memory nodes (issue 18, item 5): two
-//! managers over the same nodes stand for two processes (each has its own
-//! engine and node threads). The real-server tests are in
-//! `redis_wakeups.rs`.
+//! Wake-ups across processes on in-memory nodes: two managers over the same
+//! nodes stand for two processes (each has its own engine and node
+//! threads). The real-server tests are in `redis_wakeups.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::time::{Duration, Instant};
@@ -204,12 +203,12 @@ fn a_release_a_node_applied_before_it_listened_still_wakes_the_waiter() {
     assert_eq!(locks.acquired, 1, "{locks:?}");
 }
 
-/// Issue 27, item 3: one node deaf to notices while the holder holds a
-/// bare quorum. Each waiter's failed attempt takes the free node and its
-/// undo announces a release there; those undos must not wake the other
-/// waiter (they come from fewer nodes than any holder's release), or the
-/// two waiters wake each other in turn for as long as the lock is held.
-/// The same run with every node hearing is the yardstick.
+/// One node deaf to notices while the holder holds a bare quorum. Each
+/// waiter's failed attempt takes the free node and its undo announces a
+/// release there; those undos must not wake the other waiter (they come
+/// from fewer nodes than any holder's release), or the two waiters wake
+/// each other in turn for as long as the lock is held. The same run with
+/// every node hearing is the yardstick.
 #[test]
 fn a_deaf_node_does_not_let_the_waiters_undos_wake_each_other() {
     const ATTEMPTS: u32 = 12;
@@ -260,10 +259,11 @@ fn a_deaf_node_does_not_let_the_waiters_undos_wake_each_other() {
     }
 }
 
-/// Issue 27, item 4, the other side: notices that lead to a change of
-/// holder are real, and a waiter that keeps losing races to other waiters
-/// keeps its early wake-ups (it never sleeps out a retry delay while
-/// releases come). Three managers take turns on one key many times.
+/// The other side of bounding forged notices (`redis_wakeups.rs`): notices
+/// that lead to a change of holder are real, and a waiter that keeps losing
+/// races to other waiters keeps its early wake-ups (it never sleeps out a
+/// retry delay while releases come). Three managers take turns on one key
+/// many times.
 #[test]
 fn waiters_that_lose_real_races_keep_their_early_wake_ups() {
     const ROUNDS: usize = 15;

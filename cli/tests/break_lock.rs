@@ -1,5 +1,5 @@
 //! `quorum-lock break NAME`: an operator breaks a stuck lock during an
-//! incident, after seeing what it breaks (issue 29, item 3).
+//! incident, after seeing what it breaks.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

@@ -391,10 +391,9 @@ fn bad_arguments_are_usage_errors_and_a_bad_url_a_configuration_error() {
     assert!(!String::from_utf8_lossy(&bad_url.stderr).contains("hunter2"));
 }
 
-/// Issue 27, item 8: `run --ttl 3s` (the README's CI recipe) printed a
-/// warning about a `--kill-after` the user never gave. The default now
-/// follows the TTL; only a value the user gave and that cannot fit is
-/// worth a warning.
+/// Regression: `run --ttl 3s` (the README's CI recipe) printed a warning
+/// about a `--kill-after` the user never gave. The default now follows the
+/// TTL; only a value the user gave and that cannot fit is worth a warning.
 #[test]
 fn a_short_ttl_does_not_warn_about_a_kill_after_nobody_gave() {
     let servers = RedisServers::start(3);

@@ -1,6 +1,6 @@
-//! A degraded cluster is not silent (issue 19, item 6): `run` names the
-//! nodes it went ahead without, `-q` silences that, `doctor` catches one
-//! server under two names, and both word a failure the same way.
+//! A degraded cluster is not silent: `run` names the nodes it went ahead
+//! without, `-q` silences that, `doctor` catches one server under two
+//! names, and both word a failure the same way.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

@@ -1,7 +1,6 @@
-//! `doctor` and the ACL user docs/operations.md documents (issue 27, item
-//! 8): with the documented line every right checks out, wake-ups
-//! included; a user without the publish / subscribe rights gets a warning
-//! that names them.
+//! `doctor` and the ACL user docs/operations.md documents: with the
+//! documented line every right checks out, wake-ups included; a user
+//! without the publish / subscribe rights gets a warning that names them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

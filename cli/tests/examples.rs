@@ -1,6 +1,6 @@
-//! The examples of cli/README.md run as written (issue 29, item 3): the
-//! CI recipe, and the `ExecStart=` line of the systemd unit. Each is read
-//! from the file itself, so the manual cannot drift from what works.
+//! The examples of cli/README.md run as written: the CI recipe, and the
+//! `ExecStart=` line of the systemd unit. Each is read from the file
+//! itself, so the manual cannot drift from what works.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

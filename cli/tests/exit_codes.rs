@@ -1,6 +1,6 @@
-//! Exit codes as `flock(1)` and sysexits.h (issue 19, item 4): 64 usage,
-//! 78 configuration, 69 servers unavailable, 75 lock lost, 1 held
-//! elsewhere, the command's own status, 128+N after signal N.
+//! Exit codes as `flock(1)` and sysexits.h: 64 usage, 78 configuration,
+//! 69 servers unavailable, 75 lock lost, 1 held elsewhere, the command's
+//! own status, 128+N after signal N.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

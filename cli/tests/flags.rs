@@ -1,5 +1,5 @@
 //! Every library setting has a flag, and what the tool prints names the
-//! flags, not the library's builder methods (issue 29, item 3).
+//! flags, not the library's builder methods.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

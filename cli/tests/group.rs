@@ -1,10 +1,9 @@
-//! No process of a `run` command works without the lock (issue 27, item
-//! 6): the processes a shell script leaves in the command's process group
-//! die with the tool (`kill -9` of the tool, or of the tool's whole
-//! process group), are stopped before the lock is released when the
-//! command ends (or waited for with `--wait-group`, or let go with
-//! `--leave-group`), and are killed before the lock's validity ends after
-//! a loss.
+//! No process of a `run` command works without the lock: the processes a
+//! shell script leaves in the command's process group die with the tool
+//! (`kill -9` of the tool, or of the tool's whole process group), are
+//! stopped before the lock is released when the command ends (or waited for
+//! with `--wait-group`, or let go with `--leave-group`), and are killed
+//! before the lock's validity ends after a loss.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;
@@ -133,8 +132,9 @@ fn kill_9_of_the_tools_process_group_kills_every_process_of_the_script() {
     tool_killed(true);
 }
 
-/// The command of the issue: `sh -c 'sleep 123 & echo started'`, writing
-/// the pids of the shell and of its background child.
+/// A script that leaves a background child behind, as
+/// `sh -c 'sleep 123 & echo started'` does, writing the pids of the shell
+/// and of its background child.
 fn background_child_script(pids: &Pids, child: &str) -> String {
     format!(
         "echo $$ > {sh}; {child} >/dev/null 2>&1 & echo $! > {bg}; echo started",

@@ -1,4 +1,4 @@
-//! `status` and the JSON for scripts (issue 19, items 7 and 8).
+//! `status` and the JSON for scripts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

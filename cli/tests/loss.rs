@@ -1,5 +1,5 @@
 //! After the lock is lost, or the tool is killed, the command must be gone
-//! before anyone else can hold the lock (issue 19, items 1 and 2).
+//! before anyone else can hold the lock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;
@@ -62,8 +62,8 @@ fn after_a_loss_the_command_is_gone_before_another_client_gets_the_lock() {
         "the first command still ran when the second got the lock; first: {first:?}"
     );
     assert_eq!(code(&first), 75, "{first:?}");
-    // Issue 29, item 3: the loss was said three times (the library's
-    // warning, the SIGKILL notice, the end); now once, with what is done.
+    // Regression: the loss was said three times (the library's warning, the
+    // SIGKILL notice, the end); now once, with what is done.
     let said = String::from_utf8_lossy(&first.stderr);
     assert_eq!(said.matches("lock lost").count(), 1, "{said}");
     assert!(!said.contains("may be lost"), "{said}");

@@ -1,5 +1,5 @@
 //! What the tool says when something is wrong: once, in one line, naming
-//! the flags (issue 29, item 3). The loss of a held lock: `loss.rs`.
+//! the flags. The loss of a held lock: `loss.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

@@ -1,5 +1,4 @@
-//! `run --min-hold`: once per period, not only one at a time (issue 19,
-//! item 3).
+//! `run --min-hold`: once per period, not only one at a time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;

@@ -1,6 +1,6 @@
-//! Signals (issue 19, item 5): a signal reaches the command exactly once,
-//! whether it was sent to the tool's process group or to the tool alone;
-//! a command that ignores SIGTERM is killed after `--kill-after`.
+//! Signals: a signal reaches the command exactly once, whether it was sent
+//! to the tool's process group or to the tool alone; a command that ignores
+//! SIGTERM is killed after `--kill-after`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod common;
@@ -118,11 +118,11 @@ fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
     assert!(free_everywhere(&servers, b"job"));
 }
 
-/// Issue 19, item 5: a signal that arrives while the tool is still waiting
-/// for the lock ends the wait at once (not after `--wait`), the command
-/// never starts, nothing the tool's attempts took is left behind, and the
-/// tool exits 128+N. Before, the handlers were installed only once the lock
-/// was taken: the signal killed the tool mid-wait.
+/// Regression: a signal that arrives while the tool is still waiting for
+/// the lock ends the wait at once (not after `--wait`), the command never
+/// starts, nothing the tool's attempts took is left behind, and the tool
+/// exits 128+N. Before, the handlers were installed only once the lock was
+/// taken: the signal killed the tool mid-wait.
 #[test]
 fn a_signal_while_waiting_for_the_lock_ends_the_wait_at_once() {
     let servers = RedisServers::start(3);

@@ -69,9 +69,8 @@ fn quarantine_off_and_unknown_identity() {
     off.see(&info("a", 0), now, &registry);
     assert_eq!(off.standing(now), Standing::Voting);
     assert_eq!(off.judge(None, now, &registry), Standing::Voting);
-    // Regression (issue 9, hole 3): with quarantine on, an answer from
-    // a server that cannot be identified never counts, on first contact
-    // or later.
+    // Regression: with quarantine on, an answer from a server that cannot
+    // be identified never counts, on first contact or later.
     let mut unknown = Identity::new(1, Some(Q), false);
     let anonymous = ServerInfo::default();
     assert_eq!(
@@ -87,8 +86,8 @@ fn quarantine_off_and_unknown_identity() {
     );
 }
 
-/// Regression (issue 9, hole 1): one second of reported uptime may be
-/// a few milliseconds of real uptime, so it buys nothing.
+/// Regression: one second of reported uptime may be a few milliseconds of
+/// real uptime, so it buys nothing.
 #[test]
 fn a_whole_second_of_uptime_is_not_credited() {
     let registry = Registry::default();
@@ -99,9 +98,9 @@ fn a_whole_second_of_uptime_is_not_credited() {
     assert_eq!(id.standing(now), Standing::Quarantined(q));
 }
 
-/// Issue 17, hole 1: a server that may evict lock keys does not vote,
-/// unless the manager accepts the risk; the verdict follows the
-/// settings each answer came with.
+/// A server that may evict lock keys does not vote, unless the manager
+/// accepts the risk; the verdict follows the settings each answer came
+/// with.
 #[test]
 fn a_server_that_may_evict_votes_only_when_the_risk_is_accepted() {
     let registry = Registry::default();
@@ -154,11 +153,11 @@ fn the_same_server_twice_votes_once() {
     assert_eq!(second.standing(now), Standing::Voting);
 }
 
-/// Issue 27, item 1: what a server says of its replication, read again
-/// without a restart. A new history on the same server (a failover,
-/// `REPLICAOF`, a replica promoted) is a forget and a quarantine; a
-/// replica does not vote; a restart's new history is not a forget of
-/// its own (the restart quarantine covers it).
+/// What a server says of its replication, read again without a restart. A
+/// new history on the same server (a failover, `REPLICAOF`, a replica
+/// promoted) is a forget and a quarantine; a replica does not vote; a
+/// restart's new history is not a forget of its own (the restart quarantine
+/// covers it).
 #[test]
 fn a_new_replication_history_is_a_forget_and_a_replica_does_not_vote() {
     let registry = Registry::default();
@@ -186,8 +185,8 @@ fn a_new_replication_history_is_a_forget_and_a_replica_does_not_vote() {
     assert_eq!(id.standing(later), Standing::Voting);
 }
 
-/// Issue 27, item 1: a policy switched on, keys evicted and the policy
-/// switched back between two reads shows in `evicted_keys`.
+/// A policy switched on, keys evicted and the policy switched back between
+/// two reads shows in `evicted_keys`.
 #[test]
 fn evicted_keys_that_grew_between_two_reads_are_a_forget() {
     let registry = Registry::default();

@@ -37,8 +37,8 @@ fn settings(wait: Duration) -> Settings {
     }
 }
 
-/// Issue 10, item 8: a node that does not keep up does not grow its
-/// queue without bound; it refuses, and says why.
+/// A node that does not keep up does not grow its queue without bound;
+/// it refuses, and says why.
 #[test]
 fn a_stalled_node_refuses_past_the_queue_bound() {
     let node = MemoryBackend::new("slow");
@@ -68,10 +68,10 @@ fn a_stalled_node_refuses_past_the_queue_bound() {
     assert!(engine.flush(Duration::from_secs(30)));
 }
 
-/// Issue 17, hole 7. A full queue refused the release of an acquire
-/// queued before it: the stalled node later applied the acquire and
-/// kept the key for its TTL. A release is never refused while the
-/// acquire it undoes may still run.
+/// Regression: a full queue refused the release of an acquire queued before
+/// it: the stalled node later applied the acquire and kept the key for its
+/// TTL. A release is never refused while the acquire it undoes may still
+/// run.
 #[test]
 fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
     let node = MemoryBackend::new("slow");

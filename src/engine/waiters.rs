@@ -18,8 +18,8 @@
 //! long as the winner held the lock, each wake-up one more failed attempt
 //! (and one more undo): measured with 4 processes on one key, that doubled
 //! the attempts; with one of three nodes deaf and a threshold of one
-//! notice, two waiters made about 40 times the attempts (issue 27). The
-//! price of the floor: a release that only deaf nodes and fewer than
+//! notice, two waiters made about 40 times the attempts. The price of
+//! the floor: a release that only deaf nodes and fewer than
 //! N - Q + 1 hearing nodes announce wakes nobody, and the waiters retry
 //! on their timer (with N - Q + 1 or more nodes deaf, always). A split
 //! vote, where nobody won, undoes on every node and still wakes everyone.

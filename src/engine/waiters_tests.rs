@@ -51,9 +51,9 @@ fn notices_from_a_quorum_wake_every_waiter_of_their_key_and_only_them() {
     );
 }
 
-/// Issue 27, item 8: a set waiter counts each member's notices on
-/// their own. The release of one member on node 0 and of another on
-/// node 1 is no member released on a quorum.
+/// A set waiter counts each member's notices on their own. The release of
+/// one member on node 0 and of another on node 1 is no member released on a
+/// quorum.
 #[test]
 fn a_set_waiter_counts_the_notices_of_each_member_apart() {
     let waiters = Arc::new(Waiters::new(3, 2));

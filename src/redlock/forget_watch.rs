@@ -1,6 +1,6 @@
-//! The [`ForgetWatch`]: tells a held lock at once when a node it counted
-//! on may have forgotten its keys (issue 27, item 1), so a guard whose
-//! quorum is gone is lost now, not at the end of its TTL.
+//! The [`ForgetWatch`]: tells a held lock at once when a node it counted on
+//! may have forgotten its keys, so a guard whose quorum is gone is lost
+//! now, not at the end of its TTL.
 //!
 //! The engine counts each node's forgets (`engine::Forgets`: the node's
 //! settings began to allow eviction, it became a replica, took a new

@@ -1,7 +1,7 @@
 //! Which thread holds a live guard for which key, per manager, so that a
 //! thread asking again for a lock it holds fails at once with
 //! [`Error::Deadlock`](crate::Error::Deadlock) instead of waiting for
-//! itself (issue 18, item 2).
+//! itself.
 //!
 //! A guard counts for the thread that acquired it, from the moment it is
 //! made until it is released, forgotten or dropped, and only while its

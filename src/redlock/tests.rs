@@ -74,7 +74,7 @@ fn validity(rounds: &Rounds, lease: &Lease) -> Duration {
     lease.state().validity(rounds.now())
 }
 
-/// Issue 9, hole 2. Per-node FIFO makes the extend *begun* last the one the
+/// Regression: per-node FIFO makes the extend *begun* last the one the
 /// servers apply last, and `PEXPIRE` can shorten a key. Schedule: the
 /// watchdog sends a 3 s extend; the holder's own `extend(300 ms)`
 /// completes; the watchdog gathers later. Before the fix the watchdog wrote
@@ -102,9 +102,9 @@ fn an_extend_finishing_last_does_not_outlive_one_begun_after_it() {
     );
 }
 
-/// Issue 9, hole 2, the hand-over variant: a lock handed to the next local
-/// holder while an extend that shortens the keys is in flight must not
-/// carry the older, longer deadline.
+/// The same, hand-over variant: a lock handed to the next local holder
+/// while an extend that shortens the keys is in flight must not carry the
+/// older, longer deadline.
 #[test]
 fn a_hand_over_during_a_shortening_extend_carries_the_shorter_deadline() {
     let clock = ManualClock::new();

@@ -13,16 +13,16 @@
 //! may be handed over instead (see `Rounds::hand_over`): no round trip
 //! at all. That is bounded, so other processes get their chance.
 //!
-//! The line is bounded by the holder's validity (issue 18, item 1): the
-//! first waiter watches the turn-holder's lease, and once its deadline has
-//! passed or it is lost, that waiter takes the turn and contends with the
-//! servers; it does not wait for a holder that may be stuck. The stale
-//! holder's [`Ticket`] then no longer matches the line and passes nothing
-//! when it goes (and its guard hands nothing over).
+//! The line is bounded by the holder's validity: the first waiter watches
+//! the turn-holder's lease, and once its deadline has passed or it is lost,
+//! that waiter takes the turn and contends with the servers; it does not
+//! wait for a holder that may be stuck. The stale holder's [`Ticket`] then
+//! no longer matches the line and passes nothing when it goes (and its
+//! guard hands nothing over).
 //!
 //! A turn is a [`Ticket`]: passed when it is dropped, so every exit path of
 //! a waiting call (an error, a panic, a cancellation) passes it by
-//! construction (issue 18, item 8).
+//! construction.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -92,8 +92,8 @@ pub(super) struct Waiter {
 }
 
 /// What a waiting thread asked for: everything a handed-over lock must
-/// match (issue 17, hole 2: a fenced waiter was handed a plain lock when
-/// the line knew only the TTL).
+/// match (a fenced waiter was once handed a plain lock when the line knew
+/// only the TTL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Want {
     /// The TTL of the lock.

@@ -99,9 +99,10 @@ fn a_waiter_that_times_out_leaves_the_line() {
     let _b = mine(wait(&queue, &key("b"), Some(now)));
 }
 
-/// Issue 18, item 1, at the level of the line: the first waiter takes
-/// the turn once the holder's lease is over, the stale holder's ticket
-/// passes nothing, and the line stays FIFO behind the new holder.
+/// A holder stuck past its validity, at the level of the line: the first
+/// waiter takes the turn once the holder's lease is over, the stale
+/// holder's ticket passes nothing, and the line stays FIFO behind the new
+/// holder.
 #[test]
 fn the_line_stops_waiting_for_an_expired_holder() {
     let clock = ManualClock::new();

@@ -7,10 +7,10 @@
 //! the guard released or forgot the lock: the release marks the lease
 //! finished under the same lock the watchdog holds while it sends an extend.
 //!
-//! Its schedule is kept on the manager's clock (issue 18, item 7), so a
+//! Its schedule is kept on the manager's clock, not real time, so a
 //! [`ManualClock`](crate::ManualClock) drives it in tests: an `advance`
-//! past an extend's due time makes the extend happen, and a loss fires
-//! the guard's `lost_signal`.
+//! past an extend's due time makes the extend happen, and a loss fires the
+//! guard's `lost_signal`.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

@@ -53,11 +53,11 @@ use shrink::Schedule;
 use walk::{Mode, run, run_with};
 use world::World;
 
-/// Fencing (issue 12): with restarts, late managers, hand-over attempts,
-/// extends and faults in the schedule, each new holder of a resource gets
-/// a larger fence than every holder before it. Checked to fail when the
-/// write-back (phase 2) is skipped and when the wall-clock floor is
-/// removed (docs/testing.md, "Fencing tokens").
+/// Fencing: with restarts, late managers, hand-over attempts, extends and
+/// faults in the schedule, each new holder of a resource gets a larger
+/// fence than every holder before it. Checked to fail when the write-back
+/// (phase 2) is skipped and when the wall-clock floor is removed
+/// (docs/testing.md, "Fencing tokens").
 #[test]
 fn fences_strictly_increase_from_one_holder_to_the_next() {
     let fenced = Mode {
@@ -72,10 +72,10 @@ fn fences_strictly_increase_from_one_holder_to_the_next() {
     );
 }
 
-/// Issue 17, hole 2: plain and fenced locks of one resource meet in one
-/// manager's local line; a waiter is never handed a lock of another kind
-/// (a fenced waiter behind a plain holder got that holder's lease, with no
-/// fence), and fences still increase from one fenced holder to the next.
+/// Regression: plain and fenced locks of one resource meet in one manager's
+/// local line; a waiter is never handed a lock of another kind (a fenced
+/// waiter behind a plain holder got that holder's lease, with no fence),
+/// and fences still increase from one fenced holder to the next.
 #[test]
 fn a_hand_over_gives_each_waiter_the_lock_it_asked_for() {
     let mixed = Mode {

@@ -140,15 +140,15 @@ impl World {
         self
     }
 
-    /// An operator switches node `n`'s memory policy at run time (issue 27,
-    /// item 1): to an evicting one (then memory pressure, step 14, evicts
-    /// its lock keys), or back to `noeviction`. Every manager reads a
-    /// node's settings within the crate's documented bound (at most 500 ms
-    /// old at a grant, about 1 s while it holds a lock): modelled by one
-    /// round of each manager right after the switch on, until its
-    /// `health()` shows the setting. Not with the eviction risk accepted
-    /// (that mode has its own evicting majority), and never more evicting
-    /// nodes than leave a quorum.
+    /// An operator switches node `n`'s memory policy at run time: to an
+    /// evicting one (then memory pressure, step 14, evicts its lock keys),
+    /// or back to `noeviction`. Every manager reads a node's settings
+    /// within the crate's documented bound (at most 500 ms old at a grant,
+    /// about 1 s while it holds a lock): modelled by one round of each
+    /// manager right after the switch on, until its `health()` shows the
+    /// setting. Not with the eviction risk accepted (that mode has its own
+    /// evicting majority), and never more evicting nodes than leave a
+    /// quorum.
     pub(crate) fn switch_policy(&mut self, n: usize, rng: &mut Draws) {
         if self.accept_eviction {
             return;

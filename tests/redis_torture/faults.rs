@@ -31,7 +31,7 @@ pub(crate) struct Faults {
     /// The node's proxy answers nothing for a while.
     pub(crate) blackhole: u64,
     /// An evicting policy switched on at run time, lock keys evicted,
-    /// then `noeviction` again (issue 27, item 1).
+    /// then `noeviction` again.
     pub(crate) eviction: u64,
     /// Lock keys evicted by those.
     pub(crate) evicted_keys: u64,

@@ -1,4 +1,4 @@
-//! `--cross-process`: K processes contend for one key (issue 18, item 5).
+//! `--cross-process`: K processes contend for one key.
 //!
 //! The benchmark runs itself as K child processes (`--cross-process-child`),
 //! each with its own client (its own manager: its own engine, connections

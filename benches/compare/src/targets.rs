@@ -1,4 +1,4 @@
-//! The targets of the performance issue, each with its measured ratio
+//! The benchmark's performance targets, each with its measured ratio
 //! (median over runs of the per-run ratio, and the min-max), whether it is
 //! met, and for a miss the counter that shows what limits it.
 

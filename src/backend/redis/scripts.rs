@@ -11,8 +11,8 @@
 /// The count is `PUBSUB NUMSUB`'s, not `PUBLISH`'s: `PUBLISH` also counts
 /// pattern subscribers (a `PSUBSCRIBE *` debugging session, a dashboard),
 /// which hear every release and wait for no lock; counted, they made
-/// every release look awaited and every re-lock yield (issue 27). A
-/// client of another program subscribed to the exact channel still
+/// every release look awaited and every re-lock yield. A client of
+/// another program subscribed to the exact channel still
 /// counts: nothing on the server tells it from a waiter of ours.
 /// `PUBLISH` and `PUBSUB` go through `pcall`: a server (or an ACL) that
 /// refuses either still releases, and answers 1.
