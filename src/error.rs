@@ -144,6 +144,11 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Contended { report } if report.held_here => write!(
+                f,
+                "lock is held by this thread (through this manager; locks are not reentrant): \
+                 {report}"
+            ),
             Self::Contended { report } => write!(f, "lock is held elsewhere: {report}"),
             Self::NoQuorum { report } => write!(f, "no quorum of healthy nodes: {report}"),
             Self::ValidityExpired { report } => write!(
@@ -216,6 +221,7 @@ mod tests {
             elapsed: Duration::from_millis(3),
             attempts: 1,
             waited: Duration::from_millis(3),
+            held_here: false,
         }
     }
 

@@ -192,7 +192,18 @@ impl LockManager {
         waiting.check_cancelled()?;
         if waiting.single_attempt() {
             waiting.attempt();
-            let guard = self.guard(rounds.acquire_once(resources, &keys, ttl, fenced)?);
+            let lease = match rounds.acquire_once(resources, &keys, ttl, fenced) {
+                // As `Mutex::try_lock` on a mutex this thread holds: the
+                // answer stays `Contended`, but it says who holds it.
+                Err(Error::Contended { mut report })
+                    if rounds.owners().held_by_me(&keys, rounds.now()) =>
+                {
+                    report.held_here = true;
+                    return Err(Error::Contended { report });
+                }
+                taken => taken?,
+            };
+            let guard = self.guard(lease);
             return self.deliver(guard, ttl, options, &waiting);
         }
         // A call that would wait for a lock this thread holds would wait

@@ -139,6 +139,10 @@ pub struct Report {
     pub(crate) elapsed: Duration,
     pub(crate) attempts: u32,
     pub(crate) waited: Duration,
+    /// The lock was refused because this thread holds it, through the
+    /// same manager (a `try_lock` of a lock it holds): said so, rather
+    /// than "held elsewhere".
+    pub(crate) held_here: bool,
 }
 
 impl Report {
@@ -228,7 +232,12 @@ impl Report {
     fn groups(&self) -> Vec<(Vec<&str>, Said)> {
         let mut groups: Vec<(Vec<&str>, Said)> = Vec::new();
         for node in &self.nodes {
-            let said = Said::of(&node.outcome, self.round, &node.node);
+            let said = match node.outcome {
+                NodeOutcome::Refused if self.held_here && self.round == Round::Acquire => {
+                    Said::Text("held by this thread".into())
+                }
+                _ => Said::of(&node.outcome, self.round, &node.node),
+            };
             match groups.iter_mut().find(|(_, s)| s.same(&said)) {
                 Some((names, s)) => {
                     names.push(&node.node);
@@ -388,6 +397,7 @@ mod tests {
             elapsed: Duration::from_millis(3),
             attempts: 1,
             waited: Duration::from_millis(3),
+            held_here: false,
         }
     }
 

@@ -191,13 +191,32 @@ fn locking_again_on_the_same_thread_fails_at_once_with_deadlock() {
     }
     assert!(started.elapsed() < PROMPT, "took {:?}", started.elapsed());
     assert_eq!(ops(&nodes), before, "a node was contacted");
-    // One attempt cannot deadlock: it reports what the servers say.
-    assert!(locks.try_lock("r").unwrap_err().is_contended());
+    // One attempt cannot deadlock: it reports what the servers say, as
+    // `Mutex::try_lock` does, and says that this thread holds the lock.
+    let mine = locks.try_lock("r").unwrap_err();
+    assert!(mine.is_contended(), "{mine}");
+    let text = mine.to_string();
+    assert!(
+        text.contains("held by this thread") && !text.contains("elsewhere"),
+        "{text}"
+    );
     // Another resource, and the same resource through another manager, are
     // independent (the latter is contention, not a deadlock).
     locks.try_lock("s").unwrap().release().unwrap();
     let other = manager(&nodes);
-    assert!(other.try_lock("r").unwrap_err().is_contended());
+    let theirs = other.try_lock("r").unwrap_err();
+    assert!(theirs.is_contended());
+    assert!(theirs.to_string().contains("held elsewhere"), "{theirs}");
+    // Another thread of the same manager is told "elsewhere" too.
+    let from_another_thread = std::thread::scope(|s| {
+        s.spawn(|| locks.try_lock("r").unwrap_err().to_string())
+            .join()
+            .unwrap()
+    });
+    assert!(
+        from_another_thread.contains("held elsewhere"),
+        "{from_another_thread}"
+    );
     // Another thread of the manager waits its turn.
     let waiter = {
         let locks = locks.clone();

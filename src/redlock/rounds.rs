@@ -389,6 +389,7 @@ impl Rounds {
             elapsed,
             attempts: 1,
             waited: elapsed,
+            held_here: false,
         }
     }
 }
