@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
 use crate::options::{LockOptions, RetryPolicy};
+use crate::redlock::after;
 use crate::waiting::Waiting;
 
 /// Most permits one semaphore may have: a scan tries one slot per round, so
@@ -156,7 +157,10 @@ impl Semaphore {
     /// cancellation as for a lock): scans the slots, and while every slot
     /// is held waits between scans as `options`' retry policy says, until
     /// its wait budget is spent (by default 60 s, as
-    /// [`LockManager::lock`]).
+    /// [`LockManager::lock`]). As a lock waiter, it listens for release
+    /// notices: a slot released in another process ends the wait early
+    /// (for a semaphore of up to [`MAX_SET_SIZE`](crate::MAX_SET_SIZE)
+    /// permits; a larger one waits out its delays).
     ///
     /// # Errors
     ///
@@ -187,6 +191,16 @@ impl Semaphore {
                 resource: String::from_utf8_lossy(&self.name).into_owned(),
             });
         }
+        // Wake-ups, as for a lock: after the first full scan, listen for
+        // the release of any slot and scan once more at once (that catches
+        // a release made before the subscription); then wait between scans
+        // for a slot's release notice, the delay or the cancellation. (A
+        // semaphore of more than `MAX_SET_SIZE` permits waits out its
+        // delays.)
+        let rounds = self.locks.core().rounds();
+        let slots = KeySet::new((0..self.permits).map(|slot| self.slot_resource(slot)))
+            .map(|slots| rounds.keys_for(&slots));
+        let mut watch = None;
         loop {
             waiting.check_cancelled()?;
             waiting.attempt();
@@ -198,7 +212,21 @@ impl Semaphore {
             let Some(delay) = waiting.next_delay() else {
                 return Err(error);
             };
-            waiting.alarm().sleep(delay);
+            match (&mut watch, &slots) {
+                (None, Some(keys)) => watch = Some(rounds.watch(keys)),
+                (Some(wait), _) => {
+                    if matches!(error, Error::ValidityExpired { .. }) {
+                        // Granted, too slowly: the grants showed the slot
+                        // free and must not end this wait at once.
+                        wait.forget_heard();
+                    }
+                    let alarm = waiting.alarm().receiver();
+                    let _ = rounds.wait_for_release(wait, after(delay), Some(alarm));
+                }
+                (None, None) => {
+                    let _ = waiting.alarm().sleep(delay);
+                }
+            }
         }
     }
 

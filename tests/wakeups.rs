@@ -296,3 +296,41 @@ fn waiters_that_lose_real_races_keep_their_early_wake_ups() {
         );
     }
 }
+
+/// A permit waiter listens for the release of every slot, as a lock
+/// waiter does: a permit freed in another manager wakes it, instead of
+/// it sleeping out its retry delay between scans.
+#[test]
+fn a_permit_waiter_wakes_at_the_release_of_a_slot() {
+    let nodes = nodes();
+    let (holder, waiter) = (manager(&nodes), manager(&nodes));
+    let held = holder.semaphore("uploads", 2).unwrap();
+    let (first, second) = (held.try_acquire().unwrap(), held.try_acquire().unwrap());
+    let after = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let permits = waiter.semaphore("uploads", 2).unwrap();
+            let got = permits.acquire_with(&retries(RETRY_DELAY)).unwrap();
+            let at = Instant::now();
+            got.release().unwrap();
+            at
+        });
+        // Two scans of two slots: the second one runs after the waiter
+        // listens.
+        let scanned_twice = || waiter.health().locks.contended >= 4;
+        assert!(
+            testkit::wait_until(Duration::from_secs(10), scanned_twice),
+            "the waiter never scanned twice: {}",
+            waiter.health()
+        );
+        let released = Instant::now();
+        second.release().unwrap();
+        waiting.join().unwrap().saturating_duration_since(released)
+    });
+    assert!(
+        after < RETRY_DELAY / 2,
+        "woken {after:?} after the release: it slept out its retry delay"
+    );
+    let locks = waiter.health().locks;
+    assert_eq!((locks.woken, locks.acquired), (1, 1), "{locks:?}");
+    drop(first);
+}
