@@ -12,7 +12,7 @@
 //! see the same noise of this machine): every ratio is computed within a
 //! run, then summarized over the runs (median, min-max). Prints one
 //! markdown report to stdout (progress goes to stderr) and writes it, with
-//! SVG charts, to `--out` (default `docs/bench/`). See
+//! SVG charts, to `--out` (default `target/bench/`). See
 //! `docs/benchmarks.md` for what each part measures.
 
 mod charts;

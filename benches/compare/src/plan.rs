@@ -25,7 +25,8 @@ Options:
   --sections LIST   what to run, comma-separated: latency,counters,scaling,contention,third,memory
                     (default: all)
   --retry-ms D      contention: pause after a failed attempt, uniform in [0, D) ms (default 4)
-  --out DIR         where the SVG charts and results.md go (default: docs/bench of the repository)
+  --out DIR         where the SVG charts and results.md go (default: target/bench of the
+                    repository; docs/bench holds the published run, copied there by hand)
   --cpu-hog         run everything beside a process that keeps one core busy (a loaded host)
   -h, --help        this text
 ";
@@ -95,7 +96,9 @@ impl Plan {
         let mut sections: Vec<String> = SECTIONS.iter().map(|s| s.to_string()).collect();
         let mut retry_ms = 4u64;
         let mut cpu_hog = false;
-        let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/bench");
+        // Not into tracked files: a run on a developer's machine must not
+        // replace the published figures by accident.
+        let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             let mut value = |name: &str| {
