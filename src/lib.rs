@@ -57,6 +57,51 @@
 //! # Ok::<(), quorum_lock::Error>(())
 //! ```
 //!
+//! # Beyond one mutex
+//!
+//! Several resources as one lock, a semaphore, who holds what, fencing
+//! tokens, and the operator's view, all on the same quorum:
+//!
+//! ```
+//! use quorum_lock::{LockManager, LockOptions, MemoryBackend};
+//!
+//! let nodes: Vec<MemoryBackend> = (0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))).collect();
+//! let locks = LockManager::builder()
+//!     .nodes(nodes.iter().cloned())
+//!     .owner("billing@host-1") // stored with every lock, shown by inspect and the CLI
+//!     .build()?;
+//!
+//! // Both accounts or neither, never deadlocking with another transfer.
+//! let transfer = locks.lock_all(["account:7", "account:9"], &LockOptions::new())?;
+//! assert!(locks.try_lock("account:9").unwrap_err().is_contended());
+//! transfer.release()?;
+//!
+//! // At most two uploads at a time, across every process on these nodes.
+//! let uploads = locks.semaphore("uploads", 2)?;
+//! let permit = uploads.acquire()?;
+//!
+//! // Who holds it, judged by quorum (a snapshot: never a reason to act).
+//! let seen = locks.inspect(permit.resource())?;
+//! assert!(seen.is_held());
+//! assert_eq!(seen.owner(), Some("billing@host-1"));
+//! drop(permit);
+//!
+//! // A fencing token that increases from one holder to the next: the
+//! // protected store rejects a write with a token older than its last.
+//! let first = locks.lock_with("ledger", &LockOptions::new().fencing(true))?;
+//! let old_fence = first.fence().expect("fenced");
+//! first.release()?;
+//! let second = locks.lock_with("ledger", &LockOptions::new().fencing(true))?;
+//! assert!(second.fence().expect("fenced") > old_fence);
+//! second.release()?;
+//!
+//! // The operator's view: a free snapshot, and a readiness check that asks
+//! // the servers.
+//! assert!(locks.health().has_quorum());
+//! locks.check_ready()?;
+//! # Ok::<(), quorum_lock::Error>(())
+//! ```
+//!
 //! # Layers
 //!
 //! * [`LockManager`]: the entry point (`Clone`, `Send + Sync`): options,
@@ -133,7 +178,7 @@
 //!
 //! When two writers must never overlap whatever the timing, use a
 //! consensus system (etcd, ZooKeeper) with fencing tokens instead. See
-//! `docs/safety.md` in the repository for the full safety model.
+//! `docs/safety.md` (in the package) for the full safety model.
 //!
 //! # Features
 //!
@@ -152,8 +197,9 @@
 //!
 //! # Minimum supported Rust version
 //!
-//! Rust 1.88 (the `redis` crate 1.8 needs it; the crate uses edition
-//! 2024). Raising it is a minor-version change, never a patch release.
+//! Rust 1.88: the crate uses let chains (stable since 1.88, edition
+//! 2024), and the `redis` crate 1.8 needs it too. Older toolchains were not
+//! tried. Raising it is a minor-version change, never a patch release.
 //!
 //! # Versioning
 //!
