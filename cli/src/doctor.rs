@@ -3,6 +3,12 @@
 //! (the wake-ups' publish / subscribe included: a warning, as locks work
 //! without them), memory policy, persistence and restart quarantine, round-trip time.
 //!
+//! Each node is also asked, through the library and with the tool's
+//! settings (prefix, quarantine, eviction risk), to take and release a
+//! probe lock of its own (`LockManager::check_ready` on that node alone):
+//! a node whose grants would not count (its memory policy may evict, the
+//! ACL denies the prefix, ...) fails, whatever the other checks found.
+//!
 //! One verdict line per node (`ok`, `warn`, `fail`). One server listed
 //! under two names (the same `run_id`) fails from its second name on: it
 //! would cast one vote, not two. Exit codes: 0 every node ok; 1 some node
@@ -11,6 +17,8 @@
 
 use std::time::{Duration, Instant};
 
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{LockManager, RetryPolicy};
 use redis::Connection;
 
 use crate::args::{DoctorArgs, Global};
@@ -42,8 +50,9 @@ impl Verdict {
 /// A fact's value: text for people, and a typed value for `--json`.
 enum Value {
     Text(String),
-    /// Printed as `{:?}`; whole milliseconds in JSON.
-    Millis(Duration),
+    /// Printed as `{:?}`; whole milliseconds in JSON, and whole
+    /// microseconds under the second key.
+    Millis(Duration, &'static str),
     /// Whole seconds.
     Secs(u64),
 }
@@ -155,11 +164,15 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
                     .map(|fact| {
                         let value = match &fact.value {
                             Value::Text(text) => text.clone().into(),
-                            Value::Millis(d) => Json::millis(*d),
+                            Value::Millis(d, _) => Json::millis(*d),
                             Value::Secs(secs) => (*secs).into(),
                         };
                         (fact.key, value)
                     })
+                    .chain(c.facts.iter().filter_map(|fact| match &fact.value {
+                        Value::Millis(d, micros_key) => Some((*micros_key, Json::micros(*d))),
+                        _ => None,
+                    }))
                     .collect();
                 let findings = c.findings.iter().map(|f| f.clone().into()).collect();
                 Json::Obj(vec![
@@ -182,7 +195,7 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
             for fact in &c.facts {
                 match &fact.value {
                     Value::Text(text) => println!("  {}: {text}", fact.label),
-                    Value::Millis(d) => println!("  {}: {d:?}", fact.label),
+                    Value::Millis(d, _) => println!("  {}: {d:?}", fact.label),
                     Value::Secs(secs) => println!("  {}: {secs} s", fact.label),
                 }
             }
@@ -233,20 +246,82 @@ fn check(node: &Node, global: &Global, drift: Duration) -> Checkup {
             return c;
         }
     };
-    c.fact("connect", "connect_ms", Value::Millis(connect_time));
+    c.fact(
+        "connect",
+        "connect_ms",
+        Value::Millis(connect_time, "connect_us"),
+    );
     let started = Instant::now();
     match node.query::<String>(&mut conn, &redis::cmd("PING")) {
         Ok(_) => c.fact(
             "round trip",
             "round_trip_ms",
-            Value::Millis(started.elapsed()),
+            Value::Millis(started.elapsed(), "round_trip_us"),
         ),
         Err(e) => c.note(Verdict::Fail, format!("PING: {e}")),
     }
     check_identity(node, &mut conn, global, drift, &mut c);
     check_config(node, &mut conn, global, &mut c);
     check_rights(node, &mut conn, &global.prefix, &mut c);
+    check_probe_lock(node, global, &mut c);
     c
+}
+
+/// Takes and releases a probe lock on this node alone, through the
+/// library with the tool's settings: what `run` would get from it. A
+/// quarantined node refuses it (already a warning: it votes once the
+/// quarantine ends); any other refusal means its grants would not count.
+fn check_probe_lock(node: &Node, global: &Global, c: &mut Checkup) {
+    let single = LockManager::builder()
+        .redis_nodes([&node.url])
+        .and_then(|b| {
+            b.node_timeout(global.node_timeout)
+                .max_ttl(global.max_ttl)
+                .ttl(global.max_ttl.min(PROBE_TTL))
+                .prefix(&global.prefix)
+                .drift_factor(global.drift_factor)
+                .restart_quarantine(!global.no_restart_quarantine)
+                .accept_eviction_risk(global.accept_eviction_risk)
+                .retry(RetryPolicy::none())
+                .build()
+        });
+    let taken = match single {
+        Ok(single) => single.check_ready(),
+        Err(e) => Err(e),
+    };
+    match taken {
+        Ok(_) => c.text(
+            "probe lock",
+            "probe_lock",
+            "taken and released, as a lock would be".to_owned(),
+        ),
+        Err(e) if quarantined(&e) && c.quarantined => c.text(
+            "probe lock",
+            "probe_lock",
+            "refused: quarantined (see above)".to_owned(),
+        ),
+        Err(e) => {
+            let why = crate::wording::flags(&e.to_string());
+            c.text("probe lock", "probe_lock", format!("refused: {why}"));
+            c.note(
+                Verdict::Fail,
+                format!("a lock cannot be taken here, so it does not vote: {why}"),
+            );
+        }
+    }
+}
+
+/// The TTL of the probe lock (released at once; capped by --max-ttl).
+const PROBE_TTL: Duration = Duration::from_secs(5);
+
+/// Whether every node of `error`'s report was quarantined.
+fn quarantined(error: &quorum_lock::Error) -> bool {
+    error.report().is_some_and(|report| {
+        report
+            .nodes()
+            .iter()
+            .all(|n| matches!(n.outcome(), NodeOutcome::Quarantined { .. }))
+    })
 }
 
 /// Version, role, uptime and what restart quarantine makes of it (`drift`:
@@ -286,7 +361,11 @@ fn check_identity(
         if !global.no_restart_quarantine && credited < quarantine {
             let left = quarantine - credited;
             c.quarantined = true;
-            c.fact("quarantine left", "quarantine_left_ms", Value::Millis(left));
+            c.fact(
+                "quarantine left",
+                "quarantine_left_ms",
+                Value::Millis(left, "quarantine_left_us"),
+            );
             c.note(
                 Verdict::Warn,
                 format!(

@@ -11,7 +11,8 @@ use redis::{Connection, FromRedisValue, IntoConnectionInfo};
 pub(crate) struct Node {
     /// The URL without its password.
     pub(crate) name: String,
-    url: String,
+    /// The URL as given (with its password: never printed).
+    pub(crate) url: String,
     secret: Option<String>,
     timeout: Duration,
     backend: RedisBackend,

@@ -111,3 +111,58 @@ fn a_failing_node_in_quarantine_is_counted_once() {
     assert_eq!(code(&out), 3, "no quorum: {out:?}");
     assert!(text.contains("0 of 1 nodes can vote now"), "{text}");
 }
+
+/// Three servers whose memory policy may evict lock keys: their grants do
+/// not count, so `doctor` says "no quorum" (exit 3), as `run` would find,
+/// instead of "locks work". The probe lock, taken through the library on
+/// each node alone, is what finds it.
+#[test]
+fn servers_that_may_evict_leave_no_quorum() {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
+        })
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let out = output(&mut tool_on(
+        &urls,
+        &["--max-ttl", "1s", "doctor", "--json"],
+    ));
+    let text = stdout(&out);
+    assert_eq!(code(&out), 3, "no quorum: {text}");
+    assert!(text.contains("may evict"), "the reason is named: {text}");
+    assert!(text.contains(r#""usable":0"#), "{text}");
+    // Sub-millisecond round trips keep their microseconds in JSON.
+    assert!(text.contains(r#""round_trip_us":"#), "{text}");
+}
+
+/// The documented ACL user with `--prefix` forgotten: its key pattern
+/// denies every lock's key. Every right checks out on its own key, but the
+/// probe lock under the (empty) prefix is refused: "no quorum", exit 3.
+#[test]
+fn a_forgotten_prefix_is_no_quorum_not_ok() {
+    let server = RedisServer::start();
+    let url = user_url(&server, documented_line(), &[]);
+    let out = output(&mut tool_on(&[url], &["--max-ttl", "1s", "doctor"]));
+    let text = stdout(&out);
+    assert_eq!(code(&out), 3, "{text}{}", common::stderr(&out));
+    assert!(text.contains("NOPERM"), "the refusal is named: {text}");
+    assert!(text.contains("NO QUORUM"), "{text}");
+}
+
+/// The documented ACL user may not run `CONFIG GET`, so `doctor` could not
+/// see an evicting memory policy that way; the library reads it from
+/// `INFO`, and so does the probe lock: "no quorum", naming the policy.
+#[test]
+fn an_evicting_policy_is_found_without_the_config_right() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"]);
+    let url = user_url(&server, documented_line(), &[]);
+    let out = output(&mut tool_on(
+        &[url],
+        &["--prefix", "locks:", "--max-ttl", "1s", "doctor"],
+    ));
+    let text = stdout(&out);
+    assert_eq!(code(&out), 3, "{text}");
+    assert!(text.contains("may evict"), "{text}");
+}
