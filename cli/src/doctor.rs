@@ -494,6 +494,20 @@ fn check_rights(node: &Node, conn: &mut Connection, prefix: &str, c: &mut Checku
             .arg(5000),
     );
     attempt("GET", redis::cmd("GET").arg(&key));
+    attempt("PTTL", redis::cmd("PTTL").arg(&key));
+    // The fence counters' commands, inside a script as the library runs
+    // them, on a hash of the doctor's own (never the real counters, whose
+    // fields must not be touched).
+    attempt(
+        "HSET, HGET (in scripts)",
+        redis::cmd("EVAL")
+            .arg(
+                "redis.call('hset', KEYS[1], 'f', '1'); redis.call('hget', KEYS[1], 'f'); \
+                 return redis.call('del', KEYS[1])",
+            )
+            .arg(1)
+            .arg(format!("{key}:fences")),
+    );
     attempt(
         "PEXPIRE (in scripts)",
         redis::cmd("EVAL")
@@ -510,7 +524,7 @@ fn check_rights(node: &Node, conn: &mut Connection, prefix: &str, c: &mut Checku
         redis::cmd("EVAL").arg(RELEASE).arg(1).arg(&key).arg(token),
     );
     let wake_ups = check_wake_ups(node, conn, &key);
-    let mut ok = vec!["SET, GET, SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, DEL, INFO"];
+    let mut ok = vec!["SET, GET, PTTL, SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, HSET, HGET, DEL, INFO"];
     if wake_ups.is_empty() {
         ok.push(WAKE_UP_RIGHTS);
     }
@@ -581,5 +595,10 @@ fn check_wake_ups(node: &Node, conn: &mut Connection, key: &str) -> Vec<&'static
 /// these keys or channels (`NOPERM`: the redis crate writes `NoPerm`).
 fn refused(e: &str) -> bool {
     let e = e.to_ascii_lowercase();
-    e.contains("noperm") || e.contains("unknown command")
+    // A command the ACL denies inside a script is not a NOPERM reply but
+    // "ERR The user executing the script can't run this command ...".
+    e.contains("noperm")
+        || e.contains("unknown command")
+        || e.contains("can't run this command")
+        || e.contains("no permissions")
 }

@@ -68,10 +68,38 @@ fn the_documented_acl_user_passes_every_rights_check() {
         .find(|l| l.trim_start().starts_with("rights:"))
         .unwrap_or_else(|| panic!("no rights line: {text}"));
     assert!(rights.ends_with(": ok"), "{text}");
-    for name in ["PUBLISH", "PUBSUB NUMSUB", "SUBSCRIBE", "UNSUBSCRIBE"] {
+    for name in [
+        "PTTL",
+        "HSET",
+        "HGET",
+        "PUBLISH",
+        "PUBSUB NUMSUB",
+        "SUBSCRIBE",
+        "UNSUBSCRIBE",
+    ] {
         assert!(rights.contains(name), "{name} is not checked: {text}");
     }
     assert!(!text.contains("missing"), "{text}");
+}
+
+/// Every right of the documented table is checked: a user without the
+/// inspection's `PTTL`, the fence counters' `HSET` / `HGET` or the
+/// extend's `PEXPIRE` (the last three run inside scripts, where a denied
+/// command is not a `NOPERM` reply) fails, naming them.
+#[test]
+fn a_user_without_pttl_or_the_script_rights_fails_naming_them() {
+    let server = RedisServer::start();
+    let without = ["+pttl", "+hset", "+hget", "+pexpire"];
+    let url = user_url(&server, documented_line(), &without);
+    let (code, text) = doctor(&url);
+    let missing = text
+        .lines()
+        .find(|l| l.contains("missing ACL rights for"))
+        .unwrap_or_else(|| panic!("nothing missing: {text}"));
+    for name in ["PTTL", "HSET, HGET", "PEXPIRE"] {
+        assert!(missing.contains(name), "{name} is not named: {text}");
+    }
+    assert_eq!(code, 3, "{text}");
 }
 
 #[test]
