@@ -9,11 +9,12 @@ use crate::resource::{READY, RESERVED};
 use crate::token::random_u64;
 
 impl LockManager {
-    /// Whether a lock can be taken now: takes a probe lock and releases
-    /// it, as any lock would (`SET NX PX`, the release script), on every
-    /// node. `Ok` with the release's per-node report when both reached a
-    /// quorum; otherwise the error of the step that failed, naming each
-    /// node and why.
+    /// Whether a lock can be taken and kept now: takes a probe lock,
+    /// extends it and releases it, as any lock would (`SET NX PX`, the
+    /// extend and release scripts), on every node. `Ok` with the release's
+    /// per-node report when all three reached a quorum; otherwise the error
+    /// of the step that failed, naming each node and why (the probe lock
+    /// is released in any case).
     ///
     /// This is the readiness check to give a load balancer or an
     /// orchestrator. [`health()`](Self::health) contacts no server and
@@ -29,7 +30,7 @@ impl LockManager {
     /// crate's own namespace, which no resource can enter), a new name
     /// per call so that checks from several processes never contend; it
     /// lives for the manager's TTL at most and is released at once. It
-    /// costs two rounds (one round trip each) and counts in
+    /// costs three rounds (one round trip each) and counts in
     /// [`health()`](Self::health)`.locks` like any lock. Restart
     /// quarantine applies: a fresh server is not ready until its grants
     /// count.
@@ -52,7 +53,9 @@ impl LockManager {
     ///
     /// What taking the probe lock gave (`NoQuorum` naming each node's
     /// failure, `ValidityExpired`, `Runtime` when the OS has no
-    /// randomness), or `NoQuorum` when its release reached too few nodes.
+    /// randomness), `Lost` when too few nodes extended it (an ACL without
+    /// `PEXPIRE`: every lock would be lost at its first extend), or
+    /// `NoQuorum` when its release reached too few nodes.
     pub fn check_ready(&self) -> Result<Report> {
         let rounds = self.core().rounds();
         let name = [
@@ -66,6 +69,8 @@ impl LockManager {
         let resources = KeySet::one(name);
         let keys = rounds.keys_for(&resources);
         let lease = rounds.acquire_once(&resources, &keys, self.ttl(), false)?;
-        rounds.release(&lease, None)
+        let extended = rounds.extend(&lease, self.ttl());
+        let released = rounds.release(&lease, None);
+        extended.and(released)
     }
 }

@@ -155,3 +155,50 @@ fn two_http_servers_of_three_nodes_leave_no_quorum() {
         .unwrap();
     assert!(keys.is_empty(), "{keys:?}");
 }
+
+/// A user who may take and release locks but not extend them (no
+/// `PEXPIRE`, which the extend script runs): every lock would be lost at
+/// its first extend, so the readiness check, which extends its probe lock,
+/// says "not ready", and leaves no key behind.
+#[test]
+fn a_user_who_cannot_extend_is_not_ready() {
+    let servers = RedisServers::start(3);
+    for server in servers.iter() {
+        let mut acl = redis::cmd("ACL");
+        for word in [
+            "SETUSER",
+            "noextend",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "-@all",
+            "+set",
+            "+get",
+            "+del",
+            "+eval",
+            "+evalsha",
+            "+script|load",
+            "+info",
+            "+ping",
+        ] {
+            acl.arg(word);
+        }
+        let _: () = acl.query(&mut connect(&server.url())).unwrap();
+    }
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("redis://noextend:pw@127.0.0.1:{}/0", s.port()))
+        .collect();
+    let locks = manager(&urls);
+    let not_ready = locks.check_ready().unwrap_err();
+    assert!(not_ready.is_lost(), "{not_ready}");
+    assert!(locks.flush(FLUSH));
+    for server in servers.iter() {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut connect(&server.url()))
+            .unwrap();
+        assert!(keys.is_empty(), "{}: {keys:?}", server.describe());
+    }
+}
