@@ -240,7 +240,7 @@ impl Timer {
                 self.watch_expiry(rounds, entry, &lease);
                 continue;
             }
-            match rounds.begin_extend(&lease, entry.plan.ttl) {
+            match rounds.begin_renewal(&lease, entry.plan.ttl) {
                 Ok(sent) => in_flight.push((entry, lease, sent)),
                 Err(e) => stop_renewal(&lease, &e),
             }

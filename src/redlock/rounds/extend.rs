@@ -18,6 +18,8 @@ use crate::report::Round;
 pub(crate) struct ExtendInFlight {
     pending: Pending,
     ticket: ExtendTicket,
+    /// Sent by auto-extension: a failure also stops the renewal.
+    renewing: bool,
 }
 
 impl Rounds {
@@ -33,6 +35,18 @@ impl Rounds {
     /// to every node, under the lease's lock so that no extend is ever sent
     /// after a release. Returns at once.
     pub(crate) fn begin_extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendInFlight> {
+        self.begin(lease, ttl, false)
+    }
+
+    /// [`begin_extend`](Self::begin_extend) for auto-extension: when this
+    /// extend fails, the reason renewal stopped is recorded under the same
+    /// lock as the loss, before the loss is announced, so whoever hears
+    /// the loss also sees why renewal stopped.
+    pub(crate) fn begin_renewal(&self, lease: &Lease, ttl: Duration) -> Result<ExtendInFlight> {
+        self.begin(lease, ttl, true)
+    }
+
+    fn begin(&self, lease: &Lease, ttl: Duration, renewing: bool) -> Result<ExtendInFlight> {
         let config = &self.config;
         check_ttl(ttl, config.max_ttl, config.drift_factor)
             .map_err(|reason| Error::InvalidArgument { reason })?;
@@ -59,6 +73,9 @@ impl Rounds {
                     report: None,
                 };
                 self.counters.note(Event::ExtendFailed);
+                if renewing {
+                    state.stop_renewal(format!("an extend failed: {error}"));
+                }
                 self.lose(lease, state, &error);
                 return Err(error);
             }
@@ -74,7 +91,11 @@ impl Rounds {
         };
         let pending = self.engine.scatter(&request, wait, Direct::Never, gather);
         drop(state);
-        Ok(ExtendInFlight { pending, ticket })
+        Ok(ExtendInFlight {
+            pending,
+            ticket,
+            renewing,
+        })
     }
 
     /// The second half of an extend: gathers the votes and updates the
@@ -83,7 +104,11 @@ impl Rounds {
     /// lock, so a forget seen since it was sent is not missed).
     pub(crate) fn finish_extend(&self, lease: &Lease, in_flight: ExtendInFlight) -> Result<()> {
         let config = &self.config;
-        let ExtendInFlight { pending, ticket } = in_flight;
+        let ExtendInFlight {
+            pending,
+            ticket,
+            renewing,
+        } = in_flight;
         let outcomes = pending.gather(Gather::UntilDecided {
             quorum: config.quorum,
         });
@@ -120,6 +145,9 @@ impl Rounds {
             Err(NotExtended::AlreadyLost(lost)) => Err(lost),
             Err(NotExtended::Failed { error, first }) => {
                 self.counters.note(Event::ExtendFailed);
+                if renewing {
+                    state.stop_renewal(format!("an extend failed: {error}"));
+                }
                 self.after_loss(lease, state, &error, first);
                 Err(error)
             }
