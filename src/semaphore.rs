@@ -198,8 +198,6 @@ impl Semaphore {
         // semaphore of more than `MAX_SET_SIZE` permits waits out its
         // delays.)
         let rounds = self.locks.core().rounds();
-        let slots = KeySet::new((0..self.permits).map(|slot| self.slot_resource(slot)))
-            .map(|slots| rounds.keys_for(&slots));
         let mut watch = None;
         loop {
             waiting.check_cancelled()?;
@@ -212,8 +210,17 @@ impl Semaphore {
             let Some(delay) = waiting.next_delay() else {
                 return Err(error);
             };
-            match (&mut watch, &slots) {
-                (None, Some(keys)) => watch = Some(rounds.watch(keys)),
+            // The slots' keys are built only once a scan has failed: a
+            // permit taken at once costs nothing more.
+            let slots = match watch {
+                None if self.permits as usize <= crate::MAX_SET_SIZE => {
+                    KeySet::new((0..self.permits).map(|slot| self.slot_resource(slot)))
+                        .map(|slots| rounds.keys_for(&slots))
+                }
+                _ => None,
+            };
+            match (&mut watch, slots) {
+                (None, Some(keys)) => watch = Some(rounds.watch(&keys)),
                 (Some(wait), _) => {
                     if matches!(error, Error::ValidityExpired { .. }) {
                         // Granted, too slowly: the grants showed the slot
