@@ -243,19 +243,55 @@ impl LockGuard {
         Ok(self.validity())
     }
 
-    /// Releases on every node and waits (at most the per-node timeout) for
-    /// the answer of each node that is up; a node marked down is skipped in
+    /// Lets the lock go and waits until that is done. Auto-extension stops
+    /// first.
+    ///
+    /// When another thread of this manager waits for this lock (in `lock`
+    /// or `lock_with`, in line behind this guard), the lock is **handed
+    /// over** to it, as dropping the guard does: no round trip, and the
+    /// report says so ([`Report::handed_over`], every node
+    /// [`NodeOutcome::HandedOver`](crate::report::NodeOutcome::HandedOver)). That
+    /// happens only when it is safe and fair: the lock is not lost, at
+    /// least half of its TTL is left (the new holder gets what is left,
+    /// never more), the waiter asked for the same TTL, neither side is
+    /// fenced (a fenced waiter needs a fence above this one's, so it
+    /// acquires anew), and the streak of local hand-overs is not at its
+    /// bound (then other processes get their turn).
+    ///
+    /// Otherwise it releases on every node and waits (at most the per-node
+    /// timeout) for the answer of each node that is up; a node marked down
+    /// is skipped in the report (its release is parked and sent once it is
+    /// back). [`release_on_nodes`](Self::release_on_nodes) always does
+    /// this.
+    ///
+    /// # Errors
+    ///
+    /// None after a hand-over (it cannot fail). After a release on the
+    /// nodes, [`Error::NoQuorum`] when fewer than a quorum of nodes
+    /// answered: the remaining keys expire with their TTL. A node that no
+    /// longer held our token is not an error; it shows as refused in the
+    /// report.
+    pub fn release(mut self) -> Result<Report> {
+        self.armed = false;
+        self.core
+            .rounds()
+            .release_or_hand_over(&self.lease, std::mem::take(&mut self.turn))
+    }
+
+    /// Releases on every node, never handing the lock to a waiting thread
+    /// of this manager, and waits (at most the per-node timeout) for the
+    /// answer of each node that is up; a node marked down is skipped in
     /// the report (its release is parked and sent once it is back).
-    /// Auto-extension stops first. Unlike dropping the guard, `release`
-    /// never hands the lock to a waiting thread of this manager: it always
-    /// releases on the servers.
+    /// Auto-extension stops first. For a program that must know the keys
+    /// are gone from the servers when this returns (a waiting thread of
+    /// the same manager then acquires anew, after this release).
     ///
     /// # Errors
     ///
     /// [`Error::NoQuorum`] when fewer than a quorum of nodes answered: the
     /// remaining keys expire with their TTL. A node that no longer held our
     /// token is not an error; it shows as refused in the report.
-    pub fn release(mut self) -> Result<Report> {
+    pub fn release_on_nodes(mut self) -> Result<Report> {
         self.armed = false;
         self.core
             .rounds()

@@ -34,7 +34,8 @@
 //! let err = locks.try_lock("invoices:2026-11").unwrap_err();
 //! assert!(err.is_contended());
 //!
-//! // Releasing reports what each node did.
+//! // Releasing reports what each node did (or, with another thread of
+//! // this manager waiting for the lock, that it was handed to that thread).
 //! let report = guard.release()?;
 //! assert_eq!(report.granted(), 5);
 //!

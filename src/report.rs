@@ -59,6 +59,11 @@ pub enum NodeOutcome {
         /// Time left before its votes count again.
         remaining: Duration,
     },
+    /// Not contacted: [`LockGuard::release`](crate::LockGuard::release)
+    /// handed the lock to a thread of the same manager waiting for it, so
+    /// the key stays on the node, now held by that thread's guard (see
+    /// [`Report::handed_over`]).
+    HandedOver,
 }
 
 impl NodeOutcome {
@@ -83,6 +88,7 @@ impl NodeOutcome {
             (Self::TimedOut, _) => "timed out".into(),
             (Self::NotAwaited, _) => "not awaited".into(),
             (Self::Down, _) => "skipped: marked down".into(),
+            (Self::HandedOver, _) => "kept: handed to a waiting thread".into(),
             (Self::Quarantined { remaining }, _) => format!(
                 "quarantined: started or restarted less than max_ttl + drift ago, it may have \
                  forgotten locks; votes again in {} (settings: max_ttl, restart_quarantine)",
@@ -198,9 +204,25 @@ impl Report {
         self.count(|o| {
             !matches!(
                 o,
-                NodeOutcome::Granted | NodeOutcome::Refused | NodeOutcome::NotAwaited
+                NodeOutcome::Granted
+                    | NodeOutcome::Refused
+                    | NodeOutcome::NotAwaited
+                    | NodeOutcome::HandedOver
             )
         })
+    }
+
+    /// Whether [`LockGuard::release`](crate::LockGuard::release) handed
+    /// the lock to a thread of the same manager that was waiting for it,
+    /// instead of releasing it on the nodes: no node was contacted (each
+    /// shows [`NodeOutcome::HandedOver`]), the keys stay under the same
+    /// token until the new holder's guard ends, and that guard's validity
+    /// is what was left of this one's. Never for a lost lock, a fenced
+    /// one, a waiter that asked for a fence or another TTL, or a lock with
+    /// less than half of its TTL left.
+    pub fn handed_over(&self) -> bool {
+        !self.nodes.is_empty()
+            && self.count(|o| matches!(o, NodeOutcome::HandedOver)) == self.nodes.len()
     }
 
     /// The names of nodes whose outcome matches `pred`.
@@ -309,6 +331,16 @@ impl Said {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.handed_over() {
+            return write!(
+                f,
+                "{} {}: handed to a thread of this manager waiting for it (no node contacted; \
+                 the lock stays on the nodes under the new holder), in {}",
+                self.round,
+                Shortened(&self.resource),
+                human(self.elapsed)
+            );
+        }
         write!(
             f,
             "{} {}: {}/{} nodes granted, {} needed",

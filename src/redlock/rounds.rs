@@ -280,6 +280,41 @@ impl Rounds {
         }
     }
 
+    /// `release()`: hands the lock to the next thread of this manager
+    /// waiting for it, when that is safe and fair (the rules of
+    /// [`Self::handoff`], as for a dropped guard): no node is contacted
+    /// and the report says so. Otherwise releases on every node as
+    /// [`Self::release`] does, and the next waiter gets the turn after the
+    /// release was sent.
+    pub(crate) fn release_or_hand_over(
+        &self,
+        lease: &Lease,
+        turn: Option<Ticket>,
+    ) -> Result<Report> {
+        let start = self.now();
+        let turn = match turn {
+            Some(turn) => {
+                let streak = turn.streak();
+                match turn.offer_lock(|want| self.handoff(lease, want, streak)) {
+                    Some(kept) => Some(kept),
+                    None => {
+                        let outcomes =
+                            vec![NodeOutcome::HandedOver; self.engine.node_names().count()];
+                        let elapsed = self.now().saturating_duration_since(start);
+                        return Ok(self.report(
+                            Round::Release,
+                            &lease.resources,
+                            outcomes,
+                            elapsed,
+                        ));
+                    }
+                }
+            }
+            None => None,
+        };
+        self.release(lease, turn)
+    }
+
     /// Releases on every node and waits for their answers (at most the
     /// per-node timeout). Marks the lease finished first, under its lock, so
     /// the watchdog sends no extend after this release: an extend it sent

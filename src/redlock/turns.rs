@@ -386,6 +386,46 @@ impl LocalQueue {
         }
     }
 
+    /// Hands the lock of ticket `id` (at `streak`) for `key` to the next
+    /// waiter, if `offer` (called under the lines' lock with what that
+    /// waiter wants) gives a lock for it. Otherwise nothing changes: the
+    /// ticket keeps the turn (and passes it later, after its release was
+    /// sent). Returns whether the lock was handed over.
+    fn offer_lock(
+        &self,
+        key: &KeySet,
+        id: u64,
+        streak: Streak,
+        offer: impl FnOnce(&Want) -> Option<Arc<Lease>>,
+    ) -> bool {
+        let mut lines = self.lines.lock();
+        let Some(line) = lines.by_key.get_mut(key) else {
+            return false;
+        };
+        if line.holder.ticket != id && !canary::on(Canary::StaleTicketsPass) {
+            return false;
+        }
+        let Some(want) = line.waiting.front().map(|w| &w.want) else {
+            return false;
+        };
+        let Some(lease) = offer(want) else {
+            return false;
+        };
+        // Still there: waiters leave only under this lock.
+        let Some(next) = line.waiting.pop_front() else {
+            return false;
+        };
+        let streak = streak.next();
+        line.holder = Holder {
+            ticket: next.id,
+            streak,
+            lease: Some(Arc::downgrade(&lease)),
+        };
+        let _ = next.grant.send(Grant::Given(Given::Lock(streak, lease)));
+        line.nudge_first();
+        true
+    }
+
     /// Ends the turn of ticket `id` (at `streak`) for `key`. `offer` is
     /// called (under the lines' lock) with what the next waiter wants, or
     /// `None` when nobody waits or the ticket no longer holds the turn: it
@@ -470,6 +510,25 @@ impl Ticket {
         {
             line.holder.lease = Some(Arc::downgrade(lease));
             line.nudge_first();
+        }
+    }
+
+    /// Hands the lock to the next waiter when `offer` gives one for what it
+    /// wants (see [`LocalQueue::offer_lock`]): `None`, the turn has passed
+    /// with the lock. Otherwise the ticket comes back, still holding the
+    /// turn: the caller releases on the servers, then drops it.
+    pub(crate) fn offer_lock(
+        mut self,
+        offer: impl FnOnce(&Want) -> Option<Arc<Lease>>,
+    ) -> Option<Self> {
+        if self
+            .queue
+            .offer_lock(&self.key, self.id, self.streak, offer)
+        {
+            self.passed = true;
+            None
+        } else {
+            Some(self)
         }
     }
 

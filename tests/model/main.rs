@@ -153,7 +153,9 @@ fn the_oracle_catches_evicted_keys_when_the_risk_is_accepted() {
     println!(
         "eviction canary: caught in {caught} of {SEEDS} seeds; first failure shrunk from {from} to {to} steps:\n{report}"
     );
-    assert!(to < from && to <= 12, "{report}");
+    // Short enough to read (a failure found within its first steps is
+    // already as short as it gets: "shrunk from 2 to 2").
+    assert!(to <= from && to <= 12, "{report}");
 }
 
 /// A tool, not a test: replays a shrunk failure printed by a run, and

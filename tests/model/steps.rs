@@ -142,7 +142,9 @@ impl World {
                 // node is now, after whatever restarts happened. Guards of
                 // the old manager stay held (they keep it alive).
                 self.hand_overs += self.clients[c].health().locks.hand_overs;
-                self.clients[c] = self.manager(c);
+                let fresh = self.manager(c);
+                let old = std::mem::replace(&mut self.clients[c], fresh);
+                self.retired.push(old);
                 self.log.push(format!("client {c} new manager"));
             }
             12 => {
@@ -181,7 +183,8 @@ impl World {
             }
             _ => {
                 let ask = self.ask(rng);
-                self.hand_over(c, r, ask);
+                let by_release = rng.below(2) == 0;
+                self.hand_over(c, r, ask, by_release);
             }
         }
     }
@@ -278,14 +281,16 @@ impl World {
             }
         };
         let ask = self.ask(rng);
-        self.hand_over(c, r, ask);
+        let by_release = rng.below(2) == 0;
+        self.hand_over(c, r, ask, by_release);
     }
 
-    /// Drops client `c`'s guard on `r` while a second thread of the same
-    /// manager waits for it in `lock` asking for `ask`: the lock is handed
-    /// over (same token and deadline) only when it is what the waiter
-    /// asked for, else released; the waiter then holds the result.
-    fn hand_over(&mut self, c: usize, r: usize, ask: Ask) {
+    /// Ends client `c`'s guard on `r` (by drop, or by `release()` when
+    /// `by_release`) while a second thread of the same manager waits for it
+    /// in `lock` asking for `ask`: the lock is handed over (same token and
+    /// deadline) only when it is what the waiter asked for, else released;
+    /// the waiter then holds the result.
+    fn hand_over(&mut self, c: usize, r: usize, ask: Ask, by_release: bool) {
         let Some(guard) = self.held[c][r].take() else {
             return;
         };
@@ -299,10 +304,22 @@ impl World {
         {
             std::thread::yield_now();
         }
-        drop(guard);
+        let how = if by_release {
+            match guard.release() {
+                Ok(report) if report.handed_over() => {
+                    self.released_hand_overs += 1;
+                    "release() handed over"
+                }
+                Ok(_) => "release() released",
+                Err(_) => "release() failed",
+            }
+        } else {
+            drop(guard);
+            "drop"
+        };
         let got = waiter.join().unwrap();
         self.log.push(format!(
-            "client {c} hand over {r} to {ask:?}: {}",
+            "client {c} hand over {r} to {ask:?} by {how}: {}",
             got.is_ok()
         ));
         self.held[c][r] = got.ok().inspect(|g| ask.check(g, &self.log));

@@ -45,6 +45,7 @@ impl Mode {
 #[derive(Debug, Default)]
 pub(crate) struct Coverage {
     pub(crate) hand_overs: u64,
+    pub(crate) released_hand_overs: u64,
     pub(crate) evicting_worlds: u64,
     pub(crate) permits_taken: u64,
     pub(crate) semaphore_full: u64,
@@ -55,6 +56,10 @@ pub(crate) struct Coverage {
 pub(crate) fn run(shape: Shape) {
     let coverage = run_with(shape, Mode::default());
     assert!(coverage.hand_overs > 0, "no hand-over: {coverage:?}");
+    assert!(
+        coverage.released_hand_overs > 0,
+        "no hand-over by release(): {coverage:?}"
+    );
     assert!(
         coverage.evicting_worlds > 0,
         "no evicting node: {coverage:?}"
@@ -94,6 +99,7 @@ pub(crate) fn run_with(shape: Shape, mode: Mode) -> Coverage {
             }
         }
         coverage.hand_overs += world.hand_overs();
+        coverage.released_hand_overs += world.released_hand_overs;
         coverage.evicting_worlds += u64::from(world.evicting.contains(&true));
         coverage.permits_taken += world.permits_taken;
         coverage.semaphore_full += world.semaphore_full;

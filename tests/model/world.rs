@@ -29,6 +29,12 @@ pub(crate) struct World {
     pub(crate) evicting: Vec<bool>,
     /// Hand-overs done, summed over the managers replaced so far.
     pub(crate) hand_overs: u64,
+    /// The managers replaced so far (step 11): their guards may still be
+    /// held, and a manager that holds a lock reads a node's settings within
+    /// the documented bound too, so a policy switch probes them as well.
+    pub(crate) retired: Vec<LockManager>,
+    /// Of those, the ones `release()` did (its report said so).
+    pub(crate) released_hand_overs: u64,
     /// The highest fence handed out so far, per resource, and the tokens
     /// of the guards already checked.
     pub(crate) fences: Vec<u64>,
@@ -97,6 +103,8 @@ impl World {
             accept_eviction: false,
             evicting,
             hand_overs: 0,
+            retired: Vec::new(),
+            released_hand_overs: 0,
             fences: vec![0; RESOURCES.len()],
             checked: std::collections::HashSet::new(),
             clock,
@@ -175,7 +183,8 @@ impl World {
         self.evicting[n] = true;
         self.log
             .push(format!("node {n} policy switched to {policy}"));
-        for (c, client) in self.clients.iter().enumerate() {
+        for (c, client) in self.clients.iter().chain(&self.retired).enumerate() {
+            // (c >= CLIENTS: a replaced manager.)
             let probe = format!("policy-probe-{c}");
             let mut seen = false;
             // A node marked down by this manager is probed back within

@@ -173,7 +173,7 @@ pub(crate) struct HoldPlan {
     pub(crate) length: Duration,
     /// Pause between steps.
     pub(crate) gap: (u64, u64),
-    /// Let go by `drop` (hand-over path) instead of `release`.
+    /// Let go by `drop` instead of `release` (either may hand over).
     pub(crate) drop_it: bool,
     /// Check with `guard.check()` (else `guard.is_valid()`).
     pub(crate) via_check: bool,
@@ -689,10 +689,12 @@ pub(crate) fn hold(
         fence: None,
         owner: plan.owner,
     });
+    // Both endings may hand the lock to a waiting thread of this manager:
+    // the next holder that gets this token got it handed over.
+    if let Some(group) = group {
+        *shared.dropped_tokens[group].lock().unwrap() = Some(guard.token().as_bytes().to_vec());
+    }
     if plan.drop_it {
-        if let Some(group) = group {
-            *shared.dropped_tokens[group].lock().unwrap() = Some(guard.token().as_bytes().to_vec());
-        }
         counts.ended_by_drop.fetch_add(1, Ordering::Relaxed);
         drop(guard); // may hand the lock to a waiting thread of this manager
     } else {

@@ -102,6 +102,9 @@ enum Act {
     FailLock,
     Release,
     HandOver,
+    /// `release()`: offers the lock to the next waiter; releases (and then
+    /// passes the turn) when it is not taken.
+    ReleaseOrHandOver,
     Lose,
     Stick,
 }
@@ -129,6 +132,8 @@ struct World {
 #[derive(Debug, Default, Clone, Copy)]
 struct Seen {
     handed: bool,
+    /// A `release()` handed its lock over.
+    released_handed: bool,
     turn_on_leaving: bool,
     timer: bool,
 }
@@ -184,10 +189,14 @@ impl World {
                     }
                 }
                 Phase::Turn(_) => &[Act::GetLock, Act::FailLock],
-                Phase::Locked(_, lease) if lease.state().lost().is_none() => {
-                    &[Act::Release, Act::HandOver, Act::Lose, Act::Stick]
-                }
-                Phase::Locked(..) => &[Act::Release, Act::HandOver],
+                Phase::Locked(_, lease) if lease.state().lost().is_none() => &[
+                    Act::Release,
+                    Act::HandOver,
+                    Act::ReleaseOrHandOver,
+                    Act::Lose,
+                    Act::Stick,
+                ],
+                Phase::Locked(..) => &[Act::Release, Act::HandOver, Act::ReleaseOrHandOver],
                 Phase::Stuck(..) | Phase::Done => &[],
             };
             steps.extend(acts.iter().map(|&a| Step::Thread(i, a)));
@@ -267,6 +276,18 @@ impl World {
                 self.hand_over(ticket, &lease);
                 Phase::Done
             }
+            (Phase::Locked(ticket, lease), Act::ReleaseOrHandOver) => {
+                // As `Rounds::release_or_hand_over` does it: the release is
+                // sent before the kept ticket passes the turn.
+                match ticket.offer_lock(|want| self.handed(&lease, Some(want))) {
+                    Some(kept) => {
+                        lease.state().finish();
+                        drop(kept);
+                    }
+                    None => self.seen.released_handed = true,
+                }
+                Phase::Done
+            }
             (Phase::Locked(ticket, lease), Act::Lose) => {
                 let lost = Error::Lost {
                     reason: "the model lost it".into(),
@@ -306,15 +327,20 @@ impl World {
     /// As `Rounds::hand_over` and `Rounds::handoff` do it.
     fn hand_over(&self, ticket: Ticket, lease: &Arc<Lease>) {
         ticket.pass_with(|want| {
-            let handed = want
-                .filter(|w| !w.fenced && lease.fence.is_none())
-                .and_then(|w| lease.state().hand_over(self.now(), w.ttl))
-                .map(|h| self.lease(h.ttl, h.deadline, None));
+            let handed = self.handed(lease, want);
             if handed.is_none() {
                 lease.state().finish();
             }
             handed
         });
+    }
+
+    /// The lock renamed for a waiter that wants `want`, as
+    /// `Rounds::handoff` decides it.
+    fn handed(&self, lease: &Arc<Lease>, want: Option<&Want>) -> Option<Arc<Lease>> {
+        want.filter(|w| !w.fenced && lease.fence.is_none())
+            .and_then(|w| lease.state().hand_over(self.now(), w.ttl))
+            .map(|h| self.lease(h.ttl, h.deadline, None))
     }
 
     /// The deadline of the line's holder's lock, on the manager clock: when
@@ -475,6 +501,7 @@ fn explore_all(specs: &[Spec]) -> Found {
             return found;
         }
         found.seen.handed |= world.seen.handed;
+        found.seen.released_handed |= world.seen.released_handed;
         found.seen.turn_on_leaving |= world.seen.turn_on_leaving;
         found.seen.timer |= world.seen.timer;
         if !seen.insert(world.key()) {
@@ -533,11 +560,12 @@ fn the_line_keeps_its_promises_in_every_order() {
             panic!("{why} after {path:?}");
         }
         seen.handed |= found.seen.handed;
+        seen.released_handed |= found.seen.released_handed;
         seen.turn_on_leaving |= found.seen.turn_on_leaving;
         seen.timer |= found.seen.timer;
     }
     assert!(
-        seen.handed && seen.turn_on_leaving && seen.timer,
+        seen.handed && seen.released_handed && seen.turn_on_leaving && seen.timer,
         "an ingredient was never reached: {seen:?}"
     );
 }
