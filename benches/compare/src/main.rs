@@ -36,6 +36,7 @@ mod scenarios;
 mod stats;
 mod svg;
 mod targets;
+mod waiting;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -170,6 +171,18 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
             results.memory.push((count, r));
         }
     }
+    if plan.runs_section("waiting") && plan.has(clients::Client::Ours) {
+        log(&format!(
+            "waiting: CPU of the process, idle / one thread waiting for a held key, N=3, {} runs",
+            plan.runs
+        ));
+        results.waiting = Some(waiting::measure(
+            &urls[..3],
+            &plan.settings,
+            plan.runs,
+            plan.waiting_block,
+        ));
+    }
     let elapsed = started.elapsed();
     drop(hog);
     drop(servers);
@@ -193,6 +206,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
     md.push_str(&report::contention(&results, plan));
     md.push_str(&report::third(&results));
     md.push_str(&report::memory(&results));
+    md.push_str(&report::waiting(&results));
     print!("{md}");
     let charts = charts::charts(&results);
     charts::write(&plan.out, &charts, &md)?;

@@ -22,7 +22,7 @@ Options:
   --quick           small counts: a smoke test that the benchmark runs (under a minute)
   --only LIST       clients, comma-separated: floor,ours,ours-drop,backend,redlock,redsync,rslock
                     (default: all; the floor is needed for the ratios)
-  --sections LIST   what to run, comma-separated: latency,counters,scaling,contention,third,memory
+  --sections LIST   what to run, comma-separated: latency,counters,scaling,contention,third,memory,waiting
                     (default: all)
   --retry-ms D      contention: pause after a failed attempt, uniform in [0, D) ms (default 4)
   --out DIR         where the SVG charts and results.md go (default: target/bench of the
@@ -32,13 +32,14 @@ Options:
 ";
 
 /// The parts of a run.
-pub const SECTIONS: [&str; 6] = [
+pub const SECTIONS: [&str; 7] = [
     "latency",
     "counters",
     "scaling",
     "contention",
     "third",
     "memory",
+    "waiting",
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +85,9 @@ pub struct Plan {
     pub contention: ContentionPlan,
     pub third: ThirdPlan,
     pub memory: MemoryPlan,
+    /// How long each block of the waiting section lasts (idle, then one
+    /// thread waiting for a held key, or the other way round).
+    pub waiting_block: Duration,
     /// Whether a process spinning on one core runs beside the measurements.
     pub cpu_hog: bool,
 }
@@ -208,6 +212,7 @@ impl Plan {
                 },
                 budget: secs(20, 60),
             },
+            waiting_block: secs(1, 3),
             cpu_hog,
         }))
     }

@@ -34,6 +34,8 @@ pub struct Results {
     pub third: Option<Result<Paired, String>>,
     /// Locks asked for, and (bytes per lock, locks held) or why not.
     pub memory: Vec<MemoryAt>,
+    /// The process's CPU while one thread waits for a held key.
+    pub waiting: Option<Result<crate::waiting::Waiting, String>>,
 }
 
 pub fn fmt_dur(d: Duration) -> String {
@@ -467,6 +469,41 @@ pub fn third(results: &Results) -> String {
 }
 
 /// Memory per held lock.
+pub fn waiting(results: &Results) -> String {
+    let mut out = String::new();
+    let Some(waiting) = &results.waiting else {
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "\n#### A thread waiting for a held key (quorum-lock, N=3, default retry policy)\n"
+    );
+    match waiting {
+        Ok(w) => {
+            let _ = writeln!(
+                out,
+                "The process's CPU time (all threads, `/proc/self/task/*/schedstat`) per second, \
+                 in blocks of {} s taking turns: idle, and one thread in `lock` for a key another \
+                 manager holds.\n",
+                w.block.as_secs_f64()
+            );
+            let _ = writeln!(out, "| run | idle | waiting |\n|---:|---:|---:|");
+            for (i, (idle, wait)) in w.idle.iter().zip(&w.waiting).enumerate() {
+                let _ = writeln!(out, "| {} | {idle:.2} ms/s | {wait:.2} ms/s |", i + 1);
+            }
+            let (idle, wait) = (
+                crate::stats::median(&w.idle),
+                crate::stats::median(&w.waiting),
+            );
+            let _ = writeln!(out, "| median | {idle:.2} ms/s | {wait:.2} ms/s |");
+        }
+        Err(e) => {
+            let _ = writeln!(out, "failed: {}", clip(e, 120));
+        }
+    }
+    out
+}
+
 pub fn memory(results: &Results) -> String {
     let mut out = String::new();
     if results.memory.is_empty() {
