@@ -33,6 +33,15 @@ fn cluster() -> (Vec<MemoryBackend>, LockManager) {
     (nodes, locks)
 }
 
+/// Whether one thread waits in line for "hot" (bounded: 5 s), so that a
+/// guard let go now finds it there.
+fn waiter_in_line(locks: &LockManager) -> bool {
+    (0..5000).any(|_| {
+        std::thread::sleep(Duration::from_millis(1));
+        locks.local_waiters("hot") == 1
+    })
+}
+
 /// How a critical section ends in the tests below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ending {
@@ -195,11 +204,7 @@ fn drop_hands_the_lock_to_a_waiting_thread() {
         std::thread::spawn(move || locks.lock("hot").map(|g| (*g.token(), g.validity())))
     };
     // Drop only once the waiter is in line (bounded: 5 s).
-    let queued = (0..5000).any(|_| {
-        std::thread::sleep(Duration::from_millis(1));
-        locks.local_waiters("hot") == 1
-    });
-    assert!(queued, "the waiter never queued");
+    assert!(waiter_in_line(&locks), "the waiter never queued");
     let validity = first.validity();
     drop(first);
     let (handed_token, handed_validity) = waiter.join().unwrap().unwrap();
@@ -228,11 +233,7 @@ fn release_hands_the_lock_to_a_waiting_thread_and_says_so() {
         let locks = locks.clone();
         std::thread::spawn(move || locks.lock("hot"))
     };
-    let queued = (0..5000).any(|_| {
-        std::thread::sleep(Duration::from_millis(1));
-        locks.local_waiters("hot") == 1
-    });
-    assert!(queued, "the waiter never queued");
+    assert!(waiter_in_line(&locks), "the waiter never queued");
     let validity = first.validity();
     let report = first.release().unwrap();
     assert!(report.handed_over(), "{report}");
@@ -259,6 +260,7 @@ fn release_hands_the_lock_to_a_waiting_thread_and_says_so() {
     let released = second.release().unwrap();
     assert!(!released.handed_over());
     assert_eq!(released.granted(), nodes.len(), "{released}");
+    assert!(locks.flush(Duration::from_secs(5)));
     assert!(nodes.iter().all(|n| n.key_count() == 0));
 }
 
@@ -273,11 +275,7 @@ fn release_on_nodes_does_not_hand_over() {
         let locks = locks.clone();
         std::thread::spawn(move || locks.lock("hot").map(|g| *g.token()))
     };
-    let queued = (0..5000).any(|_| {
-        std::thread::sleep(Duration::from_millis(1));
-        locks.local_waiters("hot") == 1
-    });
-    assert!(queued, "the waiter never queued");
+    assert!(waiter_in_line(&locks), "the waiter never queued");
     let report = first.release_on_nodes().unwrap();
     assert!(!report.handed_over());
     assert_eq!(report.granted(), nodes.len(), "{report}");
@@ -300,11 +298,7 @@ fn release_hands_over_only_what_drop_would() {
             let (locks, options) = (locks.clone(), options.clone());
             std::thread::spawn(move || locks.lock_with("hot", &options).map(|g| *g.token()))
         };
-        let queued = (0..5000).any(|_| {
-            std::thread::sleep(Duration::from_millis(1));
-            locks.local_waiters("hot") == 1
-        });
-        assert!(queued, "{case}: the waiter never queued");
+        assert!(waiter_in_line(&locks), "{case}: the waiter never queued");
         if case == "short" {
             // Bounded: until less than half of the 400 ms TTL is left.
             let half_gone = (0..1000).any(|_| {
@@ -349,11 +343,7 @@ fn a_handed_over_lock_is_auto_extended_for_its_new_holder() {
             (*guard.token(), extended, guard.is_valid())
         })
     };
-    let queued = (0..5000).any(|_| {
-        std::thread::sleep(Duration::from_millis(1));
-        locks.local_waiters("hot") == 1
-    });
-    assert!(queued, "the waiter never queued");
+    assert!(waiter_in_line(&locks), "the waiter never queued");
     drop(first);
     let (handed, extended, valid) = waiter.join().unwrap();
     assert_eq!(handed, token, "handed over, not re-acquired");

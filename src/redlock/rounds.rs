@@ -292,27 +292,20 @@ impl Rounds {
         turn: Option<Ticket>,
     ) -> Result<Report> {
         let start = self.now();
-        let turn = match turn {
+        let kept = match turn {
+            None => None,
             Some(turn) => {
                 let streak = turn.streak();
-                match turn.offer_lock(|want| self.handoff(lease, want, streak)) {
-                    Some(kept) => Some(kept),
-                    None => {
-                        let outcomes =
-                            vec![NodeOutcome::HandedOver; self.engine.node_names().count()];
-                        let elapsed = self.now().saturating_duration_since(start);
-                        return Ok(self.report(
-                            Round::Release,
-                            &lease.resources,
-                            outcomes,
-                            elapsed,
-                        ));
-                    }
-                }
+                let Some(kept) = turn.offer_lock(|want| self.handoff(lease, want, streak)) else {
+                    let nodes = self.engine.node_names().count();
+                    let elapsed = self.now().saturating_duration_since(start);
+                    let outcomes = vec![NodeOutcome::HandedOver; nodes];
+                    return Ok(self.report(Round::Release, &lease.resources, outcomes, elapsed));
+                };
+                Some(kept)
             }
-            None => None,
         };
-        self.release(lease, turn)
+        self.release(lease, kept)
     }
 
     /// Releases on every node and waits for their answers (at most the

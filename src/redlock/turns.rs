@@ -399,31 +399,17 @@ impl LocalQueue {
         offer: impl FnOnce(&Want) -> Option<Arc<Lease>>,
     ) -> bool {
         let mut lines = self.lines.lock();
-        let Some(line) = lines.by_key.get_mut(key) else {
+        let Some(line) = lines.by_key.get_mut(key).filter(|line| line.turn_is(id)) else {
             return false;
         };
-        if line.holder.ticket != id && !canary::on(Canary::StaleTicketsPass) {
-            return false;
-        }
-        let Some(want) = line.waiting.front().map(|w| &w.want) else {
-            return false;
-        };
-        let Some(lease) = offer(want) else {
+        let Some(lease) = line.waiting.front().and_then(|w| offer(&w.want)) else {
             return false;
         };
         // Still there: waiters leave only under this lock.
         let Some(next) = line.waiting.pop_front() else {
             return false;
         };
-        let streak = streak.next();
-        line.holder = Holder {
-            ticket: next.id,
-            streak,
-            lease: Some(Arc::downgrade(&lease)),
-        };
-        let _ = next.grant.send(Grant::Given(Given::Lock(streak, lease)));
-        line.nudge_first();
-        true
+        line.give(next, streak.next(), Some(lease))
     }
 
     /// Ends the turn of ticket `id` (at `streak`) for `key`. `offer` is
@@ -444,10 +430,7 @@ impl LocalQueue {
             let _ = offer(None);
             return false;
         };
-        let stale = line.holder.ticket != id && !canary::on(Canary::StaleTicketsPass);
-        if stale {
-            // A stale ticket: the line gave the turn to someone else after
-            // this holder's lock ran out. Nothing to pass, nothing to hand.
+        if !line.turn_is(id) {
             let _ = offer(None);
             return false;
         }
@@ -456,23 +439,8 @@ impl LocalQueue {
             let _ = offer(None);
             return false;
         };
-        let streak = streak.next();
         let handed = offer(Some(&next.want));
-        line.holder = Holder {
-            ticket: next.id,
-            streak,
-            lease: handed.as_ref().map(Arc::downgrade),
-        };
-        let handed_over = handed.is_some();
-        let given = match handed {
-            Some(lease) => Given::Lock(streak, lease),
-            None => Given::Turn(streak),
-        };
-        // The waiter is still in line (a waiter leaves only under this
-        // lock), so its receiver is alive.
-        let _ = next.grant.send(Grant::Given(given));
-        line.nudge_first();
-        handed_over
+        line.give(next, streak.next(), handed)
     }
 }
 
@@ -486,6 +454,34 @@ impl Line {
             },
             waiting: VecDeque::new(),
         }
+    }
+
+    /// Whether ticket `id` holds this line's turn: a stale ticket (the
+    /// line gave the turn to someone else after its holder's lock ran
+    /// out) has nothing to pass and nothing to hand.
+    fn turn_is(&self, id: u64) -> bool {
+        self.holder.ticket == id || canary::on(Canary::StaleTicketsPass)
+    }
+
+    /// Gives the turn at `streak` to `next`, just taken from the front of
+    /// the line, with the lock itself when `handed`, and nudges the new
+    /// first waiter. Returns whether the lock was handed over.
+    fn give(&mut self, next: Waiter, streak: Streak, handed: Option<Arc<Lease>>) -> bool {
+        self.holder = Holder {
+            ticket: next.id,
+            streak,
+            lease: handed.as_ref().map(Arc::downgrade),
+        };
+        let handed_over = handed.is_some();
+        let given = match handed {
+            Some(lease) => Given::Lock(streak, lease),
+            None => Given::Turn(streak),
+        };
+        // The waiter was still in line (a waiter leaves only under the
+        // lines' lock, held by the caller), so its receiver is alive.
+        let _ = next.grant.send(Grant::Given(given));
+        self.nudge_first();
+        handed_over
     }
 
     fn nudge_first(&self) {
