@@ -8,9 +8,14 @@
 //! wake-up only has to come well before it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorum_lock::{LockManager, LockOptions, RetryPolicy};
+use quorum_lock::backend::{
+    Backend, BackendError, InFlight, NoticeWaker, Op, Probe, ReleaseListener,
+};
+use quorum_lock::{LockManager, LockOptions, RedisBackend, RetryPolicy};
 
 use testkit::{RedisServers, connect};
 
@@ -327,4 +332,146 @@ fn forged_notices_bring_a_retry_forward_a_bounded_number_of_times() {
         locks.held_back >= 1,
         "no wait went on past a notice: {locks:?}"
     );
+}
+
+/// A server that counts how often its release listener is asked for
+/// notices: a waiting manager that polls asks about once a millisecond.
+struct Counted {
+    node: RedisBackend,
+    receives: Arc<AtomicU64>,
+}
+
+struct CountedListener {
+    inner: Box<dyn ReleaseListener>,
+    receives: Arc<AtomicU64>,
+}
+
+impl ReleaseListener for CountedListener {
+    fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError> {
+        self.inner.listen(keys)
+    }
+    fn receive(&mut self) -> Result<Vec<Vec<u8>>, BackendError> {
+        self.receives.fetch_add(1, Ordering::Relaxed);
+        self.inner.receive()
+    }
+    fn wake_on_arrival(&mut self, waker: NoticeWaker) -> bool {
+        self.inner.wake_on_arrival(waker)
+    }
+}
+
+impl Backend for Counted {
+    fn describe(&self) -> String {
+        self.node.describe()
+    }
+    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+        self.node.send(ops)
+    }
+    fn call_timeout(&self) -> Option<Duration> {
+        self.node.call_timeout()
+    }
+    fn probe(&self) -> Option<&dyn Probe> {
+        self.node.probe()
+    }
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        let inner = self.node.release_listener()?;
+        Some(Box::new(CountedListener {
+            inner,
+            receives: Arc::clone(&self.receives),
+        }))
+    }
+}
+
+/// A process whose one thread waits for a held lock sleeps: its node
+/// threads wake when a notice (or the waiter's own attempt) comes, not
+/// every millisecond. Counted in calls, not time.
+#[test]
+fn a_waiting_process_does_not_poll_its_subscriptions() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let holder = manager(&urls);
+    let receives = Arc::new(AtomicU64::new(0));
+    let nodes = urls.iter().map(|url| Counted {
+        node: RedisBackend::open(url, NODE_TIMEOUT).unwrap(),
+        receives: Arc::clone(&receives),
+    });
+    let waiter = LockManager::builder()
+        .nodes(nodes)
+        .ttl(TTL)
+        .restart_quarantine(false)
+        .build()
+        .unwrap();
+    let _held = holder.try_lock("sleep").unwrap();
+    let wait = LockOptions::new().wait(Duration::from_millis(800)).retry(
+        RetryPolicy::new()
+            .delay(Duration::from_millis(100))
+            .jitter(Duration::ZERO),
+    );
+    let err = waiter.lock_with("sleep", &wait).unwrap_err();
+    assert!(err.to_string().contains("sleep"), "{err}");
+    let attempts = waiter.health().locks.contended;
+    let looked = receives.load(Ordering::Relaxed);
+    // Per node: the subscription and its confirmation, each attempt's
+    // batch (and its timer), the unsubscription; 3 nodes.
+    let bound = 3 * (2 * attempts + 6);
+    assert!(
+        looked <= bound,
+        "the node threads looked for notices {looked} times during a wait of 800 ms \
+         with {attempts} attempts (at most {bound} without polling)"
+    );
+}
+
+/// The subscriber connections cut while a process waits (the servers
+/// stay up): the waiter subscribes again, and a release after that still
+/// wakes it well before its retry delay. (Each node that listens again
+/// wakes the waiter once, as notices may have been missed meanwhile: the
+/// waiter may spend a few attempts, so it is not limited to 4.)
+#[test]
+fn a_waiter_hears_releases_again_after_its_subscriptions_were_cut() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let guard = holder.try_lock("gone").unwrap();
+    let patient = LockOptions::new().retry(
+        RetryPolicy::new()
+            .max_wait(Duration::from_secs(60))
+            .delay(RETRY_DELAY)
+            .jitter(Duration::ZERO),
+    );
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_with("gone", &patient);
+            (got.map(|g| g.release().unwrap()), Instant::now())
+        });
+        assert!(
+            testkit::wait_until(Duration::from_secs(10), || subscribers(&servers) == 3),
+            "the waiter does not listen on every node: {} subscribers",
+            subscribers(&servers)
+        );
+        for server in servers.iter() {
+            let mut conn = connect(&server.url());
+            let cut: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("pubsub")
+                .query(&mut conn)
+                .unwrap();
+            assert_eq!(cut, 1, "{}: subscriber connections cut", server.url());
+        }
+        // Back on every node, on new connections.
+        assert!(
+            testkit::wait_until(Duration::from_secs(10), || subscribers(&servers) == 3),
+            "the waiter did not listen again on every node: {} subscribers",
+            subscribers(&servers)
+        );
+        let released_at = Instant::now();
+        guard.release().unwrap();
+        let (got, done) = waiting.join().unwrap();
+        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
+        assert!(
+            done - released_at < WOKEN_WITHIN,
+            "the waiter got the lock {:?} after the release: it slept out its retry delay \
+             of {RETRY_DELAY:?} instead of being woken",
+            done - released_at,
+        );
+    });
 }

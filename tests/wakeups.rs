@@ -3,8 +3,13 @@
 //! threads). The real-server tests are in `redis_wakeups.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use quorum_lock::backend::{
+    Backend, BackendError, InFlight, NoticeWaker, Op, Probe, ReleaseListener,
+};
 use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
 
 /// A retry delay no wake-up test may wait out.
@@ -333,4 +338,84 @@ fn a_permit_waiter_wakes_at_the_release_of_a_slot() {
     let locks = waiter.health().locks;
     assert_eq!((locks.woken, locks.acquired), (1, 1), "{locks:?}");
     drop(first);
+}
+
+/// A node that counts how often its release listener is asked for
+/// notices: a waiting manager that polls asks about once a millisecond.
+struct Counted {
+    node: MemoryBackend,
+    receives: Arc<AtomicU64>,
+}
+
+struct CountedListener {
+    inner: Box<dyn ReleaseListener>,
+    receives: Arc<AtomicU64>,
+}
+
+impl ReleaseListener for CountedListener {
+    fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError> {
+        self.inner.listen(keys)
+    }
+    fn receive(&mut self) -> Result<Vec<Vec<u8>>, BackendError> {
+        self.receives.fetch_add(1, Ordering::Relaxed);
+        self.inner.receive()
+    }
+    fn wake_on_arrival(&mut self, waker: NoticeWaker) -> bool {
+        self.inner.wake_on_arrival(waker)
+    }
+}
+
+impl Backend for Counted {
+    fn describe(&self) -> String {
+        self.node.describe()
+    }
+    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+        self.node.send(ops)
+    }
+    fn probe(&self) -> Option<&dyn Probe> {
+        self.node.probe()
+    }
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        let inner = self.node.release_listener()?;
+        Some(Box::new(CountedListener {
+            inner,
+            receives: Arc::clone(&self.receives),
+        }))
+    }
+}
+
+/// A thread waiting for a held lock costs next to nothing: the node
+/// threads sleep until a notice arrives (or the waiter's own timer
+/// attempts), instead of looking for notices every millisecond. Counted
+/// in calls, not time: each of the waiter's attempts may look once or
+/// twice per node, and a poll would look about once a millisecond.
+#[test]
+fn a_waiting_manager_does_not_poll_for_notices() {
+    let nodes = nodes();
+    let receives = Arc::new(AtomicU64::new(0));
+    let holder = manager(&nodes);
+    let waiter = LockManager::builder()
+        .nodes(nodes.iter().map(|node| Counted {
+            node: node.clone(),
+            receives: Arc::clone(&receives),
+        }))
+        .build()
+        .unwrap();
+    let _held = holder.try_lock("job").unwrap();
+    let delay = Duration::from_millis(100);
+    let wait = LockOptions::new()
+        .wait(Duration::from_millis(800))
+        .retry(RetryPolicy::new().delay(delay).jitter(Duration::ZERO));
+    let err = waiter.lock_with("job", &wait).unwrap_err();
+    assert!(err.to_string().contains("job"), "{err}");
+    let attempts = waiter.health().locks.contended;
+    let looked = receives.load(Ordering::Relaxed);
+    // Per node: the subscription, each attempt's batch (and its timer),
+    // the unsubscription; 3 nodes.
+    let bound = 3 * (2 * attempts + 4);
+    assert!(
+        looked <= bound,
+        "the node threads looked for notices {looked} times during a wait of 800 ms \
+         with {attempts} attempts (at most {bound} without polling)"
+    );
 }

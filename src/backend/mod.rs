@@ -58,7 +58,7 @@ pub use self::keyset::KeySet;
 pub use self::memory::{CallHook, UptimeReport};
 #[cfg(feature = "redis")]
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
-pub use self::notices::ReleaseListener;
+pub use self::notices::{NoticeWaker, ReleaseListener};
 pub use self::op::{Op, OpKind, Reply};
 pub(crate) use self::server_info::SETTINGS_MAX_AGE;
 pub use self::server_info::ServerInfo;

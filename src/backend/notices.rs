@@ -9,7 +9,8 @@
 //! An expiry sends no notice at all. So waiters always keep their retry
 //! timer as the fallback: with notices they only wait less.
 
-use std::time::Instant;
+use std::fmt;
+use std::sync::Arc;
 
 use super::BackendError;
 
@@ -19,6 +20,50 @@ use super::BackendError;
 #[cfg(feature = "redis")]
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorum-lock:released:";
 
+/// How a [`ReleaseListener`] tells its owner that notices have arrived:
+/// a cheap, thread-safe signal (the engine's wakes the node thread, which
+/// then calls [`receive`](ReleaseListener::receive)).
+///
+/// A listener may call [`wake`](Self::wake) from any thread, with its own
+/// locks held, as often as it likes: the owner coalesces the calls, and
+/// `wake` never blocks or calls back into the listener.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use quorum_lock::backend::NoticeWaker;
+///
+/// let woken = Arc::new(AtomicU32::new(0));
+/// let count = Arc::clone(&woken);
+/// let waker = NoticeWaker::new(move || {
+///     count.fetch_add(1, Ordering::Relaxed);
+/// });
+/// waker.wake();
+/// assert_eq!(woken.load(Ordering::Relaxed), 1);
+/// ```
+#[derive(Clone)]
+pub struct NoticeWaker(Arc<dyn Fn() + Send + Sync>);
+
+impl NoticeWaker {
+    /// A waker that runs `signal` on each [`wake`](Self::wake). `signal`
+    /// must only signal (set a flag, send on a channel): it may run on a
+    /// listener's thread, with the listener's locks held.
+    pub fn new(signal: impl Fn() + Send + Sync + 'static) -> Self {
+        Self(Arc::new(signal))
+    }
+
+    /// Tells the owner that notices have arrived.
+    pub fn wake(&self) {
+        (self.0)();
+    }
+}
+
+impl fmt::Debug for NoticeWaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NoticeWaker")
+    }
+}
+
 /// One subscriber to a server's release notices, owned by one node thread
 /// of one manager: see [`Backend::release_listener`](super::Backend::release_listener).
 ///
@@ -27,10 +72,11 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorum-lock:released:";
 /// [`RedisBackend`](crate::RedisBackend)), so one manager's watched keys
 /// and notices never mix with another's.
 ///
-/// Notices are events: [`receive`](Self::receive) hands over what has
-/// arrived, and may wait for the next one, so that a thread can sleep on
-/// the listener until a release (a listener that cannot wait returns at
-/// once, and its caller polls).
+/// Notices are events: a listener that can
+/// ([`wake_on_arrival`](Self::wake_on_arrival)) signals each arrival, and
+/// its owner sleeps until then; one that cannot is asked
+/// ([`receive`](Self::receive)) about once a millisecond while someone
+/// waits, which costs a waiting process a few percent of a core.
 ///
 /// # Contract
 ///
@@ -38,12 +84,14 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorum-lock:released:";
 ///   must keep a timer as the fallback and must never take a notice as
 ///   a grant.
 /// * **Time**: [`listen`](Self::listen) returns within the backend's
-///   timeout; [`receive`](Self::receive) never blocks past its `until`
-///   plus that timeout.
+///   timeout; [`receive`](Self::receive) never waits.
 /// * **Order**: once [`listen`](Self::listen) has returned `Ok`, every
 ///   release of a listed key that the server applies *after* it reaches
 ///   this listener, unless the connection is lost (which
 ///   [`receive`](Self::receive) then reports).
+/// * **Wake-ups**: after [`wake_on_arrival`](Self::wake_on_arrival)
+///   returned `true`, every notice, and the loss of the connection, is
+///   followed by a [`NoticeWaker::wake`] (after it can be received).
 pub trait ReleaseListener: Send + 'static {
     /// Listens for the releases of exactly `keys` from now on, replacing
     /// the previous set (an empty `keys` stops listening). Returns once
@@ -60,17 +108,23 @@ pub trait ReleaseListener: Send + 'static {
     fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError>;
 
     /// The keys whose release notices arrived since the last call (a key
-    /// may appear more than once, one entry per release). When none has
-    /// arrived, it may wait for one until `until` and return as soon as
-    /// one does; a listener that cannot wait returns at once with none.
-    /// Never blocks past `until` plus the backend's timeout; with `until`
-    /// already past (the engine passes `Instant::now()`), it reads only
-    /// what is there.
+    /// may appear more than once, one entry per release), without
+    /// waiting for more.
     ///
     /// # Errors
     ///
     /// The connection that carried the notices was lost: notices may have
     /// been missed, and the listener listens for nothing until the next
     /// successful [`listen`](Self::listen).
-    fn receive(&mut self, until: Instant) -> Result<Vec<Vec<u8>>, BackendError>;
+    fn receive(&mut self) -> Result<Vec<Vec<u8>>, BackendError>;
+
+    /// Asks the listener to call `waker` whenever a notice arrives or the
+    /// connection that carries them is lost, from then on. Returns whether
+    /// it will; the default, `false`, leaves its owner to poll
+    /// [`receive`](Self::receive). Called once, before the first
+    /// [`listen`](Self::listen).
+    fn wake_on_arrival(&mut self, waker: NoticeWaker) -> bool {
+        let _ = waker;
+        false
+    }
 }

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use super::action::Action;
 use super::gate::Gate;
 use super::health::Vitals;
-use super::node::{Item, NodeState, Sent, Shared, Vote};
+use super::node::{Doorbell, Item, NodeState, Sent, Shared, Vote};
 use crate::backend::{Backend, BackendError, Holding};
 
 /// Most operations handed to the backend in one batch (one round trip).
@@ -141,7 +141,8 @@ pub(crate) fn spawn(
 ) -> std::io::Result<Arc<NodeExec>> {
     let name = format!("quorum-lock-node{index}");
     let call_timeout = backend.call_timeout();
-    let state = NodeState::new(index, backend, health, shared, Instant::now());
+    let state = NodeState::new(index, backend, health, shared, Instant::now())
+        .ringing(doorbell(index, &peers));
     // Read here, not by the new thread: a fresh node has nothing to wake
     // for (no retries, no subscriptions), so its thread waits for its
     // first job without taking the gate, and the first rounds find every
@@ -164,6 +165,22 @@ pub(crate) fn spawn(
         drop(exited);
     })?;
     Ok(exec)
+}
+
+/// The bell node `index`'s release listener rings when notices arrive: it
+/// queues a wake-up for the node's thread, found among the `peers` (filled
+/// once every node has started, before anyone can wait; a weak reference,
+/// so that a listener's thread never keeps the engine's queues open).
+fn doorbell(index: usize, peers: &Peers) -> Doorbell {
+    let peers = Arc::downgrade(peers);
+    Doorbell::new(move || {
+        let Some(peers) = peers.upgrade() else {
+            return;
+        };
+        if let Some((jobs, exec)) = peers.lock().get(index) {
+            let _ = exec.enqueue(jobs, Job::Wake { probe: false });
+        }
+    })
 }
 
 /// The node's thread: what it drives and whom it may wake.

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use self::notices::MemoryListener;
+use self::notices::{Inbox, MemoryListener};
 use self::state::State;
 use super::{
-    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Inspect, Op, Probe,
-    ReleaseListener, Reply, ServerInfo,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Inspect, NoticeWaker, Op,
+    Probe, ReleaseListener, Reply, ServerInfo,
 };
 use crate::clock::{Clock, MonotonicClock};
 
@@ -130,6 +130,7 @@ impl MemoryBackend {
                     notices_on: true,
                     listeners: HashMap::new(),
                     next_listener: 0,
+                    to_wake: Vec::new(),
                 }),
                 unpaused: Condvar::new(),
                 round_trips: AtomicU64::new(0),
@@ -159,10 +160,7 @@ impl MemoryBackend {
         let mut state = self.inner.state.lock();
         state.notices_on = on;
         if !on {
-            state
-                .listeners
-                .values_mut()
-                .for_each(|inbox| *inbox = Default::default());
+            state.listeners.values_mut().for_each(Inbox::clear);
         }
     }
 
@@ -343,15 +341,23 @@ impl MemoryBackend {
                 "injected failure",
             ));
         }
-        let answer = state.apply(op, now)?;
-        if state.lose_replies_next > 0 {
+        let answer = state.apply(op, now);
+        let lost = answer.is_ok() && state.lose_replies_next > 0;
+        if lost {
             state.lose_replies_next -= 1;
+        }
+        // The listeners that heard a release are woken outside the node's
+        // lock: a waker may run its owner's code.
+        let to_wake = std::mem::take(&mut state.to_wake);
+        drop(state);
+        to_wake.iter().for_each(NoticeWaker::wake);
+        if lost {
             return Err(BackendError::new(
                 BackendErrorKind::Timeout,
                 "reply lost (injected); the operation was applied",
             ));
         }
-        Ok(answer)
+        answer
     }
 }
 

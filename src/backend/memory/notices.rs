@@ -1,23 +1,36 @@
 //! Release notices of an in-memory node, like Redis pub/sub: a release
 //! that deletes a key announces it to every listener of that key, and the
-//! release's reply says how many heard it.
+//! release's reply says how many heard it. A listener is woken at each
+//! notice ([`ReleaseListener::wake_on_arrival`]), once the node's lock is
+//! let go.
 
 use std::collections::HashSet;
-use std::time::Instant;
 
 use super::MemoryBackend;
 use super::state::State;
-use crate::backend::{BackendError, BackendErrorKind, ReleaseListener};
+use crate::backend::{BackendError, BackendErrorKind, NoticeWaker, ReleaseListener};
 
-/// One listener's subscriptions and the notices not yet taken.
+/// One listener's subscriptions, the notices not yet taken, and how to
+/// wake its owner.
 #[derive(Default)]
 pub(super) struct Inbox {
     keys: HashSet<Vec<u8>>,
     arrived: Vec<Vec<u8>>,
+    waker: Option<NoticeWaker>,
+}
+
+impl Inbox {
+    /// Listens for nothing and forgets what arrived (notices turned off).
+    pub(super) fn clear(&mut self) {
+        self.keys.clear();
+        self.arrived.clear();
+    }
 }
 
 impl State {
     /// Announces the release of `key` to its listeners; how many heard it.
+    /// Their wakers are queued in `to_wake`, for the caller to call once it
+    /// has let go of the node's lock.
     pub(super) fn announce(&mut self, key: &[u8]) -> u64 {
         if !self.notices_on {
             return 0;
@@ -27,6 +40,9 @@ impl State {
             if inbox.keys.contains(key) {
                 inbox.arrived.push(key.to_vec());
                 heard += 1;
+                if let Some(waker) = &inbox.waker {
+                    self.to_wake.push(waker.clone());
+                }
             }
         }
         heard
@@ -75,15 +91,19 @@ impl ReleaseListener for MemoryListener {
         Ok(())
     }
 
-    /// What has arrived, at once: it never waits for a notice (`until`
-    /// is not used yet).
-    fn receive(&mut self, _until: Instant) -> Result<Vec<Vec<u8>>, BackendError> {
+    fn receive(&mut self) -> Result<Vec<Vec<u8>>, BackendError> {
         let mut state = self.node.inner.state.lock();
         Ok(state
             .listeners
             .get_mut(&self.id)
             .map(|inbox| std::mem::take(&mut inbox.arrived))
             .unwrap_or_default())
+    }
+
+    fn wake_on_arrival(&mut self, waker: NoticeWaker) -> bool {
+        let mut state = self.node.inner.state.lock();
+        state.listeners.entry(self.id).or_default().waker = Some(waker);
+        true
     }
 }
 

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::notices::Inbox;
 use super::{CallHook, UptimeReport};
-use crate::backend::{BackendError, BackendErrorKind, Holding, KeySet, Op, OpKind, Reply};
+use crate::backend::{
+    BackendError, BackendErrorKind, Holding, KeySet, NoticeWaker, Op, OpKind, Reply,
+};
 
 /// What a key holds.
 pub(super) enum Value {
@@ -66,6 +68,9 @@ pub(super) struct State {
     /// Each release listener's subscriptions and undelivered notices.
     pub(super) listeners: HashMap<u64, Inbox>,
     pub(super) next_listener: u64,
+    /// The wakers of the listeners that heard a release during the current
+    /// operation: called once the node's lock is let go (see `apply`).
+    pub(super) to_wake: Vec<NoticeWaker>,
 }
 
 /// The error of an op on a key that holds the other kind of value.

@@ -162,6 +162,12 @@ impl Conn {
         self.io.write_all(request, deadline, Phase::Request)
     }
 
+    /// A handle to write on this connection while another thread reads it
+    /// (see [`Transport::try_clone`]); `None` over TLS.
+    pub(super) fn writer(&self) -> Option<std::io::Result<Transport>> {
+        self.io.try_clone()
+    }
+
     /// Reads one whole reply (within the size limits) by `deadline`.
     pub(super) fn read(&mut self, deadline: Instant) -> Result<Value, Fault> {
         self.read_reply(deadline, Phase::Request)

@@ -155,6 +155,33 @@ impl Transport {
         }
     }
 
+    /// A second handle on the same socket, so that one thread can write
+    /// while another blocks reading (the release notices' reader). TCP and
+    /// Unix only: `None` for TLS, whose one session cannot be shared by two
+    /// threads. The new handle has its own record of the timeouts set: the
+    /// writer only ever sets the write timeout, the reader the read one.
+    pub(super) fn try_clone(&self) -> Option<io::Result<Self>> {
+        match self {
+            Self::Tcp(s, _) => Some(s.try_clone().map(|s| Self::Tcp(s, Timeouts::default()))),
+            #[cfg(unix)]
+            Self::Unix(s, _) => Some(s.try_clone().map(|s| Self::Unix(s, Timeouts::default()))),
+            #[cfg(feature = "tls")]
+            Self::Tls(_) => None,
+        }
+    }
+
+    /// Shuts the socket down both ways: a read blocked on it (on another
+    /// handle) returns at once.
+    pub(super) fn shutdown(&self) {
+        let _ = match self {
+            Self::Tcp(s, _) => s.shutdown(std::net::Shutdown::Both),
+            #[cfg(unix)]
+            Self::Unix(s, _) => s.shutdown(std::net::Shutdown::Both),
+            #[cfg(feature = "tls")]
+            Self::Tls(_) => Ok(()),
+        };
+    }
+
     /// Writes all of `data` by `deadline`.
     pub(super) fn write_all(
         &mut self,

@@ -9,8 +9,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
 use crate::backend::{
-    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Op, ReleaseListener,
-    Reply, ServerInfo,
+    Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, NoticeWaker, Op,
+    ReleaseListener, Reply, ServerInfo,
 };
 
 /// One result per op, and the server that gave them, when known.
@@ -81,13 +81,17 @@ pub(super) fn listen(
     catch_unwind(AssertUnwindSafe(|| listener.listen(keys))).map_err(|_| ListenerPanicked)
 }
 
-/// The notices that have arrived by `now`, without waiting for more (the
-/// node thread waits on its queue, and looks here between jobs).
+/// The notices that have arrived, without waiting for more (the node
+/// thread waits on its queue, and looks here between jobs).
 pub(super) fn take(
     listener: &mut dyn ReleaseListener,
-    now: Instant,
 ) -> Result<Result<Vec<Vec<u8>>, BackendError>, ListenerPanicked> {
-    catch_unwind(AssertUnwindSafe(|| listener.receive(now))).map_err(|_| ListenerPanicked)
+    catch_unwind(AssertUnwindSafe(|| listener.receive())).map_err(|_| ListenerPanicked)
+}
+
+/// Whether `listener` will ring `waker` at each arrival (a panic: no).
+pub(super) fn wake_on_arrival(listener: &mut dyn ReleaseListener, waker: NoticeWaker) -> bool {
+    catch_unwind(AssertUnwindSafe(|| listener.wake_on_arrival(waker))).unwrap_or(false)
 }
 
 /// A send that panicked: every op failed.

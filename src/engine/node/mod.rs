@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) use self::batch::{Arrived, Item, Sent, Vote};
 use self::batch::{Batch, grant, vote};
+pub(crate) use self::notices::Doorbell;
 use self::notices::{Ears, NodeNotices};
 use self::publish::Publisher;
 use super::action::Action;
@@ -130,6 +131,14 @@ impl NodeState {
             publish: Publisher::new(name.to_owned(), health),
             shared,
         }
+    }
+
+    /// The state, whose release listener wakes the node's thread with
+    /// `doorbell` when notices arrive (without one, the thread polls for
+    /// them while someone waits).
+    pub(crate) fn ringing(mut self, doorbell: Doorbell) -> Self {
+        self.notices = NodeNotices::new(Some(doorbell));
+        self
     }
 
     /// Whether the node is marked down (rounds skip it; its thread probes

@@ -3,31 +3,73 @@
 //! for, reads the notices between jobs, and hands each one to the waiters
 //! of its key (see [`Waiters`]).
 //!
-//! No thread is added: while some key is watched, the node thread waits
-//! for jobs at most [`NOTICE_POLL`] at a time and looks for notices in
-//! between; with nothing watched it sleeps on its queue as before, at no
-//! cost. Like the rest of the node's state, this takes the time as an
-//! argument.
+//! Notices are events: a listener that can ring the node's [`Doorbell`]
+//! at each arrival (the Redis backend's reader thread, the memory
+//! backend's release) wakes the node thread, which sleeps on its queue
+//! otherwise, so a process whose threads only wait for a lock uses next
+//! to no CPU. A listener that cannot (TLS, a backend without the ability)
+//! is polled: while some key is watched, the node thread waits for jobs at
+//! most [`NOTICE_POLL`] at a time and looks for notices in between. Like
+//! the rest of the node's state, this takes the time as an argument.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::io;
-use crate::backend::{Backend, KeySet, ReleaseListener, Reply};
+use crate::backend::{Backend, KeySet, NoticeWaker, ReleaseListener, Reply};
 use crate::engine::waiters::Waiters;
 
 /// How long a node thread waits for a job before it looks for release
-/// notices, while some key is watched: about the longest a notice waits
-/// on the socket before the waiters hear of it (the first node thread
-/// that reads one asks the others to read theirs at once). Shorter wakes
-/// waiters sooner but wakes an idle node thread more often (one
-/// non-blocking read each time), and only while someone waits. Measured
-/// with 4 processes on one key and critical sections of 2 ms
-/// (docs/benchmarks.md): 2 ms gave 1.56x the critical sections' time in
-/// all, 1 ms 1.42x; 1 000 wake-ups a second per node cost a few percent
-/// of a core while a manager waits.
+/// notices, while some key is watched and its listener cannot ring:
+/// about the longest a notice waits on the socket before the waiters hear
+/// of it (the first node thread that reads one asks the others to read
+/// theirs at once). Shorter wakes waiters sooner but wakes an idle node
+/// thread more often (one non-blocking read each time), and only while
+/// someone waits. Measured with 4 processes on one key and critical
+/// sections of 2 ms (docs/benchmarks.md): 2 ms gave 1.56x the critical
+/// sections' time in all, 1 ms 1.42x; 1 000 wake-ups a second per node
+/// cost a few percent of a core while a manager waits.
 pub(super) const NOTICE_POLL: Duration = Duration::from_millis(1);
+
+/// How a listener wakes its node thread: the waker it is given rings the
+/// bell (queues a wake-up for the node thread) only when it is not rung
+/// already, and the node answers it (clears it) just before it takes the
+/// notices. So a burst of notices costs one wake-up, and a notice that
+/// arrives after the take rings again: none is left unread until the next
+/// job.
+#[derive(Clone)]
+pub(crate) struct Doorbell {
+    rung: Arc<AtomicBool>,
+    ring: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Doorbell {
+    /// A bell that calls `ring` to wake the node thread.
+    pub(crate) fn new(ring: impl Fn() + Send + Sync + 'static) -> Self {
+        Self {
+            rung: Arc::new(AtomicBool::new(false)),
+            ring: Arc::new(ring),
+        }
+    }
+
+    /// The waker a listener is given.
+    fn waker(&self) -> NoticeWaker {
+        let bell = self.clone();
+        NoticeWaker::new(move || {
+            if !bell.rung.swap(true, Ordering::AcqRel) {
+                (bell.ring)();
+            }
+        })
+    }
+
+    /// Clears the bell: called before the notices are taken, so that one
+    /// arriving afterwards rings it again.
+    fn answer(&self) {
+        self.rung.store(false, Ordering::Release);
+    }
+}
 
 /// How long after a subscription failed for want of the server (down,
 /// timed out, connection lost) the node thread tries again.
@@ -50,6 +92,11 @@ pub(super) struct NodeNotices {
     /// `None` until first needed; then the backend's listener, if it
     /// has one.
     listener: Option<Option<Box<dyn ReleaseListener>>>,
+    /// How the listener may wake the node's thread (none in unit tests of
+    /// the node's state, which then polls).
+    doorbell: Option<Doorbell>,
+    /// The listener rings the doorbell at each arrival: no polling.
+    rings: bool,
     /// Notices are off for good here: the backend has none, or the
     /// server refused (ACL, a proxy without pub/sub).
     off: bool,
@@ -70,9 +117,18 @@ pub(super) struct NodeNotices {
 }
 
 impl NodeNotices {
+    /// The node's subscription, whose listener may wake the node's thread
+    /// with `doorbell`.
+    pub(super) fn new(doorbell: Option<Doorbell>) -> Self {
+        Self {
+            doorbell,
+            ..Self::default()
+        }
+    }
+
     /// When the node must look at the notices again, if at all.
     pub(super) fn next_wake(&self) -> Option<Instant> {
-        if !self.listening.is_empty() {
+        if !self.listening.is_empty() && !self.rings {
             return self.looked_at.map(|at| at + NOTICE_POLL);
         }
         self.retry_at
@@ -113,7 +169,15 @@ impl NodeNotices {
             return;
         }
         let backend = node.backend;
-        let listener = self.listener.get_or_insert_with(|| io::listener(backend));
+        let doorbell = self.doorbell.as_ref();
+        let rings = &mut self.rings;
+        let listener = self.listener.get_or_insert_with(|| {
+            let mut listener = io::listener(backend);
+            if let (Some(listener), Some(bell)) = (listener.as_mut(), doorbell) {
+                *rings = io::wake_on_arrival(listener.as_mut(), bell.waker());
+            }
+            listener
+        });
         let Some(listener) = listener.as_mut() else {
             self.turn_off(node);
             return;
@@ -130,10 +194,15 @@ impl NodeNotices {
                 self.echoes.retain(|k, _| listening.contains(k));
                 self.retry_at = None;
                 if std::mem::take(&mut self.missed) {
-                    // Releases may have gone unheard meanwhile: a spurious
-                    // wake-up costs one attempt, a missed one a retry delay.
+                    // This node may have announced a release unheard
+                    // meanwhile: count it as heard here. A waiter wakes
+                    // once enough nodes heard (or may have): after a cut
+                    // of every subscription, once, not once per node,
+                    // which would spend its early wake-ups (a spurious
+                    // wake-up costs an attempt, a missed one a retry
+                    // delay).
                     for key in &keys {
-                        waiters.notify(key, None);
+                        waiters.notify(key, Some(node.index));
                     }
                 }
             }
@@ -184,7 +253,10 @@ impl NodeNotices {
         let Some(Some(listener)) = self.listener.as_mut() else {
             return false;
         };
-        let arrived = match io::take(listener.as_mut(), now) {
+        if let Some(bell) = &self.doorbell {
+            bell.answer();
+        }
+        let arrived = match io::take(listener.as_mut()) {
             Ok(Ok(arrived)) => arrived,
             Ok(Err(e)) => {
                 log::debug!(
