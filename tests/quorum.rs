@@ -462,3 +462,36 @@ fn a_failed_attempt_releases_on_the_node_the_caller_ran_itself() {
         }
     }
 }
+
+/// A node that answered "held by another token" did not take the key, so
+/// a failed attempt sends it no release: the undo goes only where the
+/// acquire may have landed (a grant, an error, no answer, or an answer
+/// the round did not wait for once two refusals decided it).
+#[test]
+fn a_node_that_refused_gets_no_undo() {
+    let nodes = nodes(3);
+    let holder = manager(&nodes, Duration::from_millis(200));
+    let waiter = manager(&nodes, Duration::from_millis(200));
+    let _held = holder.try_lock("job").unwrap();
+    assert!(holder.flush(Duration::from_secs(10)));
+    let before: Vec<u64> = nodes.iter().map(MemoryBackend::operations).collect();
+    let err = waiter.try_lock("job").unwrap_err();
+    assert!(err.is_contended(), "{err}");
+    assert!(waiter.flush(Duration::from_secs(10)));
+    let report = err.report().unwrap();
+    let refused = report
+        .nodes()
+        .iter()
+        .filter(|n| matches!(n.outcome(), NodeOutcome::Refused))
+        .count();
+    assert!(refused >= 2, "decided by refusals: {report}");
+    for ((node, before), said) in nodes.iter().zip(&before).zip(report.nodes()) {
+        let sent = node.operations() - before;
+        let expected = if matches!(said.outcome(), NodeOutcome::Refused) {
+            1 // the acquire alone
+        } else {
+            2 // the acquire and its undo
+        };
+        assert_eq!(sent, expected, "{}: {:?}", said.node(), said.outcome());
+    }
+}

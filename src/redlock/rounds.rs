@@ -22,7 +22,7 @@ use super::owners::Owners;
 use super::support::Support;
 use super::turns::{LocalQueue, Streak, Ticket, Want};
 use super::validity::drift;
-use super::verdict::{AcquireVerdict, Votes, acquire_verdict};
+use super::verdict::{AcquireVerdict, Votes, acquire_verdict, undo_where};
 use crate::backend::KeySet;
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Request};
@@ -203,12 +203,16 @@ impl Rounds {
             quorum: config.quorum,
         };
         let verdict = acquire_verdict(votes, ttl, drift, start, elapsed);
+        // Where a failure must release: every node the attempt reached
+        // except those that said the key is another token's.
+        let outcomes: Vec<&NodeOutcome> = report.nodes.iter().map(|n| &n.outcome).collect();
+        let undo = undo_where(&reached, &outcomes);
         if let AcquireVerdict::Granted { deadline } = verdict {
             let fence = if fenced {
                 match self.fence(keys, token, reads, deadline) {
                     Ok(fence) => Some(fence),
                     Err(error) => {
-                        self.engine.release_detached_where(keys, token, &reached);
+                        self.engine.release_detached_where(keys, token, &undo);
                         let error = error.into_error(report, self.engine.node_names());
                         self.counters.note_failed_attempt(&error);
                         return Err(error);
@@ -231,10 +235,10 @@ impl Rounds {
             self.counters.note(Event::Acquired);
             return Ok(Arc::new(lease));
         }
-        // Give up on this attempt everywhere it went, including the nodes
-        // that said no, failed or have not answered: any of them may hold
-        // our token.
-        self.engine.release_detached_where(keys, token, &reached);
+        // Give up on this attempt everywhere it may have landed: the nodes
+        // that granted, failed or have not answered (any of them may hold
+        // our token), not those that said the key is another token's.
+        self.engine.release_detached_where(keys, token, &undo);
         let report = Box::new(report);
         let error = match verdict {
             AcquireVerdict::TooSlow => Error::ValidityExpired { report },

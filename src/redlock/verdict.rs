@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::validity::validity;
 use crate::canary::{self, Canary};
+use crate::report::NodeOutcome;
 
 /// What one acquire round's votes decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,11 +133,55 @@ pub(crate) fn sets_deadline(seq: u64, latest: u64) -> bool {
     seq == latest
 }
 
+/// Where a failed attempt (or one whose fence was not acknowledged) must
+/// be released: every node it `reached` (queued or sent to), except those
+/// whose answer was a definite "held by another token". Such a node did
+/// not take the key (the acquire, plain, fenced or of a set, is all or
+/// nothing per node), and the attempt's token is fresh, so no earlier op
+/// of ours left it there either. A grant, an error, a timeout, a node not
+/// waited for, a quarantined or unverified grant may all have landed: the
+/// release goes there, behind the acquire (per-node FIFO).
+pub(crate) fn undo_where(reached: &[bool], outcomes: &[&NodeOutcome]) -> Vec<bool> {
+    reached
+        .iter()
+        .zip(outcomes)
+        .map(|(&reached, outcome)| reached && !matches!(outcome, NodeOutcome::Refused))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use crate::redlock::verdict::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// Only a definite "held by another token" spares a node the undo:
+    /// every other outcome may have left the key, and a node the attempt
+    /// never reached gets nothing.
+    #[test]
+    fn a_failed_attempt_is_undone_wherever_it_may_have_landed() {
+        use crate::backend::{BackendError, BackendErrorKind};
+        let maybe_landed = [
+            NodeOutcome::Granted,
+            NodeOutcome::Failed(BackendError::new(BackendErrorKind::Timeout, "lost")),
+            NodeOutcome::TimedOut,
+            NodeOutcome::NotAwaited,
+            NodeOutcome::Quarantined { remaining: MS },
+            NodeOutcome::Down,
+            NodeOutcome::HandedOver,
+        ];
+        for outcome in &maybe_landed {
+            assert_eq!(undo_where(&[true], &[outcome]), [true], "{outcome:?}");
+            assert_eq!(undo_where(&[false], &[outcome]), [false], "{outcome:?}");
+        }
+        assert_eq!(undo_where(&[true], &[&NodeOutcome::Refused]), [false]);
+        let mixed = [
+            &NodeOutcome::Refused,
+            &NodeOutcome::Granted,
+            &NodeOutcome::NotAwaited,
+        ];
+        assert_eq!(undo_where(&[true, true, true], &mixed), [false, true, true]);
+    }
 
     #[test]
     fn acquire_needs_a_quorum_and_validity() {
