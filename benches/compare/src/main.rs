@@ -19,6 +19,7 @@ mod charts;
 mod clients;
 mod contention;
 mod counters;
+mod cpu;
 mod cross;
 mod fencing;
 mod floor;
@@ -122,6 +123,8 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
         .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    // For the servers' CPU time per block.
+    let pids: Vec<u32> = servers.iter().map(RedisServer::pid).collect();
     // Killed when dropped, with the servers.
     let hog = if plan.cpu_hog {
         log("starting a process that keeps one core busy (--cpu-hog)");
@@ -147,7 +150,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
         results.counters = Some(counters::measure(&urls[..3], plan));
     }
     if plan.runs_section("scaling") {
-        results.scaling = Some(scaling::measure(&urls, plan, &log));
+        results.scaling = Some(scaling::measure(&urls, &pids, plan, &log));
         if plan.has(clients::Client::Ours) {
             log("thread census, 128 auto-extended locks, N=3");
             results.auto_census = Some(scaling::auto_extend_census(
