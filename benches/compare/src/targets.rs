@@ -6,9 +6,11 @@ use std::fmt::Write as _;
 
 use crate::clients::Client;
 use crate::contention;
+use crate::cpu::CpuUse;
 use crate::latency::third_label;
 use crate::plan::Plan;
 use crate::report::{Results, switch_ratio};
+use crate::scaling::{self, CpuFigure, Scaling};
 use crate::stats::Spread;
 
 /// `ok(median)` decides "met"; the spread is shown beside it.
@@ -108,6 +110,16 @@ pub fn render(results: &Results, plan: &Plan) -> String {
             |r| r >= 1.0,
             "",
         );
+        line(
+            &mut out,
+            "8 threads, distinct keys, N=3, release(): this process's CPU (user + system, \
+             every thread) per lock + release <= 1x rslock's",
+            sc.ratio_of(3, 8, Client::Ours, Client::Rslock, |c| {
+                c.cpu_per_op(scaling::process_cpu)
+            }),
+            |r| r <= 1.0,
+            &cpu_note(sc, 3, 8),
+        );
     }
     if !results.contention.is_empty() {
         let c = &plan.contention;
@@ -182,6 +194,44 @@ pub fn render(results: &Results, plan: &Plan) -> String {
         waiting_line(&mut out, w);
     }
     out
+}
+
+/// The CPU row's note: both clients' figures per lock + release, what
+/// share of it is system time, and the servers' CPU beside it.
+fn cpu_note(sc: &Scaling, n: usize, threads: usize) -> String {
+    let median_of = |client: Client, f: CpuFigure| {
+        sc.cell(n, threads, client)
+            .and_then(|c| Spread::of(&c.cpu_per_op(f).into_iter().flatten().collect::<Vec<_>>()))
+            .map(|s| s.median)
+    };
+    let system = |c: &CpuUse| Some(c.system);
+    let mut parts = Vec::new();
+    for client in [Client::Ours, Client::Rslock] {
+        let (Some(total), Some(sys)) = (
+            median_of(client, scaling::process_cpu),
+            median_of(client, system),
+        ) else {
+            continue;
+        };
+        parts.push(format!(
+            "{}: {total:.1} us per op ({:.0}% system)",
+            client.key(),
+            100.0 * sys / total
+        ));
+    }
+    let servers = sc.ratio_of(n, threads, Client::Ours, Client::Rslock, |c| {
+        c.cpu_per_op(scaling::servers_cpu)
+    });
+    if let (Some(o), Some(r)) = (
+        median_of(Client::Ours, scaling::servers_cpu),
+        median_of(Client::Rslock, scaling::servers_cpu),
+    ) {
+        parts.push(format!(
+            "the {n} servers' CPU per op: ours {o:.1} us, rslock {r:.1} us, {}",
+            servers.map_or_else(|| "-".into(), |s| s.ratio_text())
+        ));
+    }
+    parts.join("; ")
 }
 
 /// An absolute figure (CPU milliseconds per second), not a ratio.
