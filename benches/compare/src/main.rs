@@ -186,6 +186,17 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
             plan.waiting_block,
         ));
     }
+    if plan.runs_section("cross") {
+        // A few seconds per run (4 processes x 25 sections of 2 ms): cheap
+        // enough for every full run.
+        let clients: Vec<&'static str> = cross::CLIENTS
+            .into_iter()
+            .filter(|name| plan.clients.iter().any(|c| c.key() == *name))
+            .collect();
+        if !clients.is_empty() {
+            results.cross = Some(cross::measure(&urls[..3], plan.runs, &clients, &log));
+        }
+    }
     let elapsed = started.elapsed();
     drop(hog);
     drop(servers);
@@ -210,6 +221,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
     md.push_str(&report::third(&results));
     md.push_str(&report::memory(&results));
     md.push_str(&report::waiting(&results));
+    md.push_str(&report::cross(&results));
     print!("{md}");
     let charts = charts::charts(&results);
     charts::write(&plan.out, &charts, &md)?;

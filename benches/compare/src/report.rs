@@ -36,6 +36,8 @@ pub struct Results {
     pub memory: Vec<MemoryAt>,
     /// The process's CPU while one thread waits for a held key.
     pub waiting: Option<Result<crate::waiting::Waiting, String>>,
+    /// Processes (each its own client) contending for one key.
+    pub cross: Option<Result<crate::cross::Cross, String>>,
 }
 
 pub fn fmt_dur(d: Duration) -> String {
@@ -550,7 +552,7 @@ pub fn third(results: &Results) -> String {
     out
 }
 
-/// Memory per held lock.
+/// The process's CPU while a thread waits for a held key.
 pub fn waiting(results: &Results) -> String {
     let mut out = String::new();
     let Some(waiting) = &results.waiting else {
@@ -586,6 +588,27 @@ pub fn waiting(results: &Results) -> String {
     out
 }
 
+/// Processes contending for one key.
+pub fn cross(results: &Results) -> String {
+    let mut out = String::new();
+    let Some(cross) = &results.cross else {
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "\n#### Processes contending for one key (the benchmark's own binary as children, \
+         each its own client)\n"
+    );
+    match cross {
+        Ok(c) => out.push_str(&c.render()),
+        Err(e) => {
+            let _ = writeln!(out, "failed: {}", clip(e, 120));
+        }
+    }
+    out
+}
+
+/// Memory per held lock.
 pub fn memory(results: &Results) -> String {
     let mut out = String::new();
     if results.memory.is_empty() {

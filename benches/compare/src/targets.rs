@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use crate::clients::Client;
 use crate::contention;
 use crate::cpu::CpuUse;
+use crate::cross;
 use crate::latency::third_label;
 use crate::plan::Plan;
 use crate::report::{Results, switch_ratio};
@@ -197,6 +198,30 @@ pub fn render(results: &Results, plan: &Plan) -> String {
     }
     if let Some(Ok(w)) = &results.waiting {
         waiting_line(&mut out, w);
+    }
+    if let Some(Ok(c)) = &results.cross {
+        let (ours, rslock) = (Client::Ours.key(), Client::Rslock.key());
+        let (exclusive, runs) = c.exclusive(ours);
+        let median = |client| {
+            c.total_over_critical(client)
+                .map_or_else(|| "-".into(), |s| format!("{:.2}x", s.median))
+        };
+        line(
+            &mut out,
+            &format!(
+                "{} processes (each its own client), one key, N=3, default retry policy: \
+                 total time / time in critical sections <= rslock's",
+                cross::PROCESSES
+            ),
+            c.ratio(ours, rslock),
+            |r| r <= 1.0,
+            &format!(
+                "total / critical: ours {}, rslock {} (medians); ours exclusive in \
+                 {exclusive}/{runs} runs",
+                median(ours),
+                median(rslock)
+            ),
+        );
     }
     out
 }
