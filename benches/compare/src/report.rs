@@ -420,15 +420,7 @@ fn scaling_cpu(sc: &Scaling, clients: &[Client]) -> String {
                 .iter()
                 .map(|c| {
                     sc.cell(*n, *t, *c)
-                        .and_then(|cell| {
-                            Spread::of(
-                                &cell
-                                    .cpu_per_op(figure)
-                                    .into_iter()
-                                    .flatten()
-                                    .collect::<Vec<_>>(),
-                            )
-                        })
+                        .and_then(|cell| cell.cpu(figure))
                         .map_or_else(
                             || "-".into(),
                             |s| format!("{:.1} ({:.1}-{:.1})", s.median, s.min, s.max),

@@ -70,6 +70,11 @@ impl Cell {
             .collect()
     }
 
+    /// [`cpu_per_op`](Self::cpu_per_op) over the runs: median and range.
+    pub fn cpu(&self, f: CpuFigure) -> Option<Spread> {
+        Spread::of(&self.cpu_per_op(f).into_iter().flatten().collect::<Vec<_>>())
+    }
+
     /// Whether a server's thread count changed during any run's block.
     pub fn server_threads_changed(&self) -> bool {
         self.runs.iter().any(|r| {

@@ -231,7 +231,7 @@ pub fn render(results: &Results, plan: &Plan) -> String {
 fn cpu_note(sc: &Scaling, n: usize, threads: usize) -> String {
     let median_of = |client: Client, f: CpuFigure| {
         sc.cell(n, threads, client)
-            .and_then(|c| Spread::of(&c.cpu_per_op(f).into_iter().flatten().collect::<Vec<_>>()))
+            .and_then(|c| c.cpu(f))
             .map(|s| s.median)
     };
     let system = |c: &CpuUse| Some(c.system);
