@@ -13,6 +13,8 @@
 //! longest single wait for the lock. Exclusion is checked too: no two
 //! sections (of any process) may overlap. quorum-lock and rslock take
 //! turns run by run, in an order that rotates, like the other scenarios.
+//! On its own with `--cross-process R` (its own 3 servers), or as the
+//! `cross` section of a full run (on the run's first 3 servers).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -25,7 +27,7 @@ use testkit::RedisServer;
 
 /// Processes contending (the machine has 2 cores: more would measure the
 /// scheduler).
-const PROCESSES: usize = 4;
+pub const PROCESSES: usize = 4;
 /// Critical sections per process.
 const SECTIONS: usize = 25;
 /// How long each critical section lasts.
@@ -34,7 +36,7 @@ const CRITICAL: Duration = Duration::from_millis(2);
 const CHILD_BUDGET: Duration = Duration::from_secs(60);
 
 /// The clients compared here, by their `--only` names.
-const CLIENTS: [&str; 2] = ["ours", "rslock"];
+pub const CLIENTS: [&str; 2] = ["ours", "rslock"];
 
 /// One process's report: per section (start ns, end ns, wait), errors,
 /// and for quorum-lock its counters (failed attempts, waits a release
@@ -47,6 +49,7 @@ struct ChildReport {
 }
 
 /// One run of one client.
+#[derive(Debug)]
 struct RunFigures {
     ratio: f64,
     total: Duration,
@@ -65,28 +68,100 @@ fn wall_ns() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-/// The parent: starts the servers, runs `runs` runs of every client, and
-/// returns a markdown table.
+/// Every run of every client compared.
+#[derive(Debug)]
+pub struct Cross {
+    runs: usize,
+    /// `--only` names, in the order of `per_client`.
+    clients: Vec<&'static str>,
+    /// Per client, one entry per run, in run order.
+    per_client: Vec<Vec<RunFigures>>,
+}
+
+impl Cross {
+    fn runs_of(&self, client: &str) -> Option<&[RunFigures]> {
+        let i = self.clients.iter().position(|c| *c == client)?;
+        Some(&self.per_client[i])
+    }
+
+    /// `client`'s total / time in critical sections, per run without
+    /// errors: median and range.
+    pub fn total_over_critical(&self, client: &str) -> Option<Spread> {
+        let v: Vec<f64> = self
+            .runs_of(client)?
+            .iter()
+            .filter(|f| f.errors == 0)
+            .map(|f| f.ratio)
+            .collect();
+        Spread::of(&v)
+    }
+
+    /// Per run, `a`'s total / critical over `b`'s (runs where both had
+    /// no error).
+    pub fn ratio(&self, a: &str, b: &str) -> Option<Spread> {
+        let (a, b) = (self.runs_of(a)?, self.runs_of(b)?);
+        let v: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .filter(|(x, y)| x.errors == 0 && y.errors == 0)
+            .map(|(x, y)| x.ratio / y.ratio)
+            .collect();
+        Spread::of(&v)
+    }
+
+    /// Runs of `client` in which no two critical sections overlapped, and
+    /// its runs.
+    pub fn exclusive(&self, client: &str) -> (usize, usize) {
+        self.runs_of(client).map_or((0, 0), |r| {
+            (r.iter().filter(|f| f.exclusive).count(), r.len())
+        })
+    }
+
+    /// The markdown table of every run and a summary per client.
+    pub fn render(&self) -> String {
+        render(self.runs, &self.clients, &self.per_client)
+    }
+}
+
+/// The parent, on its own (`--cross-process R`): starts the servers, runs
+/// `runs` runs of every client, and returns a markdown table.
 pub fn cross_process(runs: usize) -> Result<String, String> {
     let servers = (0..3)
         .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let mut per_client: Vec<Vec<RunFigures>> = CLIENTS.iter().map(|_| Vec::new()).collect();
+    let log = |what: &str| eprintln!("quorum-bench: [{what}]");
+    let cross = measure(&urls, runs, &CLIENTS, &log)?;
+    drop(servers);
+    Ok(cross.render())
+}
+
+/// `runs` runs of each of `clients` (names from [`CLIENTS`]) on the
+/// servers at `urls`, taking turns in an order that rotates.
+pub fn measure(
+    urls: &[String],
+    runs: usize,
+    clients: &[&'static str],
+    log: &dyn Fn(&str),
+) -> Result<Cross, String> {
+    let mut per_client: Vec<Vec<RunFigures>> = clients.iter().map(|_| Vec::new()).collect();
     for run in 0..runs {
-        for i in 0..CLIENTS.len() {
-            let c = (run + i) % CLIENTS.len();
-            eprintln!(
-                "quorum-bench: [cross-process, {}, run {}/{runs}]",
-                CLIENTS[c],
+        for i in 0..clients.len() {
+            let c = (run + i) % clients.len();
+            log(&format!(
+                "cross-process, {PROCESSES} processes, one key, {}, run {}/{runs}",
+                clients[c],
                 run + 1
-            );
-            let key = format!("qbench:cross:{}:r{run}", CLIENTS[c]);
-            per_client[c].push(one_run(CLIENTS[c], &urls, &key)?);
+            ));
+            let key = format!("qbench:cross:{}:r{run}", clients[c]);
+            per_client[c].push(one_run(clients[c], urls, &key)?);
         }
     }
-    drop(servers);
-    Ok(render(runs, &per_client))
+    Ok(Cross {
+        runs,
+        clients: clients.to_vec(),
+        per_client,
+    })
 }
 
 /// K children of one client on `key`, started together.
@@ -219,7 +294,7 @@ fn figures(start: u128, reports: &[ChildReport]) -> RunFigures {
     }
 }
 
-fn render(runs: usize, per_client: &[Vec<RunFigures>]) -> String {
+fn render(runs: usize, clients: &[&str], per_client: &[Vec<RunFigures>]) -> String {
     let mut out = format!(
         "{PROCESSES} processes (each its own client), one key, N=3, {SECTIONS} critical \
          sections of {CRITICAL:?} each per process, default retry policy\n\n\
@@ -227,7 +302,7 @@ fn render(runs: usize, per_client: &[Vec<RunFigures>]) -> String {
          |---|---|---|---|---|---|---|---|---|---|\n"
     );
     for run in 0..runs {
-        for (c, name) in CLIENTS.iter().enumerate() {
+        for (c, name) in clients.iter().enumerate() {
             let Some(f) = per_client[c].get(run) else {
                 continue;
             };
@@ -250,7 +325,7 @@ fn render(runs: usize, per_client: &[Vec<RunFigures>]) -> String {
         }
     }
     out.push('\n');
-    for (c, name) in CLIENTS.iter().enumerate() {
+    for (c, name) in clients.iter().enumerate() {
         let ratios: Vec<f64> = per_client[c].iter().map(|f| f.ratio).collect();
         let waits: Vec<f64> = per_client[c]
             .iter()

@@ -19,6 +19,7 @@ mod charts;
 mod clients;
 mod contention;
 mod counters;
+mod cpu;
 mod cross;
 mod fencing;
 mod floor;
@@ -122,6 +123,8 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
         .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    // For the servers' CPU time per block.
+    let pids: Vec<u32> = servers.iter().map(RedisServer::pid).collect();
     // Killed when dropped, with the servers.
     let hog = if plan.cpu_hog {
         log("starting a process that keeps one core busy (--cpu-hog)");
@@ -147,7 +150,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
         results.counters = Some(counters::measure(&urls[..3], plan));
     }
     if plan.runs_section("scaling") {
-        results.scaling = Some(scaling::measure(&urls, plan, &log));
+        results.scaling = Some(scaling::measure(&urls, &pids, plan, &log));
         if plan.has(clients::Client::Ours) {
             log("thread census, 128 auto-extended locks, N=3");
             results.auto_census = Some(scaling::auto_extend_census(
@@ -183,6 +186,17 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
             plan.waiting_block,
         ));
     }
+    if plan.runs_section("cross") {
+        // A few seconds per run (4 processes x 25 sections of 2 ms): cheap
+        // enough for every full run.
+        let clients: Vec<&'static str> = cross::CLIENTS
+            .into_iter()
+            .filter(|name| plan.clients.iter().any(|c| c.key() == *name))
+            .collect();
+        if !clients.is_empty() {
+            results.cross = Some(cross::measure(&urls[..3], plan.runs, &clients, &log));
+        }
+    }
     let elapsed = started.elapsed();
     drop(hog);
     drop(servers);
@@ -207,6 +221,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
     md.push_str(&report::third(&results));
     md.push_str(&report::memory(&results));
     md.push_str(&report::waiting(&results));
+    md.push_str(&report::cross(&results));
     print!("{md}");
     let charts = charts::charts(&results);
     charts::write(&plan.out, &charts, &md)?;

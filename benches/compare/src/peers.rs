@@ -19,7 +19,8 @@ use redlock::RedLock;
 use redsync::{RedisInstance, Redsync, RedsyncBuilder, RedsyncError};
 
 use crate::clients::{Locker, Service, Settings, millis};
-use crate::scenarios::{PerThread, collect, count};
+use crate::cpu::CpuMeter;
+use crate::scenarios::{Load, PerThread, collect, count};
 use crate::stats::Throughput;
 
 /// Attempts per call to a peer's own retrying lock function; the benchmark
@@ -229,31 +230,42 @@ impl Locker for RslockSingle {
 }
 
 /// Scenario 2: `tasks` tasks on a multi-thread runtime with one worker per
-/// core, sharing one manager, each on its own key.
+/// core, sharing one manager, each on its own key. `meter` reads the CPU
+/// time of the block, from after every task's warm-up to the end of the
+/// last one, as `scenarios::threads` does for the blocking clients.
 pub fn rslock_threads(
     urls: &[String],
     settings: &Settings,
-    tasks: usize,
-    ops: usize,
-    warmup: usize,
-    budget: Duration,
+    load: &Load,
     key_prefix: &str,
+    meter: &CpuMeter,
 ) -> Result<Throughput, String> {
+    let &Load {
+        threads: tasks,
+        ops,
+        warmup,
+        budget,
+    } = load;
     let rt = runtime(Some(cores()))?;
     let lm = rslock_manager(urls, 1, Duration::from_millis(1));
     let ttl = settings.ttl;
     rt.block_on(async move {
-        let barrier = Arc::new(tokio::sync::Barrier::new(tasks + 1));
+        // Two barriers, so that the CPU reading at the start falls after
+        // every task's warm-up and before any task goes on (the blocking
+        // clients' gate does the same).
+        let warmed = Arc::new(tokio::sync::Barrier::new(tasks + 1));
+        let go = Arc::new(tokio::sync::Barrier::new(tasks + 1));
         let mut handles = Vec::with_capacity(tasks);
         for t in 0..tasks {
             let lm = lm.clone();
-            let barrier = Arc::clone(&barrier);
+            let (warmed, go) = (Arc::clone(&warmed), Arc::clone(&go));
             let key = format!("{key_prefix}:{t}").into_bytes();
             handles.push(tokio::spawn(async move {
                 for _ in 0..warmup {
                     let _ = rslock_once(&lm, &key, ttl).await;
                 }
-                barrier.wait().await;
+                warmed.wait().await;
+                go.wait().await;
                 let deadline = Instant::now() + budget;
                 let mut tally: PerThread = (0, 0, None);
                 for _ in 0..ops {
@@ -266,11 +278,16 @@ pub fn rslock_threads(
                 tally
             }));
         }
-        barrier.wait().await;
+        warmed.wait().await;
+        let cpu_start = meter.start();
+        go.wait().await;
         let start = Instant::now();
         let results = futures::future::join_all(handles).await;
         let wall = start.elapsed();
-        Ok(gather(results, wall, None))
+        Ok(Throughput {
+            cpu: meter.stop(cpu_start, Duration::ZERO),
+            ..gather(results, wall, None)
+        })
     })
 }
 

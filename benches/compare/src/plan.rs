@@ -16,14 +16,14 @@ Usage: cargo run --release -p quorum-lock-bench -- [OPTIONS]
 Options:
   --fencing-cost [R]  only: the cost of fencing tokens, paired and interleaved, R runs (default 5)
   --cross-process [R] only: 4 processes (each its own client) contend for one key, quorum-lock
-                    and rslock taking turns, R runs (default 5)
+                    and rslock taking turns, R runs (default 5); also the `cross` section of a run
   --runs R          runs of every comparison; ratios are per run, then median and min-max
                     (default 5; 2 with --quick)
   --quick           small counts: a smoke test that the benchmark runs (under a minute)
   --only LIST       clients, comma-separated: floor,ours,ours-drop,backend,redlock,redsync,rslock
                     (default: all; the floor is needed for the ratios)
-  --sections LIST   what to run, comma-separated: latency,counters,scaling,contention,third,memory,waiting
-                    (default: all)
+  --sections LIST   what to run, comma-separated: latency,counters,scaling,contention,third,memory,
+                    waiting,cross (default: all)
   --retry-ms D      contention: pause after a failed attempt, uniform in [0, D) ms (default 4)
   --out DIR         where the SVG charts and results.md go (default: target/bench of the
                     repository; docs/bench holds the published run, copied there by hand)
@@ -32,7 +32,7 @@ Options:
 ";
 
 /// The parts of a run.
-pub const SECTIONS: [&str; 7] = [
+pub const SECTIONS: [&str; 8] = [
     "latency",
     "counters",
     "scaling",
@@ -40,6 +40,7 @@ pub const SECTIONS: [&str; 7] = [
     "third",
     "memory",
     "waiting",
+    "cross",
 ];
 
 #[derive(Debug, Clone, Copy)]

@@ -13,7 +13,7 @@ use crate::latency::third_label;
 use crate::machine::Machine;
 use crate::paired::Paired;
 use crate::plan::Plan;
-use crate::scaling::Scaling;
+use crate::scaling::{CpuFigure, Scaling};
 use crate::stats::Spread;
 
 /// The latency comparison on N nodes, and the clients that could not start.
@@ -36,6 +36,8 @@ pub struct Results {
     pub memory: Vec<MemoryAt>,
     /// The process's CPU while one thread waits for a held key.
     pub waiting: Option<Result<crate::waiting::Waiting, String>>,
+    /// Processes (each its own client) contending for one key.
+    pub cross: Option<Result<crate::cross::Cross, String>>,
 }
 
 pub fn fmt_dur(d: Duration) -> String {
@@ -326,6 +328,7 @@ pub fn scaling(results: &Results) -> String {
             spread_ratio(sc.ratio(*n, *t, Client::Ours, Client::Floor)),
         );
     }
+    out.push_str(&scaling_cpu(sc, &clients));
     let failures: Vec<String> = sc
         .cells
         .iter()
@@ -375,6 +378,79 @@ pub fn scaling(results: &Results) -> String {
         }
     }
     out.push('\n');
+    out
+}
+
+/// Scaling: CPU time per lock + release, this process's and the servers',
+/// per (N, threads) and client.
+fn scaling_cpu(sc: &Scaling, clients: &[Client]) -> String {
+    let mut out = String::new();
+    let names: Vec<String> = clients.iter().map(|c| c.to_string()).collect();
+    let mut keys: Vec<(usize, usize)> = sc.cells.iter().map(|c| (c.n, c.threads)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let tables: [(&str, CpuFigure); 2] = [
+        (
+            "this process's CPU time (user + system, every thread, ended ones included: \
+             `getrusage(RUSAGE_SELF)`)",
+            crate::scaling::process_cpu,
+        ),
+        (
+            "the servers' CPU time (the N redis-server processes, every thread: \
+             `/proc/<pid>/task/*/schedstat`)",
+            crate::scaling::servers_cpu,
+        ),
+    ];
+    for (what, figure) in tables {
+        let _ = writeln!(
+            out,
+            "\n#### CPU per lock + release on distinct keys: {what}\n\n\
+             Over the same block as the throughput (from the common start, after every \
+             thread's warm-up, to the end of the last one), divided by the operations \
+             completed; us, median (min-max of runs).\n"
+        );
+        let _ = writeln!(
+            out,
+            "| N | threads | {} | quorum-lock (release()) / rslock (same run) |",
+            names.join(" | ")
+        );
+        let _ = writeln!(out, "|---|---:|{}---:|", "---:|".repeat(clients.len()));
+        for (n, t) in &keys {
+            let cells: Vec<String> = clients
+                .iter()
+                .map(|c| {
+                    sc.cell(*n, *t, *c)
+                        .and_then(|cell| cell.cpu(figure))
+                        .map_or_else(
+                            || "-".into(),
+                            |s| format!("{:.1} ({:.1}-{:.1})", s.median, s.min, s.max),
+                        )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {n} | {t} | {} | {} |",
+                cells.join(" | "),
+                spread_ratio(sc.ratio_of(*n, *t, Client::Ours, Client::Rslock, |c| {
+                    c.cpu_per_op(figure)
+                })),
+            );
+        }
+    }
+    let changed: Vec<String> = sc
+        .cells
+        .iter()
+        .filter(|c| c.server_threads_changed())
+        .map(|c| format!("{} N={} {}t", c.client, c.n, c.threads))
+        .collect();
+    if !changed.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n- a server's thread count changed during a block (an ended server thread's \
+             time is missing): {}",
+            changed.join(", ")
+        );
+    }
     out
 }
 
@@ -468,7 +544,7 @@ pub fn third(results: &Results) -> String {
     out
 }
 
-/// Memory per held lock.
+/// The process's CPU while a thread waits for a held key.
 pub fn waiting(results: &Results) -> String {
     let mut out = String::new();
     let Some(waiting) = &results.waiting else {
@@ -504,6 +580,27 @@ pub fn waiting(results: &Results) -> String {
     out
 }
 
+/// Processes contending for one key.
+pub fn cross(results: &Results) -> String {
+    let mut out = String::new();
+    let Some(cross) = &results.cross else {
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "\n#### Processes contending for one key (the benchmark's own binary as children, \
+         each its own client)\n"
+    );
+    match cross {
+        Ok(c) => out.push_str(&c.render()),
+        Err(e) => {
+            let _ = writeln!(out, "failed: {}", clip(e, 120));
+        }
+    }
+    out
+}
+
+/// Memory per held lock.
 pub fn memory(results: &Results) -> String {
     let mut out = String::new();
     if results.memory.is_empty() {

@@ -1,6 +1,7 @@
 //! Scaling: lock + release throughput on distinct keys at 1 to 128
-//! threads; the threads quorum-lock runs while 128 callers use it (with and
-//! without auto-extension); memory per held lock.
+//! threads, and the CPU time each block cost this process and the servers
+//! (`cpu.rs`); the threads quorum-lock runs while 128 callers use it (with
+//! and without auto-extension); memory per held lock.
 
 use std::collections::BTreeMap;
 use std::thread;
@@ -9,12 +10,13 @@ use std::time::{Duration, Instant};
 use quorum_lock::{LockGuard, LockOptions};
 
 use crate::clients::{Client, Service, Settings};
+use crate::cpu::{CpuMeter, CpuUse};
 use crate::floor::FloorService;
 use crate::ours::{self, OursService};
 use crate::peers::{self, RedlockService, RedsyncService};
 use crate::plan::Plan;
 use crate::procfs;
-use crate::scenarios::{self, CALLER};
+use crate::scenarios::{self, CALLER, Load};
 use crate::stats::{Spread, Throughput};
 
 /// The clients of the scaling runs. redlock and redsync open new
@@ -52,6 +54,47 @@ impl Cell {
     pub fn rate(&self) -> Option<Spread> {
         Spread::of(&self.rates().into_iter().flatten().collect::<Vec<_>>())
     }
+
+    /// Per run, `f` of the block's CPU time per completed lock + release,
+    /// in microseconds (none for a failed run, one with errors, or one
+    /// whose CPU could not be read).
+    pub fn cpu_per_op(&self, f: CpuFigure) -> Vec<Option<f64>> {
+        self.runs
+            .iter()
+            .map(|r| match r {
+                Ok(t) if t.ops > 0 && t.errors == 0 => {
+                    Some(f(t.cpu.as_ref()?)?.as_secs_f64() * 1e6 / t.ops as f64)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// [`cpu_per_op`](Self::cpu_per_op) over the runs: median and range.
+    pub fn cpu(&self, f: CpuFigure) -> Option<Spread> {
+        Spread::of(&self.cpu_per_op(f).into_iter().flatten().collect::<Vec<_>>())
+    }
+
+    /// Whether a server's thread count changed during any run's block.
+    pub fn server_threads_changed(&self) -> bool {
+        self.runs.iter().any(|r| {
+            r.as_ref()
+                .is_ok_and(|t| t.cpu.is_some_and(|c| c.server_threads_changed))
+        })
+    }
+}
+
+/// Which CPU time of a block [`Cell::cpu_per_op`] reads.
+pub type CpuFigure = fn(&CpuUse) -> Option<Duration>;
+
+/// This process's CPU (user + system, every thread), for [`Cell::cpu_per_op`].
+pub fn process_cpu(c: &CpuUse) -> Option<Duration> {
+    Some(c.process())
+}
+
+/// The servers' CPU, for [`Cell::cpu_per_op`].
+pub fn servers_cpu(c: &CpuUse) -> Option<Duration> {
+    c.servers
 }
 
 /// Every cell, and the census of quorum-lock's threads per (N, threads).
@@ -72,11 +115,23 @@ impl Scaling {
 
     /// Per run, `a`'s rate / `b`'s rate (same N and thread count).
     pub fn ratio(&self, n: usize, threads: usize, a: Client, b: Client) -> Option<Spread> {
+        self.ratio_of(n, threads, a, b, Cell::rates)
+    }
+
+    /// Per run, `a`'s `figure` / `b`'s (same N and thread count; the runs
+    /// of a cell are in run order, every run measures every client).
+    pub fn ratio_of(
+        &self,
+        n: usize,
+        threads: usize,
+        a: Client,
+        b: Client,
+        figure: impl Fn(&Cell) -> Vec<Option<f64>>,
+    ) -> Option<Spread> {
         let (a, b) = (self.cell(n, threads, a)?, self.cell(n, threads, b)?);
-        let v: Vec<f64> = a
-            .rates()
+        let v: Vec<f64> = figure(a)
             .into_iter()
-            .zip(b.rates())
+            .zip(figure(b))
             .filter_map(|(x, y)| Some(x? / y?))
             .collect();
         Spread::of(&v)
@@ -106,8 +161,9 @@ fn library_threads() -> BTreeMap<String, usize> {
 
 /// Runs every cell: per run, per N, per thread count, the clients in an
 /// order that rotates, so the clients of one cell are measured back to
-/// back.
-pub fn measure(urls: &[String], plan: &Plan, log: &dyn Fn(&str)) -> Scaling {
+/// back. `pids[i]` is the server at `urls[i]`: each block's CPU time is
+/// read for this process and for the N servers the cell uses.
+pub fn measure(urls: &[String], pids: &[u32], plan: &Plan, log: &dyn Fn(&str)) -> Scaling {
     let mut out = Scaling::default();
     let clients: Vec<Client> = CLIENTS.into_iter().filter(|c| plan.has(*c)).collect();
     for run in 0..plan.runs {
@@ -126,7 +182,8 @@ pub fn measure(urls: &[String], plan: &Plan, log: &dyn Fn(&str)) -> Scaling {
                         plan.runs
                     ));
                     let mut census = None;
-                    let result = one(client, &urls[..n], threads, plan, run, &mut census);
+                    let meter = CpuMeter::new(&pids[..n]);
+                    let result = one(client, &urls[..n], threads, plan, run, &mut census, &meter);
                     if let Some(c) = census {
                         out.census.entry((n, threads)).or_insert(c);
                     }
@@ -157,6 +214,7 @@ fn one(
     plan: &Plan,
     run: usize,
     census: &mut Option<BTreeMap<String, usize>>,
+    meter: &CpuMeter,
 ) -> Result<Throughput, String> {
     let settings = &plan.settings;
     let total = if client.connects_per_call() {
@@ -164,9 +222,12 @@ fn one(
     } else {
         plan.scaling.ops
     };
-    let ops = (total / threads).max(plan.scaling.min_ops_per_thread);
-    let warmup = if client.connects_per_call() { 2 } else { 5 };
-    let budget = plan.scaling.budget;
+    let load = Load {
+        threads,
+        ops: (total / threads).max(plan.scaling.min_ops_per_thread),
+        warmup: if client.connects_per_call() { 2 } else { 5 },
+        budget: plan.scaling.budget,
+    };
     let prefix = format!(
         "qbench:{}:scale:n{}:t{threads}:r{run}",
         client.key(),
@@ -174,7 +235,7 @@ fn one(
     );
     let mut none = || {};
     let run_with = |service: &dyn Service, census: &mut dyn FnMut()| {
-        scenarios::threads(service, threads, ops, warmup, budget, &prefix, census)
+        scenarios::threads(service, &load, &prefix, census, meter)
     };
     Ok(match client {
         Client::Floor => run_with(&FloorService { urls, settings }, &mut none),
@@ -193,9 +254,7 @@ fn one(
         }
         Client::Redlock => run_with(&RedlockService::new(urls, settings), &mut none),
         Client::Redsync => run_with(&RedsyncService::new(urls, settings)?, &mut none),
-        Client::Rslock => {
-            peers::rslock_threads(urls, settings, threads, ops, warmup, budget, &prefix)?
-        }
+        Client::Rslock => peers::rslock_threads(urls, settings, &load, &prefix, meter)?,
         Client::Backend => return Err("not measured".into()),
     })
 }

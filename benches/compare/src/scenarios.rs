@@ -7,26 +7,45 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::clients::Service;
+use crate::cpu::{self, CpuMeter};
 use crate::stats::Throughput;
 
 /// The name of the threads that call the lock clients (so that a census
 /// of the process's threads can tell them from the library's).
 pub const CALLER: &str = "qb-caller";
 
+/// What one scaling block asks of a client: `threads` threads (or tasks),
+/// each `warmup` lock + release before the common start, then `ops`, each
+/// thread within `budget`.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    pub threads: usize,
+    pub ops: usize,
+    pub warmup: usize,
+    pub budget: Duration,
+}
+
 /// Scaling: `threads` threads, each on its own key, `ops` lock + release
 /// each; the clock runs from a common start (after each thread's set-up
 /// and warm-up) until the last thread is done and the service has
 /// finished its queued work. `census` runs on the calling thread right
-/// after the common start, while every thread is alive.
+/// after the common start, while every thread is alive. `meter` reads the
+/// CPU time of the same block (its start is read while every thread waits
+/// at the gate, so neither set-up nor warm-up counts; the census's own
+/// CPU is taken off).
 pub fn threads(
     service: &dyn Service,
-    threads: usize,
-    ops: usize,
-    warmup: usize,
-    budget: Duration,
+    load: &Load,
     key_prefix: &str,
     census: &mut dyn FnMut(),
+    meter: &CpuMeter,
 ) -> Throughput {
+    let &Load {
+        threads,
+        ops,
+        warmup,
+        budget,
+    } = load;
     let gate = Gate::default();
     thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -61,9 +80,11 @@ pub fn threads(
             })
             .collect();
         let started = handles.iter().filter(|h| h.is_ok()).count();
-        gate.open_when(started, budget);
+        gate.wait_for(started, budget);
+        let cpu_start = meter.start();
+        gate.open();
         let start = Instant::now();
-        census();
+        let census_cpu = cpu::on_this_thread(census);
         let results: Vec<_> = handles
             .into_iter()
             .map(|h| {
@@ -73,7 +94,10 @@ pub fn threads(
             .collect();
         service.finish();
         let wall = start.elapsed();
-        collect(results, wall, None)
+        Throughput {
+            cpu: meter.stop(cpu_start, census_cpu),
+            ..collect(results, wall, None)
+        }
     })
 }
 
@@ -95,8 +119,9 @@ impl Gate {
         }
     }
 
-    /// Opens once `count` threads arrived, or after `patience`.
-    fn open_when(&self, count: usize, patience: Duration) {
+    /// Returns once `count` threads arrived, or after `patience`; the gate
+    /// stays shut until [`open`](Self::open).
+    fn wait_for(&self, count: usize, patience: Duration) {
         let deadline = Instant::now() + patience;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while state.0 < count {
@@ -110,6 +135,11 @@ impl Gate {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// Lets every thread that arrived (or arrives later) go.
+    fn open(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.1 = true;
         self.changed.notify_all();
     }
@@ -201,6 +231,7 @@ pub fn collect(
         first_error: None,
         wall,
         counter,
+        cpu: None,
     };
     for result in results {
         let (done, errors, first) = result.unwrap_or_else(|e| (0, 1, Some(e)));

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::cpu::CpuUse;
+
 /// One throughput or wall-time measurement with several threads.
 #[derive(Debug, Clone)]
 pub struct Throughput {
@@ -13,6 +15,9 @@ pub struct Throughput {
     pub wall: Duration,
     /// For the contention scenario: the shared counter at the end.
     pub counter: Option<u64>,
+    /// For the scaling scenario: the CPU time the block used (`None` where
+    /// it is not measured or could not be read).
+    pub cpu: Option<CpuUse>,
 }
 
 impl Throughput {

@@ -6,10 +6,17 @@ use std::fmt::Write as _;
 
 use crate::clients::Client;
 use crate::contention;
+use crate::cpu::CpuUse;
+use crate::cross;
 use crate::latency::third_label;
 use crate::plan::Plan;
 use crate::report::{Results, switch_ratio};
+use crate::scaling::{self, CpuFigure, Scaling};
 use crate::stats::Spread;
+
+/// Throughput on distinct keys with `release()`, against rslock's in the
+/// same run: (N, threads, the ratio to reach).
+const THROUGHPUT: [(usize, usize, f64); 3] = [(3, 8, 1.5), (3, 32, 1.5), (5, 128, 1.0)];
 
 /// `ok(median)` decides "met"; the spread is shown beside it.
 fn line(out: &mut String, target: &str, s: Option<Spread>, ok: impl Fn(f64) -> bool, note: &str) {
@@ -94,19 +101,30 @@ pub fn render(results: &Results, plan: &Plan) -> String {
         );
     }
     if let Some(sc) = &results.scaling {
+        for &(n, threads, at_least) in &THROUGHPUT {
+            line(
+                &mut out,
+                &format!(
+                    "{threads} threads, distinct keys, N={n}, release(): throughput >= {at_least}x rslock"
+                ),
+                sc.ratio(n, threads, Client::Ours, Client::Rslock),
+                |r| r >= at_least,
+                if plan.scaling.threads.contains(&threads) {
+                    ""
+                } else {
+                    "this thread count is not in the run's plan"
+                },
+            );
+        }
         line(
             &mut out,
-            "8 threads, distinct keys, N=3, release(): throughput >= 1.5x rslock",
-            sc.ratio(3, 8, Client::Ours, Client::Rslock),
-            |r| r >= 1.5,
-            "",
-        );
-        line(
-            &mut out,
-            "128 threads, distinct keys, N=5, release(): throughput >= rslock",
-            sc.ratio(5, 128, Client::Ours, Client::Rslock),
-            |r| r >= 1.0,
-            "",
+            "8 threads, distinct keys, N=3, release(): this process's CPU (user + system, \
+             every thread) per lock + release <= 1x rslock's",
+            sc.ratio_of(3, 8, Client::Ours, Client::Rslock, |c| {
+                c.cpu_per_op(scaling::process_cpu)
+            }),
+            |r| r <= 1.0,
+            &cpu_note(sc, 3, 8),
         );
     }
     if !results.contention.is_empty() {
@@ -181,7 +199,69 @@ pub fn render(results: &Results, plan: &Plan) -> String {
     if let Some(Ok(w)) = &results.waiting {
         waiting_line(&mut out, w);
     }
+    if let Some(Ok(c)) = &results.cross {
+        let (ours, rslock) = (Client::Ours.key(), Client::Rslock.key());
+        let (exclusive, runs) = c.exclusive(ours);
+        let median = |client| {
+            c.total_over_critical(client)
+                .map_or_else(|| "-".into(), |s| format!("{:.2}x", s.median))
+        };
+        line(
+            &mut out,
+            &format!(
+                "{} processes (each its own client), one key, N=3, default retry policy: \
+                 total time / time in critical sections <= rslock's",
+                cross::PROCESSES
+            ),
+            c.ratio(ours, rslock),
+            |r| r <= 1.0,
+            &format!(
+                "total / critical: ours {}, rslock {} (medians); ours exclusive in \
+                 {exclusive}/{runs} runs",
+                median(ours),
+                median(rslock)
+            ),
+        );
+    }
     out
+}
+
+/// The CPU row's note: both clients' figures per lock + release, what
+/// share of it is system time, and the servers' CPU beside it.
+fn cpu_note(sc: &Scaling, n: usize, threads: usize) -> String {
+    let median_of = |client: Client, f: CpuFigure| {
+        sc.cell(n, threads, client)
+            .and_then(|c| c.cpu(f))
+            .map(|s| s.median)
+    };
+    let system = |c: &CpuUse| Some(c.system);
+    let mut parts = Vec::new();
+    for client in [Client::Ours, Client::Rslock] {
+        let (Some(total), Some(sys)) = (
+            median_of(client, scaling::process_cpu),
+            median_of(client, system),
+        ) else {
+            continue;
+        };
+        parts.push(format!(
+            "{}: {total:.1} us per op ({:.0}% system)",
+            client.key(),
+            100.0 * sys / total
+        ));
+    }
+    let servers = sc.ratio_of(n, threads, Client::Ours, Client::Rslock, |c| {
+        c.cpu_per_op(scaling::servers_cpu)
+    });
+    if let (Some(o), Some(r)) = (
+        median_of(Client::Ours, scaling::servers_cpu),
+        median_of(Client::Rslock, scaling::servers_cpu),
+    ) {
+        parts.push(format!(
+            "the {n} servers' CPU per op: ours {o:.1} us, rslock {r:.1} us, {}",
+            servers.map_or_else(|| "-".into(), |s| s.ratio_text())
+        ));
+    }
+    parts.join("; ")
 }
 
 /// An absolute figure (CPU milliseconds per second), not a ratio.
