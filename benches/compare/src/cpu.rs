@@ -157,53 +157,28 @@ fn tasks_ns(dir: &str) -> Option<(u64, usize)> {
 }
 
 /// This process's user and system time so far, every thread, ended ones
-/// included.
-#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+/// included (`getrusage(RUSAGE_SELF)`).
+#[cfg(unix)]
 fn rusage_self() -> Option<(Duration, Duration)> {
-    use std::ffi::{c_int, c_long};
-
-    /// `struct timeval` on 64-bit Linux (`time_t` and `suseconds_t` are
-    /// both `long`).
-    #[repr(C)]
-    #[derive(Default)]
-    struct Timeval {
-        sec: c_long,
-        usec: c_long,
-    }
-
-    /// `struct rusage`: the two times, then 14 `long`s not read here.
-    #[repr(C)]
-    #[derive(Default)]
-    struct Rusage {
-        utime: Timeval,
-        stime: Timeval,
-        rest: [c_long; 14],
-    }
-
-    // In the C library that std links on Linux anyway: declared here
-    // rather than taking the `libc` crate as a dependency of the
-    // benchmark for one call.
-    unsafe extern "C" {
-        fn getrusage(who: c_int, usage: *mut Rusage) -> c_int;
-    }
-    const RUSAGE_SELF: c_int = 0;
-
-    let mut usage = Rusage::default();
-    // SAFETY: `usage` is a live, writable value with the layout of the
-    // platform's `struct rusage` (64-bit Linux, checked by the cfg above);
-    // getrusage writes into it and keeps no pointer.
-    if unsafe { getrusage(RUSAGE_SELF, &mut usage) } != 0 {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C
+    // struct; getrusage writes into it and keeps no pointer.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a live, writable `rusage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
         return None;
     }
-    let time = |t: &Timeval| {
-        let (sec, usec) = (u64::try_from(t.sec).ok()?, u64::try_from(t.usec).ok()?);
+    let time = |t: &libc::timeval| {
+        let (sec, usec) = (
+            u64::try_from(t.tv_sec).ok()?,
+            u64::try_from(t.tv_usec).ok()?,
+        );
         Some(Duration::from_secs(sec) + Duration::from_micros(usec))
     };
-    Some((time(&usage.utime)?, time(&usage.stime)?))
+    Some((time(&usage.ru_utime)?, time(&usage.ru_stime)?))
 }
 
 /// Elsewhere the figure is not measured.
-#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+#[cfg(not(unix))]
 fn rusage_self() -> Option<(Duration, Duration)> {
     None
 }

@@ -29,9 +29,9 @@ use testkit::RedisServer;
 /// scheduler).
 pub const PROCESSES: usize = 4;
 /// Critical sections per process.
-const SECTIONS: usize = 25;
+pub const SECTIONS: usize = 25;
 /// How long each critical section lasts.
-const CRITICAL: Duration = Duration::from_millis(2);
+pub const CRITICAL: Duration = Duration::from_millis(2);
 /// Most time one child may take (ready, then all its sections).
 const CHILD_BUDGET: Duration = Duration::from_secs(60);
 
@@ -92,6 +92,18 @@ impl Cross {
             .iter()
             .filter(|f| f.errors == 0)
             .map(|f| f.ratio)
+            .collect();
+        Spread::of(&v)
+    }
+
+    /// `client`'s longest single wait for the lock, in milliseconds, per
+    /// run without errors: median and range.
+    pub fn longest_wait_ms(&self, client: &str) -> Option<Spread> {
+        let v: Vec<f64> = self
+            .runs_of(client)?
+            .iter()
+            .filter(|f| f.errors == 0)
+            .map(|f| f.longest_wait.as_secs_f64() * 1e3)
             .collect();
         Spread::of(&v)
     }

@@ -16,7 +16,7 @@ use crate::stats::Spread;
 
 /// Throughput on distinct keys with `release()`, against rslock's in the
 /// same run: (N, threads, the ratio to reach).
-const THROUGHPUT: [(usize, usize, f64); 3] = [(3, 8, 1.5), (3, 32, 1.5), (5, 128, 1.0)];
+const THROUGHPUT: [(usize, usize, f64); 3] = [(3, 8, 1.5), (3, 32, 1.5), (5, 128, 1.5)];
 
 /// `ok(median)` decides "met"; the spread is shown beside it.
 fn line(out: &mut String, target: &str, s: Option<Spread>, ok: impl Fn(f64) -> bool, note: &str) {
@@ -163,16 +163,16 @@ pub fn render(results: &Results, plan: &Plan) -> String {
         if let (Some(o), Some(f)) = (get(Client::Ours), get(Client::Floor)) {
             line(
                 &mut out,
-                "context switches per lock + release(), 1 thread, N=3: <= 1.5x the floor's",
+                "context switches per lock + release(), 1 thread, N=3: <= 1.3x the floor's",
                 switch_ratio(o, f, |p| p.switches()),
-                |r| r <= 1.5,
+                |r| r <= 1.3,
                 &note,
             );
             line(
                 &mut out,
                 "the same, voluntary switches only (the involuntary ones follow the machine's load)",
                 switch_ratio(o, f, |p| p.voluntary),
-                |r| r <= 1.5,
+                |r| r <= 1.3,
                 "",
             );
         }
@@ -202,26 +202,45 @@ pub fn render(results: &Results, plan: &Plan) -> String {
     if let Some(Ok(c)) = &results.cross {
         let (ours, rslock) = (Client::Ours.key(), Client::Rslock.key());
         let (exclusive, runs) = c.exclusive(ours);
-        let median = |client| {
-            c.total_over_critical(client)
-                .map_or_else(|| "-".into(), |s| format!("{:.2}x", s.median))
-        };
+        let rslock_median = c
+            .total_over_critical(rslock)
+            .map_or_else(|| "-".into(), |s| format!("{:.2}x", s.median));
         line(
             &mut out,
             &format!(
-                "{} processes (each its own client), one key, N=3, default retry policy: \
-                 total time / time in critical sections <= rslock's",
-                cross::PROCESSES
+                "{} processes x {} sections of {} ms on one key, N=3, default retry policy: \
+                 total time / time in critical sections <= 1.3x",
+                cross::PROCESSES,
+                cross::SECTIONS,
+                cross::CRITICAL.as_millis()
             ),
-            c.ratio(ours, rslock),
-            |r| r <= 1.0,
+            c.total_over_critical(ours),
+            |r| r <= 1.3,
             &format!(
-                "total / critical: ours {}, rslock {} (medians); ours exclusive in \
+                "rslock's: {rslock_median}; ours over rslock's per run: {}; ours exclusive in \
                  {exclusive}/{runs} runs",
-                median(ours),
-                median(rslock)
+                c.ratio(ours, rslock)
+                    .map_or_else(|| "-".into(), |s| s.ratio_text())
             ),
         );
+        if let Some(s) = c.longest_wait_ms(ours) {
+            let met = if s.max <= 50.0 {
+                "yes"
+            } else if s.median <= 50.0 {
+                "yes (median; not every run)"
+            } else {
+                "**no**"
+            };
+            let rslock_wait = c
+                .longest_wait_ms(rslock)
+                .map_or_else(|| "-".into(), |s| format!("{:.0} ms", s.median));
+            let _ = writeln!(
+                out,
+                "| the same: the longest single wait for the lock <= 50 ms | {:.0} ms ({:.0}-{:.0}, \
+                 {} runs) | {met} | rslock's: {rslock_wait} |",
+                s.median, s.min, s.max, s.runs
+            );
+        }
     }
     out
 }
@@ -287,8 +306,8 @@ fn waiting_line(out: &mut String, w: &crate::waiting::Waiting) {
     let _ = writeln!(
         out,
         "| {target} | {:.1} ms/s ({:.1}-{:.1}, {} runs) | {met} | the same process idle: \
-         {idle:.2} ms/s; node threads poll for release notices every 1 ms while a key is \
-         watched |",
+         {idle:.2} ms/s; what remains is the waiter's own attempts (one per retry delay of \
+         100-200 ms) |",
         s.median, s.min, s.max, s.runs
     );
 }
