@@ -11,6 +11,7 @@
 //! counting for the thread that took it.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Weak};
 use std::thread::{self, ThreadId};
 use std::time::Instant;
@@ -23,13 +24,57 @@ use crate::backend::KeySet;
 /// The live guards of one manager, by key and acquiring thread.
 #[derive(Debug, Default)]
 pub(crate) struct Owners {
-    /// The leases of the live guards each (key, thread) took: one,
-    /// unless the thread locked again after its earlier lock expired.
-    held: Mutex<HashMap<Holder, Vec<Weak<Lease>>>>,
+    /// The leases of the live guards each (key, thread) took.
+    held: Mutex<HashMap<Holder, Leases>>,
 }
 
 /// One key (a set of one) and the thread that took a guard for it.
 type Holder = (KeySet, ThreadId);
+
+/// The leases of the live guards one (key, thread) took: one, unless the
+/// thread locked again after its earlier lock expired. The one is kept in
+/// the map's entry itself, so a held lock costs no allocation here (a
+/// `Vec` of one was a 32-byte allocation per held lock, issue 30).
+#[derive(Debug)]
+enum Leases {
+    One(Weak<Lease>),
+    /// Two or more when the last was added (rare): a boxed slice keeps
+    /// the entry small.
+    Many(Box<[Weak<Lease>]>),
+}
+
+impl Leases {
+    fn iter(&self) -> std::slice::Iter<'_, Weak<Lease>> {
+        match self {
+            Self::One(lease) => std::slice::from_ref(lease).iter(),
+            Self::Many(leases) => leases.iter(),
+        }
+    }
+
+    fn push(&mut self, lease: Weak<Lease>) {
+        let mut all = match std::mem::replace(self, Self::Many(Box::default())) {
+            Self::One(one) => vec![one],
+            Self::Many(many) => many.into_vec(),
+        };
+        all.push(lease);
+        *self = Self::Many(all.into_boxed_slice());
+    }
+
+    /// Removes every entry of `lease` (compared by address). Whether none
+    /// is left (the caller then removes the map's entry: a `One` is not
+    /// emptied in place).
+    fn remove(&mut self, lease: &Weak<Lease>) -> bool {
+        match self {
+            Self::One(one) => one.ptr_eq(lease),
+            Self::Many(many) => {
+                let mut left = std::mem::take(many).into_vec();
+                left.retain(|l| !l.ptr_eq(lease));
+                *many = left.into_boxed_slice();
+                many.is_empty()
+            }
+        }
+    }
+}
 
 impl Owners {
     /// Whether the current thread holds a live guard for any of `keys`
@@ -52,7 +97,11 @@ impl Owners {
     /// it, so the caller may lock each lease in turn.
     pub(crate) fn live(&self) -> Vec<Arc<Lease>> {
         let held = self.held.lock();
-        let mut live: Vec<Arc<Lease>> = held.values().flatten().filter_map(Weak::upgrade).collect();
+        let mut live: Vec<Arc<Lease>> = held
+            .values()
+            .flat_map(Leases::iter)
+            .filter_map(Weak::upgrade)
+            .collect();
         drop(held);
         live.sort_by_key(Arc::as_ptr);
         live.dedup_by(|a, b| Arc::ptr_eq(a, b));
@@ -67,9 +116,13 @@ impl Owners {
         let lease = Arc::downgrade(lease);
         let mut held = self.held.lock();
         for member in members(&keys) {
-            held.entry((member, thread))
-                .or_default()
-                .push(Weak::clone(&lease));
+            let mine = Weak::clone(&lease);
+            match held.entry((member, thread)) {
+                Entry::Occupied(mut leases) => leases.get_mut().push(mine),
+                Entry::Vacant(entry) => {
+                    entry.insert(Leases::One(mine));
+                }
+            }
         }
         drop(held);
         Owned {
@@ -107,11 +160,10 @@ impl Drop for Owned {
         let mut held = self.owners.held.lock();
         for member in members(&self.keys) {
             let entry = (member, self.thread);
-            if let Some(leases) = held.get_mut(&entry) {
-                leases.retain(|l| !l.ptr_eq(&self.lease));
-                if leases.is_empty() {
-                    held.remove(&entry);
-                }
+            if let Some(leases) = held.get_mut(&entry)
+                && leases.remove(&self.lease)
+            {
+                held.remove(&entry);
             }
         }
     }
