@@ -152,7 +152,7 @@ impl LockGuard {
     /// # Ok::<(), quorum_lock::Error>(())
     /// ```
     pub fn fence(&self) -> Option<u64> {
-        self.lease.fence
+        self.lease.fence()
     }
 
     /// The TTL last set on the nodes.
