@@ -63,12 +63,13 @@ impl Leases {
     /// Removes every entry of `lease` (compared by address). Whether none
     /// is left (the caller then removes the map's entry: a `One` is not
     /// emptied in place).
-    fn remove(&mut self, lease: &Weak<Lease>) -> bool {
+    fn remove(&mut self, lease: &Arc<Lease>) -> bool {
+        let other = |l: &Weak<Lease>| !std::ptr::eq(l.as_ptr(), Arc::as_ptr(lease));
         match self {
-            Self::One(one) => one.ptr_eq(lease),
+            Self::One(one) => !other(one),
             Self::Many(many) => {
                 let mut left = std::mem::take(many).into_vec();
-                left.retain(|l| !l.ptr_eq(lease));
+                left.retain(other);
                 *many = left.into_boxed_slice();
                 many.is_empty()
             }
@@ -109,14 +110,12 @@ impl Owners {
     }
 
     /// Records a guard for `lease` made on the current thread, until the
-    /// returned [`Owned`] is dropped.
-    pub(crate) fn own(self: &Arc<Self>, lease: &Arc<Lease>) -> Owned {
+    /// returned [`Owned`] (which holds the lease) is dropped.
+    pub(crate) fn own(self: &Arc<Self>, lease: Arc<Lease>) -> Owned {
         let thread = thread::current().id();
-        let keys = lease.keys.clone();
-        let lease = Arc::downgrade(lease);
         let mut held = self.held.lock();
-        for member in members(&keys) {
-            let mine = Weak::clone(&lease);
+        for member in members(&lease.keys) {
+            let mine = Arc::downgrade(&lease);
             match held.entry((member, thread)) {
                 Entry::Occupied(mut leases) => leases.get_mut().push(mine),
                 Entry::Vacant(entry) => {
@@ -127,7 +126,6 @@ impl Owners {
         drop(held);
         Owned {
             owners: Arc::clone(self),
-            keys,
             lease,
             thread,
         }
@@ -145,20 +143,27 @@ fn members(keys: &KeySet) -> impl Iterator<Item = KeySet> + '_ {
     single.into_iter().chain(set.into_iter().flatten())
 }
 
-/// One live guard's entry in [`Owners`]; removed when dropped.
+/// One live guard's entry in [`Owners`], and its lease (the guard's: one
+/// field for both keeps the guard small, issue 30); the entry is removed
+/// when this is dropped.
 #[derive(Debug)]
 pub(crate) struct Owned {
     owners: Arc<Owners>,
-    keys: KeySet,
-    /// Compared by address only: it may be gone already.
-    lease: Weak<Lease>,
+    lease: Arc<Lease>,
     thread: ThreadId,
+}
+
+impl Owned {
+    /// The guard's lease.
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
         let mut held = self.owners.held.lock();
-        for member in members(&self.keys) {
+        for member in members(&self.lease.keys) {
             let entry = (member, self.thread);
             if let Some(leases) = held.get_mut(&entry)
                 && leases.remove(&self.lease)
@@ -198,7 +203,7 @@ mod tests {
         let later = now + Duration::from_secs(1);
         let (r, s) = (lease("r", later), lease("s", later));
         let key = r.keys.clone();
-        let owned = owners.own(&r);
+        let owned = owners.own(Arc::clone(&r));
         assert!(owners.held_by_me(&key, now));
         assert!(!owners.held_by_me(&s.keys, now));
         assert!(!owners.held_by_me(&key, later), "expired: holds nothing");
@@ -210,10 +215,11 @@ mod tests {
                 .unwrap()
         );
         let again = lease("r", later);
-        let twice = owners.own(&again);
+        let twice = owners.own(Arc::clone(&again));
         drop(owned);
         assert!(owners.held_by_me(&key, now));
-        drop(again); // the lease may go before its entry
+        drop(again);
+        assert!(owners.held_by_me(&key, now), "the entry holds its lease");
         drop(twice);
         assert!(!owners.held_by_me(&key, now));
         assert!(owners.held.lock().is_empty());
@@ -224,13 +230,13 @@ mod tests {
         let owners = Arc::new(Owners::default());
         let later = Instant::now() + Duration::from_secs(1);
         let (r, s) = (lease("r", later), lease("s", later));
-        let (_r1, _r2) = (owners.own(&r), owners.own(&r));
-        let _s = owners.own(&s);
+        let (_r1, _r2) = (owners.own(Arc::clone(&r)), owners.own(Arc::clone(&r)));
+        let s_owned = owners.own(s);
         let live = owners.live();
         assert_eq!(live.len(), 2);
         assert!(live.iter().any(|l| Arc::ptr_eq(l, &r)));
         drop(live);
-        drop(s); // the guard's entry may outlive its lease
+        drop(s_owned);
         assert_eq!(owners.live().len(), 1);
     }
 }
