@@ -40,33 +40,53 @@ use crate::token::Token;
 #[clippy::has_significant_drop]
 pub struct LockGuard {
     core: Arc<Core>,
-    lease: Arc<Lease>,
-    /// Cleared by `release` and `forget`, so `Drop` does nothing more.
-    armed: bool,
-    /// This guard holds its manager's local turn for the key (it came from
-    /// a waiting `lock`); it is passed on when the guard lets go (the
-    /// ticket passes it when dropped, whatever the path).
-    turn: Option<Ticket>,
-    /// This guard's entry among the manager's live guards, so the thread
-    /// that took it gets `Error::Deadlock` if it asks for the key again.
-    _owned: Owned,
+    /// The lease, held by this guard's entry among the manager's live
+    /// guards (so the thread that took it gets `Error::Deadlock` if it
+    /// asks for the key again): one field for both, as every held lock
+    /// keeps a guard (issue 30).
+    owned: Owned,
+    /// What `Drop` does; `release` and `forget` leave nothing more to do.
+    ending: Ending,
     /// When the guard was made (real time), for the hold-time metric.
     #[cfg(feature = "metrics")]
     since: std::time::Instant,
 }
 
+/// What dropping a guard does. One field for what were a flag and an
+/// optional turn: the ticket's spare values tell the other two apart, so
+/// it is no larger than the ticket.
+#[derive(Debug)]
+enum Ending {
+    /// Queue a release on every node.
+    Release,
+    /// The guard holds its manager's local turn for the key (it came from
+    /// a waiting `lock`): hand the lock over in line, or release and pass
+    /// the turn on (the ticket passes it when dropped, whatever the path).
+    InLine(Ticket),
+    /// Nothing more: `release` or `forget` let it go.
+    Done,
+}
+
+impl Ending {
+    /// Leaves nothing more to do; the turn, if the guard holds one.
+    fn finish(&mut self) -> Option<Ticket> {
+        match std::mem::replace(self, Self::Done) {
+            Self::InLine(turn) => Some(turn),
+            Self::Release | Self::Done => None,
+        }
+    }
+}
+
 impl LockGuard {
     pub(crate) fn new(core: Arc<Core>, lease: Arc<Lease>) -> Self {
-        let owned = core.rounds().owners().own(&lease);
+        let owned = core.rounds().owners().own(lease);
         // Registered: from now on the forget hook sees this lease. A node
         // seen forgetting since the round was sent is caught here.
-        core.rounds().check_support(&lease);
+        core.rounds().check_support(owned.lease());
         Self {
             core,
-            lease,
-            armed: true,
-            turn: None,
-            _owned: owned,
+            owned,
+            ending: Ending::Release,
             #[cfg(feature = "metrics")]
             since: std::time::Instant::now(),
         }
@@ -75,13 +95,13 @@ impl LockGuard {
     /// Marks the guard as holding the local turn for its key; the line
     /// waits for this lock only while it is valid.
     pub(crate) fn with_turn(mut self, turn: Ticket) -> Self {
-        turn.hold(&self.lease);
-        self.turn = Some(turn);
+        turn.hold(self.lease());
+        self.ending = Ending::InLine(turn);
         self
     }
 
     pub(crate) fn lease(&self) -> &Arc<Lease> {
-        &self.lease
+        self.owned.lease()
     }
 
     /// The resource as given to `lock`. A guard of several resources
@@ -89,7 +109,7 @@ impl LockGuard {
     /// first of its [`resources`](Self::resources) (the smallest, as
     /// bytes): ask `resources` for all of them.
     pub fn resource(&self) -> &[u8] {
-        self.lease.resources.first()
+        self.lease().resources.first()
     }
 
     /// Every resource this guard holds, as given: the one given to `lock`,
@@ -109,26 +129,26 @@ impl LockGuard {
     /// # Ok::<(), quorum_lock::Error>(())
     /// ```
     pub fn resources(&self) -> &[Vec<u8>] {
-        self.lease.resources.as_slice()
+        self.lease().resources.as_slice()
     }
 
     /// The key on the nodes: the manager's prefix (if any) followed by
     /// [`resource`](Self::resource). A guard of several resources gives
     /// the first of its [`keys`](Self::keys).
     pub fn key(&self) -> &[u8] {
-        self.lease.keys.first()
+        self.lease().keys.first()
     }
 
     /// The keys on the nodes, one per resource, in the order of
     /// [`resources`](Self::resources): each is the manager's prefix (if
     /// any) followed by the resource.
     pub fn keys(&self) -> &[Vec<u8>] {
-        self.lease.keys.as_slice()
+        self.lease().keys.as_slice()
     }
 
     /// This acquisition's token.
     pub fn token(&self) -> &Token {
-        &self.lease.token
+        &self.lease().token
     }
 
     /// The fencing token, when the lock was acquired with
@@ -152,29 +172,29 @@ impl LockGuard {
     /// # Ok::<(), quorum_lock::Error>(())
     /// ```
     pub fn fence(&self) -> Option<u64> {
-        self.lease.fence
+        self.lease().fence()
     }
 
     /// The TTL last set on the nodes.
     pub fn ttl(&self) -> Duration {
-        self.lease.state().ttl()
+        self.lease().state().ttl()
     }
 
     /// Successful extends so far, manual and automatic.
     pub fn extensions(&self) -> u32 {
-        self.lease.state().extensions()
+        self.lease().state().extensions()
     }
 
     /// Why auto-extension stopped (bound reached, extend failed), or `None`
     /// while it runs or when it was never asked for.
     pub fn renewal_stopped(&self) -> Option<String> {
-        self.lease.state().renewal_stopped().map(str::to_owned)
+        self.lease().state().renewal_stopped().map(str::to_owned)
     }
 
     /// Safe time left: zero once the deadline has passed or the lock is
     /// known to be lost. Never longer than what a quorum confirmed.
     pub fn validity(&self) -> Duration {
-        self.lease.state().validity(self.core.rounds().now())
+        self.lease().state().validity(self.core.rounds().now())
     }
 
     /// Whether the lock is still safe to rely on.
@@ -189,7 +209,7 @@ impl LockGuard {
     ///
     /// [`Error::Lost`] once the validity has run out or an extend failed.
     pub fn check(&self) -> Result<()> {
-        let state = self.lease.state();
+        let state = self.lease().state();
         if let Some(lost) = state.lost() {
             return Err(lost.clone());
         }
@@ -224,7 +244,7 @@ impl LockGuard {
     /// [`validity`](Self::validity) and [`check`](Self::check).
     pub fn lost_signal(&self) -> LostSignal {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.lease.state().subscribe(tx);
+        self.lease().state().subscribe(tx);
         LostSignal::new(rx)
     }
 
@@ -239,7 +259,7 @@ impl LockGuard {
     /// marked lost: stop the protected work); [`Error::InvalidArgument`]
     /// for an unusable TTL (the guard is unchanged).
     pub fn extend(&mut self, ttl: Duration) -> Result<Duration> {
-        self.core.rounds().extend(&self.lease, ttl)?;
+        self.core.rounds().extend(self.lease(), ttl)?;
         Ok(self.validity())
     }
 
@@ -272,10 +292,8 @@ impl LockGuard {
     /// longer held our token is not an error; it shows as refused in the
     /// report.
     pub fn release(mut self) -> Result<Report> {
-        self.armed = false;
-        self.core
-            .rounds()
-            .release_or_hand_over(&self.lease, std::mem::take(&mut self.turn))
+        let turn = self.ending.finish();
+        self.core.rounds().release_or_hand_over(self.lease(), turn)
     }
 
     /// Releases on every node, never handing the lock to a waiting thread
@@ -292,19 +310,17 @@ impl LockGuard {
     /// remaining keys expire with their TTL. A node that no longer held our
     /// token is not an error; it shows as refused in the report.
     pub fn release_on_nodes(mut self) -> Result<Report> {
-        self.armed = false;
-        self.core
-            .rounds()
-            .release(&self.lease, std::mem::take(&mut self.turn))
+        let turn = self.ending.finish();
+        self.core.rounds().release(self.lease(), turn)
     }
 
     /// Gives up the guard without releasing: auto-extension stops and the
     /// lock expires on its own at its TTL.
     pub fn forget(mut self) {
-        self.armed = false;
-        self.lease.state().finish();
+        let turn = self.ending.finish();
+        self.lease().state().finish();
         // The turn passes (without a hand-over) as the ticket drops.
-        drop(self.turn.take());
+        drop(turn);
     }
 }
 
@@ -313,14 +329,12 @@ impl Drop for LockGuard {
         // Every guard ends here (`release` and `forget` too).
         #[cfg(feature = "metrics")]
         crate::metrics::held(self.since.elapsed());
-        if !self.armed {
-            return;
-        }
         // Only queues the releases (or hands the lock to a waiting thread
         // of this manager): never blocks on the network, never panics.
-        match self.turn.take() {
-            Some(turn) => self.core.rounds().hand_over(&self.lease, turn),
-            None => self.core.rounds().release_detached(&self.lease),
+        match std::mem::replace(&mut self.ending, Ending::Done) {
+            Ending::Release => self.core.rounds().release_detached(self.lease()),
+            Ending::InLine(turn) => self.core.rounds().hand_over(self.lease(), turn),
+            Ending::Done => {}
         }
     }
 }
@@ -328,8 +342,8 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("resource", &self.lease.resources.to_string())
-            .field("token", &self.lease.token)
+            .field("resource", &self.lease().resources.to_string())
+            .field("token", &self.lease().token)
             .field("validity", &self.validity())
             .finish_non_exhaustive()
     }

@@ -4,6 +4,7 @@
 //! rounds that extend and release it, the watchdog, and the forget watch.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -22,8 +23,10 @@ pub(crate) struct Lease {
     /// Their keys on the nodes (the prefix, then each resource).
     pub(crate) keys: KeySet,
     pub(crate) token: Token,
-    /// The fencing token, when the lock was acquired with fencing.
-    pub(crate) fence: Option<u64>,
+    /// The fencing token, when the lock was acquired with fencing. A fence
+    /// is at least 1 (`next_fence`), so `NonZeroU64` leaves 0 free to mean
+    /// none: 8 bytes in every lease instead of an `Option<u64>`'s 16.
+    fence: Option<NonZeroU64>,
     state: Mutex<LeaseState>,
 }
 
@@ -66,14 +69,24 @@ pub(crate) struct LeaseState {
     /// The nodes whose grants the deadline rests on, with their forget
     /// epochs before the granting round was sent.
     support: Support,
-    /// Set once the lock is known (or feared) to be lost; never cleared.
-    lost: Option<Error>,
     /// Set when the guard releases, forgets or hands over the lock.
     finished: bool,
     /// Successful extends so far (manual and automatic).
     extensions: u32,
     /// Extends begun so far: the sequence number of the latest one.
     extends_begun: u64,
+    /// What most leases never have, boxed once the first of it comes:
+    /// every held lock keeps a lease, and these inline made each 80 bytes
+    /// larger (issue 30).
+    rare: Option<Box<Rare>>,
+}
+
+/// The part of a [`LeaseState`] most leases never have.
+#[derive(Default)]
+#[cfg_attr(test, derive(Clone))]
+struct Rare {
+    /// Set once the lock is known (or feared) to be lost; never cleared.
+    lost: Option<Error>,
     /// Why auto-extension stopped, once it has.
     renewal_stopped: Option<String>,
     /// Waiting for the loss notification.
@@ -166,13 +179,19 @@ impl Lease {
         support: Support,
         fence: Option<u64>,
     ) -> Self {
+        debug_assert_ne!(fence, Some(0), "a fence is at least 1");
         Self {
             resources,
             keys,
             token,
-            fence,
+            fence: fence.and_then(NonZeroU64::new),
             state: Mutex::new(LeaseState::new(ttl, deadline, support)),
         }
+    }
+
+    /// The fencing token, when the lock was acquired with fencing.
+    pub(crate) fn fence(&self) -> Option<u64> {
+        self.fence.map(NonZeroU64::get)
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, LeaseState> {
@@ -195,13 +214,16 @@ impl LeaseState {
             deadline,
             ttl,
             support,
-            lost: None,
             finished: false,
             extensions: 0,
             extends_begun: 0,
-            renewal_stopped: None,
-            subscribers: Vec::new(),
+            rare: None,
         }
+    }
+
+    /// The rare part, made on first use.
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
     }
 
     /// The conservative end of validity (also once lost or finished).
@@ -222,7 +244,7 @@ impl LeaseState {
 
     /// Why the lock is lost, once it is.
     pub(crate) fn lost(&self) -> Option<&Error> {
-        self.lost.as_ref()
+        self.rare.as_ref()?.lost.as_ref()
     }
 
     /// Released, forgotten or handed over.
@@ -232,7 +254,7 @@ impl LeaseState {
 
     /// Lost or finished: nothing more will happen to it.
     pub(crate) fn is_over(&self) -> bool {
-        self.finished || self.lost.is_some()
+        self.finished || self.lost().is_some()
     }
 
     /// Successful extends so far.
@@ -242,12 +264,12 @@ impl LeaseState {
 
     /// Why auto-extension stopped, once it has.
     pub(crate) fn renewal_stopped(&self) -> Option<&str> {
-        self.renewal_stopped.as_deref()
+        self.rare.as_ref()?.renewal_stopped.as_deref()
     }
 
     /// Safe time left at `now`: zero once lost or past the deadline.
     pub(crate) fn validity(&self, now: Instant) -> Duration {
-        if self.lost.is_some() {
+        if self.lost().is_some() {
             return Duration::ZERO;
         }
         self.deadline.saturating_duration_since(now)
@@ -264,7 +286,7 @@ impl LeaseState {
         drift: Duration,
         epochs: Vec<u64>,
     ) -> Result<ExtendTicket, CannotExtend> {
-        if let Some(lost) = &self.lost {
+        if let Some(lost) = self.lost() {
             return Err(CannotExtend::Lost(lost.clone()));
         }
         if self.finished {
@@ -307,7 +329,7 @@ impl LeaseState {
                 return Err(NotExtended::Failed { error, first });
             }
         };
-        if let Some(lost) = &self.lost {
+        if let Some(lost) = self.lost() {
             return Err(NotExtended::AlreadyLost(lost.clone()));
         }
         if sets_deadline(ticket.seq, self.extends_begun) {
@@ -370,9 +392,9 @@ impl LeaseState {
     /// Marks the lock lost (the first reason wins) and notifies every
     /// subscriber. Whether this call was the first to mark it.
     pub(crate) fn lose(&mut self, error: &Error) -> bool {
-        let first = self.lost.is_none();
+        let first = self.lost().is_none();
         if first {
-            self.lost = Some(error.clone());
+            self.rare().lost = Some(error.clone());
         }
         self.notify(error);
         first
@@ -381,7 +403,10 @@ impl LeaseState {
     /// Sends `notice` to every subscriber (each gets at most one), without
     /// marking the lock lost: renewal stopped, the lock ends at its deadline.
     pub(crate) fn notify(&mut self, notice: &Error) {
-        for subscriber in self.subscribers.drain(..) {
+        let Some(rare) = &mut self.rare else {
+            return; // nobody subscribed
+        };
+        for subscriber in rare.subscribers.drain(..) {
             // A subscriber that stopped listening needs no notice.
             let _ = subscriber.try_send(notice.clone());
         }
@@ -389,19 +414,20 @@ impl LeaseState {
 
     /// Records why auto-extension stopped (the first reason wins).
     pub(crate) fn stop_renewal(&mut self, why: String) {
-        if self.renewal_stopped.is_none() {
-            self.renewal_stopped = Some(why);
+        let rare = self.rare();
+        if rare.renewal_stopped.is_none() {
+            rare.renewal_stopped = Some(why);
         }
     }
 
     /// Subscribes `subscriber` to the loss notice; if the lock is already
     /// lost, the notice is sent at once.
     pub(crate) fn subscribe(&mut self, subscriber: Sender<Error>) {
-        match &self.lost {
+        match self.lost() {
             Some(lost) => {
                 let _ = subscriber.try_send(lost.clone());
             }
-            None => self.subscribers.push(subscriber),
+            None => self.rare().subscribers.push(subscriber),
         }
     }
 

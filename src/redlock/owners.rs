@@ -11,6 +11,7 @@
 //! counting for the thread that took it.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Weak};
 use std::thread::{self, ThreadId};
 use std::time::Instant;
@@ -23,13 +24,58 @@ use crate::backend::KeySet;
 /// The live guards of one manager, by key and acquiring thread.
 #[derive(Debug, Default)]
 pub(crate) struct Owners {
-    /// The leases of the live guards each (key, thread) took: one,
-    /// unless the thread locked again after its earlier lock expired.
-    held: Mutex<HashMap<Holder, Vec<Weak<Lease>>>>,
+    /// The leases of the live guards each (key, thread) took.
+    held: Mutex<HashMap<Holder, Leases>>,
 }
 
 /// One key (a set of one) and the thread that took a guard for it.
 type Holder = (KeySet, ThreadId);
+
+/// The leases of the live guards one (key, thread) took: one, unless the
+/// thread locked again after its earlier lock expired. The one is kept in
+/// the map's entry itself, so a held lock costs no allocation here (a
+/// `Vec` of one was a 32-byte allocation per held lock, issue 30).
+#[derive(Debug)]
+enum Leases {
+    One(Weak<Lease>),
+    /// Two or more when the last was added (rare): a boxed slice keeps
+    /// the entry small.
+    Many(Box<[Weak<Lease>]>),
+}
+
+impl Leases {
+    fn iter(&self) -> std::slice::Iter<'_, Weak<Lease>> {
+        match self {
+            Self::One(lease) => std::slice::from_ref(lease).iter(),
+            Self::Many(leases) => leases.iter(),
+        }
+    }
+
+    fn push(&mut self, lease: Weak<Lease>) {
+        let mut all = match std::mem::replace(self, Self::Many(Box::default())) {
+            Self::One(one) => vec![one],
+            Self::Many(many) => many.into_vec(),
+        };
+        all.push(lease);
+        *self = Self::Many(all.into_boxed_slice());
+    }
+
+    /// Removes every entry of `lease` (compared by address). Whether none
+    /// is left (the caller then removes the map's entry: a `One` is not
+    /// emptied in place).
+    fn remove(&mut self, lease: &Arc<Lease>) -> bool {
+        let other = |l: &Weak<Lease>| !std::ptr::eq(l.as_ptr(), Arc::as_ptr(lease));
+        match self {
+            Self::One(one) => !other(one),
+            Self::Many(many) => {
+                let mut left = std::mem::take(many).into_vec();
+                left.retain(other);
+                *many = left.into_boxed_slice();
+                many.is_empty()
+            }
+        }
+    }
+}
 
 impl Owners {
     /// Whether the current thread holds a live guard for any of `keys`
@@ -52,7 +98,11 @@ impl Owners {
     /// it, so the caller may lock each lease in turn.
     pub(crate) fn live(&self) -> Vec<Arc<Lease>> {
         let held = self.held.lock();
-        let mut live: Vec<Arc<Lease>> = held.values().flatten().filter_map(Weak::upgrade).collect();
+        let mut live: Vec<Arc<Lease>> = held
+            .values()
+            .flat_map(Leases::iter)
+            .filter_map(Weak::upgrade)
+            .collect();
         drop(held);
         live.sort_by_key(Arc::as_ptr);
         live.dedup_by(|a, b| Arc::ptr_eq(a, b));
@@ -60,21 +110,22 @@ impl Owners {
     }
 
     /// Records a guard for `lease` made on the current thread, until the
-    /// returned [`Owned`] is dropped.
-    pub(crate) fn own(self: &Arc<Self>, lease: &Arc<Lease>) -> Owned {
+    /// returned [`Owned`] (which holds the lease) is dropped.
+    pub(crate) fn own(self: &Arc<Self>, lease: Arc<Lease>) -> Owned {
         let thread = thread::current().id();
-        let keys = lease.keys.clone();
-        let lease = Arc::downgrade(lease);
         let mut held = self.held.lock();
-        for member in members(&keys) {
-            held.entry((member, thread))
-                .or_default()
-                .push(Weak::clone(&lease));
+        for member in members(&lease.keys) {
+            let mine = Arc::downgrade(&lease);
+            match held.entry((member, thread)) {
+                Entry::Occupied(mut leases) => leases.get_mut().push(mine),
+                Entry::Vacant(entry) => {
+                    entry.insert(Leases::One(mine));
+                }
+            }
         }
         drop(held);
         Owned {
             owners: Arc::clone(self),
-            keys,
             lease,
             thread,
         }
@@ -92,26 +143,32 @@ fn members(keys: &KeySet) -> impl Iterator<Item = KeySet> + '_ {
     single.into_iter().chain(set.into_iter().flatten())
 }
 
-/// One live guard's entry in [`Owners`]; removed when dropped.
+/// One live guard's entry in [`Owners`], and its lease (the guard's: one
+/// field for both keeps the guard small, issue 30); the entry is removed
+/// when this is dropped.
 #[derive(Debug)]
 pub(crate) struct Owned {
     owners: Arc<Owners>,
-    keys: KeySet,
-    /// Compared by address only: it may be gone already.
-    lease: Weak<Lease>,
+    lease: Arc<Lease>,
     thread: ThreadId,
+}
+
+impl Owned {
+    /// The guard's lease.
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
         let mut held = self.owners.held.lock();
-        for member in members(&self.keys) {
+        for member in members(&self.lease.keys) {
             let entry = (member, self.thread);
-            if let Some(leases) = held.get_mut(&entry) {
-                leases.retain(|l| !l.ptr_eq(&self.lease));
-                if leases.is_empty() {
-                    held.remove(&entry);
-                }
+            if let Some(leases) = held.get_mut(&entry)
+                && leases.remove(&self.lease)
+            {
+                held.remove(&entry);
             }
         }
     }
@@ -146,7 +203,7 @@ mod tests {
         let later = now + Duration::from_secs(1);
         let (r, s) = (lease("r", later), lease("s", later));
         let key = r.keys.clone();
-        let owned = owners.own(&r);
+        let owned = owners.own(Arc::clone(&r));
         assert!(owners.held_by_me(&key, now));
         assert!(!owners.held_by_me(&s.keys, now));
         assert!(!owners.held_by_me(&key, later), "expired: holds nothing");
@@ -158,10 +215,11 @@ mod tests {
                 .unwrap()
         );
         let again = lease("r", later);
-        let twice = owners.own(&again);
+        let twice = owners.own(Arc::clone(&again));
         drop(owned);
         assert!(owners.held_by_me(&key, now));
-        drop(again); // the lease may go before its entry
+        drop(again);
+        assert!(owners.held_by_me(&key, now), "the entry holds its lease");
         drop(twice);
         assert!(!owners.held_by_me(&key, now));
         assert!(owners.held.lock().is_empty());
@@ -172,13 +230,13 @@ mod tests {
         let owners = Arc::new(Owners::default());
         let later = Instant::now() + Duration::from_secs(1);
         let (r, s) = (lease("r", later), lease("s", later));
-        let (_r1, _r2) = (owners.own(&r), owners.own(&r));
-        let _s = owners.own(&s);
+        let (_r1, _r2) = (owners.own(Arc::clone(&r)), owners.own(Arc::clone(&r)));
+        let s_owned = owners.own(s);
         let live = owners.live();
         assert_eq!(live.len(), 2);
         assert!(live.iter().any(|l| Arc::ptr_eq(l, &r)));
         drop(live);
-        drop(s); // the guard's entry may outlive its lease
+        drop(s_owned);
         assert_eq!(owners.live().len(), 1);
     }
 }

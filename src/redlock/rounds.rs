@@ -380,7 +380,7 @@ impl Rounds {
         // Fencing on either side: the next holder needs a larger fence than
         // this one (or, for a plain waiter, a lock without one), so it
         // acquires (and fences) anew.
-        if next.yield_first || lease.fence.is_some() || want.fenced {
+        if next.yield_first || lease.fence().is_some() || want.fenced {
             return None;
         }
         // The old guard's lease is done: its auto-extension stops.

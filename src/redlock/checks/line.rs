@@ -338,7 +338,7 @@ impl World {
     /// The lock renamed for a waiter that wants `want`, as
     /// `Rounds::handoff` decides it.
     fn handed(&self, lease: &Arc<Lease>, want: Option<&Want>) -> Option<Arc<Lease>> {
-        want.filter(|w| !w.fenced && lease.fence.is_none())
+        want.filter(|w| !w.fenced && lease.fence().is_none())
             .and_then(|w| lease.state().hand_over(self.now(), w.ttl))
             .map(|h| self.lease(h.ttl, h.deadline, None))
     }
