@@ -20,8 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
-
+use super::ballots::Ballot;
 use super::gate::Gate;
 use super::node::{Item, NodeState, Sent, Vote};
 use super::pending::{Pending, known_tally};
@@ -94,7 +93,7 @@ impl Engine {
         &self,
         mut driven: Vec<Driven<'_>>,
         gather: Gather,
-        reply: &Sender<(usize, Vote)>,
+        reply: &Ballot,
         round: &mut Pending,
     ) {
         let Pending {
@@ -108,7 +107,7 @@ impl Engine {
         driven.sort_by_key(|d| self.nodes[d.slot].health.latency());
         let mut next = 0;
         while !driven.is_empty() {
-            while let Ok((slot, vote)) = answers.try_recv() {
+            while let Some((slot, vote)) = answers.try_take() {
                 tally.record(vote.0.is_granted());
                 outcomes[slot] = Some(vote);
             }
@@ -168,7 +167,7 @@ impl Engine {
     /// Hands a driven node's unread batch to its thread, under its gate:
     /// the thread reads the answer (and sends it on `reply`, where the
     /// round may still count it) before anything queued later.
-    fn leave_unread(&self, driven: Driven<'_>, reply: &Sender<(usize, Vote)>) {
+    fn leave_unread(&self, driven: Driven<'_>, reply: &Ballot) {
         let Driven {
             slot, state, sent, ..
         } = driven;

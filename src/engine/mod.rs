@@ -8,6 +8,7 @@
 //! even when that acquire's answer came too late to count.
 
 mod action;
+mod ballots;
 mod drive;
 mod forgets;
 mod gate;
@@ -303,7 +304,7 @@ impl Engine {
     ) -> Pending {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
-        let (reply, answers) = crossbeam_channel::bounded(n);
+        let (reply, answers) = ballots::new_round();
         let mut outcomes: Vec<Option<Vote>> = vec![None; n];
         // Per node: whether the operation went there (queued, or sent by
         // this caller, whatever its outcome: a timed-out run may have been

@@ -4,9 +4,8 @@
 
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
-
 use super::Gather;
+use super::ballots::Ballots;
 use super::node::Vote;
 use crate::report::NodeOutcome;
 
@@ -15,7 +14,7 @@ pub(crate) struct Pending {
     /// Votes known at scatter time (node down, worker gone, or the node
     /// the caller ran itself).
     pub(super) outcomes: Vec<Option<Vote>>,
-    pub(super) answers: Receiver<(usize, Vote)>,
+    pub(super) answers: Ballots,
     /// When gathering stops (`None`: the wait was too long to express).
     pub(super) deadline: Option<Instant>,
     /// Per node: whether the operation was queued (or run) there.
@@ -51,11 +50,7 @@ impl Pending {
         let mut tally = known_tally(gather, &outcomes);
         let mut timed_out = false;
         while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
-            let answer = match deadline {
-                Some(deadline) => answers.recv_deadline(deadline).ok(),
-                None => answers.recv().ok(),
-            };
-            let Some((slot, vote)) = answer else {
+            let Ok((slot, vote)) = answers.take_until(deadline) else {
                 timed_out = true;
                 break;
             };

@@ -18,6 +18,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use super::action::Action;
+use super::ballots::Ballot;
 use super::gate::Gate;
 use super::health::Vitals;
 use super::node::{Doorbell, Item, NodeState, Sent, Shared, Vote};
@@ -40,7 +41,7 @@ pub(crate) enum NotQueued {
 
 /// Where a node sends the answer for one operation: the round's reply
 /// channel and this node's slot in it.
-pub(crate) type ReplyTo = (Sender<(usize, Vote)>, usize);
+pub(crate) type ReplyTo = (Ballot, usize);
 
 /// Every node thread's queue, so that one that got a release notice can
 /// ask the others to read theirs now rather than at their next poll.
@@ -313,9 +314,9 @@ fn run_ops(state: &mut NodeState, items: &mut Vec<Item>, replies: &mut Vec<Optio
 }
 
 pub(super) fn reply_to(reply: Option<&ReplyTo>, vote: Vote) {
-    if let Some((tx, slot)) = reply {
-        // The round may have been decided and its receiver dropped: a late
-        // answer is simply not needed any more.
-        let _ = tx.send((*slot, vote));
+    if let Some((ballot, slot)) = reply {
+        // The round may have been decided and its caller gone: a late
+        // answer is simply not read.
+        ballot.post(*slot, vote);
     }
 }
