@@ -475,3 +475,33 @@ fn a_waiter_hears_releases_again_after_its_subscriptions_were_cut() {
         );
     });
 }
+
+/// Over TLS the listener cannot be read by a thread of its own (one TLS
+/// session, two threads), so it declines to ring and the node thread
+/// polls it while someone waits: the waiter is still woken at the
+/// release, well before its retry delay.
+#[cfg(feature = "tls")]
+#[test]
+fn over_tls_a_waiter_is_still_woken_at_the_release() {
+    let server = testkit::RedisServer::start_tls();
+    let urls = [server.tls_url()];
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let guard = holder.try_lock("tls-wake").unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_with("tls-wake", &slow_retries());
+            (got.map(|g| g.release().unwrap()), Instant::now())
+        });
+        testkit::until_listening(&waiter);
+        let released_at = Instant::now();
+        guard.release().unwrap();
+        let (got, done) = waiting.join().unwrap();
+        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
+        assert!(
+            done - released_at < WOKEN_WITHIN,
+            "the waiter got the lock {:?} after the release: it slept out its retry delay",
+            done - released_at,
+        );
+    });
+    assert_eq!(waiter.health().locks.woken, 1, "{}", waiter.health());
+}
