@@ -401,6 +401,10 @@ fn a_waiting_process_does_not_poll_its_subscriptions() {
         .build()
         .unwrap();
     let _held = holder.try_lock("sleep").unwrap();
+    assert!(
+        holder.flush(Duration::from_secs(10)),
+        "the holder's rounds settle"
+    );
     let wait = LockOptions::new().wait(Duration::from_millis(800)).retry(
         RetryPolicy::new()
             .delay(Duration::from_millis(100))
@@ -431,6 +435,10 @@ fn a_waiter_hears_releases_again_after_its_subscriptions_were_cut() {
     let urls = servers.urls();
     let (holder, waiter) = (manager(&urls), manager(&urls));
     let guard = holder.try_lock("gone").unwrap();
+    assert!(
+        holder.flush(Duration::from_secs(10)),
+        "the holder's rounds settle"
+    );
     let patient = LockOptions::new().retry(
         RetryPolicy::new()
             .max_wait(Duration::from_secs(60))

@@ -47,6 +47,9 @@ fn wait_behind(
     options: &LockOptions,
 ) -> (Duration, u64) {
     let guard = holder.try_lock("job").unwrap();
+    // Every node holds the key before the waiter tries (the round was
+    // decided at a quorum; the last acquire may still be on its way).
+    assert!(holder.flush(Duration::from_secs(10)));
     std::thread::scope(|s| {
         let waiting = s.spawn(|| {
             let got = waiter.lock_with("job", options).unwrap();
@@ -70,6 +73,10 @@ fn a_set_waiter_wakes_at_the_release_of_a_member() {
     let nodes = nodes();
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
     let guard = holder.try_lock("b").unwrap();
+    assert!(
+        holder.flush(Duration::from_secs(10)),
+        "the holder's rounds settle"
+    );
     let after = std::thread::scope(|s| {
         let waiting = s.spawn(|| {
             let got = waiter.lock_all(["a", "b"], &retries(RETRY_DELAY)).unwrap();
@@ -167,6 +174,14 @@ fn a_release_a_node_applied_before_it_listened_still_wakes_the_waiter() {
     };
     let (holder, waiter) = (patient(&nodes), patient(&nodes));
     let guard = holder.try_lock("job").unwrap();
+    // The holder's round was decided at two grants; its third acquire may
+    // still be on its way. Settled first: otherwise the waiter's acquire
+    // can reach that node before it, be granted there, and with node 1
+    // held below, every attempt ends as "no quorum" (one grant, one
+    // refusal, node 1 timing out) instead of "held elsewhere", and the
+    // waiter never counts as having tried twice (seen once on a loaded
+    // machine: "0 contended, 2 no quorum").
+    assert!(holder.flush(Duration::from_secs(10)));
     // Node 1 holds the waiter's first acquire (the first acquire from now
     // on) until the holder has released there.
     let (open, gate) = std::sync::mpsc::channel::<()>();
@@ -402,6 +417,10 @@ fn a_waiting_manager_does_not_poll_for_notices() {
         .build()
         .unwrap();
     let _held = holder.try_lock("job").unwrap();
+    assert!(
+        holder.flush(Duration::from_secs(10)),
+        "the holder's rounds settle"
+    );
     let delay = Duration::from_millis(100);
     let wait = LockOptions::new()
         .wait(Duration::from_millis(800))
