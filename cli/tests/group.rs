@@ -59,15 +59,31 @@ fn non_exec_script(pids: &Pids) -> String {
     )
 }
 
-/// A command for a second `run`: prints the pids of `pids` that still run
-/// when it got the lock (nothing when they are all gone).
+/// A command for a second `run`: prints one line per pid of `pids` that
+/// still runs when it got the lock (nothing when they are all gone): the
+/// pid, then its `/proc/<pid>/stat` and command line, so that a failure
+/// tells a survivor of the group (its process group, its `sleep`) from a
+/// pid the kernel gave to another process.
 fn survivors_check(pids: &[(&'static str, u32, Leftover)]) -> String {
     let list: Vec<String> = pids.iter().map(|(_, pid, _)| pid.to_string()).collect();
     format!(
         "for p in {}; do if [ -e /proc/$p/status ] && ! grep -q '^State:.*Z' /proc/$p/status; \
-         then echo $p; fi; done",
+         then echo \"$p stat: $(cat /proc/$p/stat 2>/dev/null) cmdline: \
+         $(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\"; fi; done",
         list.join(" ")
     )
+}
+
+/// The names of `pids` that the output of [`survivors_check`] lists.
+fn survivors<'a>(pids: &'a [(&'static str, u32, Leftover)], printed: &str) -> Vec<&'a str> {
+    let listed: Vec<&str> = printed
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    pids.iter()
+        .filter(|(_, pid, _)| listed.contains(&pid.to_string().as_str()))
+        .map(|(name, _, _)| *name)
+        .collect()
 }
 
 /// `kill -9` of the tool (or of its process group) while it runs a script
@@ -94,6 +110,7 @@ fn tool_killed(whole_group: bool) {
     } else {
         send("KILL", &tool_pid.to_string());
     }
+    let killed_at = std::time::Instant::now();
     let first = wait_output(first);
     let second = output(&mut tool(
         &servers,
@@ -108,17 +125,18 @@ fn tool_killed(whole_group: bool) {
             &survivors_check(&running_pids),
         ],
     ));
+    let checked_after = killed_at.elapsed();
     assert_eq!(code(&second), 0, "{second:?}");
     let printed = stdout(&second);
-    let still: Vec<&str> = printed.lines().map(str::trim).collect();
-    let names: Vec<&str> = running_pids
+    let names = survivors(&running_pids, &printed);
+    let listed: Vec<String> = running_pids
         .iter()
-        .filter(|(_, pid, _)| still.contains(&pid.to_string().as_str()))
-        .map(|(name, _, _)| *name)
+        .map(|(name, pid, _)| format!("{name}={pid}"))
         .collect();
     assert!(
         names.is_empty(),
-        "still running when a second run got the lock: {names:?}; the tool: {first:?}"
+        "still running when a second run got the lock, {checked_after:?} after the kill: \
+         {names:?} of {listed:?}:\n{printed}the tool: {first:?}"
     );
 }
 
