@@ -281,7 +281,8 @@ impl LockManager {
                         wait.forget_heard();
                     }
                     let alarm = waiting.alarm().receiver();
-                    let _ = rounds.wait_for_release(wait, after(delay), Some(alarm));
+                    let (until, latest) = (after(delay), waiting.deadline());
+                    let _ = rounds.wait_for_release_or_expiry(wait, until, latest, Some(alarm));
                 }
             }
         }

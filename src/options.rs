@@ -86,6 +86,13 @@ impl RetryPolicy {
     }
 
     /// Fixed part of the pause between attempts. Default: 100 ms.
+    ///
+    /// A lock's waiter (`lock`, `lock_with`) is woken early by release
+    /// notices; while every node can send them, its timed attempt waits
+    /// past this pause until the holder's key expires on a quorum (a
+    /// refused acquire reads the time it has left), at most one second
+    /// and never past the wait's budget: the timer is then only the
+    /// fallback for a lost notice. See docs/safety.md, "Wake-ups".
     #[must_use]
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;

@@ -142,10 +142,12 @@ fn attempts_without_a_delay_are_all_made() {
 }
 
 /// A wait budget means "retry until it is spent", not "10 attempts at
-/// most".
+/// most". (Without release notices: with them, the timer would wait for
+/// the holder's expiry instead of retrying every millisecond.)
 #[test]
 fn a_wait_budget_retries_until_it_is_spent() {
     let node = MemoryBackend::new("mem");
+    node.set_release_notices(false);
     let locks = LockManager::builder()
         .node(node.clone())
         .retry(

@@ -621,13 +621,17 @@ fn batches_sent_to_every_node_before_any_is_read_get_their_own_answers() {
     let flights: Vec<_> = backends.iter().map(|b| b.send(&ops)).collect();
     let answers: Vec<_> = flights.into_iter().map(|f| f.finish(&ops)).collect();
     let replies: Vec<_> = answers.iter().map(|a| a.results()[0].clone()).collect();
-    assert_eq!(
-        replies
-            .iter()
-            .map(|r| *r.as_ref().unwrap())
-            .collect::<Vec<_>>(),
-        // Refused with the digest of the value that holds it there.
-        [Reply::Yes, Reply::held_by(&theirs), Reply::Yes],
+    let Reply::HeldBy { digest: held, .. } = Reply::held_by(&theirs) else {
+        unreachable!()
+    };
+    // Refused with the digest of the value that holds it there, and the
+    // time its key has left (its PTTL).
+    assert!(
+        matches!(
+            replies.iter().map(|r| *r.as_ref().unwrap()).collect::<Vec<_>>()[..],
+            [Reply::Yes, Reply::HeldBy { digest, expires_in: Some(left) }, Reply::Yes]
+                if digest == held && left <= Duration::from_secs(30) && !left.is_zero()
+        ),
         "{replies:?}"
     );
     for (answer, server) in answers.iter().zip(servers.iter()) {

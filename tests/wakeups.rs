@@ -399,6 +399,32 @@ impl Backend for Counted {
     }
 }
 
+/// A waiter behind a lock held for long makes about one timed attempt a
+/// second, not one per retry delay: while every node can send release
+/// notices, its timer waits until the holder's keys expire on a quorum
+/// (at most a second, within its budget). Counted in attempts: a loaded
+/// machine can only make fewer.
+#[test]
+fn a_waiter_behind_a_long_held_lock_tries_about_once_a_second() {
+    let nodes = nodes();
+    let (holder, waiter) = (manager(&nodes), manager(&nodes));
+    let _held = holder.try_lock("job").unwrap();
+    assert!(
+        holder.flush(Duration::from_secs(10)),
+        "the holder's rounds settle"
+    );
+    // The default retry policy: 100 ms plus up to 100 ms between attempts.
+    let wait = LockOptions::new().wait(Duration::from_millis(2_500));
+    let err = waiter.lock_with("job", &wait).unwrap_err();
+    let attempts = waiter.health().locks.contended;
+    // The first attempt, the one right after listening, one a second,
+    // and the last at the end of the budget.
+    assert!(
+        attempts <= 6,
+        "{attempts} attempts in a wait of 2.5 s behind a lock held for 30 s: {err}"
+    );
+}
+
 /// A thread waiting for a held lock costs next to nothing: the node
 /// threads sleep until a notice arrives (or the waiter's own timer
 /// attempts), instead of looking for notices every millisecond. Counted

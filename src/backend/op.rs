@@ -175,14 +175,23 @@ pub enum Reply {
     Yes,
     /// Refused: the key is held by another token, or is no longer ours.
     No,
-    /// An acquire refused: the key holds another value, whose digest
-    /// ([`Reply::held_by`]) this is. The engine compares digests to tell
-    /// a new holder from the same one (a hint for the wake-ups: a waiter
-    /// that lost a race to a new holder keeps its early wake-ups, see
-    /// [`ReleaseListener`](super::ReleaseListener)); it counts as
+    /// An acquire refused: the key holds another value. The engine
+    /// compares `digest`s ([`Reply::held_by`]) to tell a new holder from
+    /// the same one (a hint for the wake-ups: a waiter that lost a race to
+    /// a new holder keeps its early wake-ups, see
+    /// [`ReleaseListener`](super::ReleaseListener)), and a waiter that
+    /// hears release notices waits for its next timed attempt until the
+    /// key expires on enough nodes (`expires_in`, at most a second, see
+    /// [`RetryPolicy`](crate::RetryPolicy)); it counts as
     /// [`No`](Self::No) otherwise. A backend that cannot read the value
     /// answers `No`.
-    HeldBy(u64),
+    HeldBy {
+        /// The digest of the value found ([`Reply::held_by`]).
+        digest: u64,
+        /// How long the key had left to live when the server answered
+        /// (Redis: its `PTTL`), when known ([`Reply::expiring_in`]).
+        expires_in: Option<Duration>,
+    },
     /// A fenced acquire succeeded and the lock's fence counter read this.
     Fenced(u64),
     /// An acquire found the key already holding this op's token: the same
@@ -204,16 +213,45 @@ impl Reply {
     /// Whether the op was done by this call (a fenced acquire that
     /// succeeded included; [`AlreadyOurs`](Self::AlreadyOurs) is not).
     pub fn is_yes(self) -> bool {
-        !matches!(self, Self::No | Self::HeldBy(_) | Self::AlreadyOurs)
+        !matches!(self, Self::No | Self::HeldBy { .. } | Self::AlreadyOurs)
     }
 
     /// [`HeldBy`](Self::HeldBy) the digest of `value`, the value an
-    /// acquire found in the key (not ours). The digest is stable within a
-    /// process, never sent anywhere, and not a secret: tokens are random,
-    /// and a released token is worth nothing.
+    /// acquire found in the key (not ours), with the time it has left
+    /// unknown. The digest is stable within a process, never sent
+    /// anywhere, and not a secret: tokens are random, and a released token
+    /// is worth nothing.
     pub fn held_by(value: &[u8]) -> Self {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-        Self::HeldBy(BuildHasherDefault::<DefaultHasher>::default().hash_one(value))
+        Self::HeldBy {
+            digest: BuildHasherDefault::<DefaultHasher>::default().hash_one(value),
+            expires_in: None,
+        }
+    }
+
+    /// The same [`HeldBy`](Self::HeldBy) refusal, with the time the key
+    /// had left to live when the server answered; any other reply
+    /// unchanged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorum_lock::backend::Reply;
+    ///
+    /// let refused = Reply::held_by(b"their token").expiring_in(Duration::from_millis(900));
+    /// assert!(matches!(
+    ///     refused,
+    ///     Reply::HeldBy { expires_in: Some(left), .. } if left == Duration::from_millis(900)
+    /// ));
+    /// ```
+    #[must_use]
+    pub fn expiring_in(self, left: Duration) -> Self {
+        match self {
+            Self::HeldBy { digest, .. } => Self::HeldBy {
+                digest,
+                expires_in: Some(left),
+            },
+            other => other,
+        }
     }
 
     /// The counter a fenced acquire read, if it succeeded.

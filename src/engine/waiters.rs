@@ -91,6 +91,9 @@ struct Waiter {
     /// with there ([`Reply::HeldBy`](crate::backend::Reply)) since the
     /// waiter last cleared (the refusals of its last attempt).
     seen: Vec<Option<u64>>,
+    /// Per node, when the key that refused it expires there, when the
+    /// refusal said (same lifetime as `seen`).
+    expires: Vec<Option<Instant>>,
     /// The holder when the waiter last asked: the digest then seen on a
     /// quorum of nodes, once one was.
     known: Option<u64>,
@@ -141,6 +144,7 @@ impl Waiters {
             bell,
             heard_from,
             seen: vec![None; self.deaf.len()],
+            expires: vec![None; self.deaf.len()],
             known: None,
             told: false,
         };
@@ -272,26 +276,58 @@ impl Waiters {
                 .flatten()
                 .for_each(|h| *h = false);
             waiter.seen.iter_mut().for_each(|d| *d = None);
+            waiter.expires.iter_mut().for_each(|e| *e = None);
             waiter.told = false;
         }
     }
 
     /// Takes note that node `node` refused an acquire of `keys` because
-    /// it holds the value of digest `digest`, for the waiters of `keys`
-    /// (see [`Watch::take_holder_news`]). Only a process with access to
-    /// the key can change what this shows; one that may only publish
-    /// notices cannot.
-    pub(super) fn note_holder(&self, keys: &KeySet, node: usize, digest: u64) {
+    /// it holds the value of digest `digest`, whose key there expires at
+    /// `expires` when the node said, for the waiters of `keys` (see
+    /// [`Watch::take_holder_news`] and [`Watch::quorum_free_at`]). Only a
+    /// process with access to the key can change what this shows; one
+    /// that may only publish notices cannot.
+    pub(super) fn note_holder(
+        &self,
+        keys: &KeySet,
+        node: usize,
+        digest: u64,
+        expires: Option<Instant>,
+    ) {
         let mut book = self.book.lock();
         let Some(list) = book.keys.get_mut(keys) else {
             return;
         };
         for waiter in list {
-            if let Some(slot) = waiter.seen.get_mut(node) {
+            if let (Some(slot), Some(until)) =
+                (waiter.seen.get_mut(node), waiter.expires.get_mut(node))
+            {
                 *slot = Some(digest);
+                *until = expires;
                 waiter.told = false;
             }
         }
+    }
+
+    /// The earliest time a quorum of nodes may grant the lock waiter `id`
+    /// of `keys` waits for, as the refusals noted since it last cleared
+    /// tell: the time enough of the holder's keys have expired, counting
+    /// every node whose refusal did not say when (or that did not refuse)
+    /// as free now. `None` when that is now, or when some node sends no
+    /// release notices (a release there is heard by nobody, so the waiter
+    /// must not count on notices to learn of it).
+    fn quorum_free_at(&self, keys: &KeySet, id: u64) -> Option<Instant> {
+        if self.deaf.iter().any(|d| d.load(Ordering::Relaxed)) {
+            return None;
+        }
+        let book = self.book.lock();
+        let waiter = book.keys.get(keys)?.iter().find(|w| w.id == id)?;
+        let mut known: Vec<Instant> = waiter.expires.iter().flatten().copied().collect();
+        let maybe_free = waiter.expires.len() - known.len();
+        // Nodes whose keys must expire before a quorum can grant.
+        let to_expire = self.quorum.checked_sub(maybe_free).filter(|n| *n > 0)?;
+        known.sort_unstable();
+        known.get(to_expire - 1).copied()
     }
 
     /// What the refusals noted since the waiter last cleared (those of its
@@ -385,6 +421,14 @@ impl Watch {
     /// `Waiters::note_holder`). Each refusal is news once.
     pub(crate) fn take_holder_news(&self) -> HolderNews {
         self.waiters.take_holder_news(&self.keys, self.id)
+    }
+
+    /// When a quorum of nodes may grant the lock at the earliest, as the
+    /// refusals since the last [`clear`](Self::clear) tell (see
+    /// `Waiters::quorum_free_at`): `None` when that may be now, or when
+    /// some node cannot send release notices.
+    pub(crate) fn quorum_free_at(&self) -> Option<Instant> {
+        self.waiters.quorum_free_at(&self.keys, self.id)
     }
 }
 

@@ -81,39 +81,80 @@ fn holder_news_comes_from_a_quorum_of_refusals() {
     let key = KeySet::one("k");
     let watch = waiters.register(&key);
     assert_eq!(watch.take_holder_news(), Unknown, "no refusal yet");
-    waiters.note_holder(&key, 0, 7);
+    waiters.note_holder(&key, 0, 7, None);
     assert_eq!(watch.take_holder_news(), Unknown, "one node");
-    waiters.note_holder(&key, 1, 7);
+    waiters.note_holder(&key, 1, 7, None);
     assert_eq!(watch.take_holder_news(), First);
     assert_eq!(watch.take_holder_news(), Unknown, "told once");
-    waiters.note_holder(&key, 2, 7);
+    waiters.note_holder(&key, 2, 7, None);
     assert_eq!(watch.take_holder_news(), Stayed, "a late refusal");
     watch.clear();
-    waiters.note_holder(&key, 0, 7);
-    waiters.note_holder(&key, 2, 9);
+    waiters.note_holder(&key, 0, 7, None);
+    waiters.note_holder(&key, 2, 9, None);
     assert_eq!(
         watch.take_holder_news(),
         Unknown,
         "the holder on one node, another attempt on the other"
     );
     let other = KeySet::one("other");
-    waiters.note_holder(&other, 0, 8);
-    waiters.note_holder(&other, 1, 8);
+    waiters.note_holder(&other, 0, 8, None);
+    waiters.note_holder(&other, 1, 8, None);
     assert_eq!(watch.take_holder_news(), Unknown, "another key");
     watch.clear();
-    waiters.note_holder(&key, 0, 11);
+    waiters.note_holder(&key, 0, 11, None);
     assert_eq!(
         watch.take_holder_news(),
         Unknown,
         "one node is not a quorum, and older refusals do not count"
     );
-    waiters.note_holder(&key, 1, 11);
+    waiters.note_holder(&key, 1, 11, None);
     assert_eq!(watch.take_holder_news(), Moved, "a new holder on a quorum");
     assert_eq!(watch.take_holder_news(), Unknown, "told once");
     watch.clear();
-    waiters.note_holder(&key, 1, 11);
-    waiters.note_holder(&key, 2, 11);
+    waiters.note_holder(&key, 1, 11, None);
+    waiters.note_holder(&key, 2, 11, None);
     assert_eq!(watch.take_holder_news(), Stayed);
+}
+
+/// A waiter's next timed attempt may wait until a quorum of nodes may
+/// grant: the Q-th expiry among the refusals that said when, counting the
+/// nodes that did not say (or did not refuse) as free now; never while
+/// some node is deaf (a release there reaches nobody).
+#[test]
+fn a_quorum_is_free_when_enough_of_the_holders_keys_have_expired() {
+    let waiters = Arc::new(Waiters::new(5, 3));
+    let key = KeySet::one("k");
+    let watch = waiters.register(&key);
+    let now = Instant::now();
+    let at = |ms| now + Duration::from_millis(ms);
+    assert_eq!(watch.quorum_free_at(), None, "nothing refused yet");
+    waiters.note_holder(&key, 0, 7, Some(at(500)));
+    waiters.note_holder(&key, 1, 7, Some(at(300)));
+    assert_eq!(watch.quorum_free_at(), None, "three nodes may grant now");
+    waiters.note_holder(&key, 2, 7, Some(at(900)));
+    assert_eq!(
+        watch.quorum_free_at(),
+        Some(at(300)),
+        "two free, one more to expire: the earliest"
+    );
+    waiters.note_holder(&key, 3, 7, None);
+    assert_eq!(
+        watch.quorum_free_at(),
+        Some(at(300)),
+        "a refusal without expiry"
+    );
+    waiters.note_holder(&key, 3, 7, Some(at(100)));
+    waiters.note_holder(&key, 4, 7, Some(at(700)));
+    assert_eq!(
+        watch.quorum_free_at(),
+        Some(at(500)),
+        "all five refused: the third expiry"
+    );
+    waiters.set_deaf(4, true);
+    assert_eq!(watch.quorum_free_at(), None, "a deaf node");
+    waiters.set_deaf(4, false);
+    watch.clear();
+    assert_eq!(watch.quorum_free_at(), None, "cleared with the refusals");
 }
 
 /// The threshold never lets the undos of attempts that lost to a

@@ -21,6 +21,18 @@
 //! shows no holder on a quorum (a split vote) or the first holder seen
 //! spends nothing. (Holders are told apart by a digest of the value a
 //! refused acquire found: `Reply::HeldBy`, `Waiters::note_holder`.)
+//!
+//! The timer fallback is there for what sends no notice: an expiry, and
+//! a notice lost on the way. A lock's wait knows when the first comes: a
+//! refusal says how long the holder's key has left there
+//! (`Reply::HeldBy`'s `expires_in`). So while every node can send
+//! notices, the wait for the next timed attempt lasts until a quorum of
+//! the holder's keys have expired, at least the retry delay and at most
+//! [`LONGEST_QUIET`]: a waiter behind a long-held lock makes about one
+//! attempt a second instead of one per retry delay (each one round trip
+//! or two per node), and a lost notice costs at most that second. A wait
+//! whose early wake-ups ran out (forged or useless notices) goes back to
+//! the retry delay.
 
 use std::time::{Duration, Instant};
 
@@ -50,6 +62,13 @@ pub(crate) enum Woken {
 /// key (docs/benchmarks.md) had about one wait in 500 go on to its retry
 /// delay: a longest wait of 200 ms instead of 40-60 ms in that run.
 pub(crate) const EARLY_WAKEUPS: u32 = 3;
+
+/// The longest a lock's waiter that hears release notices goes without a
+/// timed attempt while the holder's keys live on (see the module docs):
+/// what a lost notice can cost. One second: a waiting process then spends
+/// about 1 ms of CPU per second (docs/benchmarks.md, "waiting"), against
+/// 4 with the retry delay's five attempts a second.
+pub(crate) const LONGEST_QUIET: Duration = Duration::from_secs(1);
 
 /// A caller's wait for the release of one key, across its attempts: the
 /// registration for its notices and what is left of its early wake-ups.
@@ -87,6 +106,30 @@ impl ReleaseWait {
     pub(crate) fn forget_heard(&mut self) {
         self.watch.clear();
     }
+
+    /// When the timer fallback of a wait whose retry delay ends at
+    /// `until` may end instead, within the call's budget `latest`: when a
+    /// quorum of the holder's keys have expired, if that is later, but
+    /// at most [`LONGEST_QUIET`] from now (see the module docs).
+    fn quiet_until(&self, until: Instant, latest: Option<Instant>) -> Instant {
+        quiet_until(self.watch.quorum_free_at(), until, latest, Instant::now())
+    }
+}
+
+/// [`ReleaseWait::quiet_until`] at `now`, for a quorum free at `free_at`
+/// (`None`: maybe now, or unknown).
+fn quiet_until(
+    free_at: Option<Instant>,
+    until: Instant,
+    latest: Option<Instant>,
+    now: Instant,
+) -> Instant {
+    let Some(free_at) = free_at else {
+        return until;
+    };
+    let longest = now.checked_add(LONGEST_QUIET).unwrap_or(now);
+    let quiet = free_at.min(longest).max(until);
+    latest.map_or(quiet, |latest| quiet.min(latest).max(until))
 }
 
 /// Far enough to mean "no deadline" (about a year), without overflow.
@@ -121,14 +164,31 @@ impl Rounds {
         until: Instant,
         interrupt: Option<&Receiver<T>>,
     ) -> Woken {
+        self.wait_for_release_or_expiry(wait, until, Some(until), interrupt)
+    }
+
+    /// [`wait_for_release`](Self::wait_for_release) for a lock's waiter,
+    /// whose timer fallback may last past `until` until the holder's keys
+    /// expire on a quorum (see the module docs), within the call's budget
+    /// `latest` (`None`: none).
+    pub(crate) fn wait_for_release_or_expiry<T>(
+        &self,
+        wait: &mut ReleaseWait,
+        until: Instant,
+        latest: Option<Instant>,
+        interrupt: Option<&Receiver<T>>,
+    ) -> Woken {
         wait.weigh_attempts();
+        let quiet = wait.quiet_until(until, latest);
         let bell = wait.watch.notices().clone();
         let mut held_back = false;
         let woken = loop {
             let mut select = Select::new();
             let notices = select.recv(&bell);
             let interrupted = interrupt.map(|rx| select.recv(rx));
-            match select.select_deadline(until) {
+            // Notices shown useless: back to the retry delay.
+            let deadline = if held_back { until } else { quiet };
+            match select.select_deadline(deadline) {
                 Err(_) => break Woken::Timer,
                 Ok(op) if op.index() == notices => {
                     let _ = op.recv(&bell);
@@ -185,5 +245,36 @@ impl Rounds {
         self.counters().note(Event::Yielded);
         self.wait_for_release(&mut wait, after(delay), interrupt);
         Some(wait)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The timer fallback of a lock's wait ends when a quorum of the
+    /// holder's keys expire, never before the retry delay, never more
+    /// than [`LONGEST_QUIET`] from now, never past the call's budget.
+    #[test]
+    fn a_quiet_wait_lasts_until_the_holders_keys_expire_within_its_bounds() {
+        let now = Instant::now();
+        let at = |ms| now + Duration::from_millis(ms);
+        let until = at(150);
+        // (free at, budget's end, the wait's end)
+        let cases = [
+            (None, None, until),
+            (Some(at(600)), None, at(600)),
+            (Some(at(50)), None, until),
+            (Some(at(5_000)), None, at(1_000)),
+            (Some(at(600)), Some(at(400)), at(400)),
+            (Some(at(600)), Some(at(100)), until),
+        ];
+        for (free_at, latest, end) in cases {
+            assert_eq!(
+                quiet_until(free_at, until, latest, now),
+                end,
+                "{free_at:?} {latest:?}"
+            );
+        }
     }
 }

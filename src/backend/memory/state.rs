@@ -320,7 +320,10 @@ impl State {
         if let Some(entry) = self.live(key, now) {
             return match entry.token() {
                 Some(held) if held == token => Ok(Reply::AlreadyOurs),
-                Some(held) => Ok(Reply::held_by(held)),
+                Some(held) => Ok(match entry.expires_at {
+                    Some(at) => Reply::held_by(held).expiring_in(at.saturating_duration_since(now)),
+                    None => Reply::held_by(held),
+                }),
                 None => Err(wrong_type(key, "a hash, not a lock")),
             };
         }

@@ -69,7 +69,8 @@ fn batch_is_one_round_trip() {
 }
 
 /// A refused acquire says who holds the key, by digest, for a plain key,
-/// a fenced one and a set (the first member held by another value).
+/// a fenced one and a set (the first member held by another value); a
+/// single key's also says how long the key has left.
 #[test]
 fn a_refused_acquire_names_the_holder_by_digest() {
     let node = MemoryBackend::new("m");
@@ -86,8 +87,29 @@ fn a_refused_acquire_names_the_holder_by_digest() {
         .into_iter()
         .map(|r| r.unwrap())
         .collect();
-    let theirs = Reply::held_by(b"theirs");
-    assert_eq!(replies, [theirs, theirs, theirs, Reply::AlreadyOurs]);
-    assert_ne!(theirs, Reply::held_by(b"mine"));
-    assert!(!theirs.is_yes());
+    let Reply::HeldBy { digest: theirs, .. } = Reply::held_by(b"theirs") else {
+        unreachable!()
+    };
+    let Reply::HeldBy { digest: mine, .. } = Reply::held_by(b"mine") else {
+        unreachable!()
+    };
+    assert_ne!(theirs, mine);
+    for reply in &replies[..2] {
+        // A single key's refusal with the time the holder's key has left.
+        assert!(
+            matches!(reply, Reply::HeldBy { digest, expires_in: Some(left) }
+                if *digest == theirs && *left <= TTL && !left.is_zero()),
+            "{replies:?}"
+        );
+        assert!(!reply.is_yes());
+    }
+    // A set's without (as the Redis set script's).
+    assert_eq!(
+        replies[2],
+        Reply::HeldBy {
+            digest: theirs,
+            expires_in: None
+        }
+    );
+    assert_eq!(replies[3], Reply::AlreadyOurs);
 }

@@ -1,6 +1,6 @@
 //! The pipeline protocol: packing ops into one round trip, reading the
-//! replies, and the follow-up round trip (`GET` checks after refused
-//! acquires; the re-run after a `NOSCRIPT`).
+//! replies, and the follow-up round trip (`GET` and `PTTL` checks after
+//! refused acquires; the re-run after a `NOSCRIPT`).
 //!
 //! Per-node order must hold at the server too (a release never runs before
 //! the acquire it undoes). A `NOSCRIPT` reply (the server's script cache
@@ -38,7 +38,8 @@ enum First {
     /// A final answer.
     Done(Result<Reply, BackendError>),
     /// A refused acquire: `GET` the key to tell "held elsewhere" from
-    /// "already ours" and from a key of another type.
+    /// "already ours" and from a key of another type, and its `PTTL` for
+    /// the waiters (how long the holder's key has left).
     NeedsGet,
     /// `NOSCRIPT`: it did not run; it and every later op run again.
     NoScript,
@@ -60,10 +61,10 @@ pub(super) struct FirstSent {
 /// What one op needs in the second round trip.
 #[derive(Clone, Copy)]
 enum Followup {
-    /// `GET` after a refused acquire (1 reply).
+    /// `GET` and `PTTL` after a refused acquire (2 replies).
     Get,
-    /// The op again, scripts by text; a plain acquire as `SET NX PX` and
-    /// `GET` (2 replies).
+    /// The op again, scripts by text; a plain acquire as `SET NX PX`,
+    /// `GET` and `PTTL` (3 replies).
     Rerun,
 }
 
@@ -198,18 +199,14 @@ impl Inner {
             let op = &ops[sent[pos]];
             match followup {
                 Followup::Get => {
-                    redis::cmd("GET")
-                        .arg(op.keys.first())
-                        .write_packed_command(&mut buf);
-                    expected += 1;
+                    pack_holder_check(op, &mut buf);
+                    expected += 2;
                 }
                 Followup::Rerun => {
                     self.pack_op(op, ttls[sent[pos]], None, &mut buf);
                     if script_of(op).is_none() {
-                        redis::cmd("GET")
-                            .arg(op.keys.first())
-                            .write_packed_command(&mut buf);
-                        expected += 1;
+                        pack_holder_check(op, &mut buf);
+                        expected += 2;
                     }
                     expected += 1;
                 }
@@ -228,12 +225,15 @@ impl Inner {
             let op = &ops[i];
             let mut next = || replies.next().unwrap_or(Value::Nil);
             let answer = match (followup, script_of(op)) {
-                (Followup::Get, _) => self.refused_acquire(op, next()),
+                (Followup::Get, _) => {
+                    let (get, pttl) = (next(), next());
+                    self.refused_acquire(op, get, &pttl)
+                }
                 (Followup::Rerun, None) => {
-                    let (set, get) = (next(), next());
+                    let (set, get, pttl) = (next(), next(), next());
                     match set {
                         Value::Okay => Ok(Reply::Yes),
-                        Value::Nil => self.refused_acquire(op, get),
+                        Value::Nil => self.refused_acquire(op, get, &pttl),
                         Value::ServerError(e) => Err(self.server_error(&e, Some(op.token))),
                         other => Err(self.protocol_error("SET NX", &other)),
                     }
@@ -273,11 +273,23 @@ impl Inner {
     /// What the `GET` after a refused acquire says: our token (another
     /// name of this server set it: not a second vote), another value or
     /// none (expired in between: not set by us either way), or a key of
-    /// another type (`SET NX` on a hash answers nil, `GET` fails).
-    fn refused_acquire(&self, op: &Op<'_>, get: Value) -> Result<Reply, BackendError> {
+    /// another type (`SET NX` on a hash answers nil, `GET` fails). Another
+    /// value comes with the time its key has left, when the `PTTL` beside
+    /// the `GET` tells it (a key without expiry, or gone, tells none).
+    fn refused_acquire(
+        &self,
+        op: &Op<'_>,
+        get: Value,
+        pttl: &Value,
+    ) -> Result<Reply, BackendError> {
         match get {
             Value::BulkString(held) if held == op.token => Ok(Reply::AlreadyOurs),
-            Value::BulkString(held) => Ok(Reply::held_by(&held)),
+            Value::BulkString(held) => Ok(match pttl {
+                Value::Int(ms) if *ms >= 0 => {
+                    Reply::held_by(&held).expiring_in(Duration::from_millis(ms.unsigned_abs()))
+                }
+                _ => Reply::held_by(&held),
+            }),
             Value::Nil => Ok(Reply::No),
             Value::ServerError(e) => Err(self.op_server_error(op, &e)),
             other => Err(self.protocol_error("GET", &other)),
@@ -435,6 +447,17 @@ fn script_name(script: Script) -> &'static str {
         Script::AcquireAllFenced => "the fenced set acquire script",
         Script::RaiseFenceAll => "the set fence script",
     }
+}
+
+/// `GET` and `PTTL` of a refused acquire's key, one round trip: who holds
+/// it, and for how long yet.
+fn pack_holder_check(op: &Op<'_>, buf: &mut Vec<u8>) {
+    redis::cmd("GET")
+        .arg(op.keys.first())
+        .write_packed_command(buf);
+    redis::cmd("PTTL")
+        .arg(op.keys.first())
+        .write_packed_command(buf);
 }
 
 #[cfg(test)]

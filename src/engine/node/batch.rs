@@ -153,7 +153,7 @@ pub(super) fn vote(
     grant: impl FnOnce() -> NodeOutcome,
 ) -> Vote {
     match result {
-        Ok(Reply::No | Reply::HeldBy(_)) => (NodeOutcome::Refused, None),
+        Ok(Reply::No | Reply::HeldBy { .. }) => (NodeOutcome::Refused, None),
         // Our token already there: another name of this server set it.
         // That server votes once: here only when it is identified and this
         // node is the name it votes under (its other name's grant then

@@ -305,10 +305,11 @@ impl NodeState {
             }
             Action::Acquire { .. } | Action::AcquireFenced { .. } => match result {
                 // Who holds the lock, for the waiters' early wake-ups.
-                Ok(Reply::HeldBy(digest)) => {
+                Ok(Reply::HeldBy { digest, expires_in }) => {
+                    let expires = expires_in.and_then(|left| now.checked_add(left));
                     self.shared
                         .waiters
-                        .note_holder(&item.keys, self.index, *digest);
+                        .note_holder(&item.keys, self.index, *digest, expires);
                 }
                 // The key was free here: as good as a notice of its
                 // release, for a waiter this node may not have been
