@@ -12,12 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorum_lock::backend::{
-    Backend, BackendError, InFlight, NoticeWaker, Op, Probe, ReleaseListener,
-};
-use quorum_lock::{LockManager, LockOptions, RedisBackend, RetryPolicy};
+use quorum_lock::{LockGuard, LockManager, LockOptions, RedisBackend, RetryPolicy};
 
-use testkit::{RedisServers, connect};
+use testkit::{CountedNotices, RedisServers, connect};
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous for a loaded 2-core machine.
@@ -53,32 +50,52 @@ fn slow_retries() -> LockOptions {
     )
 }
 
+/// `waiter` waits for `key`, which `guard` holds, with `options` on a
+/// thread of its own; once `ready` returned (it waits until the waiter
+/// listens, and may cut its subscriptions), `guard` is released. How long
+/// after the release the waiter got the lock (released again at once).
+fn woken_after(
+    waiter: &LockManager,
+    key: &str,
+    options: &LockOptions,
+    guard: LockGuard,
+    ready: impl FnOnce(),
+) -> Duration {
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_with(key, options);
+            (got.map(|g| g.release().unwrap()), Instant::now())
+        });
+        ready();
+        let released_at = Instant::now();
+        guard.release().unwrap();
+        let (got, done) = waiting.join().unwrap();
+        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
+        assert!(done >= released_at, "granted before the release");
+        done - released_at
+    })
+}
+
+/// The waiter got the lock `after` the release, well before its retry
+/// delay: a notice woke it.
+fn assert_woken(after: Duration) {
+    assert!(
+        after < WOKEN_WITHIN,
+        "the waiter got the lock {after:?} after the release: it slept out its retry delay \
+         of {RETRY_DELAY:?} instead of being woken",
+    );
+}
+
 #[test]
 fn a_waiter_in_another_process_wakes_when_the_lock_is_released() {
     let servers = RedisServers::start(3);
     let urls = servers.urls();
     let (holder, waiter) = (manager(&urls), manager(&urls));
     let guard = holder.try_lock("wake").unwrap();
-    std::thread::scope(|s| {
-        let waiting = s.spawn(|| {
-            let started = Instant::now();
-            let got = waiter.lock_with("wake", &slow_retries());
-            (got.map(|g| g.release().unwrap()), Instant::now(), started)
-        });
+    let after = woken_after(&waiter, "wake", &slow_retries(), guard, || {
         testkit::until_listening(&waiter);
-        let released_at = Instant::now();
-        guard.release().unwrap();
-        let (got, done, started) = waiting.join().unwrap();
-        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
-        assert!(done >= released_at, "granted before the release");
-        let waited = done - started;
-        assert!(
-            done - released_at < WOKEN_WITHIN,
-            "the waiter got the lock {:?} after the release ({waited:?} in all): it slept out \
-             its retry delay of {RETRY_DELAY:?} instead of being woken",
-            done - released_at,
-        );
     });
+    assert_woken(after);
     assert!(holder.flush(Duration::from_secs(5)) && waiter.flush(Duration::from_secs(5)));
     for server in servers.iter() {
         let mut conn = connect(&server.url());
@@ -334,53 +351,6 @@ fn forged_notices_bring_a_retry_forward_a_bounded_number_of_times() {
     );
 }
 
-/// A server that counts how often its release listener is asked for
-/// notices: a waiting manager that polls asks about once a millisecond.
-struct Counted {
-    node: RedisBackend,
-    receives: Arc<AtomicU64>,
-}
-
-struct CountedListener {
-    inner: Box<dyn ReleaseListener>,
-    receives: Arc<AtomicU64>,
-}
-
-impl ReleaseListener for CountedListener {
-    fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError> {
-        self.inner.listen(keys)
-    }
-    fn receive(&mut self) -> Result<Vec<Vec<u8>>, BackendError> {
-        self.receives.fetch_add(1, Ordering::Relaxed);
-        self.inner.receive()
-    }
-    fn wake_on_arrival(&mut self, waker: NoticeWaker) -> bool {
-        self.inner.wake_on_arrival(waker)
-    }
-}
-
-impl Backend for Counted {
-    fn describe(&self) -> String {
-        self.node.describe()
-    }
-    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
-        self.node.send(ops)
-    }
-    fn call_timeout(&self) -> Option<Duration> {
-        self.node.call_timeout()
-    }
-    fn probe(&self) -> Option<&dyn Probe> {
-        self.node.probe()
-    }
-    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
-        let inner = self.node.release_listener()?;
-        Some(Box::new(CountedListener {
-            inner,
-            receives: Arc::clone(&self.receives),
-        }))
-    }
-}
-
 /// A process whose one thread waits for a held lock sleeps: its node
 /// threads wake when a notice (or the waiter's own attempt) comes, not
 /// every millisecond. Counted in calls, not time.
@@ -390,10 +360,9 @@ fn a_waiting_process_does_not_poll_its_subscriptions() {
     let urls = servers.urls();
     let holder = manager(&urls);
     let receives = Arc::new(AtomicU64::new(0));
-    let nodes = urls.iter().map(|url| Counted {
-        node: RedisBackend::open(url, NODE_TIMEOUT).unwrap(),
-        receives: Arc::clone(&receives),
-    });
+    let nodes = urls
+        .iter()
+        .map(|url| CountedNotices::new(RedisBackend::open(url, NODE_TIMEOUT).unwrap(), &receives));
     let waiter = LockManager::builder()
         .nodes(nodes)
         .ttl(TTL)
@@ -445,11 +414,7 @@ fn a_waiter_hears_releases_again_after_its_subscriptions_were_cut() {
             .delay(RETRY_DELAY)
             .jitter(Duration::ZERO),
     );
-    std::thread::scope(|s| {
-        let waiting = s.spawn(|| {
-            let got = waiter.lock_with("gone", &patient);
-            (got.map(|g| g.release().unwrap()), Instant::now())
-        });
+    let after = woken_after(&waiter, "gone", &patient, guard, || {
         assert!(
             testkit::wait_until(Duration::from_secs(10), || subscribers(&servers) == 3),
             "the waiter does not listen on every node: {} subscribers",
@@ -471,17 +436,8 @@ fn a_waiter_hears_releases_again_after_its_subscriptions_were_cut() {
             "the waiter did not listen again on every node: {} subscribers",
             subscribers(&servers)
         );
-        let released_at = Instant::now();
-        guard.release().unwrap();
-        let (got, done) = waiting.join().unwrap();
-        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
-        assert!(
-            done - released_at < WOKEN_WITHIN,
-            "the waiter got the lock {:?} after the release: it slept out its retry delay \
-             of {RETRY_DELAY:?} instead of being woken",
-            done - released_at,
-        );
     });
+    assert_woken(after);
 }
 
 /// Over TLS the listener cannot be read by a thread of its own (one TLS
@@ -495,21 +451,9 @@ fn over_tls_a_waiter_is_still_woken_at_the_release() {
     let urls = [server.tls_url()];
     let (holder, waiter) = (manager(&urls), manager(&urls));
     let guard = holder.try_lock("tls-wake").unwrap();
-    std::thread::scope(|s| {
-        let waiting = s.spawn(|| {
-            let got = waiter.lock_with("tls-wake", &slow_retries());
-            (got.map(|g| g.release().unwrap()), Instant::now())
-        });
+    let after = woken_after(&waiter, "tls-wake", &slow_retries(), guard, || {
         testkit::until_listening(&waiter);
-        let released_at = Instant::now();
-        guard.release().unwrap();
-        let (got, done) = waiting.join().unwrap();
-        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
-        assert!(
-            done - released_at < WOKEN_WITHIN,
-            "the waiter got the lock {:?} after the release: it slept out its retry delay",
-            done - released_at,
-        );
     });
+    assert_woken(after);
     assert_eq!(waiter.health().locks.woken, 1, "{}", waiter.health());
 }

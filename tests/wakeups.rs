@@ -7,10 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorum_lock::backend::{
-    Backend, BackendError, InFlight, NoticeWaker, Op, Probe, ReleaseListener,
-};
 use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
+use testkit::CountedNotices;
 
 /// A retry delay no wake-up test may wait out.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -355,50 +353,6 @@ fn a_permit_waiter_wakes_at_the_release_of_a_slot() {
     drop(first);
 }
 
-/// A node that counts how often its release listener is asked for
-/// notices: a waiting manager that polls asks about once a millisecond.
-struct Counted {
-    node: MemoryBackend,
-    receives: Arc<AtomicU64>,
-}
-
-struct CountedListener {
-    inner: Box<dyn ReleaseListener>,
-    receives: Arc<AtomicU64>,
-}
-
-impl ReleaseListener for CountedListener {
-    fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError> {
-        self.inner.listen(keys)
-    }
-    fn receive(&mut self) -> Result<Vec<Vec<u8>>, BackendError> {
-        self.receives.fetch_add(1, Ordering::Relaxed);
-        self.inner.receive()
-    }
-    fn wake_on_arrival(&mut self, waker: NoticeWaker) -> bool {
-        self.inner.wake_on_arrival(waker)
-    }
-}
-
-impl Backend for Counted {
-    fn describe(&self) -> String {
-        self.node.describe()
-    }
-    fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
-        self.node.send(ops)
-    }
-    fn probe(&self) -> Option<&dyn Probe> {
-        self.node.probe()
-    }
-    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
-        let inner = self.node.release_listener()?;
-        Some(Box::new(CountedListener {
-            inner,
-            receives: Arc::clone(&self.receives),
-        }))
-    }
-}
-
 /// A waiter behind a lock held for long makes about one timed attempt a
 /// second, not one per retry delay: while every node can send release
 /// notices, its timer waits until the holder's keys expire on a quorum
@@ -436,10 +390,11 @@ fn a_waiting_manager_does_not_poll_for_notices() {
     let receives = Arc::new(AtomicU64::new(0));
     let holder = manager(&nodes);
     let waiter = LockManager::builder()
-        .nodes(nodes.iter().map(|node| Counted {
-            node: node.clone(),
-            receives: Arc::clone(&receives),
-        }))
+        .nodes(
+            nodes
+                .iter()
+                .map(|node| CountedNotices::new(node.clone(), &receives)),
+        )
         .build()
         .unwrap();
     let _held = holder.try_lock("job").unwrap();

@@ -10,6 +10,7 @@
 //! * [`blackhole`]: a listener that accepts and never reads nor answers.
 //! * [`faces`]: memory nodes seen through a changed face.
 //! * [`acceptor`]: the one loopback accept loop the three above run on.
+//! * [`CountedNotices`]: any backend, its release listeners' polls counted.
 //! * [`rng`]: the one seedable generator, so a failing seed replays.
 //! * [`wait_until`]: bounded polling for what a test cannot be told about.
 //!
@@ -18,6 +19,7 @@
 
 pub mod acceptor;
 pub mod blackhole;
+mod counted;
 pub mod faces;
 pub mod fake_server;
 pub mod proxy;
@@ -27,6 +29,7 @@ pub mod server;
 mod wait;
 
 pub use blackhole::Blackhole;
+pub use counted::CountedNotices;
 pub use report::said_of;
 pub use rng::Rng;
 pub use server::{RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port};
