@@ -306,8 +306,8 @@ fn waiting_line(out: &mut String, w: &crate::waiting::Waiting) {
     let _ = writeln!(
         out,
         "| {target} | {:.1} ms/s ({:.1}-{:.1}, {} runs) | {met} | the same process idle: \
-         {idle:.2} ms/s; what remains is the waiter's own attempts (one per retry delay of \
-         100-200 ms) |",
+         {idle:.2} ms/s; the rest is the waiter's own timed attempts (about one a second: \
+         they wait for the holder's expiry, at most 1 s) |",
         s.median, s.min, s.max, s.runs
     );
 }

@@ -9,7 +9,9 @@
 //! threads' polling, the timer and the waiter's own attempts all count.
 //! The waiter uses the default retry policy (a retry delay of 100 ms plus
 //! up to 100 ms of jitter between attempts, woken early by release
-//! notices); the holder's manager is idle (no auto-extension).
+//! notices, and, while notices are heard, waiting for the holder's
+//! expiry up to a second); the holder's manager is idle (no
+//! auto-extension).
 
 use std::fs;
 use std::thread;
