@@ -204,15 +204,16 @@ impl Rounds {
         };
         let verdict = acquire_verdict(votes, ttl, drift, start, elapsed);
         // Where a failure must release: every node the attempt reached
-        // except those that said the key is another token's.
-        let outcomes: Vec<&NodeOutcome> = report.nodes.iter().map(|n| &n.outcome).collect();
-        let undo = undo_where(&reached, &outcomes);
+        // except those that said the key is another token's (worked out
+        // on failure only).
+        let undo = |report: &Report| undo_where(&reached, report.nodes.iter().map(|n| &n.outcome));
         if let AcquireVerdict::Granted { deadline } = verdict {
             let fence = if fenced {
                 match self.fence(keys, token, reads, deadline) {
                     Ok(fence) => Some(fence),
                     Err(error) => {
-                        self.engine.release_detached_where(keys, token, &undo);
+                        self.engine
+                            .release_detached_where(keys, token, &undo(&report));
                         let error = error.into_error(report, self.engine.node_names());
                         self.counters.note_failed_attempt(&error);
                         return Err(error);
@@ -238,7 +239,8 @@ impl Rounds {
         // Give up on this attempt everywhere it may have landed: the nodes
         // that granted, failed or have not answered (any of them may hold
         // our token), not those that said the key is another token's.
-        self.engine.release_detached_where(keys, token, &undo);
+        self.engine
+            .release_detached_where(keys, token, &undo(&report));
         let report = Box::new(report);
         let error = match verdict {
             AcquireVerdict::TooSlow => Error::ValidityExpired { report },

@@ -38,21 +38,32 @@ impl Support {
     /// node order), with `epochs` (every node's, in node order) read
     /// before the round was sent. A node without an epoch counts at 0.
     pub(crate) fn of_grants(epochs: &[u64], granted: impl IntoIterator<Item = bool>) -> Self {
-        let nodes: Vec<(usize, u64)> = granted
+        let mut nodes = granted
             .into_iter()
             .enumerate()
             .filter(|(_, granted)| *granted)
-            .map(|(node, _)| (node, epochs.get(node).copied().unwrap_or(0)))
-            .collect();
-        let epoch = nodes.first().map_or(0, |(_, epoch)| *epoch);
-        let same = nodes
-            .iter()
-            .all(|(node, seen)| *node < 64 && *seen == epoch);
-        if !same {
-            return Self(Form::Each(nodes.into_boxed_slice()));
+            .map(|(node, _)| (node, epochs.get(node).copied().unwrap_or(0)));
+        // The usual case, without a list: one epoch, nodes 0 to 63.
+        let (mut mask, mut epoch) = (0u64, None);
+        while let Some((node, seen)) = nodes.next() {
+            if node >= 64 || epoch.is_some_and(|e| e != seen) {
+                // The nodes so far (all of `epoch`), this one, the rest.
+                let same = epoch.unwrap_or(seen);
+                let mut each: Vec<(usize, u64)> = (0..64)
+                    .filter(|n| mask & (1 << n) != 0)
+                    .map(|n| (n, same))
+                    .collect();
+                each.push((node, seen));
+                each.extend(nodes);
+                return Self(Form::Each(each.into_boxed_slice()));
+            }
+            mask |= 1 << node;
+            epoch = Some(seen);
         }
-        let nodes = nodes.iter().fold(0, |mask, (node, _)| mask | 1 << node);
-        Self(Form::Same { nodes, epoch })
+        Self(Form::Same {
+            nodes: mask,
+            epoch: epoch.unwrap_or(0),
+        })
     }
 
     /// Each supporting node with its epoch, in node order.
@@ -125,6 +136,12 @@ mod tests {
         assert_eq!(mixed.nodes().collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(mixed.holding(|n| [4, 1, 7][n]), 2);
         assert_eq!(mixed.moved(|n| [4, 1, 7][n]), [1]);
+        // A late divergence keeps the nodes before it, with their epoch.
+        let late = Support::of_grants(&[4, 4, 4, 7, 4], [true, true, false, true, true]);
+        assert!(matches!(late.0, Form::Each(_)));
+        assert_eq!(late.nodes().collect::<Vec<_>>(), [0, 1, 3, 4]);
+        assert_eq!(late.holding(|n| [4, 4, 0, 7, 4][n]), 4);
+        assert_eq!(late.moved(|n| [5, 4, 4, 7, 4][n]), [0]);
 
         let mut granted = vec![false; 66];
         granted[3] = true;

@@ -141,7 +141,10 @@ pub(crate) fn sets_deadline(seq: u64, latest: u64) -> bool {
 /// of ours left it there either. A grant, an error, a timeout, a node not
 /// waited for, a quarantined or unverified grant may all have landed: the
 /// release goes there, behind the acquire (per-node FIFO).
-pub(crate) fn undo_where(reached: &[bool], outcomes: &[&NodeOutcome]) -> Vec<bool> {
+pub(crate) fn undo_where<'a>(
+    reached: &[bool],
+    outcomes: impl IntoIterator<Item = &'a NodeOutcome>,
+) -> Vec<bool> {
     reached
         .iter()
         .zip(outcomes)
@@ -171,14 +174,14 @@ mod tests {
             NodeOutcome::HandedOver,
         ];
         for outcome in &maybe_landed {
-            assert_eq!(undo_where(&[true], &[outcome]), [true], "{outcome:?}");
-            assert_eq!(undo_where(&[false], &[outcome]), [false], "{outcome:?}");
+            assert_eq!(undo_where(&[true], [outcome]), [true], "{outcome:?}");
+            assert_eq!(undo_where(&[false], [outcome]), [false], "{outcome:?}");
         }
-        assert_eq!(undo_where(&[true], &[&NodeOutcome::Refused]), [false]);
+        assert_eq!(undo_where(&[true], [&NodeOutcome::Refused]), [false]);
         let mixed = [
-            &NodeOutcome::Refused,
-            &NodeOutcome::Granted,
-            &NodeOutcome::NotAwaited,
+            NodeOutcome::Refused,
+            NodeOutcome::Granted,
+            NodeOutcome::NotAwaited,
         ];
         assert_eq!(undo_where(&[true, true, true], &mixed), [false, true, true]);
     }

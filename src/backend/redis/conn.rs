@@ -47,6 +47,10 @@ pub(super) struct Conn {
     start: usize,
     /// Do not scan again before `buf[start..]` holds this many bytes.
     need: usize,
+    /// Where a read from the socket lands before it joins `buf`: zeroed
+    /// once, at the first read, not at every read (16 KiB of `memset`
+    /// per read was a visible share of a lock's CPU).
+    chunk: Vec<u8>,
     identity: Identity,
 }
 
@@ -60,6 +64,7 @@ impl Conn {
             buf: Vec::new(),
             start: 0,
             need: 0,
+            chunk: Vec::new(),
             identity: Identity::Unread,
         };
         conn.setup(setup, deadline)?;
@@ -178,7 +183,6 @@ impl Conn {
     /// failed (the next read reports how): the caller may read now
     /// without waiting long.
     pub(super) fn wait_reply(&mut self, until: Instant) -> bool {
-        let mut chunk = [0u8; READ_CHUNK];
         loop {
             let pending = &self.buf[self.start..];
             if !matches!(frame::scan(pending), Scan::Incomplete { .. }) {
@@ -187,21 +191,20 @@ impl Conn {
             let Ok(room) = self.room() else {
                 return true;
             };
-            let n = match self.io.read_some(&mut chunk[..room], until, Phase::Request) {
+            let chunk = read_area(&mut self.chunk, room);
+            let n = match self.io.read_some(chunk, until, Phase::Request) {
                 Ok(n) => n,
-                Err(Fault::Timeout { .. }) => {
-                    match self.io.read_now(&mut chunk[..room], Phase::Request) {
-                        Ok(Some(n)) => n,
-                        Ok(None) => return false,
-                        Err(_) => return true,
-                    }
-                }
+                Err(Fault::Timeout { .. }) => match self.io.read_now(chunk, Phase::Request) {
+                    Ok(Some(n)) => n,
+                    Ok(None) => return false,
+                    Err(_) => return true,
+                },
                 Err(_) => return true,
             };
             if n == 0 {
                 return true;
             }
-            self.buf.extend_from_slice(&chunk[..n]);
+            self.buf.extend_from_slice(&self.chunk[..n]);
         }
     }
 
@@ -209,21 +212,21 @@ impl Conn {
     /// waiting for more (the size limits apply as for [`read`](Self::read)).
     pub(super) fn read_ready(&mut self, max: usize) -> Result<Vec<Value>, Fault> {
         let mut replies = Vec::new();
-        let mut chunk = [0u8; READ_CHUNK];
         while replies.len() < max {
             if let Some(reply) = self.buffered()? {
                 replies.push(reply);
                 continue;
             }
             let room = self.room()?;
-            match self.io.read_now(&mut chunk[..room], Phase::Request)? {
+            let chunk = read_area(&mut self.chunk, room);
+            match self.io.read_now(chunk, Phase::Request)? {
                 None => break,
                 Some(0) => {
                     return Err(Fault::Closed {
                         phase: Phase::Request,
                     });
                 }
-                Some(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Some(n) => self.buf.extend_from_slice(&self.chunk[..n]),
             }
         }
         Ok(replies)
@@ -231,30 +234,28 @@ impl Conn {
 
     /// Reads one whole reply (within the size limits) by `deadline`.
     fn read_reply(&mut self, deadline: Instant, phase: Phase) -> Result<Value, Fault> {
-        let mut chunk = [0u8; READ_CHUNK];
         loop {
             if let Some(reply) = self.buffered()? {
                 return Ok(reply);
             }
             let room = self.room()?;
             let received = self.buf.len() - self.start;
-            let n = match self.io.read_some(&mut chunk[..room], deadline, phase) {
+            let chunk = read_area(&mut self.chunk, room);
+            let n = match self.io.read_some(chunk, deadline, phase) {
                 Ok(n) => n,
                 // What arrived by now still counts: a caller that reads
                 // several nodes one after the other may come to this one
                 // after its deadline, with the reply waiting in the socket.
-                Err(Fault::Timeout { phase, .. }) => {
-                    match self.io.read_now(&mut chunk[..room], phase)? {
-                        Some(n) => n,
-                        None => return Err(Fault::Timeout { phase, received }),
-                    }
-                }
+                Err(Fault::Timeout { phase, .. }) => match self.io.read_now(chunk, phase)? {
+                    Some(n) => n,
+                    None => return Err(Fault::Timeout { phase, received }),
+                },
                 Err(other) => return Err(other),
             };
             if n == 0 {
                 return Err(Fault::Closed { phase });
             }
-            self.buf.extend_from_slice(&chunk[..n]);
+            self.buf.extend_from_slice(&self.chunk[..n]);
         }
     }
 
@@ -323,4 +324,13 @@ impl Conn {
     pub(super) fn server(&self) -> Option<ServerInfo> {
         self.identity.server()
     }
+}
+
+/// The first `room` bytes (at most [`READ_CHUNK`]) of a connection's read
+/// area, which is allocated and zeroed at the first use only.
+fn read_area(chunk: &mut Vec<u8>, room: usize) -> &mut [u8] {
+    if chunk.is_empty() {
+        chunk.resize(READ_CHUNK, 0);
+    }
+    &mut chunk[..room.min(READ_CHUNK)]
 }

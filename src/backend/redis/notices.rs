@@ -79,8 +79,9 @@ enum Link {
         writer: Writer,
         replies: Receiver<Result<Value, Fault>>,
     },
-    /// Read by the owner, between jobs (TLS).
-    Polled(Conn),
+    /// Read by the owner, between jobs (TLS). Boxed: a connection is
+    /// larger than the evented link.
+    Polled(Box<Conn>),
 }
 
 /// The writing handle of an evented link. Dropping it shuts the socket
@@ -104,13 +105,13 @@ impl Link {
         let conn = Conn::open(&inner.target, &inner.setup, deadline)
             .map_err(|fault| Failure::Fault(fault, true))?;
         let Some(waker) = waker else {
-            return Ok(Self::Polled(conn));
+            return Ok(Self::Polled(Box::new(conn)));
         };
         let writer = match conn.writer() {
             Some(Ok(writer)) => Writer(writer),
             Some(Err(e)) => return Err(Failure::NoReader(e.to_string())),
             // Never asked: `wake_on_arrival` declines over TLS.
-            None => return Ok(Self::Polled(conn)),
+            None => return Ok(Self::Polled(Box::new(conn))),
         };
         let (sender, replies) = crossbeam_channel::unbounded();
         let waker = waker.clone();
