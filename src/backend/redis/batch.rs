@@ -114,7 +114,7 @@ impl Inner {
             }
         }
         for &i in &sent {
-            self.pack_op(&ops[i], ttls[i], digests.as_ref(), &mut buf);
+            self.pack_op(&ops[i], ttls[i], digests.as_deref(), &mut buf);
         }
         let expected = sent.len() + ask.replies() + Script::ALL.len() * usize::from(load_scripts);
         c.conn
@@ -163,7 +163,7 @@ impl Inner {
                 .map(|_| replies.next().as_ref().and_then(value_text))
                 .collect();
             if let Some(learned) = Digests::from_replies(loaded) {
-                *self.digests.lock() = Some(learned);
+                *self.digests.lock() = Some(std::sync::Arc::new(learned));
             }
         }
         let firsts: Vec<First> = sent

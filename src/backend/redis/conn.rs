@@ -51,6 +51,11 @@ pub(super) struct Conn {
     /// once, at the first read, not at every read (16 KiB of `memset`
     /// per read was a visible share of a lock's CPU).
     chunk: Vec<u8>,
+    /// Kept for the connection's life: a parser made per reply
+    /// allocates an 8 KiB buffer each time (six per lock + release at
+    /// N = 3). It is only ever given whole replies (`frame::scan` says
+    /// where one ends), so it holds nothing between two of them.
+    parser: redis::Parser,
     identity: Identity,
 }
 
@@ -65,6 +70,7 @@ impl Conn {
             start: 0,
             need: 0,
             chunk: Vec::new(),
+            parser: redis::Parser::new(),
             identity: Identity::Unread,
         };
         conn.setup(setup, deadline)?;
@@ -267,8 +273,11 @@ impl Conn {
         }
         match frame::scan(pending) {
             Scan::Complete(len) => {
-                let value = redis::parse_redis_value(&pending[..len])
-                    .map_err(|e| Fault::Protocol(format!("unparsable reply: {e}")))?;
+                let value = self.parser.parse_value(&pending[..len]).map_err(|e| {
+                    // Whatever it kept of a reply it could not read goes.
+                    self.parser = redis::Parser::new();
+                    Fault::Protocol(format!("unparsable reply: {e}"))
+                })?;
                 self.start += len;
                 self.need = 0;
                 if self.start == self.buf.len() {
@@ -333,4 +342,41 @@ fn read_area(chunk: &mut Vec<u8>, room: usize) -> &mut [u8] {
         chunk.resize(READ_CHUNK, 0);
     }
     &mut chunk[..room.min(READ_CHUNK)]
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// What a connection's one parser relies on: given whole replies one
+    /// at a time (of every shape a batch reads), it keeps nothing of one
+    /// for the next.
+    #[test]
+    fn one_parser_reads_whole_replies_one_after_another() {
+        let mut parser = redis::Parser::new();
+        let replies: [(&[u8], Value); 6] = [
+            (b"+OK\r\n", Value::Okay),
+            (b":1\r\n", Value::Int(1)),
+            (b"$-1\r\n", Value::Nil),
+            (b"$3\r\nabc\r\n", Value::BulkString(b"abc".to_vec())),
+            (
+                b"*2\r\n:7\r\n$1\r\nx\r\n",
+                Value::Array(vec![Value::Int(7), Value::BulkString(b"x".to_vec())]),
+            ),
+            (b":-2\r\n", Value::Int(-2)),
+        ];
+        for _ in 0..2 {
+            for (bytes, expected) in &replies {
+                assert_eq!(frame::scan(bytes), Scan::Complete(bytes.len()));
+                assert_eq!(&parser.parse_value(*bytes).unwrap(), expected);
+            }
+        }
+        assert!(matches!(
+            parser.parse_value(&b"-ERR no\r\n"[..]).unwrap(),
+            Value::ServerError(_)
+        ));
+        assert_eq!(parser.parse_value(&b":3\r\n"[..]).unwrap(), Value::Int(3));
+    }
 }
