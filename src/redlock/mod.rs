@@ -17,6 +17,7 @@ mod owners;
 mod rounds;
 mod streak;
 mod support;
+mod ticket;
 mod turns;
 mod validity;
 mod verdict;
