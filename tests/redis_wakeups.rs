@@ -351,6 +351,34 @@ fn forged_notices_bring_a_retry_forward_a_bounded_number_of_times() {
     );
 }
 
+/// On real servers too, a waiter behind a long-held lock makes about one
+/// timed attempt a second (it reads the holder's PTTL with each refusal,
+/// and waits for it, at most a second), not one per retry delay of the
+/// default policy. Counted in attempts: a loaded machine only makes
+/// fewer.
+#[test]
+fn a_waiter_behind_a_long_held_lock_tries_about_once_a_second() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let _held = holder.try_lock("long").unwrap();
+    assert!(
+        holder.flush(Duration::from_secs(10)),
+        "the holder's rounds settle"
+    );
+    let err = waiter
+        .lock_with(
+            "long",
+            &LockOptions::new().wait(Duration::from_millis(2_500)),
+        )
+        .unwrap_err();
+    let attempts = waiter.health().locks.contended;
+    assert!(
+        attempts <= 6,
+        "{attempts} attempts in a wait of 2.5 s behind a lock held for {TTL:?}: {err}"
+    );
+}
+
 /// A process whose one thread waits for a held lock sleeps: its node
 /// threads wake when a notice (or the waiter's own attempt) comes, not
 /// every millisecond. Counted in calls, not time.
