@@ -91,7 +91,9 @@ fn a_waiter_in_another_process_wakes_when_the_lock_is_released() {
     let servers = RedisServers::start(3);
     let urls = servers.urls();
     let (holder, waiter) = (manager(&urls), manager(&urls));
-    let guard = holder.try_lock("wake").unwrap();
+    // Settled first: a waiter granted where the holder's last acquire had
+    // not landed yet would see "no quorum", and never count as contended.
+    let guard = testkit::hold_settled(&holder, "wake");
     let after = woken_after(&waiter, "wake", &slow_retries(), guard, || {
         testkit::until_listening(&waiter);
     });
@@ -361,11 +363,7 @@ fn a_waiter_behind_a_long_held_lock_tries_about_once_a_second() {
     let servers = RedisServers::start(3);
     let urls = servers.urls();
     let (holder, waiter) = (manager(&urls), manager(&urls));
-    let _held = holder.try_lock("long").unwrap();
-    assert!(
-        holder.flush(Duration::from_secs(10)),
-        "the holder's rounds settle"
-    );
+    let _held = testkit::hold_settled(&holder, "long");
     let err = waiter
         .lock_with(
             "long",
@@ -397,11 +395,7 @@ fn a_waiting_process_does_not_poll_its_subscriptions() {
         .restart_quarantine(false)
         .build()
         .unwrap();
-    let _held = holder.try_lock("sleep").unwrap();
-    assert!(
-        holder.flush(Duration::from_secs(10)),
-        "the holder's rounds settle"
-    );
+    let _held = testkit::hold_settled(&holder, "sleep");
     let wait = LockOptions::new().wait(Duration::from_millis(800)).retry(
         RetryPolicy::new()
             .delay(Duration::from_millis(100))
@@ -431,11 +425,7 @@ fn a_waiter_hears_releases_again_after_its_subscriptions_were_cut() {
     let servers = RedisServers::start(3);
     let urls = servers.urls();
     let (holder, waiter) = (manager(&urls), manager(&urls));
-    let guard = holder.try_lock("gone").unwrap();
-    assert!(
-        holder.flush(Duration::from_secs(10)),
-        "the holder's rounds settle"
-    );
+    let guard = testkit::hold_settled(&holder, "gone");
     let patient = LockOptions::new().retry(
         RetryPolicy::new()
             .max_wait(Duration::from_secs(60))

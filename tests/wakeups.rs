@@ -44,10 +44,8 @@ fn wait_behind(
     waiter: &LockManager,
     options: &LockOptions,
 ) -> (Duration, u64) {
-    let guard = holder.try_lock("job").unwrap();
-    // Every node holds the key before the waiter tries (the round was
-    // decided at a quorum; the last acquire may still be on its way).
-    assert!(holder.flush(Duration::from_secs(10)));
+    // Every node holds the key before the waiter tries.
+    let guard = testkit::hold_settled(holder, "job");
     std::thread::scope(|s| {
         let waiting = s.spawn(|| {
             let got = waiter.lock_with("job", options).unwrap();
@@ -70,11 +68,7 @@ fn wait_behind(
 fn a_set_waiter_wakes_at_the_release_of_a_member() {
     let nodes = nodes();
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
-    let guard = holder.try_lock("b").unwrap();
-    assert!(
-        holder.flush(Duration::from_secs(10)),
-        "the holder's rounds settle"
-    );
+    let guard = testkit::hold_settled(&holder, "b");
     let after = std::thread::scope(|s| {
         let waiting = s.spawn(|| {
             let got = waiter.lock_all(["a", "b"], &retries(RETRY_DELAY)).unwrap();
@@ -362,11 +356,7 @@ fn a_permit_waiter_wakes_at_the_release_of_a_slot() {
 fn a_waiter_behind_a_long_held_lock_tries_about_once_a_second() {
     let nodes = nodes();
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
-    let _held = holder.try_lock("job").unwrap();
-    assert!(
-        holder.flush(Duration::from_secs(10)),
-        "the holder's rounds settle"
-    );
+    let _held = testkit::hold_settled(&holder, "job");
     // The default retry policy: 100 ms plus up to 100 ms between attempts.
     let wait = LockOptions::new().wait(Duration::from_millis(2_500));
     let err = waiter.lock_with("job", &wait).unwrap_err();
@@ -397,11 +387,7 @@ fn a_waiting_manager_does_not_poll_for_notices() {
         )
         .build()
         .unwrap();
-    let _held = holder.try_lock("job").unwrap();
-    assert!(
-        holder.flush(Duration::from_secs(10)),
-        "the holder's rounds settle"
-    );
+    let _held = testkit::hold_settled(&holder, "job");
     let delay = Duration::from_millis(100);
     let wait = LockOptions::new()
         .wait(Duration::from_millis(800))

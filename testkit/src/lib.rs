@@ -12,7 +12,8 @@
 //! * [`acceptor`]: the one loopback accept loop the three above run on.
 //! * [`CountedNotices`]: any backend, its release listeners' polls counted.
 //! * [`rng`]: the one seedable generator, so a failing seed replays.
-//! * [`wait_until`]: bounded polling for what a test cannot be told about.
+//! * [`wait_until`]: bounded polling for what a test cannot be told about;
+//!   [`hold_settled`]: a lock every node has applied.
 //!
 //! Test code: failing loudly (panicking with a message) is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -33,4 +34,4 @@ pub use counted::CountedNotices;
 pub use report::said_of;
 pub use rng::Rng;
 pub use server::{RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port};
-pub use wait::{until_listening, wait_until, wait_until_with};
+pub use wait::{hold_settled, until_listening, wait_until, wait_until_with};

@@ -48,6 +48,22 @@ pub fn until_listening(waiter: &quorum_lock::LockManager) {
     );
 }
 
+/// `holder`'s lock of `key` (one attempt, which must succeed), once every
+/// node has applied it: the attempt was decided at a quorum and the last
+/// acquire may still be on its way, so a waiter that tries before that
+/// could be granted there (and see "no quorum" instead of "held
+/// elsewhere").
+pub fn hold_settled(holder: &quorum_lock::LockManager, key: &str) -> quorum_lock::LockGuard {
+    let guard = holder
+        .try_lock(key)
+        .unwrap_or_else(|e| panic!("the holder cannot lock {key}: {e}"));
+    assert!(
+        holder.flush(Duration::from_secs(10)),
+        "the holder's rounds never settled"
+    );
+    guard
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
