@@ -17,7 +17,6 @@ mod owners;
 mod rounds;
 mod streak;
 mod support;
-mod ticket;
 mod turns;
 mod validity;
 mod verdict;

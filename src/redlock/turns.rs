@@ -33,7 +33,6 @@ use parking_lot::Mutex;
 
 use super::lease::Lease;
 pub(crate) use super::streak::Streak;
-pub(crate) use super::ticket::Ticket;
 use crate::backend::KeySet;
 use crate::canary::{self, Canary};
 use crate::cancel::Alarm;
@@ -135,6 +134,20 @@ pub(crate) enum Turn {
     TimedOut,
     /// The call's cancellation token was cancelled; out of the line.
     Cancelled,
+}
+
+/// The local turn for one key: passed to the next waiter when dropped (or
+/// explicitly, with a hand-over, by [`pass_with`](Self::pass_with)). A
+/// ticket whose turn the line has since given to another thread (its
+/// holder's lease ran out) passes nothing.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    queue: Arc<LocalQueue>,
+    key: KeySet,
+    pub(super) id: u64,
+    streak: Streak,
+    /// Passed already (by `pass_with`): `Drop` does nothing more.
+    passed: bool,
 }
 
 /// What the first waiter sees of the holder's lock.
@@ -319,19 +332,12 @@ impl LocalQueue {
     }
 
     fn ticket(self: &Arc<Self>, key: &KeySet, id: u64, streak: Streak) -> Ticket {
-        Ticket::new(Arc::clone(self), key.clone(), id, streak)
-    }
-
-    /// Records `lease` as the lock of turn `id` for `key`, if that turn
-    /// still holds the line: from here on, the line waits for it only
-    /// while it is valid (see [`Ticket::hold`]).
-    pub(super) fn hold(&self, key: &KeySet, id: u64, lease: &Arc<Lease>) {
-        let mut lines = self.lines.lock();
-        if let Some(line) = lines.by_key.get_mut(key)
-            && line.holder.ticket == id
-        {
-            line.holder.lease = Some(Arc::downgrade(lease));
-            line.nudge_first();
+        Ticket {
+            queue: Arc::clone(self),
+            key: key.clone(),
+            id,
+            streak,
+            passed: false,
         }
     }
 
@@ -385,7 +391,7 @@ impl LocalQueue {
     /// waiter wants) gives a lock for it. Otherwise nothing changes: the
     /// ticket keeps the turn (and passes it later, after its release was
     /// sent). Returns whether the lock was handed over.
-    pub(super) fn offer_lock(
+    fn offer_lock(
         &self,
         key: &KeySet,
         id: u64,
@@ -412,7 +418,7 @@ impl LocalQueue {
     /// returns the lock to hand over, or `None` after sending the release
     /// itself, in which case the next waiter gets the turn. Returns whether
     /// the lock was handed over.
-    pub(super) fn pass_with(
+    fn pass_with(
         &self,
         key: &KeySet,
         id: u64,
@@ -481,6 +487,63 @@ impl Line {
     fn nudge_first(&self) {
         if let Some(first) = self.waiting.front() {
             let _ = first.grant.send(Grant::Recheck);
+        }
+    }
+}
+
+impl Ticket {
+    /// Its place in the streak of local turns.
+    pub(crate) fn streak(&self) -> Streak {
+        self.streak
+    }
+
+    /// Records the lock the turn-holder now holds: from here on, the
+    /// line waits for it only while it is valid.
+    pub(crate) fn hold(&self, lease: &Arc<Lease>) {
+        let mut lines = self.queue.lines.lock();
+        if let Some(line) = lines.by_key.get_mut(&self.key)
+            && line.holder.ticket == self.id
+        {
+            line.holder.lease = Some(Arc::downgrade(lease));
+            line.nudge_first();
+        }
+    }
+
+    /// Hands the lock to the next waiter when `offer` gives one for what it
+    /// wants (see [`LocalQueue::offer_lock`]): `None`, the turn has passed
+    /// with the lock. Otherwise the ticket comes back, still holding the
+    /// turn: the caller releases on the servers, then drops it.
+    pub(crate) fn offer_lock(
+        mut self,
+        offer: impl FnOnce(&Want) -> Option<Arc<Lease>>,
+    ) -> Option<Self> {
+        if self
+            .queue
+            .offer_lock(&self.key, self.id, self.streak, offer)
+        {
+            self.passed = true;
+            None
+        } else {
+            Some(self)
+        }
+    }
+
+    /// Passes the turn now; see [`LocalQueue::pass_with`] for `offer`.
+    /// Returns whether the lock was handed over.
+    pub(crate) fn pass_with(
+        mut self,
+        offer: impl FnOnce(Option<&Want>) -> Option<Arc<Lease>>,
+    ) -> bool {
+        self.passed = true;
+        self.queue.pass_with(&self.key, self.id, self.streak, offer)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.passed {
+            self.queue
+                .pass_with(&self.key, self.id, self.streak, |_| None);
         }
     }
 }
