@@ -64,12 +64,18 @@ fn non_exec_script(pids: &Pids) -> String {
 /// pid, then its `/proc/<pid>/stat` and command line, so that a failure
 /// tells a survivor of the group (its process group, its `sleep`) from a
 /// pid the kernel gave to another process.
+///
+/// Each pid's state comes from one read of its `stat`: a killed process
+/// whose parent died stays a zombie until init collects it (here, up to
+/// two seconds later, in a sweep), and a check in two steps (the file
+/// exists, then its state) saw a zombie collected in between as running.
 fn survivors_check(pids: &[(&'static str, u32, Leftover)]) -> String {
     let list: Vec<String> = pids.iter().map(|(_, pid, _)| pid.to_string()).collect();
     format!(
-        "for p in {}; do if [ -e /proc/$p/status ] && ! grep -q '^State:.*Z' /proc/$p/status; \
-         then echo \"$p stat: $(cat /proc/$p/stat 2>/dev/null) cmdline: \
-         $(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\"; fi; done",
+        "for p in {}; do st=$(cat /proc/$p/stat 2>/dev/null); case \"$st\" in \
+         '' | *') Z '* | *') X '*) ;; \
+         *) echo \"$p stat: $st cmdline: $(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\" ;; \
+         esac; done",
         list.join(" ")
     )
 }
