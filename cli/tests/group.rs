@@ -14,7 +14,7 @@ use std::process::Stdio;
 
 use common::{
     HANG, Leftover, code, free_everywhere, held_everywhere, output, read_pid, running, send,
-    stderr, stdout, tool, wait_output,
+    stderr, stdout, still_running_check, tool, wait_output,
 };
 use testkit::{RedisServers, TempDir, wait_until};
 
@@ -60,24 +60,10 @@ fn non_exec_script(pids: &Pids) -> String {
 }
 
 /// A command for a second `run`: prints one line per pid of `pids` that
-/// still runs when it got the lock (nothing when they are all gone): the
-/// pid, then its `/proc/<pid>/stat` and command line, so that a failure
-/// tells a survivor of the group (its process group, its `sleep`) from a
-/// pid the kernel gave to another process.
-///
-/// Each pid's state comes from one read of its `stat`: a killed process
-/// whose parent died stays a zombie until init collects it (here, up to
-/// two seconds later, in a sweep), and a check in two steps (the file
-/// exists, then its state) saw a zombie collected in between as running.
+/// still runs when it got the lock (see [`still_running_check`]).
 fn survivors_check(pids: &[(&'static str, u32, Leftover)]) -> String {
-    let list: Vec<String> = pids.iter().map(|(_, pid, _)| pid.to_string()).collect();
-    format!(
-        "for p in {}; do st=$(cat /proc/$p/stat 2>/dev/null); case \"$st\" in \
-         '' | *') Z '* | *') X '*) ;; \
-         *) echo \"$p stat: $st cmdline: $(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\" ;; \
-         esac; done",
-        list.join(" ")
-    )
+    let pids: Vec<u32> = pids.iter().map(|(_, pid, _)| *pid).collect();
+    still_running_check(&pids)
 }
 
 /// The names of `pids` that the output of [`survivors_check`] lists.

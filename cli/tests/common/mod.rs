@@ -101,6 +101,27 @@ pub fn running(pid: u32) -> bool {
     }
 }
 
+/// A shell command that prints one line per pid of `pids` that still
+/// runs, nothing when they are all gone: the pid, then its
+/// `/proc/<pid>/stat` and command line, so that a failure tells a real
+/// survivor (its process group, its command) from a pid the kernel gave
+/// to another process. For a second `run` to execute once it has the lock.
+///
+/// Each pid's state comes from one read of its `stat`: a killed process
+/// whose parent died stays a zombie until init collects it (here, up to
+/// two seconds later, in a sweep), and a check in two steps (the file
+/// exists, then its state) saw a zombie collected in between as running.
+pub fn still_running_check(pids: &[u32]) -> String {
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    format!(
+        "for p in {}; do st=$(cat /proc/$p/stat 2>/dev/null); case \"$st\" in \
+         '' | *') Z '* | *') X '*) ;; \
+         *) echo \"$p stat: $st cmdline: $(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\" ;; \
+         esac; done",
+        list.join(" ")
+    )
+}
+
 /// SIGKILL to a process the tool should have ended, so that a failing
 /// test leaves nothing behind.
 pub fn kill_leftover(pid: u32) {
