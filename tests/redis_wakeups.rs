@@ -39,6 +39,14 @@ fn manager(urls: &[String]) -> LockManager {
         .unwrap()
 }
 
+/// Three servers, and two managers over them standing for two processes.
+fn two_processes() -> (RedisServers, LockManager, LockManager) {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let (a, b) = (manager(&urls), manager(&urls));
+    (servers, a, b)
+}
+
 /// Retry every 5 s exactly, a few times: without a wake-up, the second
 /// attempt comes 5 s after the first.
 fn slow_retries() -> LockOptions {
@@ -88,9 +96,7 @@ fn assert_woken(after: Duration) {
 
 #[test]
 fn a_waiter_in_another_process_wakes_when_the_lock_is_released() {
-    let servers = RedisServers::start(3);
-    let urls = servers.urls();
-    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let (servers, holder, waiter) = two_processes();
     // Settled first: a waiter granted where the holder's last acquire had
     // not landed yet would see "no quorum", and never count as contended.
     let guard = testkit::hold_settled(&holder, "wake");
@@ -116,9 +122,7 @@ fn subscribers(servers: &RedisServers) -> i64 {
 
 #[test]
 fn nothing_stays_subscribed_once_the_waiters_are_gone() {
-    let servers = RedisServers::start(3);
-    let urls = servers.urls();
-    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let (servers, holder, waiter) = two_processes();
     let guard = holder.try_lock("gone").unwrap();
     std::thread::scope(|s| {
         let waiting = s.spawn(|| waiter.lock_with("gone", &slow_retries()).unwrap());
@@ -144,9 +148,7 @@ fn nothing_stays_subscribed_once_the_waiters_are_gone() {
 /// for does not take it again ahead of them.
 #[test]
 fn a_releaser_lets_the_processes_already_waiting_go_first() {
-    let servers = RedisServers::start(3);
-    let urls = servers.urls();
-    let (first, other) = (manager(&urls), manager(&urls));
+    let (servers, first, other) = two_processes();
     let guard = first.try_lock("fair").unwrap();
     let (order_tx, order) = crossbeam_channel::unbounded();
     std::thread::scope(|s| {
@@ -303,9 +305,7 @@ fn forged_notices_bring_a_retry_forward_a_bounded_number_of_times() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     const ATTEMPTS: u32 = 15;
-    let servers = RedisServers::start(3);
-    let urls = servers.urls();
-    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let (servers, holder, waiter) = two_processes();
     let guard = holder.try_lock("forged").unwrap();
     let retry = LockOptions::new().retry(
         RetryPolicy::new()
@@ -360,9 +360,7 @@ fn forged_notices_bring_a_retry_forward_a_bounded_number_of_times() {
 /// fewer.
 #[test]
 fn a_waiter_behind_a_long_held_lock_tries_about_once_a_second() {
-    let servers = RedisServers::start(3);
-    let urls = servers.urls();
-    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let (_servers, holder, waiter) = two_processes();
     let _held = testkit::hold_settled(&holder, "long");
     let err = waiter
         .lock_with(
@@ -422,9 +420,7 @@ fn a_waiting_process_does_not_poll_its_subscriptions() {
 /// waiter may spend a few attempts, so it is not limited to 4.)
 #[test]
 fn a_waiter_hears_releases_again_after_its_subscriptions_were_cut() {
-    let servers = RedisServers::start(3);
-    let urls = servers.urls();
-    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let (servers, holder, waiter) = two_processes();
     let guard = testkit::hold_settled(&holder, "gone");
     let patient = LockOptions::new().retry(
         RetryPolicy::new()

@@ -87,18 +87,23 @@ struct Waiter {
     /// set's order for a set), per node: a notice for that member came from it
     /// since the waiter last cleared.
     heard_from: Vec<Vec<bool>>,
-    /// Per node, the digest of the value an acquire of the key was refused
-    /// with there ([`Reply::HeldBy`](crate::backend::Reply)) since the
-    /// waiter last cleared (the refusals of its last attempt).
-    seen: Vec<Option<u64>>,
-    /// Per node, when the key that refused it expires there, when the
-    /// refusal said (same lifetime as `seen`).
-    expires: Vec<Option<Instant>>,
+    /// Per node, the refusal of an acquire of the key there since the
+    /// waiter last cleared (those of its last attempt).
+    seen: Vec<Option<Refusal>>,
     /// The holder when the waiter last asked: the digest then seen on a
     /// quorum of nodes, once one was.
     known: Option<u64>,
     /// What `seen` shows was told already.
     told: bool,
+}
+
+/// A node's refusal of an acquire ([`Reply::HeldBy`](crate::backend::Reply)).
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
+    /// The digest of the value the key held.
+    digest: u64,
+    /// When that key expires there, when the node said.
+    expires: Option<Instant>,
 }
 
 /// What the refusals since a waiter last asked say of the lock's holder
@@ -144,7 +149,6 @@ impl Waiters {
             bell,
             heard_from,
             seen: vec![None; self.deaf.len()],
-            expires: vec![None; self.deaf.len()],
             known: None,
             told: false,
         };
@@ -275,8 +279,7 @@ impl Waiters {
                 .iter_mut()
                 .flatten()
                 .for_each(|h| *h = false);
-            waiter.seen.iter_mut().for_each(|d| *d = None);
-            waiter.expires.iter_mut().for_each(|e| *e = None);
+            waiter.seen.iter_mut().for_each(|r| *r = None);
             waiter.told = false;
         }
     }
@@ -299,11 +302,8 @@ impl Waiters {
             return;
         };
         for waiter in list {
-            if let (Some(slot), Some(until)) =
-                (waiter.seen.get_mut(node), waiter.expires.get_mut(node))
-            {
-                *slot = Some(digest);
-                *until = expires;
+            if let Some(slot) = waiter.seen.get_mut(node) {
+                *slot = Some(Refusal { digest, expires });
                 waiter.told = false;
             }
         }
@@ -322,8 +322,13 @@ impl Waiters {
         }
         let book = self.book.lock();
         let waiter = book.keys.get(keys)?.iter().find(|w| w.id == id)?;
-        let mut known: Vec<Instant> = waiter.expires.iter().flatten().copied().collect();
-        let maybe_free = waiter.expires.len() - known.len();
+        let mut known: Vec<Instant> = waiter
+            .seen
+            .iter()
+            .flatten()
+            .filter_map(|r| r.expires)
+            .collect();
+        let maybe_free = waiter.seen.len() - known.len();
         // Nodes whose keys must expire before a quorum can grant.
         let to_expire = self.quorum.checked_sub(maybe_free).filter(|n| *n > 0)?;
         known.sort_unstable();
@@ -353,11 +358,12 @@ impl Waiters {
             return HolderNews::Unknown;
         }
         let seen = &waiter.seen;
+        let digest_on = |d: u64| seen.iter().flatten().filter(|r| r.digest == d).count();
         let holder = seen
             .iter()
             .flatten()
-            .copied()
-            .find(|d| seen.iter().filter(|s| **s == Some(*d)).count() >= quorum);
+            .map(|r| r.digest)
+            .find(|d| digest_on(*d) >= quorum);
         let news = match (waiter.known, holder) {
             (_, None) => return HolderNews::Unknown,
             (None, Some(_)) => HolderNews::First,
