@@ -65,9 +65,10 @@ pub(crate) const EARLY_WAKEUPS: u32 = 3;
 
 /// The longest a lock's waiter that hears release notices goes without a
 /// timed attempt while the holder's keys live on (see the module docs):
-/// what a lost notice can cost. One second: a waiting process then spends
-/// about 1 ms of CPU per second (docs/benchmarks.md, "waiting"), against
-/// 4 with the retry delay's five attempts a second.
+/// what a lost notice can cost. One second: a process with one thread
+/// waiting then spends 1.8 ms of CPU per second, 1.0 of it idle, against
+/// 5.0 with the default retry delay's five to ten attempts a second
+/// (docs/benchmarks.md, "waiting" and "Two builds compared").
 pub(crate) const LONGEST_QUIET: Duration = Duration::from_secs(1);
 
 /// A caller's wait for the release of one key, across its attempts: the
