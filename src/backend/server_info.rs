@@ -1,6 +1,8 @@
-//! What a server says about itself ([`ServerInfo`]): who it is, since when,
-//! whether it may evict keys, and its replication role and history.
+//! What a server says about itself ([`ServerInfo`]): who it is, which
+//! server and version ([`ServerVersion`]), since when, whether it may evict
+//! keys, and its replication role and history.
 
+use std::fmt;
 use std::time::Duration;
 
 /// How old a server's settings that can change at run time (eviction and
@@ -43,6 +45,81 @@ pub struct ServerInfo {
     /// `INFO stats`): a count that grew between two reads means keys were
     /// evicted in between, whatever the policy says now.
     pub evicted_keys: Option<u64>,
+    /// Which server this is, and its version (`server_name` and
+    /// `valkey_version` in `INFO server` for Valkey, which reports
+    /// `redis_version:7.2.4` in every release; `redis_version` for Redis):
+    /// what tells whether it has the commands that replace scripts.
+    pub version: Option<ServerVersion>,
+}
+
+/// Which server a node runs: a product and its version, from `INFO server`.
+///
+/// ```
+/// use quorum_lock::backend::{ServerProduct, ServerVersion};
+///
+/// let valkey = ServerVersion::new(ServerProduct::Valkey, 9, 1, 2);
+/// assert_eq!(valkey.to_string(), "Valkey 9.1.2");
+/// assert!(valkey.at_least(ServerProduct::Valkey, 9, 0));
+/// assert!(!valkey.at_least(ServerProduct::Redis, 8, 4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerVersion {
+    /// Redis or Valkey.
+    pub product: ServerProduct,
+    /// The major version.
+    pub major: u32,
+    /// The minor version.
+    pub minor: u32,
+    /// The patch level.
+    pub patch: u32,
+}
+
+/// The server software of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerProduct {
+    /// Redis (or a server that reports only `redis_version`).
+    Redis,
+    /// Valkey (`server_name:valkey`).
+    Valkey,
+}
+
+impl ServerVersion {
+    /// A product at a version.
+    pub fn new(product: ServerProduct, major: u32, minor: u32, patch: u32) -> Self {
+        Self {
+            product,
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Parses `"9.1.2"` (a missing minor or patch counts 0); `None` when
+    /// the major is not a number.
+    pub fn parse(product: ServerProduct, version: &str) -> Option<Self> {
+        let mut parts = version.trim().split('.').map(str::parse::<u32>);
+        let major = parts.next()?.ok()?;
+        let minor = parts.next().and_then(Result::ok).unwrap_or(0);
+        let patch = parts.next().and_then(Result::ok).unwrap_or(0);
+        Some(Self::new(product, major, minor, patch))
+    }
+
+    /// Whether this is `product` at `major.minor` or later.
+    pub fn at_least(&self, product: ServerProduct, major: u32, minor: u32) -> bool {
+        self.product == product && (self.major, self.minor) >= (major, minor)
+    }
+}
+
+impl fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let product = match self.product {
+            ServerProduct::Redis => "Redis",
+            ServerProduct::Valkey => "Valkey",
+        };
+        write!(f, "{product} {}.{}.{}", self.major, self.minor, self.patch)
+    }
 }
 
 impl ServerInfo {

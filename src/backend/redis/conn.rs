@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use redis::Value;
 
-use crate::backend::ServerInfo;
+use crate::backend::{ServerInfo, ServerVersion};
 
 use super::frame::{self, MAX_REPLY_BYTES, Scan, describe_value};
 use super::info::{Ask, Identity};
@@ -332,6 +332,32 @@ impl Conn {
     /// The server at the other end; `None` when unknown.
     pub(super) fn server(&self) -> Option<ServerInfo> {
         self.identity.server()
+    }
+
+    /// Which server and version is at the other end (without cloning the
+    /// rest of the identity): what decides, per connection, whether an op
+    /// goes as a script or as the server's own command.
+    pub(super) fn version(&self) -> Option<ServerVersion> {
+        self.identity.version()
+    }
+
+    /// Asks `INFO` now, in a round trip of its own, unless the identity
+    /// is already known: a new pooled connection does it before its first
+    /// batch is packed, so that the batch can use the commands its server
+    /// has in place of scripts. A refusal (`NOPERM`) leaves the identity
+    /// unknown for the connection's life, as in a batch.
+    pub(super) fn read_identity(&mut self, deadline: Instant) -> Result<(), Fault> {
+        let ask = self.ask();
+        if ask != Ask::Identity {
+            return Ok(());
+        }
+        let mut buf = Vec::new();
+        ask.pack(&mut buf);
+        let replies = self
+            .exchange(&buf, ask.replies(), deadline)
+            .map_err(|(fault, _)| fault)?;
+        self.learn(ask, &mut replies.into_iter());
+        Ok(())
     }
 }
 

@@ -30,7 +30,7 @@ pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>]) -> Box<dyn InFlight> {
             return Box::new(inner.answers(results, None));
         }
     };
-    match inner.send_first(&mut conn, ops, &ttls, &results, deadline) {
+    match inner.send_first(&mut conn, ops, &ttls, &mut results, deadline) {
         Ok(first) => Box::new(Sent {
             inner,
             conn,
@@ -68,6 +68,10 @@ struct Sent {
 
 impl InFlight for Sent {
     fn wait(&mut self, until: Instant) -> bool {
+        // Every op refused before sending (scripts off): no reply to wait for.
+        if self.first.awaits_nothing() {
+            return true;
+        }
         self.conn.conn.wait_reply(until.min(self.deadline))
     }
 

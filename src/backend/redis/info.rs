@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{SETTINGS_MAX_AGE, ServerInfo};
+use crate::backend::{SETTINGS_MAX_AGE, ServerInfo, ServerProduct, ServerVersion};
 
 use super::frame::value_text;
 
@@ -125,6 +125,14 @@ impl Identity {
         }
     }
 
+    /// Which server and version is at the other end; `None` when unknown.
+    pub(super) fn version(&self) -> Option<ServerVersion> {
+        match self {
+            Self::Known { info, .. } => info.version,
+            Self::Unread | Self::Unavailable => None,
+        }
+    }
+
     /// The server at the other end, with its uptime advanced by the time
     /// since `INFO` was read; `None` when unknown.
     pub(super) fn server(&self) -> Option<ServerInfo> {
@@ -148,7 +156,9 @@ pub(super) fn pack_info(buf: &mut Vec<u8>) {
 
 /// `run_id`, `uptime_in_seconds`, `maxmemory`, `maxmemory_policy`, `role`,
 /// `master_replid` and `evicted_keys` from an `INFO` reply (Redis and Valkey spell them
-/// alike).
+/// alike), and the server's version: `valkey_version` when there is one
+/// (Valkey reports `redis_version:7.2.4` in every release), else
+/// `redis_version`.
 pub(super) fn parse_info(text: &str) -> ServerInfo {
     let mut info = ServerInfo::default();
     parse_into(&mut info, text);
@@ -170,6 +180,10 @@ fn parse_into(info: &mut ServerInfo, text: &str) {
             "maxmemory_policy" => info.maxmemory_policy = Some(value.to_owned()),
             "role" => info.replica = Some(value != "master"),
             "evicted_keys" => info.evicted_keys = value.parse::<u64>().ok(),
+            "redis_version" if info.version.is_none() => {
+                info.version = ServerVersion::parse(ServerProduct::Redis, value);
+            }
+            "valkey_version" => info.version = ServerVersion::parse(ServerProduct::Valkey, value),
             "master_replid" => {
                 info.replication_id = Some(value.to_owned()).filter(|id| !id.is_empty());
             }
@@ -209,5 +223,23 @@ mod tests {
             Some("maxmemory 4194304, maxmemory-policy volatile-lru")
         );
         assert_eq!(parse_info(""), ServerInfo::default());
+        assert_eq!(
+            info.version,
+            Some(ServerVersion::new(ServerProduct::Redis, 7, 0, 15))
+        );
+    }
+
+    /// Valkey says `redis_version:7.2.4` whatever its own version: the
+    /// `valkey_version` line decides, before or after it.
+    #[test]
+    fn valkey_is_told_by_its_own_version_line() {
+        let valkey = ServerVersion::new(ServerProduct::Valkey, 9, 1, 2);
+        for text in [
+            "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n",
+            "valkey_version:9.1.2\r\nredis_version:7.2.4\r\n",
+        ] {
+            assert_eq!(parse_info(text).version, Some(valkey), "{text:?}");
+        }
+        assert_eq!(parse_info("redis_version:x\r\n").version, None);
     }
 }

@@ -53,6 +53,7 @@ mod batch;
 mod conn;
 mod errors;
 mod flight;
+mod forms;
 mod frame;
 mod info;
 mod inspect;
@@ -82,6 +83,8 @@ use self::info::{Ask, pack_info, parse_info};
 use self::pool::{Failure, IdleConn};
 use self::redact::{describe_info, redact_raw_url, scrub, url_secrets};
 use self::scripts::Digests;
+
+pub use self::forms::Scripts;
 use self::transport::Target;
 
 /// One Redis server, used as a lock node.
@@ -115,6 +118,8 @@ struct Inner {
     /// (shared: every batch takes them, and nine strings cloned per
     /// batch were a fifth of a lock's allocations).
     digests: Mutex<Option<Arc<Digests>>>,
+    /// Whether ops may run as Lua scripts ([`RedisBackend::with_scripts`]).
+    scripts: Scripts,
 }
 
 impl RedisBackend {
@@ -227,8 +232,46 @@ impl RedisBackend {
                 timeout,
                 idle: Mutex::new(Vec::new()),
                 digests: Mutex::new(None),
+                scripts: Scripts::Auto,
             }),
         })
+    }
+
+    /// The same server, with ops run as Lua scripts as `scripts` says
+    /// (default [`Scripts::Auto`]: the server's own commands where its
+    /// version has them, scripts elsewhere). The backend returned has a
+    /// connection pool of its own.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorum_lock::{RedisBackend, Scripts};
+    ///
+    /// // An ACL user denied @scripting, on Valkey 9 or Redis 8.4.
+    /// let node = RedisBackend::open("redis://127.0.0.1:6379", Duration::from_millis(50))?
+    ///     .with_scripts(Scripts::Never);
+    /// assert_eq!(node.scripts(), Scripts::Never);
+    /// # Ok::<(), quorum_lock::backend::BackendError>(())
+    /// ```
+    #[must_use]
+    pub fn with_scripts(self, scripts: Scripts) -> Self {
+        let inner = &*self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                target: inner.target.clone(),
+                setup: inner.setup.clone(),
+                redacted: inner.redacted.clone(),
+                secrets: inner.secrets.clone(),
+                timeout: inner.timeout,
+                idle: Mutex::new(Vec::new()),
+                digests: Mutex::new(None),
+                scripts,
+            }),
+        }
+    }
+
+    /// Whether ops may run as Lua scripts: see [`with_scripts`](Self::with_scripts).
+    pub fn scripts(&self) -> Scripts {
+        self.inner.scripts
     }
 
     /// The server's address without credentials, such as

@@ -120,7 +120,11 @@ impl Inner {
         if remaining(deadline).is_none() {
             return Err(self.timeout_error());
         }
-        match Conn::open(&self.target, &self.setup, deadline) {
+        let opened = Conn::open(&self.target, &self.setup, deadline).and_then(|mut conn| {
+            conn.read_identity(deadline)?;
+            Ok(conn)
+        });
+        match opened {
             Ok(conn) => Ok(Checkout {
                 conn,
                 reused: false,

@@ -1,0 +1,424 @@
+//! Which form an op takes on one server: the plain `SET NX PX`, a Lua
+//! script, or the server's own command that does the script's work in one
+//! atomic step ([`Form`]); and the setting that chooses ([`Scripts`]).
+//!
+//! The commands, and the servers that have them (checked on Valkey 8.1.8
+//! and 9.1.2 and Redis 7.0.15 and 8.2.3; Redis 8.4's from its
+//! documentation):
+//!
+//! | work | command | Valkey | Redis |
+//! |---|---|---|---|
+//! | release | `DELIFEQ key token` | 9.0+ | - |
+//! | release | `DELEX key IFEQ token` | - | 8.4+ |
+//! | extend | `SET key token IFEQ token PX ttl` | 8.1+ | 8.4+ |
+//! | acquire of a set | `MSETEX n k1 token ... NX PX ttl` | 9.1+ | 8.4+ |
+//!
+//! Each answers as the script it replaces, with two differences handled
+//! here. A release's notice: the script publishes inside its own atomic
+//! step; here `PUBSUB NUMSUB` of the channel follows the delete in the
+//! same pipeline, and a second round trip `PUBLISH`es only when the delete
+//! deleted and someone listens (never a blind `PUBLISH`, which would
+//! announce every failed attempt's undo and wake every waiter for
+//! nothing). A waiter subscribes before it tries, so one that `NUMSUB`
+//! missed tries after the delete and finds the key free. And a set's
+//! extend: one `SET IFEQ` per member extends the members that still hold
+//! our token even when another does not (the script changes none then);
+//! the answer is still "no", and keys that hold our token only ever
+//! exclude others for as long as we asked.
+//!
+//! Fenced ops keep their scripts on every server: no command reads a
+//! counter and sets a key in one step.
+
+use redis::Value;
+
+use crate::backend::{Op, OpKind, RELEASE_CHANNEL_PREFIX, Reply, ServerProduct, ServerVersion};
+
+use super::scripts::Script;
+
+/// Whether a Redis node may run Lua scripts: see
+/// [`RedisBackend::with_scripts`](super::RedisBackend::with_scripts) and
+/// [`LockManagerBuilder::scripts`](crate::LockManagerBuilder::scripts).
+///
+/// Release and extend of a single lock, release of a set and the acquire
+/// of a set can go without a script on servers that have the commands
+/// for them (Valkey 8.1+ for extend, 9.0+ for release, 9.1+ for a set's
+/// acquire; Redis 8.4+ for all three). Fenced locks always need scripts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scripts {
+    /// Per server: its own command where it has one, a script elsewhere
+    /// (read from `INFO server` when a connection opens).
+    #[default]
+    Auto,
+    /// Never a script: for an ACL user denied `@scripting`, or a server
+    /// that forbids `EVAL`. An op the server cannot do without one fails
+    /// at once, naming the server, the op and what it needs, before
+    /// anything is sent.
+    Never,
+    /// Always the scripts, as before servers had the commands.
+    Always,
+}
+
+/// How an op goes to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    /// `SET key token NX PX ttl`: the plain acquire of one key.
+    SetNx,
+    /// A script.
+    Script(Script),
+    /// `DELIFEQ` (Valkey) or `DELEX .. IFEQ` (Redis) per key, each followed
+    /// by `PUBSUB NUMSUB` of its channel.
+    DeleteIfEqual(Delete),
+    /// `SET key token IFEQ token PX ttl` per key.
+    SetIfEqual,
+    /// `MSETEX` of every key, `NX PX`.
+    MsetEx,
+}
+
+/// The server's conditional delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Delete {
+    /// Valkey 9.0+: `DELIFEQ key value`.
+    DelIfEq,
+    /// Redis 8.4+: `DELEX key IFEQ value`.
+    DelEx,
+}
+
+/// The commands a server has in place of scripts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Commands {
+    delete: Option<Delete>,
+    set_if_equal: bool,
+    mset_ex: bool,
+}
+
+impl Commands {
+    /// What a server of `version` has; nothing when it is not known.
+    pub(super) fn of(version: Option<ServerVersion>) -> Self {
+        let Some(v) = version else {
+            return Self::default();
+        };
+        let redis_84 = v.at_least(ServerProduct::Redis, 8, 4);
+        Self {
+            delete: if v.at_least(ServerProduct::Valkey, 9, 0) {
+                Some(Delete::DelIfEq)
+            } else if redis_84 {
+                Some(Delete::DelEx)
+            } else {
+                None
+            },
+            set_if_equal: redis_84 || v.at_least(ServerProduct::Valkey, 8, 1),
+            mset_ex: redis_84 || v.at_least(ServerProduct::Valkey, 9, 1),
+        }
+    }
+}
+
+/// The form of `op` on a server with `commands`, under `scripts`; `Err`
+/// with what the op would need when `scripts` is [`Scripts::Never`] and
+/// the server has no command for it.
+pub(super) fn form_of(
+    op: &Op<'_>,
+    commands: Commands,
+    scripts: Scripts,
+) -> Result<Form, &'static str> {
+    let script = script_for(op);
+    let Some(script) = script else {
+        return Ok(Form::SetNx);
+    };
+    let command = match op.kind {
+        OpKind::Release => commands.delete.map(Form::DeleteIfEqual),
+        OpKind::Extend { .. } => commands.set_if_equal.then_some(Form::SetIfEqual),
+        OpKind::Acquire { .. } => commands.mset_ex.then_some(Form::MsetEx),
+        OpKind::AcquireFenced { .. } | OpKind::RaiseFence { .. } => None,
+    };
+    match (scripts, command) {
+        (Scripts::Always, _) | (Scripts::Auto, None) => Ok(Form::Script(script)),
+        (Scripts::Auto | Scripts::Never, Some(form)) => Ok(form),
+        (Scripts::Never, None) => Err(needs(op)),
+    }
+}
+
+/// What the server would need to do `op` without a script.
+fn needs(op: &Op<'_>) -> &'static str {
+    match op.kind {
+        OpKind::Release => "release needs DELIFEQ (Valkey 9.0+) or DELEX (Redis 8.4+)",
+        OpKind::Extend { .. } => "extend needs SET .. IFEQ (Valkey 8.1+, Redis 8.4+)",
+        OpKind::Acquire { .. } => "lock_all needs MSETEX (Valkey 9.1+, Redis 8.4+)",
+        OpKind::AcquireFenced { .. } | OpKind::RaiseFence { .. } => {
+            "fencing has no script-free form on any server"
+        }
+    }
+}
+
+/// The script that does `op`'s work (`None`: `SET NX PX`, the plain
+/// acquire of one key): the form of every op on a server without the
+/// commands, and of every re-run. One key runs the one-key scripts;
+/// several run the set scripts, which take, extend, release or fence
+/// every key or none.
+pub(super) fn script_for(op: &Op<'_>) -> Option<Script> {
+    let one = op.keys.len() == 1;
+    match op.kind {
+        OpKind::Acquire { .. } if one => None,
+        OpKind::Acquire { .. } => Some(Script::AcquireAll),
+        OpKind::AcquireFenced { .. } if one => Some(Script::AcquireFenced),
+        OpKind::AcquireFenced { .. } => Some(Script::AcquireAllFenced),
+        OpKind::Extend { .. } if one => Some(Script::Extend),
+        OpKind::Extend { .. } => Some(Script::ExtendAll),
+        OpKind::Release if one => Some(Script::Release),
+        OpKind::Release => Some(Script::ReleaseAll),
+        OpKind::RaiseFence { .. } if one => Some(Script::RaiseFence),
+        OpKind::RaiseFence { .. } => Some(Script::RaiseFenceAll),
+    }
+}
+
+impl Form {
+    /// Replies this form of `op` gets in the first round trip.
+    pub(super) fn replies(self, op: &Op<'_>) -> usize {
+        match self {
+            Self::SetNx | Self::Script(_) | Self::MsetEx => 1,
+            Self::DeleteIfEqual(_) => 2 * op.keys.len(),
+            Self::SetIfEqual => op.keys.len(),
+        }
+    }
+
+    /// Packs a command form of `op` ([`replies`](Self::replies) commands);
+    /// `SetNx` and scripts are packed by the batch.
+    pub(super) fn pack_command(self, op: &Op<'_>, ttl_ms: u64, buf: &mut Vec<u8>) {
+        let Op { keys, token, .. } = *op;
+        match self {
+            Self::SetNx | Self::Script(_) => {}
+            Self::DeleteIfEqual(delete) => {
+                for key in keys.iter() {
+                    match delete {
+                        Delete::DelIfEq => redis::cmd("DELIFEQ")
+                            .arg(key)
+                            .arg(token)
+                            .write_packed_command(buf),
+                        Delete::DelEx => redis::cmd("DELEX")
+                            .arg(key)
+                            .arg("IFEQ")
+                            .arg(token)
+                            .write_packed_command(buf),
+                    }
+                    redis::cmd("PUBSUB")
+                        .arg("NUMSUB")
+                        .arg(channel(key))
+                        .write_packed_command(buf);
+                }
+            }
+            Self::SetIfEqual => {
+                for key in keys.iter() {
+                    redis::cmd("SET")
+                        .arg(key)
+                        .arg(token)
+                        .arg("IFEQ")
+                        .arg(token)
+                        .arg("PX")
+                        .arg(ttl_ms)
+                        .write_packed_command(buf);
+                }
+            }
+            Self::MsetEx => {
+                let mut cmd = redis::cmd("MSETEX");
+                cmd.arg(keys.len());
+                for key in keys.iter() {
+                    cmd.arg(key).arg(token);
+                }
+                cmd.arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .write_packed_command(buf);
+            }
+        }
+    }
+
+    /// The command's name, for messages.
+    pub(super) fn command(self) -> &'static str {
+        match self {
+            Self::SetNx => "SET NX",
+            Self::Script(_) => "EVALSHA",
+            Self::DeleteIfEqual(Delete::DelIfEq) => "DELIFEQ",
+            Self::DeleteIfEqual(Delete::DelEx) => "DELEX",
+            Self::SetIfEqual => "SET IFEQ",
+            Self::MsetEx => "MSETEX",
+        }
+    }
+}
+
+/// What a command form's first replies say.
+pub(super) enum Said {
+    /// A final answer.
+    Done(Reply),
+    /// A release deleted these keys (indices into the op's keys), which
+    /// `listeners` subscribers wait on: announce them.
+    Announce { keys: Vec<usize>, listeners: u64 },
+    /// `MSETEX` set nothing: read every member to tell who holds the set.
+    ReadMembers,
+    /// The server refused the command: its error (an unknown command on a
+    /// server older than its version said, `WRONGTYPE`, `NOPERM`).
+    Refused(redis::ServerError),
+    /// A reply no server of this command sends.
+    Unexpected(Value),
+}
+
+/// Reads a command form's first replies ([`Form::replies`] of them).
+pub(super) fn read_command(
+    form: Form,
+    op: &Op<'_>,
+    replies: &mut impl Iterator<Item = Value>,
+) -> Said {
+    let mut next = || replies.next().unwrap_or(Value::Nil);
+    match form {
+        Form::SetNx | Form::Script(_) => Said::Unexpected(next()),
+        Form::DeleteIfEqual(_) => {
+            let (mut removed, mut heard_by, mut listeners, mut refused) = (0, Vec::new(), 0, None);
+            for k in 0..op.keys.len() {
+                let (delete, numsub) = (next(), next());
+                match delete {
+                    Value::Int(1) => {
+                        removed += 1;
+                        let heard = subscribers(&numsub);
+                        if heard > 0 {
+                            heard_by.push(k);
+                            listeners += heard;
+                        }
+                    }
+                    Value::Int(0) => {}
+                    Value::ServerError(e) => refused = refused.or(Some(Said::Refused(e))),
+                    other => refused = refused.or(Some(Said::Unexpected(other))),
+                }
+            }
+            match refused {
+                Some(refused) => refused,
+                None if removed == 0 => Said::Done(Reply::No),
+                None if heard_by.is_empty() => Said::Done(Reply::Yes),
+                None => Said::Announce {
+                    keys: heard_by,
+                    listeners,
+                },
+            }
+        }
+        Form::SetIfEqual => {
+            let mut answer = Said::Done(Reply::Yes);
+            for _ in 0..op.keys.len() {
+                match next() {
+                    Value::Okay => {}
+                    Value::Nil => {
+                        if matches!(answer, Said::Done(_)) {
+                            answer = Said::Done(Reply::No);
+                        }
+                    }
+                    Value::ServerError(e) => answer = Said::Refused(e),
+                    other => answer = Said::Unexpected(other),
+                }
+            }
+            answer
+        }
+        Form::MsetEx => match next() {
+            Value::Int(1) => Said::Done(Reply::Yes),
+            Value::Int(0) => Said::ReadMembers,
+            Value::ServerError(e) => Said::Refused(e),
+            other => Said::Unexpected(other),
+        },
+    }
+}
+
+/// Packs the follow-up of `said`: `PUBLISH` on each deleted key's channel
+/// (one reply each), or `GET` of every member (one reply each). Returns
+/// the replies to expect.
+pub(super) fn pack_followup(said: &Said, op: &Op<'_>, buf: &mut Vec<u8>) -> usize {
+    match said {
+        Said::Announce { keys, .. } => {
+            for &k in keys {
+                if let Some(key) = op.keys.iter().nth(k) {
+                    redis::cmd("PUBLISH")
+                        .arg(channel(key))
+                        .arg("")
+                        .write_packed_command(buf);
+                }
+            }
+            keys.len()
+        }
+        Said::ReadMembers => {
+            for key in op.keys.iter() {
+                redis::cmd("GET").arg(key).write_packed_command(buf);
+            }
+            op.keys.len()
+        }
+        Said::Done(_) | Said::Refused(_) | Said::Unexpected(_) => 0,
+    }
+}
+
+/// What the follow-up's replies say: for an announced release,
+/// [`Reply::Notified`] with the listeners when every `PUBLISH` went out
+/// (a refused one, such as an ACL without `+publish`, still released);
+/// for the members of a refused set, who holds them as the set acquire
+/// script tells it (the first member held by another value, else ours,
+/// else none), or a member's error (`WRONGTYPE`).
+pub(super) fn read_followup(
+    said: &Said,
+    op: &Op<'_>,
+    replies: &mut impl Iterator<Item = Value>,
+) -> Result<Reply, Said> {
+    match said {
+        Said::Announce { keys, listeners } => {
+            let published = keys
+                .iter()
+                .filter(|_| matches!(replies.next(), Some(Value::Int(_))))
+                .count();
+            Ok(if published == keys.len() {
+                Reply::Notified(*listeners)
+            } else {
+                Reply::Yes
+            })
+        }
+        Said::ReadMembers => {
+            let (mut ours, mut other, mut refused) = (false, None, None);
+            for _ in 0..op.keys.len() {
+                match replies.next().unwrap_or(Value::Nil) {
+                    Value::BulkString(held) if held == op.token => ours = true,
+                    Value::BulkString(held) => other = other.or(Some(held)),
+                    Value::Nil => {}
+                    Value::ServerError(e) => refused = refused.or(Some(Said::Refused(e))),
+                    value => refused = refused.or(Some(Said::Unexpected(value))),
+                }
+            }
+            match (refused, other) {
+                (Some(refused), _) => Err(refused),
+                (None, Some(held)) => Ok(Reply::held_by(&held)),
+                (None, None) if ours => Ok(Reply::AlreadyOurs),
+                (None, None) => Ok(Reply::No),
+            }
+        }
+        Said::Done(reply) => Ok(*reply),
+        Said::Refused(e) => Err(Said::Refused(e.clone())),
+        Said::Unexpected(v) => Err(Said::Unexpected(v.clone())),
+    }
+}
+
+/// The release channel of `key`.
+fn channel(key: &[u8]) -> Vec<u8> {
+    let mut channel = RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
+    channel.extend_from_slice(key);
+    channel
+}
+
+/// The count in a `PUBSUB NUMSUB` reply (`[channel, count]`); 0 for
+/// anything else (a refusal: an ACL without `+pubsub|numsub`).
+fn subscribers(reply: &Value) -> u64 {
+    match reply {
+        Value::Array(items) => match items.get(1) {
+            Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// Whether a server error says the server does not know the command (a
+/// server older than the version it reported, or a proxy in front of it).
+pub(super) fn unknown_command(e: &redis::ServerError) -> bool {
+    e.code() == "ERR"
+        && e.details()
+            .is_some_and(|d| d.starts_with("unknown command"))
+}

@@ -1,0 +1,313 @@
+//! Locks without Lua, on whatever server the suite runs on (Redis 7, Redis
+//! 8.2, Valkey 8.1, Valkey 9.1: `scripts/test.sh` runs this file on each):
+//! each test reads the server's version and asserts what that server can
+//! do without a script, and that what it cannot fails at once, in one
+//! line naming the server and what it lacks, leaving no key behind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::time::Duration;
+
+use quorum_lock::backend::{BackendErrorKind, ServerProduct, ServerVersion};
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{Error, LockManager, LockOptions, RedisBackend, RetryPolicy, Scripts};
+use testkit::{RedisServer, RedisServers};
+
+const OPERATIONS: &str = include_str!("../docs/operations.md");
+const PASSWORD: &str = "no-lua-pw";
+const USER: &str = "locker";
+const PREFIX: &str = "locks:";
+const TTL: Duration = Duration::from_secs(5);
+
+/// What the server can do without a script (docs/operations.md's table).
+#[derive(Debug, Clone, Copy)]
+struct Can {
+    extend: bool,
+    release: bool,
+    lock_all: bool,
+}
+
+fn version(server: &RedisServer) -> ServerVersion {
+    let node = RedisBackend::open(&server.url(), Duration::from_secs(2)).unwrap();
+    let info = node.fetch_server_info().unwrap();
+    info.version
+        .unwrap_or_else(|| panic!("{}: no version in INFO", server.describe()))
+}
+
+fn can(v: ServerVersion) -> Can {
+    let redis_84 = v.at_least(ServerProduct::Redis, 8, 4);
+    Can {
+        extend: redis_84 || v.at_least(ServerProduct::Valkey, 8, 1),
+        release: redis_84 || v.at_least(ServerProduct::Valkey, 9, 0),
+        lock_all: redis_84 || v.at_least(ServerProduct::Valkey, 9, 1),
+    }
+}
+
+/// The one `ACL SETUSER` line between `begin` and the next `end` marker.
+fn documented(begin: &str, end: &str) -> String {
+    let block = &OPERATIONS[OPERATIONS.find(begin).expect(begin)..];
+    let block = &block[..block.find(end).expect(end)];
+    let lines: Vec<&str> = block
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("ACL SETUSER"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one ACL line after {begin}: {lines:?}");
+    lines[0].to_owned()
+}
+
+/// A user without `@scripting` for this server: the documented script-free
+/// line where the server has every command in it (Valkey 9.1, Redis 8.4
+/// with `+delex`), else the documented line of the scripts with its script
+/// rights taken out (its other commands exist everywhere).
+fn no_script_line(v: ServerVersion) -> String {
+    if v.at_least(ServerProduct::Valkey, 9, 1) {
+        return documented(
+            "<!-- acl-user-no-scripts: begin",
+            "<!-- acl-user-no-scripts: end",
+        );
+    }
+    let line = documented("<!-- acl-user: begin", "<!-- acl-user: end");
+    let without: Vec<&str> = line
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "+eval" | "+evalsha" | "+script|load"))
+        .collect();
+    assert!(
+        without.len() + 3 == line.split_whitespace().count(),
+        "{line}"
+    );
+    without.join(" ")
+}
+
+fn create_user(server: &RedisServer, line: &str) {
+    let mut cmd = redis::cmd("ACL");
+    for word in line.split_whitespace().skip(1) {
+        cmd.arg(if word == ">CHANGE-ME" {
+            format!(">{PASSWORD}")
+        } else {
+            word.to_owned()
+        });
+    }
+    let created: redis::RedisResult<()> = cmd.query(&mut server.conn());
+    if let Err(e) = created {
+        panic!("{} refuses the ACL line: {e}\n  {line}", server.describe());
+    }
+}
+
+/// Three servers with the user; their version.
+fn servers() -> (RedisServers, ServerVersion) {
+    let servers = RedisServers::start(3);
+    let v = version(servers.iter().next().unwrap());
+    let line = no_script_line(v);
+    for server in servers.iter() {
+        create_user(server, &line);
+    }
+    (servers, v)
+}
+
+fn manager(servers: &RedisServers, scripts: Scripts) -> LockManager {
+    LockManager::builder()
+        .redis_nodes(
+            servers
+                .iter()
+                .map(|s| format!("redis://{USER}:{PASSWORD}@127.0.0.1:{}/0", s.port())),
+        )
+        .unwrap()
+        .prefix(PREFIX)
+        .ttl(TTL)
+        .max_ttl(TTL)
+        .node_timeout(Duration::from_millis(500))
+        .retry(RetryPolicy::none())
+        .restart_quarantine(false)
+        .scripts(scripts)
+        .build()
+        .unwrap()
+}
+
+fn key(resource: &str) -> Vec<u8> {
+    format!("{PREFIX}{resource}").into_bytes()
+}
+
+/// Calls of `command` the server has counted (`INFO commandstats`).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(redis::cmd("INFO").arg("commandstats"));
+    let line = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// The error is one line, names a node and says what the server lacks.
+fn assert_refused_at_once(err: &Error, lacks: &str) {
+    let text = err.to_string();
+    assert!(!text.contains('\n'), "one line: {text}");
+    assert!(
+        text.contains("127.0.0.1:") || text.contains("all 3 nodes"),
+        "names the nodes: {text}"
+    );
+    assert!(text.contains(lacks), "names {lacks}: {text}");
+    assert!(!text.contains(PASSWORD), "no password in: {text}");
+    if let Some(report) = err.report() {
+        let config = report.nodes_where(
+            |o| matches!(o, NodeOutcome::Failed(e) if e.kind() == BackendErrorKind::Config),
+        );
+        // Decided once a quorum has refused; the last node may be pending.
+        assert!(config.len() >= 2, "refused on a quorum: {report}");
+        let granted = report.nodes_where(|o| matches!(o, NodeOutcome::Granted));
+        assert!(granted.is_empty(), "granted somewhere: {report}");
+    }
+}
+
+/// Through a user denied `@scripting`, with scripts off: a lock always
+/// works (`SET NX PX`), and inspection (`MULTI`); extend, release and
+/// `lock_all` work where the server has their commands and otherwise fail
+/// at once naming what is missing; fencing always fails at once. No
+/// script ran, and nothing is left behind where release works.
+#[test]
+fn a_user_without_scripting_does_what_the_server_can_do_without_lua() {
+    let (servers, v) = servers();
+    let can = can(v);
+    let locks = manager(&servers, Scripts::Never);
+    let mut guard = locks
+        .try_lock("job")
+        .unwrap_or_else(|e| panic!("{v}: lock without scripts: {e}"));
+    let seen = locks.inspect("job").unwrap();
+    assert!(seen.is_held(), "{v}: inspect without scripts: {seen}");
+    match guard.extend(TTL) {
+        Ok(_) => assert!(can.extend, "{v}: extended without SET IFEQ"),
+        Err(e) => {
+            assert!(!can.extend, "{v}: extend without scripts: {e}");
+            assert_refused_at_once(&e, "SET .. IFEQ");
+        }
+    }
+    let fenced = locks.lock_with("ledger", &LockOptions::new().fencing(true));
+    match fenced {
+        Ok(_) => panic!("{v}: a fenced lock without scripts"),
+        Err(e) => assert_refused_at_once(&e, "fencing"),
+    }
+    match locks.lock_all(["set:a", "set:b"], &LockOptions::new()) {
+        Ok(set) => {
+            assert!(can.lock_all, "{v}: lock_all without MSETEX");
+            set.release()
+                .unwrap_or_else(|e| panic!("{v}: release of a set without scripts: {e}"));
+        }
+        Err(e) => {
+            assert!(!can.lock_all, "{v}: lock_all without scripts: {e}");
+            assert_refused_at_once(&e, "MSETEX");
+        }
+    }
+    match guard.release() {
+        Ok(report) => {
+            assert!(can.release, "{v}: released without DELIFEQ/DELEX");
+            assert_eq!(report.granted(), 3, "{v}: {report}");
+        }
+        Err(e) => {
+            assert!(!can.release, "{v}: release without scripts: {e}");
+            assert_refused_at_once(&e, "DELIFEQ");
+        }
+    }
+    assert!(locks.flush(Duration::from_secs(5)));
+    for server in servers.iter() {
+        assert_eq!(
+            calls(server, "evalsha") + calls(server, "eval"),
+            0,
+            "{v}: a script ran"
+        );
+        if can.release {
+            assert!(
+                server.keys().is_empty(),
+                "{v}: keys left on {}: {:?}",
+                server.describe(),
+                server.keys()
+            );
+        } else {
+            // Only the plain lock's key, until its TTL: nothing the
+            // refused ops would have written.
+            assert_eq!(
+                server.keys(),
+                vec![key("job")],
+                "{v}: {}",
+                server.describe()
+            );
+        }
+    }
+}
+
+/// With the default setting and a user that may run scripts, each server
+/// gets its own commands where it has them and scripts elsewhere: counted
+/// by the server itself.
+#[test]
+fn auto_uses_the_servers_commands_where_it_has_them() {
+    let servers = RedisServers::start(3);
+    let v = version(servers.iter().next().unwrap());
+    let can = can(v);
+    let locks = LockManager::builder()
+        .redis_nodes(servers.urls())
+        .unwrap()
+        .ttl(TTL)
+        .restart_quarantine(false)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    let mut guard = locks.try_lock("job").unwrap();
+    guard.extend(TTL).unwrap();
+    guard.release().unwrap();
+    let set = locks.lock_all(["a", "b"], &LockOptions::new()).unwrap();
+    set.release().unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
+    for server in servers.iter() {
+        let scripts = calls(server, "evalsha") + calls(server, "eval");
+        let expected_scripts = u64::from(!can.extend)
+            + u64::from(!can.release)
+            + u64::from(!can.lock_all)
+            + u64::from(!can.release);
+        assert_eq!(
+            scripts,
+            expected_scripts,
+            "{v}: scripts run on {}",
+            server.describe()
+        );
+        let deletes = calls(server, "delifeq") + calls(server, "delex");
+        assert_eq!(deletes, if can.release { 1 + 2 } else { 0 }, "{v}");
+        assert!(server.keys().is_empty(), "{v}: {:?}", server.keys());
+    }
+}
+
+/// A release by command announces itself only when it deleted the key:
+/// the undo of a failed attempt (`DELIFEQ` of a key held by another)
+/// publishes nothing, the holder's release publishes once per node where
+/// a waiter listens.
+#[test]
+fn a_release_by_command_publishes_only_what_it_deleted() {
+    let servers = RedisServers::start(3);
+    let v = version(servers.iter().next().unwrap());
+    if !can(v).release {
+        // The script publishes inside its own step: the rule is the
+        // script's (tests/redis_wakeups.rs), not this one.
+        assert!(!v.at_least(ServerProduct::Valkey, 9, 0));
+        return;
+    }
+    let build = || {
+        LockManager::builder()
+            .redis_nodes(servers.urls())
+            .unwrap()
+            .ttl(TTL)
+            .restart_quarantine(false)
+            .retry(RetryPolicy::none())
+            .build()
+            .unwrap()
+    };
+    let (holder, other) = (build(), build());
+    let guard = testkit::hold_settled(&holder, "job");
+    let published = |s: &RedisServer| calls(s, "publish");
+    let before: Vec<u64> = servers.iter().map(published).collect();
+    let err = other.try_lock("job").unwrap_err();
+    assert!(err.is_contended(), "{err}");
+    assert!(other.flush(Duration::from_secs(5)));
+    let after: Vec<u64> = servers.iter().map(published).collect();
+    assert_eq!(before, after, "{v}: a failed attempt's undo published");
+    guard.release().unwrap();
+    assert!(holder.flush(Duration::from_secs(5)));
+    let released: Vec<u64> = servers.iter().map(published).collect();
+    assert_eq!(released, after, "{v}: published with nobody listening");
+}
