@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use quorum_lock::backend::BackendErrorKind;
 use quorum_lock::health::{Health, NodeState};
-use quorum_lock::{LockManager, RetryPolicy};
+use quorum_lock::{LockManager, RetryPolicy, Scripts};
 use testkit::fake_server::{Behavior, FakeServer};
 use testkit::{RedisServer, RedisServers, connect, wait_until};
 
@@ -26,9 +26,14 @@ const PASSWORD: &str = "readiness-right-pw";
 const WRONG: &str = "readiness-wrong-pw";
 
 fn manager(urls: &[String]) -> LockManager {
+    manager_with(urls, Scripts::Auto)
+}
+
+fn manager_with(urls: &[String], scripts: Scripts) -> LockManager {
     LockManager::builder()
         .redis_nodes(urls)
         .unwrap()
+        .scripts(scripts)
         .ttl(TTL)
         .node_timeout(NODE_TIMEOUT)
         .retry(RetryPolicy::none())
@@ -159,7 +164,8 @@ fn two_http_servers_of_three_nodes_leave_no_quorum() {
 /// A user who may take and release locks but not extend them (no
 /// `PEXPIRE`, which the extend script runs): every lock would be lost at
 /// its first extend, so the readiness check, which extends its probe lock,
-/// says "not ready", and leaves no key behind.
+/// says "not ready", and leaves no key behind. With the scripts: a server
+/// with `SET .. IFEQ` (Valkey 8.1+) would extend without `PEXPIRE`.
 #[test]
 fn a_user_who_cannot_extend_is_not_ready() {
     let servers = RedisServers::start(3);
@@ -190,7 +196,7 @@ fn a_user_who_cannot_extend_is_not_ready() {
         .iter()
         .map(|s| format!("redis://noextend:pw@127.0.0.1:{}/0", s.port()))
         .collect();
-    let locks = manager(&urls);
+    let locks = manager_with(&urls, Scripts::Always);
     let not_ready = locks.check_ready().unwrap_err();
     assert!(not_ready.is_lost(), "{not_ready}");
     assert!(locks.flush(FLUSH));

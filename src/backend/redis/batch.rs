@@ -18,27 +18,19 @@
 //! downgrade) is treated as `NOSCRIPT` is, unless scripts are
 //! forbidden: the re-run goes by script.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{
-    BackendError, BackendErrorKind, Op, OpKind, Reply, ServerInfo, ServerVersion,
-};
+use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
 use super::forms::{self, Form, Said, Scripts, form_of, script_for};
 use super::frame::value_text;
 use super::info::Ask;
 use super::pool::{Checkout, Failure};
-use super::redact::{show_key, show_keys};
 use super::scripts::{Digests, Script};
-
-/// Largest TTL sent to the server (about 285 000 years). Redis refuses
-/// expiries whose absolute time would overflow a signed 64-bit millisecond
-/// count, so anything near `i64::MAX` is refused here before any network
-/// call.
-const MAX_TTL_MS: u64 = 1 << 53;
 
 /// What the first round trip said about one op.
 enum First {
@@ -124,7 +116,11 @@ impl Inner {
         let ask = c.conn.ask();
         let digests = self.digests.lock().clone();
         let version = c.conn.version();
-        let commands = forms::Commands::of(version);
+        let commands = if self.commands_refused.load(Ordering::Relaxed) {
+            forms::Commands::default()
+        } else {
+            forms::Commands::of(version)
+        };
         let (mut sent, mut forms) = (Vec::with_capacity(ops.len()), Vec::with_capacity(ops.len()));
         for (i, op) in ops.iter().enumerate() {
             if results[i].is_some() {
@@ -330,9 +326,10 @@ impl Inner {
             _ => {
                 return match forms::read_command(form, op, replies) {
                     Said::Done(reply) => First::Done(Ok(reply)),
-                    Said::Refused(e)
-                        if forms::unknown_command(&e) && self.scripts != Scripts::Never =>
-                    {
+                    Said::Refused(e) if self.scripts == Scripts::Auto && forms::not_run(&e) => {
+                        // The scripts from now on, on this backend: an ACL
+                        // written for them does not name the commands.
+                        self.commands_refused.store(true, Ordering::Relaxed);
                         First::Rerun
                     }
                     said @ (Said::Refused(_) | Said::Unexpected(_)) => {
@@ -350,34 +347,6 @@ impl Inner {
             (None, other) => First::Done(Err(self.protocol_error("SET NX", &other))),
             (Some(script), value) => First::Done(self.script_reply(script, value)),
         }
-    }
-
-    /// The error of a command form's refusal or unexpected reply.
-    fn said_error(&self, op: &Op<'_>, form: Form, said: Said) -> Result<Reply, BackendError> {
-        Err(match said {
-            Said::Refused(e) => self.op_server_error(op, &e),
-            Said::Unexpected(value) => self.protocol_error(form.command(), &value),
-            Said::Done(_) | Said::Announce { .. } | Said::ReadMembers => {
-                self.protocol_error(form.command(), &Value::Nil)
-            }
-        })
-    }
-
-    /// An op that needs a script on a node where scripts are forbidden
-    /// ([`Scripts::Never`]): refused before anything is sent.
-    fn needs_script(&self, version: Option<ServerVersion>, needs: &str) -> BackendError {
-        let server = version.map_or_else(
-            || "the server (its version unknown: INFO refused)".to_owned(),
-            |v| v.to_string(),
-        );
-        self.node_error(
-            BackendErrorKind::Config,
-            &format!(
-                "{server} cannot do this without a Lua script, and scripts are off \
-                 (Scripts::Never, --scripts never): {needs}; allow scripts or upgrade the server"
-            ),
-            None,
-        )
     }
 
     /// What the `GET` after a refused acquire says: our token (another
@@ -406,55 +375,11 @@ impl Inner {
         }
     }
 
-    /// A server error reply to `op`, with `WRONGTYPE` named for what it
-    /// means here: the lock key (or, for fenced ops, the fence counters)
-    /// holds a value that is not ours to use.
-    fn op_server_error(&self, op: &Op<'_>, e: &redis::ServerError) -> BackendError {
-        if e.code() != "WRONGTYPE" {
-            return self.server_error(e, Some(op.token));
-        }
-        let what = match op.kind {
-            OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } => format!(
-                "key {} or the fence counters {} hold a value quorum-lock did not write \
-                 (WRONGTYPE): something else uses these names",
-                show_keys(op.keys),
-                show_key(counter)
-            ),
-            _ => format!(
-                "key {} holds a value that is not a string (WRONGTYPE), not a lock",
-                show_keys(op.keys)
-            ),
-        };
-        self.node_error(BackendErrorKind::WrongType, &what, None)
-    }
-
-    /// A script's reply: 0 / 1 for extend and raise; 0, or 1 plus the
-    /// subscribers its notice reached, for release; the counter, -1 (held
-    /// elsewhere) or -2 (already ours) for a fenced acquire.
+    /// A script's reply (see [`Script::reply`]).
     fn script_reply(&self, script: Script, value: Value) -> Result<Reply, BackendError> {
-        use Script::{
-            AcquireAll, AcquireAllFenced, AcquireFenced, Extend, ExtendAll, RaiseFence,
-            RaiseFenceAll, Release, ReleaseAll,
-        };
-        match (script, value) {
-            (AcquireFenced | AcquireAllFenced, Value::Int(-1)) => Ok(Reply::No),
-            (AcquireFenced | AcquireAll | AcquireAllFenced, Value::BulkString(held)) => {
-                Ok(Reply::held_by(&held))
-            }
-            (AcquireFenced | AcquireAllFenced, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
-            (AcquireFenced | AcquireAllFenced, Value::Int(n)) if n >= 0 => {
-                Ok(Reply::Fenced(n.unsigned_abs()))
-            }
-            (AcquireAll, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
-            (Release | ReleaseAll, Value::Int(n)) if n > 1 => {
-                Ok(Reply::Notified(n.unsigned_abs() - 1))
-            }
-            (
-                Release | Extend | RaiseFence | AcquireAll | ExtendAll | ReleaseAll | RaiseFenceAll,
-                Value::Int(n @ (0 | 1)),
-            ) => Ok(Reply::from(n == 1)),
-            (_, other) => Err(self.protocol_error(script_name(script), &other)),
-        }
+        script
+            .reply(value)
+            .map_err(|other| self.protocol_error(script.name(), &other))
     }
 
     /// `op` in `form`: `SET NX PX` for a plain acquire of one key; a
@@ -522,36 +447,6 @@ impl Inner {
     }
 }
 
-/// `ttl` in whole milliseconds, rounded up, at least 1.
-///
-/// Rounding down would let the key expire before the deadline the client
-/// computed from `ttl`.
-pub(super) fn ttl_millis(ttl: Duration) -> Result<u64, BackendError> {
-    let nanos = ttl.as_nanos();
-    let ms = nanos.div_ceil(1_000_000).max(1);
-    match u64::try_from(ms) {
-        Ok(ms) if ms <= MAX_TTL_MS => Ok(ms),
-        _ => Err(BackendError::new(
-            BackendErrorKind::Other,
-            format!("TTL {ttl:?} is out of range for Redis"),
-        )),
-    }
-}
-
-fn script_name(script: Script) -> &'static str {
-    match script {
-        Script::Release => "the release script",
-        Script::Extend => "the extend script",
-        Script::AcquireFenced => "the fenced acquire script",
-        Script::RaiseFence => "the fence script",
-        Script::AcquireAll => "the set acquire script",
-        Script::ExtendAll => "the set extend script",
-        Script::ReleaseAll => "the set release script",
-        Script::AcquireAllFenced => "the fenced set acquire script",
-        Script::RaiseFenceAll => "the set fence script",
-    }
-}
-
 /// `GET` and `PTTL` of a refused acquire's key, one round trip: who holds
 /// it, and for how long yet.
 fn pack_holder_check(op: &Op<'_>, buf: &mut Vec<u8>) {
@@ -561,33 +456,4 @@ fn pack_holder_check(op: &Op<'_>, buf: &mut Vec<u8>) {
     redis::cmd("PTTL")
         .arg(op.keys.first())
         .write_packed_command(buf);
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-    use super::*;
-
-    #[test]
-    fn ttl_rounds_up_to_whole_milliseconds() {
-        assert_eq!(ttl_millis(Duration::ZERO).unwrap(), 1);
-        assert_eq!(ttl_millis(Duration::from_nanos(1)).unwrap(), 1);
-        assert_eq!(ttl_millis(Duration::from_micros(999)).unwrap(), 1);
-        assert_eq!(ttl_millis(Duration::from_millis(1)).unwrap(), 1);
-        assert_eq!(ttl_millis(Duration::from_micros(1001)).unwrap(), 2);
-        assert_eq!(ttl_millis(Duration::from_secs(10)).unwrap(), 10_000);
-        assert_eq!(
-            ttl_millis(Duration::from_secs(10) + Duration::from_nanos(1)).unwrap(),
-            10_001
-        );
-    }
-
-    #[test]
-    fn ttl_out_of_range_is_refused_before_any_call() {
-        assert!(ttl_millis(Duration::from_millis(MAX_TTL_MS)).is_ok());
-        let err = ttl_millis(Duration::from_millis(MAX_TTL_MS + 1)).unwrap_err();
-        assert_eq!(err.kind(), BackendErrorKind::Other);
-        assert!(ttl_millis(Duration::MAX).is_err());
-    }
 }

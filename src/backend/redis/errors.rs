@@ -13,10 +13,12 @@ use std::io;
 
 use redis::Value;
 
-use crate::backend::{BackendError, BackendErrorKind};
+use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerVersion};
 
 use super::Inner;
+use super::forms::{Form, Said};
 use super::frame::describe_value;
+use super::redact::{show_key, show_keys};
 use super::transport::{Fault, Phase};
 
 impl Inner {
@@ -29,6 +31,61 @@ impl Inner {
     ) -> BackendError {
         let detail = one_line(&self.scrub(detail, token));
         BackendError::new(kind, format!("{}: {detail}", self.redacted))
+    }
+
+    /// A server error reply to `op`, with `WRONGTYPE` named for what it
+    /// means here: the lock key (or, for fenced ops, the fence counters)
+    /// holds a value that is not ours to use.
+    pub(super) fn op_server_error(&self, op: &Op<'_>, e: &redis::ServerError) -> BackendError {
+        if e.code() != "WRONGTYPE" {
+            return self.server_error(e, Some(op.token));
+        }
+        let what = match op.kind {
+            OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } => format!(
+                "key {} or the fence counters {} hold a value quorum-lock did not write \
+                 (WRONGTYPE): something else uses these names",
+                show_keys(op.keys),
+                show_key(counter)
+            ),
+            _ => format!(
+                "key {} holds a value that is not a string (WRONGTYPE), not a lock",
+                show_keys(op.keys)
+            ),
+        };
+        self.node_error(BackendErrorKind::WrongType, &what, None)
+    }
+
+    /// The error of a command form's refusal or unexpected reply.
+    pub(super) fn said_error(
+        &self,
+        op: &Op<'_>,
+        form: Form,
+        said: Said,
+    ) -> Result<Reply, BackendError> {
+        Err(match said {
+            Said::Refused(e) => self.op_server_error(op, &e),
+            Said::Unexpected(value) => self.protocol_error(form.command(), &value),
+            Said::Done(_) | Said::Announce { .. } | Said::ReadMembers => {
+                self.protocol_error(form.command(), &Value::Nil)
+            }
+        })
+    }
+
+    /// An op that needs a script on a node where scripts are forbidden
+    /// ([`Scripts::Never`]): refused before anything is sent.
+    pub(super) fn needs_script(&self, version: Option<ServerVersion>, needs: &str) -> BackendError {
+        let server = version.map_or_else(
+            || "the server (its version unknown: INFO refused)".to_owned(),
+            |v| v.to_string(),
+        );
+        self.node_error(
+            BackendErrorKind::Config,
+            &format!(
+                "{server} cannot do this without a Lua script, and scripts are off \
+                 (Scripts::Never, --scripts never): {needs}; allow scripts or upgrade the server"
+            ),
+            None,
+        )
     }
 
     pub(super) fn timeout_error(&self) -> BackendError {

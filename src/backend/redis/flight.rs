@@ -4,12 +4,18 @@
 //! a caller can write to every node before it reads from any).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Inner;
-use super::batch::{FirstSent, ttl_millis};
+use super::batch::FirstSent;
 use super::pool::Checkout;
 use crate::backend::{Answers, BackendError, BackendErrorKind, InFlight, Op, Reply, ServerInfo};
+
+/// Largest TTL sent to the server (about 285 000 years). Redis refuses
+/// expiries whose absolute time would overflow a signed 64-bit millisecond
+/// count, so anything near `i64::MAX` is refused here before any network
+/// call.
+const MAX_TTL_MS: u64 = 1 << 53;
 
 /// Writes the pipeline for `ops` on a pooled connection and returns; the
 /// answers are read by [`InFlight::finish`], bounded by the same deadline
@@ -168,5 +174,50 @@ impl Inner {
             })
             .collect();
         Answers::new(results, server)
+    }
+}
+
+/// `ttl` in whole milliseconds, rounded up, at least 1.
+///
+/// Rounding down would let the key expire before the deadline the client
+/// computed from `ttl`.
+pub(super) fn ttl_millis(ttl: Duration) -> Result<u64, BackendError> {
+    let nanos = ttl.as_nanos();
+    let ms = nanos.div_ceil(1_000_000).max(1);
+    match u64::try_from(ms) {
+        Ok(ms) if ms <= MAX_TTL_MS => Ok(ms),
+        _ => Err(BackendError::new(
+            BackendErrorKind::Other,
+            format!("TTL {ttl:?} is out of range for Redis"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn ttl_rounds_up_to_whole_milliseconds() {
+        assert_eq!(ttl_millis(Duration::ZERO).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_nanos(1)).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_micros(999)).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_micros(1001)).unwrap(), 2);
+        assert_eq!(ttl_millis(Duration::from_secs(10)).unwrap(), 10_000);
+        assert_eq!(
+            ttl_millis(Duration::from_secs(10) + Duration::from_nanos(1)).unwrap(),
+            10_001
+        );
+    }
+
+    #[test]
+    fn ttl_out_of_range_is_refused_before_any_call() {
+        assert!(ttl_millis(Duration::from_millis(MAX_TTL_MS)).is_ok());
+        let err = ttl_millis(Duration::from_millis(MAX_TTL_MS + 1)).unwrap_err();
+        assert_eq!(err.kind(), BackendErrorKind::Other);
+        assert!(ttl_millis(Duration::MAX).is_err());
     }
 }

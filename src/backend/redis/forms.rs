@@ -47,7 +47,10 @@ use super::scripts::Script;
 #[non_exhaustive]
 pub enum Scripts {
     /// Per server: its own command where it has one, a script elsewhere
-    /// (read from `INFO server` when a connection opens).
+    /// (read from `INFO server` when a connection opens). A command the
+    /// server refuses (`NOPERM`: an ACL user without `+delifeq` and the
+    /// like; or unknown to it) runs again by script at once, and the
+    /// backend uses only scripts from then on.
     #[default]
     Auto,
     /// Never a script: for an ACL user denied `@scripting`, or a server
@@ -415,10 +418,18 @@ fn subscribers(reply: &Value) -> u64 {
     }
 }
 
-/// Whether a server error says the server does not know the command (a
-/// server older than the version it reported, or a proxy in front of it).
-pub(super) fn unknown_command(e: &redis::ServerError) -> bool {
-    e.code() == "ERR"
-        && e.details()
-            .is_some_and(|d| d.starts_with("unknown command"))
+/// Whether a server error says the command did not run because the
+/// server does not know it (a server older than the version it reported,
+/// or a proxy in front of it) or the user may not run it (`NOPERM`: an ACL
+/// written for the scripts, without `+delifeq` and the like). Under
+/// [`Scripts::Auto`] the op, and every op after it, runs again by script.
+pub(super) fn not_run(e: &redis::ServerError) -> bool {
+    e.code() == "NOPERM"
+        || (e.code() == "ERR"
+            && e.details()
+                .is_some_and(|d| d.starts_with("unknown command")))
 }
+
+#[cfg(test)]
+#[path = "forms_tests.rs"]
+mod tests;

@@ -6,8 +6,15 @@
 //!   and a key of another type (`WRONGTYPE`)
 //! * release: compare-and-delete, one Lua script, which also announces the
 //!   release on the channel `quorum-lock:released:<key>` (for waiters in
-//!   other processes: see [`ReleaseListener`])
-//! * extend: compare-and-pexpire, one Lua script (never creates a key)
+//!   other processes: see [`ReleaseListener`]); on Valkey 9.0+ and Redis
+//!   8.4+, the server's own `DELIFEQ` / `DELEX .. IFEQ`, announced in a
+//!   second round trip only when it deleted and someone listens
+//! * extend: compare-and-pexpire, one Lua script (never creates a key); on
+//!   Valkey 8.1+ and Redis 8.4+, `SET key token IFEQ token PX ttl`
+//!
+//! Which form each op takes is chosen per server, from the version its
+//! `INFO` gives when a connection opens, and by the [`Scripts`] setting
+//! (`forms.rs`).
 //!
 //! Scripts run by `EVALSHA` with the digests the server gave for them
 //! (`SCRIPT LOAD`, sent with the first batch that needs a script; no SHA-1
@@ -67,6 +74,7 @@ mod transport;
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -120,6 +128,9 @@ struct Inner {
     digests: Mutex<Option<Arc<Digests>>>,
     /// Whether ops may run as Lua scripts ([`RedisBackend::with_scripts`]).
     scripts: Scripts,
+    /// Under [`Scripts::Auto`], whether the server refused one of its own
+    /// commands (`NOPERM`, or unknown): scripts only, from then on.
+    commands_refused: AtomicBool,
 }
 
 impl RedisBackend {
@@ -233,6 +244,7 @@ impl RedisBackend {
                 idle: Mutex::new(Vec::new()),
                 digests: Mutex::new(None),
                 scripts: Scripts::Auto,
+                commands_refused: AtomicBool::new(false),
             }),
         })
     }
@@ -265,6 +277,7 @@ impl RedisBackend {
                 idle: Mutex::new(Vec::new()),
                 digests: Mutex::new(None),
                 scripts,
+                commands_refused: AtomicBool::new(false),
             }),
         }
     }

@@ -2,6 +2,10 @@
 //! the server (`SCRIPT LOAD` replies), never from a SHA-1 computed here:
 //! deployments under FIPS rules may forbid SHA-1 in the client.
 
+use redis::Value;
+
+use crate::backend::Reply;
+
 /// Deletes `KEYS[1]` only if it holds `ARGV[1]`, and then announces the
 /// release on the channel `quorum-lock:released:` + `KEYS[1]` (see
 /// [`RELEASE_CHANNEL_PREFIX`](crate::backend::RELEASE_CHANNEL_PREFIX)).
@@ -176,6 +180,52 @@ impl Script {
             Self::ReleaseAll => RELEASE_ALL,
             Self::AcquireAllFenced => ACQUIRE_ALL_FENCED,
             Self::RaiseFenceAll => RAISE_FENCE_ALL,
+        }
+    }
+
+    /// What the script's reply says: 0 / 1 for extend and raise; 0, or 1
+    /// plus the subscribers its notice reached, for release; the counter,
+    /// -1 (held elsewhere) or -2 (already ours) for a fenced acquire; the
+    /// holder's value when another holds a key. `Err`: a reply the script
+    /// never gives.
+    pub(super) fn reply(self, value: Value) -> Result<Reply, Value> {
+        use Script::{
+            AcquireAll, AcquireAllFenced, AcquireFenced, Extend, ExtendAll, RaiseFence,
+            RaiseFenceAll, Release, ReleaseAll,
+        };
+        match (self, value) {
+            (AcquireFenced | AcquireAllFenced, Value::Int(-1)) => Ok(Reply::No),
+            (AcquireFenced | AcquireAll | AcquireAllFenced, Value::BulkString(held)) => {
+                Ok(Reply::held_by(&held))
+            }
+            (AcquireFenced | AcquireAllFenced, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
+            (AcquireFenced | AcquireAllFenced, Value::Int(n)) if n >= 0 => {
+                Ok(Reply::Fenced(n.unsigned_abs()))
+            }
+            (AcquireAll, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
+            (Release | ReleaseAll, Value::Int(n)) if n > 1 => {
+                Ok(Reply::Notified(n.unsigned_abs() - 1))
+            }
+            (
+                Release | Extend | RaiseFence | AcquireAll | ExtendAll | ReleaseAll | RaiseFenceAll,
+                Value::Int(n @ (0 | 1)),
+            ) => Ok(Reply::from(n == 1)),
+            (_, other) => Err(other),
+        }
+    }
+
+    /// The script's name, for messages.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::Release => "the release script",
+            Self::Extend => "the extend script",
+            Self::AcquireFenced => "the fenced acquire script",
+            Self::RaiseFence => "the fence script",
+            Self::AcquireAll => "the set acquire script",
+            Self::ExtendAll => "the set extend script",
+            Self::ReleaseAll => "the set release script",
+            Self::AcquireAllFenced => "the fenced set acquire script",
+            Self::RaiseFenceAll => "the set fence script",
         }
     }
 
