@@ -13,10 +13,10 @@
 //! release or an extend of our token, a fence raise and an acquire of a
 //! key that already holds our token do nothing new. An op's answer is its
 //! first run's when that one did it (the later run finds the work done),
-//! the re-run's otherwise. A server that does not know a command it
-//! should have by its version (`ERR unknown command`: a proxy, a
-//! downgrade) is treated as `NOSCRIPT` is, unless scripts are
-//! forbidden: the re-run goes by script.
+//! the re-run's otherwise. Under `Scripts::Auto`, a server's own command
+//! that did not run (`ERR unknown command`: a proxy, a downgrade;
+//! `NOPERM`: an ACL written for the scripts) is treated as `NOSCRIPT` is:
+//! the re-run goes by script, and the backend keeps to scripts after.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -40,8 +40,8 @@ enum First {
     /// "already ours" and from a key of another type, and its `PTTL` for
     /// the waiters (how long the holder's key has left).
     NeedsGet,
-    /// `NOSCRIPT` (or an unknown command): it did not run; it and every
-    /// later op run again.
+    /// `NOSCRIPT` (or a command form that did not run, under
+    /// `Scripts::Auto`): it and every later op run again, by script.
     Rerun,
     /// A command form that needs a follow-up (a release's notices, a
     /// refused set's members).
