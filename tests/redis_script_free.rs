@@ -123,6 +123,18 @@ fn manager(servers: &RedisServers, scripts: Scripts) -> LockManager {
         .unwrap()
 }
 
+/// A manager as the default user, with the default [`Scripts::Auto`].
+fn default_manager(servers: &RedisServers) -> LockManager {
+    LockManager::builder()
+        .redis_nodes(servers.urls())
+        .unwrap()
+        .ttl(TTL)
+        .restart_quarantine(false)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap()
+}
+
 fn key(resource: &str) -> Vec<u8> {
     format!("{PREFIX}{resource}").into_bytes()
 }
@@ -241,14 +253,7 @@ fn auto_uses_the_servers_commands_where_it_has_them() {
     let servers = RedisServers::start(3);
     let v = version(servers.iter().next().unwrap());
     let can = can(v);
-    let locks = LockManager::builder()
-        .redis_nodes(servers.urls())
-        .unwrap()
-        .ttl(TTL)
-        .restart_quarantine(false)
-        .retry(RetryPolicy::none())
-        .build()
-        .unwrap();
+    let locks = default_manager(&servers);
     let mut guard = locks.try_lock("job").unwrap();
     guard.extend(TTL).unwrap();
     guard.release().unwrap();
@@ -287,17 +292,7 @@ fn a_release_by_command_publishes_only_what_it_deleted() {
         assert!(!v.at_least(ServerProduct::Valkey, 9, 0));
         return;
     }
-    let build = || {
-        LockManager::builder()
-            .redis_nodes(servers.urls())
-            .unwrap()
-            .ttl(TTL)
-            .restart_quarantine(false)
-            .retry(RetryPolicy::none())
-            .build()
-            .unwrap()
-    };
-    let (holder, other) = (build(), build());
+    let (holder, other) = (default_manager(&servers), default_manager(&servers));
     let guard = testkit::hold_settled(&holder, "job");
     let published = |s: &RedisServer| calls(s, "publish");
     let before: Vec<u64> = servers.iter().map(published).collect();

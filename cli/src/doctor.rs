@@ -485,13 +485,7 @@ fn check_rights(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
         missing.push("SCRIPT LOAD");
     }
     let sha = sha.unwrap_or_default();
-    let mut attempt = |name: &'static str, cmd: &redis::Cmd| {
-        if let Err(e) = node.query::<redis::Value>(conn, cmd)
-            && refused(&e)
-        {
-            missing.push(name);
-        }
-    };
+    let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut missing, name, cmd);
     attempt(
         "SET",
         redis::cmd("SET")
@@ -557,6 +551,22 @@ fn check_rights(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
     }
 }
 
+/// Runs `cmd`; when the server refuses it for want of a right, adds
+/// `name` to `missing`.
+fn try_right(
+    node: &Node,
+    conn: &mut Connection,
+    missing: &mut Vec<&'static str>,
+    name: &'static str,
+    cmd: &redis::Cmd,
+) {
+    if let Err(e) = node.query::<redis::Value>(conn, cmd)
+        && refused(&e)
+    {
+        missing.push(name);
+    }
+}
+
 /// [`check_rights`] for `--scripts never`: the plain commands only (the
 /// lock's `SET NX PX`, `GET`, `PTTL`, and inspection's `GETRANGE` and
 /// `STRLEN`); the server's own release and extend commands are tried by
@@ -564,13 +574,7 @@ fn check_rights(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
 fn check_rights_without_scripts(node: &Node, conn: &mut Connection, key: &str, c: &mut Checkup) {
     let token = "quorum-lock-doctor";
     let mut missing = Vec::new();
-    let mut attempt = |name: &'static str, cmd: &redis::Cmd| {
-        if let Err(e) = node.query::<redis::Value>(conn, cmd)
-            && refused(&e)
-        {
-            missing.push(name);
-        }
-    };
+    let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut missing, name, cmd);
     attempt(
         "SET",
         redis::cmd("SET")
