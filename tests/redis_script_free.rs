@@ -5,6 +5,8 @@
 //! line naming the server and what it lacks, leaving no key behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use quorum_lock::backend::{BackendErrorKind, ServerProduct, ServerVersion};
@@ -278,10 +280,10 @@ fn auto_uses_the_servers_commands_where_it_has_them() {
     }
 }
 
-/// A release by command announces itself only when it deleted the key:
-/// the undo of a failed attempt (`DELIFEQ` of a key held by another)
-/// publishes nothing, the holder's release publishes once per node where
-/// a waiter listens.
+/// A release by command announces itself only when it deleted the key
+/// and someone listens: a failed attempt publishes nothing, the holder's
+/// release publishes nothing with nobody listening, and once per node
+/// where a subscriber listens.
 #[test]
 fn a_release_by_command_publishes_only_what_it_deleted() {
     let servers = RedisServers::start(3);
@@ -305,4 +307,33 @@ fn a_release_by_command_publishes_only_what_it_deleted() {
     assert!(holder.flush(Duration::from_secs(5)));
     let released: Vec<u64> = servers.iter().map(published).collect();
     assert_eq!(released, after, "{v}: published with nobody listening");
+
+    // Someone listens on every node: the release announces itself once.
+    let channel = "quorum-lock:released:job";
+    let listeners: Vec<TcpStream> = servers.iter().map(|s| subscribe(s, channel)).collect();
+    let guard = testkit::hold_settled(&holder, "job");
+    guard.release().unwrap();
+    assert!(holder.flush(Duration::from_secs(5)));
+    let heard: Vec<u64> = servers.iter().map(published).collect();
+    let once: Vec<u64> = released.iter().map(|n| n + 1).collect();
+    assert_eq!(heard, once, "{v}: not one notice per node with a listener");
+    drop(listeners);
+}
+
+/// A raw connection to `server` subscribed to `channel`, confirmed by the
+/// server's count of its subscribers.
+fn subscribe(server: &RedisServer, channel: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    let request = format!(
+        "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+        channel.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut confirm = [0u8; 64];
+    assert!(
+        stream.read(&mut confirm).unwrap() > 0,
+        "no SUBSCRIBE confirmation"
+    );
+    assert_eq!(server.subscribers(channel), 1, "{}", server.describe());
+    stream
 }

@@ -26,7 +26,7 @@ use redis::Value;
 use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
-use super::forms::{self, Form, Said, Scripts, form_of, script_for};
+use super::forms::{self, Bad, Form, Pending, Said, Scripts, form_of, script_for};
 use super::frame::value_text;
 use super::info::Ask;
 use super::pool::{Checkout, Failure};
@@ -43,9 +43,9 @@ enum First {
     /// `NOSCRIPT` (or a command form that did not run, under
     /// `Scripts::Auto`): it and every later op run again, by script.
     Rerun,
-    /// A command form that needs a follow-up (a release's notices, a
-    /// refused set's members).
-    Command(Said),
+    /// A command form's answer that needs a second round trip (a
+    /// release's notices, a refused set's members).
+    Pending(Pending),
 }
 
 /// What the first round trip of a batch carried, for reading its replies.
@@ -55,10 +55,8 @@ pub(super) struct FirstSent {
     ask: Ask,
     /// The four `SCRIPT LOAD`s followed.
     load_scripts: bool,
-    /// The ops sent, by index.
-    sent: Vec<usize>,
-    /// The form of each op sent, in the order of `sent`.
-    forms: Vec<Form>,
+    /// The ops sent, by index, each with the form it was sent in.
+    sent: Vec<(usize, Form)>,
     /// Replies to read.
     expected: usize,
 }
@@ -71,15 +69,15 @@ impl FirstSent {
 }
 
 /// What one op needs in the second round trip.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Followup {
     /// `GET` and `PTTL` after a refused acquire (2 replies).
     Get,
     /// The op again, scripts by text; a plain acquire as `SET NX PX`,
-    /// `GET` and `PTTL` (3 replies).
-    Rerun,
-    /// A command form's follow-up (`forms::pack_followup`).
-    Command,
+    /// `GET` and `PTTL` (3 replies). With the first run's answer, which
+    /// stands when that run did the work.
+    Rerun(First),
+    /// A command form's second round trip (`forms::pack_followup`).
+    Command(Pending),
 }
 
 impl Inner {
@@ -121,20 +119,18 @@ impl Inner {
         } else {
             forms::Commands::of(version)
         };
-        let (mut sent, mut forms) = (Vec::with_capacity(ops.len()), Vec::with_capacity(ops.len()));
+        let mut sent = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
             if results[i].is_some() {
                 continue;
             }
             match form_of(op, commands, self.scripts) {
-                Ok(form) => {
-                    sent.push(i);
-                    forms.push(form);
-                }
+                Ok(form) => sent.push((i, form)),
                 Err(needs) => results[i] = Some(Err(self.needs_script(version, needs))),
             }
         }
-        let load_scripts = digests.is_none() && forms.iter().any(|f| matches!(f, Form::Script(_)));
+        let load_scripts =
+            digests.is_none() && sent.iter().any(|(_, f)| matches!(f, Form::Script(_)));
         let mut buf = Vec::new();
         ask.pack(&mut buf);
         if load_scripts {
@@ -146,7 +142,7 @@ impl Inner {
             }
         }
         let mut expected = ask.replies() + Script::ALL.len() * usize::from(load_scripts);
-        for (&i, &form) in sent.iter().zip(&forms) {
+        for &(i, form) in &sent {
             self.pack_op(&ops[i], form, ttls[i], digests.as_deref(), &mut buf);
             expected += form.replies(&ops[i]);
         }
@@ -157,7 +153,6 @@ impl Inner {
             ask,
             load_scripts,
             sent,
-            forms,
             expected,
         })
     }
@@ -180,7 +175,6 @@ impl Inner {
             ask,
             load_scripts,
             ref sent,
-            ref forms,
             expected,
         } = *first;
         let replies = c
@@ -203,30 +197,27 @@ impl Inner {
         }
         let firsts: Vec<First> = sent
             .iter()
-            .zip(forms)
-            .map(|(&i, &form)| self.first_answer(&ops[i], form, &mut replies))
+            .map(|&(i, form)| self.first_answer(&ops[i], form, &mut replies))
             .collect();
         let rerun_from = firsts
             .iter()
             .position(|f| matches!(f, First::Rerun))
             .unwrap_or(sent.len());
+        // An answer of the first round trip stands, or the op needs a
+        // second one (every op from the first re-run on runs again).
         let mut followups = Vec::new();
-        for (pos, first) in firsts.iter().enumerate() {
-            if pos >= rerun_from {
-                followups.push((pos, Followup::Rerun));
-            } else if matches!(first, First::NeedsGet) {
-                followups.push((pos, Followup::Get));
-            } else if matches!(first, First::Command(_)) {
-                followups.push((pos, Followup::Command));
-            }
-        }
-        let mut firsts: Vec<Option<First>> = firsts.into_iter().map(Some).collect();
-        for (pos, first) in firsts.iter_mut().enumerate() {
-            if let Some(First::Done(result)) =
-                first.take_if(|f| pos < rerun_from && matches!(f, First::Done(_)))
-            {
-                results[sent[pos]] = Some(result);
-            }
+        for (pos, first) in firsts.into_iter().enumerate() {
+            let followup = match first {
+                first if pos >= rerun_from => Followup::Rerun(first),
+                First::Done(result) => {
+                    results[sent[pos].0] = Some(result);
+                    continue;
+                }
+                First::NeedsGet => Followup::Get,
+                First::Pending(pending) => Followup::Command(pending),
+                First::Rerun => Followup::Rerun(First::Rerun),
+            };
+            followups.push((sent[pos], followup));
         }
         if followups.is_empty() {
             return Ok(());
@@ -234,28 +225,25 @@ impl Inner {
 
         let mut buf = Vec::new();
         let mut expected = 0;
-        for &(pos, followup) in &followups {
-            let op = &ops[sent[pos]];
-            match followup {
+        for ((i, _), followup) in &followups {
+            let op = &ops[*i];
+            expected += match followup {
                 Followup::Get => {
                     pack_holder_check(op, &mut buf);
-                    expected += 2;
+                    2
                 }
-                Followup::Rerun => {
+                Followup::Rerun(_) => {
                     let form = script_for(op).map_or(Form::SetNx, Form::Script);
-                    self.pack_op(op, form, ttls[sent[pos]], None, &mut buf);
+                    self.pack_op(op, form, ttls[*i], None, &mut buf);
                     if form == Form::SetNx {
                         pack_holder_check(op, &mut buf);
-                        expected += 2;
-                    }
-                    expected += 1;
-                }
-                Followup::Command => {
-                    if let Some(First::Command(said)) = &firsts[pos] {
-                        expected += forms::pack_followup(said, op, &mut buf);
+                        3
+                    } else {
+                        1
                     }
                 }
-            }
+                Followup::Command(pending) => forms::pack_followup(pending, op, &mut buf),
+            };
         }
         let replies = c
             .conn
@@ -265,52 +253,56 @@ impl Inner {
                 stale: false,
             })?;
         let mut replies = replies.into_iter();
-        for (pos, followup) in followups {
-            let i = sent[pos];
+        for ((i, form), followup) in followups {
             let op = &ops[i];
-            if followup == Followup::Command {
-                if let Some(First::Command(said)) = firsts[pos].take() {
-                    let read = forms::read_followup(&said, op, &mut replies);
-                    results[i] = Some(read.or_else(|said| self.said_error(op, forms[pos], said)));
-                }
-                continue;
-            }
-            let mut next = || replies.next().unwrap_or(Value::Nil);
-            let answer = match (followup, script_for(op)) {
-                (Followup::Command, _) => continue,
-                (Followup::Get, _) => {
-                    let (get, pttl) = (next(), next());
+            results[i] = Some(match followup {
+                Followup::Get => {
+                    let get = replies.next().unwrap_or(Value::Nil);
+                    let pttl = replies.next().unwrap_or(Value::Nil);
                     self.refused_acquire(op, get, &pttl)
                 }
-                (Followup::Rerun, None) => {
-                    let (set, get, pttl) = (next(), next(), next());
-                    match set {
-                        Value::Okay => Ok(Reply::Yes),
-                        Value::Nil => self.refused_acquire(op, get, &pttl),
-                        Value::ServerError(e) => Err(self.server_error(&e, Some(op.token))),
-                        other => Err(self.protocol_error("SET NX", &other)),
+                Followup::Command(pending) => forms::read_followup(&pending, op, &mut replies)
+                    .map_err(|bad| self.bad_reply(op, form, bad)),
+                Followup::Rerun(first) => {
+                    let again = self.rerun_answer(op, &mut replies);
+                    match first {
+                        // The first run did the work: its answer stands.
+                        First::Done(Ok(
+                            reply @ (Reply::Yes | Reply::Fenced(_) | Reply::Notified(_)),
+                        )) => Ok(reply),
+                        // A release that deleted, its notice not sent: released.
+                        First::Pending(Pending::Announce { .. }) => Ok(Reply::Yes),
+                        _ => again,
                     }
                 }
-                (Followup::Rerun, Some(script)) => match next() {
-                    Value::ServerError(e) => Err(self.op_server_error(op, &e)),
-                    value => self.script_reply(script, value),
-                },
-            };
-            // The first run's answer stands when that run did the work.
-            let first_did_it = matches!(
-                firsts[pos],
-                Some(First::Done(Ok(Reply::Yes
-                    | Reply::Fenced(_)
-                    | Reply::Notified(_))))
-            );
-            results[i] = Some(match firsts[pos].take() {
-                Some(First::Done(first)) if first_did_it => first,
-                // A release that deleted, its notice not sent: released.
-                Some(First::Command(Said::Announce { .. })) => Ok(Reply::Yes),
-                _ => answer,
             });
         }
         Ok(())
+    }
+
+    /// The answer of a re-run of `op` (scripts by text; a plain acquire as
+    /// `SET NX PX`, `GET` and `PTTL`).
+    fn rerun_answer(
+        &self,
+        op: &Op<'_>,
+        replies: &mut impl Iterator<Item = Value>,
+    ) -> Result<Reply, BackendError> {
+        let mut next = || replies.next().unwrap_or(Value::Nil);
+        match script_for(op) {
+            None => {
+                let (set, get, pttl) = (next(), next(), next());
+                match set {
+                    Value::Okay => Ok(Reply::Yes),
+                    Value::Nil => self.refused_acquire(op, get, &pttl),
+                    Value::ServerError(e) => Err(self.server_error(&e, Some(op.token))),
+                    other => Err(self.protocol_error("SET NX", &other)),
+                }
+            }
+            Some(script) => match next() {
+                Value::ServerError(e) => Err(self.op_server_error(op, &e)),
+                value => self.script_reply(script, value),
+            },
+        }
     }
 
     /// The first round trip's replies to `op`, sent in `form`.
@@ -325,17 +317,15 @@ impl Inner {
             Form::Script(script) => Some(script),
             _ => {
                 return match forms::read_command(form, op, replies) {
-                    Said::Done(reply) => First::Done(Ok(reply)),
-                    Said::Refused(e) if self.scripts == Scripts::Auto && forms::not_run(&e) => {
+                    Ok(Said::Done(reply)) => First::Done(Ok(reply)),
+                    Ok(Said::Then(pending)) => First::Pending(pending),
+                    Err(Bad::Refused(e)) if self.scripts == Scripts::Auto && forms::not_run(&e) => {
                         // The scripts from now on, on this backend: an ACL
                         // written for them does not name the commands.
                         self.commands_refused.store(true, Ordering::Relaxed);
                         First::Rerun
                     }
-                    said @ (Said::Refused(_) | Said::Unexpected(_)) => {
-                        First::Done(self.said_error(op, form, said))
-                    }
-                    said => First::Command(said),
+                    Err(bad) => First::Done(Err(self.bad_reply(op, form, bad))),
                 };
             }
         };
@@ -395,23 +385,11 @@ impl Inner {
         digests: Option<&Digests>,
         buf: &mut Vec<u8>,
     ) {
+        let Form::Script(script) = form else {
+            return form.pack_command(op, ttl_ms, buf);
+        };
         let Op { keys, token, kind } = *op;
         let ttl_arg = || ttl_ms.to_string().into_bytes();
-        let script = match form {
-            Form::SetNx => None,
-            Form::Script(script) => Some(script),
-            command => return command.pack_command(op, ttl_ms, buf),
-        };
-        let Some(script) = script else {
-            redis::cmd("SET")
-                .arg(keys.first())
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .write_packed_command(buf);
-            return;
-        };
         let (counter, args): (Option<&[u8]>, [Vec<u8>; 2]) = match kind {
             OpKind::Acquire { .. } | OpKind::Extend { .. } => (None, [token.to_vec(), ttl_arg()]),
             OpKind::Release => (None, [token.to_vec(), vec![]]),

@@ -8,7 +8,8 @@
 //!
 //! The identity (`INFO`: `run_id`, `uptime_in_seconds`, and with them
 //! `maxmemory`, `maxmemory_policy`, `role` and `master_replid`) belongs to
-//! the connection: it is read in the connection's first pipeline, and
+//! the connection: a pooled connection reads it when it opens, in a round
+//! trip of its own before its first batch ([`Conn::read_identity`]), and
 //! describes the server that answers everything sent on this connection (a
 //! restarted server closes its connections, so a connection never outlives
 //! the server incarnation it talks to). The settings that can change

@@ -13,10 +13,10 @@ use std::io;
 
 use redis::Value;
 
-use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerVersion};
+use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, ServerVersion};
 
 use super::Inner;
-use super::forms::{Form, Said};
+use super::forms::{Bad, Form};
 use super::frame::describe_value;
 use super::redact::{show_key, show_keys};
 use super::transport::{Fault, Phase};
@@ -56,19 +56,11 @@ impl Inner {
     }
 
     /// The error of a command form's refusal or unexpected reply.
-    pub(super) fn said_error(
-        &self,
-        op: &Op<'_>,
-        form: Form,
-        said: Said,
-    ) -> Result<Reply, BackendError> {
-        Err(match said {
-            Said::Refused(e) => self.op_server_error(op, &e),
-            Said::Unexpected(value) => self.protocol_error(form.command(), &value),
-            Said::Done(_) | Said::Announce { .. } | Said::ReadMembers => {
-                self.protocol_error(form.command(), &Value::Nil)
-            }
-        })
+    pub(super) fn bad_reply(&self, op: &Op<'_>, form: Form, bad: Bad) -> BackendError {
+        match bad {
+            Bad::Refused(e) => self.op_server_error(op, &e),
+            Bad::Unexpected(value) => self.protocol_error(form.command(), &value),
+        }
     }
 
     /// An op that needs a script on a node where scripts are forbidden

@@ -31,8 +31,9 @@
 
 use redis::Value;
 
-use crate::backend::{Op, OpKind, RELEASE_CHANNEL_PREFIX, Reply, ServerProduct, ServerVersion};
+use crate::backend::{Op, OpKind, Reply, ServerProduct, ServerVersion};
 
+use super::notices::channel;
 use super::scripts::Script;
 
 /// Whether a Redis node may run Lua scripts: see
@@ -184,12 +185,19 @@ impl Form {
         }
     }
 
-    /// Packs a command form of `op` ([`replies`](Self::replies) commands);
-    /// `SetNx` and scripts are packed by the batch.
+    /// Packs `op` in this form ([`replies`](Self::replies) commands),
+    /// unless it is a script: those the batch packs (it knows the digests).
     pub(super) fn pack_command(self, op: &Op<'_>, ttl_ms: u64, buf: &mut Vec<u8>) {
         let Op { keys, token, .. } = *op;
         match self {
-            Self::SetNx | Self::Script(_) => {}
+            Self::Script(_) => {}
+            Self::SetNx => redis::cmd("SET")
+                .arg(keys.first())
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .write_packed_command(buf),
             Self::DeleteIfEqual(delete) => {
                 for key in keys.iter() {
                     match delete {
@@ -248,15 +256,25 @@ impl Form {
     }
 }
 
-/// What a command form's first replies say.
+/// What a command form's first replies say, when the server ran it.
 pub(super) enum Said {
     /// A final answer.
     Done(Reply),
+    /// An answer that needs a second round trip.
+    Then(Pending),
+}
+
+/// The second round trip a command form's answer needs.
+pub(super) enum Pending {
     /// A release deleted these keys (indices into the op's keys), which
     /// `listeners` subscribers wait on: announce them.
     Announce { keys: Vec<usize>, listeners: u64 },
     /// `MSETEX` set nothing: read every member to tell who holds the set.
     ReadMembers,
+}
+
+/// A reply that is not an answer.
+pub(super) enum Bad {
     /// The server refused the command: its error (an unknown command on a
     /// server older than its version said, `WRONGTYPE`, `NOPERM`).
     Refused(redis::ServerError),
@@ -265,14 +283,15 @@ pub(super) enum Said {
 }
 
 /// Reads a command form's first replies ([`Form::replies`] of them).
+/// `SetNx` and scripts are read by the batch.
 pub(super) fn read_command(
     form: Form,
     op: &Op<'_>,
     replies: &mut impl Iterator<Item = Value>,
-) -> Said {
+) -> Result<Said, Bad> {
     let mut next = || replies.next().unwrap_or(Value::Nil);
     match form {
-        Form::SetNx | Form::Script(_) => Said::Unexpected(next()),
+        Form::SetNx | Form::Script(_) => Err(Bad::Unexpected(next())),
         Form::DeleteIfEqual(_) => {
             let (mut removed, mut heard_by, mut listeners, mut refused) = (0, Vec::new(), 0, None);
             for k in 0..op.keys.len() {
@@ -287,51 +306,50 @@ pub(super) fn read_command(
                         }
                     }
                     Value::Int(0) => {}
-                    Value::ServerError(e) => refused = refused.or(Some(Said::Refused(e))),
-                    other => refused = refused.or(Some(Said::Unexpected(other))),
+                    Value::ServerError(e) => refused = refused.or(Some(Bad::Refused(e))),
+                    other => refused = refused.or(Some(Bad::Unexpected(other))),
                 }
             }
             match refused {
-                Some(refused) => refused,
-                None if removed == 0 => Said::Done(Reply::No),
-                None if heard_by.is_empty() => Said::Done(Reply::Yes),
-                None => Said::Announce {
+                Some(refused) => Err(refused),
+                None if removed == 0 => Ok(Said::Done(Reply::No)),
+                None if heard_by.is_empty() => Ok(Said::Done(Reply::Yes)),
+                None => Ok(Said::Then(Pending::Announce {
                     keys: heard_by,
                     listeners,
-                },
+                })),
             }
         }
         Form::SetIfEqual => {
-            let mut answer = Said::Done(Reply::Yes);
+            let (mut all_set, mut refused) = (true, None);
             for _ in 0..op.keys.len() {
                 match next() {
                     Value::Okay => {}
-                    Value::Nil => {
-                        if matches!(answer, Said::Done(_)) {
-                            answer = Said::Done(Reply::No);
-                        }
-                    }
-                    Value::ServerError(e) => answer = Said::Refused(e),
-                    other => answer = Said::Unexpected(other),
+                    Value::Nil => all_set = false,
+                    Value::ServerError(e) => refused = refused.or(Some(Bad::Refused(e))),
+                    other => refused = refused.or(Some(Bad::Unexpected(other))),
                 }
             }
-            answer
+            match refused {
+                Some(refused) => Err(refused),
+                None => Ok(Said::Done(Reply::from(all_set))),
+            }
         }
         Form::MsetEx => match next() {
-            Value::Int(1) => Said::Done(Reply::Yes),
-            Value::Int(0) => Said::ReadMembers,
-            Value::ServerError(e) => Said::Refused(e),
-            other => Said::Unexpected(other),
+            Value::Int(1) => Ok(Said::Done(Reply::Yes)),
+            Value::Int(0) => Ok(Said::Then(Pending::ReadMembers)),
+            Value::ServerError(e) => Err(Bad::Refused(e)),
+            other => Err(Bad::Unexpected(other)),
         },
     }
 }
 
-/// Packs the follow-up of `said`: `PUBLISH` on each deleted key's channel
-/// (one reply each), or `GET` of every member (one reply each). Returns
-/// the replies to expect.
-pub(super) fn pack_followup(said: &Said, op: &Op<'_>, buf: &mut Vec<u8>) -> usize {
-    match said {
-        Said::Announce { keys, .. } => {
+/// Packs the second round trip of `pending`: `PUBLISH` on each deleted
+/// key's channel (one reply each), or `GET` of every member (one reply
+/// each). Returns the replies to expect.
+pub(super) fn pack_followup(pending: &Pending, op: &Op<'_>, buf: &mut Vec<u8>) -> usize {
+    match pending {
+        Pending::Announce { keys, .. } => {
             for &k in keys {
                 if let Some(key) = op.keys.iter().nth(k) {
                     redis::cmd("PUBLISH")
@@ -342,13 +360,12 @@ pub(super) fn pack_followup(said: &Said, op: &Op<'_>, buf: &mut Vec<u8>) -> usiz
             }
             keys.len()
         }
-        Said::ReadMembers => {
+        Pending::ReadMembers => {
             for key in op.keys.iter() {
                 redis::cmd("GET").arg(key).write_packed_command(buf);
             }
             op.keys.len()
         }
-        Said::Done(_) | Said::Refused(_) | Said::Unexpected(_) => 0,
     }
 }
 
@@ -359,12 +376,12 @@ pub(super) fn pack_followup(said: &Said, op: &Op<'_>, buf: &mut Vec<u8>) -> usiz
 /// script tells it (the first member held by another value, else ours,
 /// else none), or a member's error (`WRONGTYPE`).
 pub(super) fn read_followup(
-    said: &Said,
+    pending: &Pending,
     op: &Op<'_>,
     replies: &mut impl Iterator<Item = Value>,
-) -> Result<Reply, Said> {
-    match said {
-        Said::Announce { keys, listeners } => {
+) -> Result<Reply, Bad> {
+    match pending {
+        Pending::Announce { keys, listeners } => {
             let published = keys
                 .iter()
                 .filter(|_| matches!(replies.next(), Some(Value::Int(_))))
@@ -375,15 +392,15 @@ pub(super) fn read_followup(
                 Reply::Yes
             })
         }
-        Said::ReadMembers => {
+        Pending::ReadMembers => {
             let (mut ours, mut other, mut refused) = (false, None, None);
             for _ in 0..op.keys.len() {
                 match replies.next().unwrap_or(Value::Nil) {
                     Value::BulkString(held) if held == op.token => ours = true,
                     Value::BulkString(held) => other = other.or(Some(held)),
                     Value::Nil => {}
-                    Value::ServerError(e) => refused = refused.or(Some(Said::Refused(e))),
-                    value => refused = refused.or(Some(Said::Unexpected(value))),
+                    Value::ServerError(e) => refused = refused.or(Some(Bad::Refused(e))),
+                    value => refused = refused.or(Some(Bad::Unexpected(value))),
                 }
             }
             match (refused, other) {
@@ -393,17 +410,7 @@ pub(super) fn read_followup(
                 (None, None) => Ok(Reply::No),
             }
         }
-        Said::Done(reply) => Ok(*reply),
-        Said::Refused(e) => Err(Said::Refused(e.clone())),
-        Said::Unexpected(v) => Err(Said::Unexpected(v.clone())),
     }
-}
-
-/// The release channel of `key`.
-fn channel(key: &[u8]) -> Vec<u8> {
-    let mut channel = RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
-    channel.extend_from_slice(key);
-    channel
 }
 
 /// The count in a `PUBSUB NUMSUB` reply (`[channel, count]`); 0 for

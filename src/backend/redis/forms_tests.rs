@@ -99,14 +99,14 @@ fn a_release_is_announced_only_when_it_deleted_for_listeners() {
     let read = |replies: Vec<Value>| read_command(form, &op, &mut replies.into_iter());
     assert!(matches!(
         read(vec![Value::Int(0), numsub(3), Value::Int(0), numsub(1)]),
-        Said::Done(Reply::No)
+        Ok(Said::Done(Reply::No))
     ));
     assert!(matches!(
         read(vec![Value::Int(1), numsub(0), Value::Int(0), numsub(5)]),
-        Said::Done(Reply::Yes)
+        Ok(Said::Done(Reply::Yes))
     ));
     match read(vec![Value::Int(0), numsub(4), Value::Int(1), numsub(2)]) {
-        Said::Announce { keys, listeners } => {
+        Ok(Said::Then(Pending::Announce { keys, listeners })) => {
             assert_eq!((keys, listeners), (vec![1], 2));
         }
         _ => panic!("expected an announcement of b"),
@@ -116,6 +116,6 @@ fn a_release_is_announced_only_when_it_deleted_for_listeners() {
     let denied = Value::SimpleString("not a count".into());
     assert!(matches!(
         read(vec![Value::Int(1), denied, Value::Int(0), numsub(0)]),
-        Said::Done(Reply::Yes)
+        Ok(Said::Done(Reply::Yes))
     ));
 }

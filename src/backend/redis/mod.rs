@@ -43,8 +43,9 @@
 //!
 //! # Identity
 //!
-//! Each connection reads `INFO` (its default sections) in its first
-//! pipeline and keeps the server's `run_id` and uptime for its whole life
+//! Each pooled connection reads `INFO` (its default sections) when it
+//! opens, in a round trip of its own before its first batch (the batch's
+//! ops then go in the forms its server has), and keeps the server's `run_id` and uptime for its whole life
 //! (a restarted server closes its connections); the settings that can
 //! change at run time (`maxmemory`, `maxmemory_policy`, the role and
 //! replication history, `evicted_keys`) are read again (`INFO memory`,
@@ -302,9 +303,9 @@ impl RedisBackend {
     /// Asks the server for its `INFO` now, on a connection (an idle
     /// one, or a new one), and returns the answer.
     ///
-    /// A connection whose identity was not read yet keeps this answer as
-    /// its identity (reported with the [`Answers`](crate::backend::Answers) of the batches it
-    /// carries).
+    /// A new connection reads its own identity first (every pooled
+    /// connection does), so this asks the server once more: the answer is
+    /// the server's as it is now.
     ///
     /// # Errors
     ///
@@ -320,11 +321,7 @@ impl RedisBackend {
                 .conn
                 .exchange(&buf, 1, deadline)
                 .map_err(|(fault, read)| inner.failure(&fault, read))?;
-            let reply = replies.pop();
-            if c.conn.ask() == Ask::Identity {
-                c.conn.learn(Ask::Identity, &mut reply.clone().into_iter());
-            }
-            Ok(reply)
+            Ok(replies.pop())
         })?;
         match reply {
             Some(Value::ServerError(e)) => Err(inner.server_error(&e, None)),
@@ -361,7 +358,7 @@ impl Backend for RedisBackend {
     /// has no answer yet, with the same error.
     ///
     /// The answers carry the identity of the connection that carried the
-    /// batch: the `INFO` that connection read in its first pipeline (the
+    /// batch: the `INFO` that connection read when it opened (the
     /// uptime advanced by the time since), or `None` when that `INFO` was
     /// refused or unreadable, or no connection answered. See `flight.rs`.
     ///
@@ -404,8 +401,8 @@ impl Backend for RedisBackend {
 
 impl Probe for RedisBackend {
     /// The identity of a connection, after checking that the server
-    /// answers on it: a connection that has not read `INFO` yet
-    /// asks it now, one that has sends `PING`.
+    /// answers on it: its settings again once they are old, a `PING`
+    /// otherwise (a new connection has read its identity as it opened).
     ///
     /// `Ok` with no `run_id` when the server answers but refuses `INFO`
     /// (e.g. `NOPERM`) or its reply was unreadable.

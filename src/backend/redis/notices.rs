@@ -356,7 +356,7 @@ impl ReleaseListener for Subscriber {
 }
 
 /// The channel that announces the releases of `key`.
-fn channel(key: &[u8]) -> Vec<u8> {
+pub(super) fn channel(key: &[u8]) -> Vec<u8> {
     let mut channel = RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
     channel.extend_from_slice(key);
     channel
