@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::lease::Lease;
+use super::line::Want;
 use super::rounds::{Config, Rounds};
-use super::turns::{Streak, Want};
+use super::turns::Streak;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::{Backend, KeySet};
 use crate::clock::ManualClock;

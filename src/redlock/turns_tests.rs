@@ -2,6 +2,8 @@
 //! line bounded by the holder's validity.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+use std::time::Duration;
+
 use crate::clock::ManualClock;
 use crate::redlock::streak::MAX_STREAK;
 use crate::redlock::support::Support;

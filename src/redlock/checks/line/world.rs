@@ -1,33 +1,9 @@
-//! An exhaustive check of the local line: every order of the line's steps
-//! taken by three threads that want one key, run on the crate's own
-//! [`LocalQueue`].
-//!
-//! Why this is complete: every step that reads or changes the line is one
-//! critical section under the lines' lock (`join`, `look`, `leave_line`,
-//! `Ticket::hold`, `pass_with`, `nudge`), and between them a thread only
-//! blocks or takes a message from its own channel. So the interleavings of
-//! those steps are all the interleavings there are. Each schedule is
-//! replayed on a fresh queue (the queue's channels and `Arc`s cannot be
-//! cloned), depth first, and states already seen are not explored again.
-//!
-//! A thread's program: join the line; while in line, look (when it has
-//! just joined, was nudged, or its look-again timer is due on the manager
-//! clock), take a message, or (an impatient thread only) leave at any
-//! moment, as a deadline or a cancellation would make it. With the turn:
-//! get the lock (when no other valid lock exists, as the servers would
-//! decide) or fail to; with the lock: release, drop with a hand-over,
-//! lose it (the line is nudged, as `Rounds::lose` does) or get stuck (never
-//! act again). The clock steps to the next deadline of a held lock.
-//!
-//! Properties: at most one valid lock; a handed-over lock is what its
-//! waiter asked for (same TTL, never to a fenced waiter); a thread gets
-//! the turn only when every other thread holding a ticket holds an expired
-//! or lost lock (the line never lets two contend at once); no patient
-//! waiter is ever left waiting with nothing left to wake it (a lost turn);
-//! and when every thread is done, the line is gone.
+//! The line explorer's model (`mod.rs` explores it): three threads that
+//! want one key, each a small program of the line's steps run on the
+//! crate's own `LocalQueue`, the clock, and the properties checked in
+//! every state.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-use std::collections::{HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -35,36 +11,22 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::backend::KeySet;
-use crate::canary::{self, Canary};
 use crate::clock::{Clock, ManualClock};
 use crate::error::Error;
 use crate::redlock::lease::Lease;
+use crate::redlock::line::{Grant, Want};
 use crate::redlock::support::Support;
-use crate::redlock::turns::{Grant, Joined, LocalQueue, Look, Ticket, Turn, Want};
+use crate::redlock::turns::{Joined, LocalQueue, Look, Ticket, Turn};
 use crate::token::Token;
-
-const SECOND: Duration = Duration::from_secs(1);
-const PLAIN: Want = Want {
-    ttl: SECOND,
-    fenced: false,
-};
-const SHORT: Want = Want {
-    ttl: Duration::from_millis(500),
-    fenced: false,
-};
-const FENCED: Want = Want {
-    ttl: SECOND,
-    fenced: true,
-};
 
 /// One thread: what it asks for, and whether it may leave the line (a
 /// deadline or a cancellation) at any moment.
 #[derive(Debug, Clone, Copy)]
-struct Spec {
-    want: Want,
-    patient: bool,
+pub(super) struct Spec {
+    pub(super) want: Want,
+    pub(super) patient: bool,
     /// How many times it waits for the lock (one after the other).
-    rounds: u8,
+    pub(super) rounds: u8,
 }
 
 /// A thread's place in its program.
@@ -92,7 +54,7 @@ enum Phase {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Act {
+pub(super) enum Act {
     Join,
     Look,
     Receive,
@@ -110,13 +72,13 @@ enum Act {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
+pub(super) enum Step {
     Thread(usize, Act),
     /// The clock steps to the next deadline of a held, valid lock.
     Tick,
 }
 
-struct World {
+pub(super) struct World {
     clock: ManualClock,
     queue: Arc<LocalQueue>,
     key: KeySet,
@@ -126,11 +88,11 @@ struct World {
     begun: Vec<u8>,
     /// What the schedule went through: a lock handed over, a leaving
     /// thread that found its turn had come, a look-again timer that fired.
-    seen: Seen,
+    pub(super) seen: Seen,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
-struct Seen {
+pub(super) struct Seen {
     handed: bool,
     /// A `release()` handed its lock over.
     released_handed: bool,
@@ -138,8 +100,23 @@ struct Seen {
     timer: bool,
 }
 
+impl Seen {
+    /// Adds what `other` went through.
+    pub(super) fn merge(&mut self, other: Self) {
+        self.handed |= other.handed;
+        self.released_handed |= other.released_handed;
+        self.turn_on_leaving |= other.turn_on_leaving;
+        self.timer |= other.timer;
+    }
+
+    /// Whether every ingredient was gone through.
+    pub(super) fn all(&self) -> bool {
+        self.handed && self.released_handed && self.turn_on_leaving && self.timer
+    }
+}
+
 impl World {
-    fn new(specs: &[Spec]) -> Self {
+    pub(super) fn new(specs: &[Spec]) -> Self {
         let clock = ManualClock::new();
         Self {
             queue: Arc::new(LocalQueue::new(Arc::new(clock.clone()))),
@@ -169,7 +146,7 @@ impl World {
         })
     }
 
-    fn steps(&self) -> Vec<Step> {
+    pub(super) fn steps(&self) -> Vec<Step> {
         let mut steps = Vec::new();
         for (i, phase) in self.phases.iter().enumerate() {
             let acts: &[Act] = match phase {
@@ -208,7 +185,7 @@ impl World {
     }
 
     /// Takes `step`; `Err` names a broken property.
-    fn take(&mut self, step: Step) -> Result<(), String> {
+    pub(super) fn take(&mut self, step: Step) -> Result<(), String> {
         let Step::Thread(i, act) = step else {
             let next = self
                 .leases()
@@ -399,7 +376,7 @@ impl World {
 
     /// At a state where nothing can happen any more: nobody patient is
     /// left in line, and the line is gone once every thread is done.
-    fn check_end(&mut self) -> Result<(), String> {
+    pub(super) fn check_end(&mut self) -> Result<(), String> {
         for (i, phase) in self.phases.iter().enumerate() {
             if matches!(phase, Phase::Look { .. } | Phase::Blocked { .. }) {
                 return Err(format!(
@@ -418,7 +395,7 @@ impl World {
     }
 
     /// What identifies the state (for not exploring it twice).
-    fn key(&self) -> String {
+    pub(super) fn key(&self) -> String {
         let now = self.now();
         let ms = |at: Instant| at.saturating_duration_since(now).as_millis();
         let mut out = String::new();
@@ -455,140 +432,5 @@ impl World {
             let _ = write!(out, "line {} {lease:?} {waiting:?}", line.holder.ticket);
         }
         out
-    }
-}
-
-/// What one exploration found.
-struct Found {
-    states: usize,
-    schedules: usize,
-    /// Whether some schedule went through each ingredient.
-    seen: Seen,
-    violation: Option<(String, Vec<Step>)>,
-}
-
-/// Explores every schedule of `specs`, with `broken` (a canary) on if set.
-fn explore(specs: &[Spec], broken: Option<Canary>) -> Found {
-    match broken {
-        Some(broken) => canary::with(broken, || explore_all(specs)),
-        None => explore_all(specs),
-    }
-}
-
-/// Explores every schedule of `specs`, replaying each prefix on a fresh
-/// world, breadth first (so a violation comes with a shortest schedule);
-/// stops at the first violation.
-fn explore_all(specs: &[Spec]) -> Found {
-    let mut seen = HashSet::new();
-    let mut found = Found {
-        states: 0,
-        schedules: 0,
-        seen: Seen::default(),
-        violation: None,
-    };
-    let mut queue = VecDeque::from([Vec::new()]);
-    while let Some(path) = queue.pop_front() {
-        let mut world = World::new(specs);
-        let mut failed = None;
-        for &step in &path {
-            if let Err(why) = world.take(step) {
-                failed = Some(why);
-                break;
-            }
-        }
-        if let Some(why) = failed {
-            found.violation = Some((why, path));
-            return found;
-        }
-        found.seen.handed |= world.seen.handed;
-        found.seen.released_handed |= world.seen.released_handed;
-        found.seen.turn_on_leaving |= world.seen.turn_on_leaving;
-        found.seen.timer |= world.seen.timer;
-        if !seen.insert(world.key()) {
-            continue;
-        }
-        found.states += 1;
-        let steps = world.steps();
-        if steps.is_empty() {
-            found.schedules += 1;
-            if let Err(why) = world.check_end() {
-                found.violation = Some((why, path));
-                return found;
-            }
-        }
-        for step in steps {
-            let mut longer = path.clone();
-            longer.push(step);
-            queue.push_back(longer);
-        }
-    }
-    found
-}
-
-/// The thread sets explored: a hand-over to a waiter that matches, one
-/// that does not (another TTL, fenced), waiters that leave.
-fn configurations() -> [Vec<Spec>; 2] {
-    let spec = |want, patient, rounds| Spec {
-        want,
-        patient,
-        rounds,
-    };
-    [
-        vec![
-            spec(PLAIN, true, 2),
-            spec(PLAIN, false, 1),
-            spec(PLAIN, true, 1),
-        ],
-        vec![
-            spec(PLAIN, true, 1),
-            spec(FENCED, true, 2),
-            spec(SHORT, false, 1),
-        ],
-    ]
-}
-
-#[test]
-fn the_line_keeps_its_promises_in_every_order() {
-    let mut seen = Seen::default();
-    for specs in configurations() {
-        let found = explore(&specs, None);
-        println!(
-            "line {specs:?}: {} states, {} complete schedules, no violation",
-            found.states, found.schedules
-        );
-        if let Some((why, path)) = found.violation {
-            panic!("{why} after {path:?}");
-        }
-        seen.handed |= found.seen.handed;
-        seen.released_handed |= found.seen.released_handed;
-        seen.turn_on_leaving |= found.seen.turn_on_leaving;
-        seen.timer |= found.seen.timer;
-    }
-    assert!(
-        seen.handed && seen.released_handed && seen.turn_on_leaving && seen.timer,
-        "an ingredient was never reached: {seen:?}"
-    );
-}
-
-/// Each canary undoes one protection; the explorer must find a schedule
-/// that breaks a property, and prints a shortest one.
-#[test]
-fn canaries_are_caught() {
-    let canaries = [
-        Canary::LeaveIgnoresTurns,
-        Canary::IgnoreValidity,
-        Canary::StaleTicketsPass,
-    ];
-    for broken in canaries {
-        let caught = configurations()
-            .iter()
-            .find_map(|specs| explore(specs, Some(broken)).violation);
-        let Some((why, path)) = caught else {
-            panic!("canary {broken:?} was not caught");
-        };
-        println!(
-            "canary {broken:?}: {why} after {} steps: {path:?}",
-            path.len()
-        );
     }
 }
