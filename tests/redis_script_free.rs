@@ -162,11 +162,11 @@ fn assert_refused_at_once(err: &Error, lacks: &str) {
     assert!(text.contains(lacks), "names {lacks}: {text}");
     assert!(!text.contains(PASSWORD), "no password in: {text}");
     if let Some(report) = err.report() {
-        let config = report.nodes_where(
-            |o| matches!(o, NodeOutcome::Failed(e) if e.kind() == BackendErrorKind::Config),
+        let denied = report.nodes_where(
+            |o| matches!(o, NodeOutcome::Failed(e) if e.kind() == BackendErrorKind::Denied),
         );
         // Decided once a quorum has refused; the last node may be pending.
-        assert!(config.len() >= 2, "refused on a quorum: {report}");
+        assert!(denied.len() >= 2, "refused on a quorum: {report}");
         let granted = report.nodes_where(|o| matches!(o, NodeOutcome::Granted));
         assert!(granted.is_empty(), "granted somewhere: {report}");
     }
@@ -336,4 +336,32 @@ fn subscribe(server: &RedisServer, channel: &str) -> TcpStream {
     );
     assert_eq!(server.subscribers(channel), 1, "{}", server.describe());
     stream
+}
+
+/// An op refused for want of a script says nothing of the node: the node
+/// still votes, and a plain lock right after gets every node's vote.
+#[test]
+fn an_op_refused_for_want_of_a_script_leaves_the_node_voting() {
+    let (servers, v) = servers();
+    let locks = manager(&servers, Scripts::Never);
+    // Fencing needs a script on every server.
+    let err = locks
+        .lock_with("ledger", &LockOptions::new().fencing(true))
+        .unwrap_err();
+    assert_refused_at_once(&err, "fencing");
+    assert!(locks.flush(Duration::from_secs(5)));
+    let health = locks.health();
+    assert_eq!(health.voting(), 3, "{v}: {health}");
+    let guard = locks
+        .try_lock("job")
+        .unwrap_or_else(|e| panic!("{v}: a plain lock after a refused fenced one: {e}"));
+    assert!(locks.flush(Duration::from_secs(5)));
+    for server in servers.iter() {
+        assert!(
+            server.get(&key("job")).is_some(),
+            "{v}: {}",
+            server.describe()
+        );
+    }
+    drop(guard);
 }

@@ -64,14 +64,17 @@ impl Inner {
     }
 
     /// An op that needs a script on a node where scripts are forbidden
-    /// ([`Scripts::Never`]): refused before anything is sent.
+    /// ([`Scripts::Never`]): refused before anything is sent. `Denied`:
+    /// tied to this op, as an ACL's refusal of a command is (the node
+    /// still serves what it can do without a script, and votes for it);
+    /// and permanent, so a waiting lock fails at once.
     pub(super) fn needs_script(&self, version: Option<ServerVersion>, needs: &str) -> BackendError {
         let server = version.map_or_else(
             || "the server (its version unknown: INFO refused)".to_owned(),
             |v| v.to_string(),
         );
         self.node_error(
-            BackendErrorKind::Config,
+            BackendErrorKind::Denied,
             &format!(
                 "{server} cannot do this without a Lua script, and scripts are off \
                  (Scripts::Never, --scripts never): {needs}; allow scripts or upgrade the server"
