@@ -20,28 +20,11 @@ const USER: &str = "locker";
 const PREFIX: &str = "locks:";
 const TTL: Duration = Duration::from_secs(5);
 
-/// What the server can do without a script (docs/operations.md's table).
-#[derive(Debug, Clone, Copy)]
-struct Can {
-    extend: bool,
-    release: bool,
-    lock_all: bool,
-}
-
 fn version(server: &RedisServer) -> ServerVersion {
     let node = RedisBackend::open(&server.url(), Duration::from_secs(2)).unwrap();
     let info = node.fetch_server_info().unwrap();
     info.version
         .unwrap_or_else(|| panic!("{}: no version in INFO", server.describe()))
-}
-
-fn can(v: ServerVersion) -> Can {
-    let redis_84 = v.at_least(ServerProduct::Redis, 8, 4);
-    Can {
-        extend: redis_84 || v.at_least(ServerProduct::Valkey, 8, 1),
-        release: redis_84 || v.at_least(ServerProduct::Valkey, 9, 0),
-        lock_all: redis_84 || v.at_least(ServerProduct::Valkey, 9, 1),
-    }
 }
 
 /// The one `ACL SETUSER` line between `begin` and the next `end` marker.
@@ -180,7 +163,7 @@ fn assert_refused_at_once(err: &Error, lacks: &str) {
 #[test]
 fn a_user_without_scripting_does_what_the_server_can_do_without_lua() {
     let (servers, v) = servers();
-    let can = can(v);
+    let can = v.without_scripts();
     let locks = manager(&servers, Scripts::Never);
     let mut guard = locks
         .try_lock("job")
@@ -254,7 +237,7 @@ fn a_user_without_scripting_does_what_the_server_can_do_without_lua() {
 fn auto_uses_the_servers_commands_where_it_has_them() {
     let servers = RedisServers::start(3);
     let v = version(servers.iter().next().unwrap());
-    let can = can(v);
+    let can = v.without_scripts();
     let locks = default_manager(&servers);
     let mut guard = locks.try_lock("job").unwrap();
     guard.extend(TTL).unwrap();
@@ -288,7 +271,7 @@ fn auto_uses_the_servers_commands_where_it_has_them() {
 fn a_release_by_command_publishes_only_what_it_deleted() {
     let servers = RedisServers::start(3);
     let v = version(servers.iter().next().unwrap());
-    if !can(v).release {
+    if !v.without_scripts().release {
         // The script publishes inside its own step: the rule is the
         // script's (tests/redis_wakeups.rs), not this one.
         assert!(!v.at_least(ServerProduct::Valkey, 9, 0));

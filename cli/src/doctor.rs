@@ -17,6 +17,7 @@
 
 use std::time::{Duration, Instant};
 
+use quorum_lock::backend::{ServerProduct, ServerVersion};
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{LockManager, RetryPolicy, Scripts};
 use redis::Connection;
@@ -232,13 +233,18 @@ fn check(node: &Node, global: &Global, drift: Duration) -> Checkup {
     let mut c = Checkup::new();
     // First contact through the library, so that a failure reads as it
     // does in `run` ("authentication failed: WRONGPASS ...").
-    match node.probe() {
-        Ok(info) => c.run_id = info.run_id,
+    // The version as the library reads it (Valkey says
+    // redis_version:7.2.4 in every release).
+    let version = match node.probe() {
+        Ok(info) => {
+            c.run_id = info.run_id;
+            info.version
+        }
         Err(e) => {
             c.note(Verdict::Fail, e);
             return c;
         }
-    }
+    };
     let (mut conn, connect_time) = match node.connect() {
         Ok(connected) => connected,
         Err(e) => {
@@ -260,9 +266,9 @@ fn check(node: &Node, global: &Global, drift: Duration) -> Checkup {
         ),
         Err(e) => c.note(Verdict::Fail, format!("PING: {e}")),
     }
-    check_identity(node, &mut conn, global, drift, &mut c);
+    check_identity(node, &mut conn, global, drift, version, &mut c);
     check_config(node, &mut conn, global, &mut c);
-    check_rights(node, &mut conn, global, &mut c);
+    check_rights(node, &mut conn, global, version, &mut c);
     check_probe_lock(node, global, &mut c);
     c
 }
@@ -332,6 +338,7 @@ fn check_identity(
     conn: &mut Connection,
     global: &Global,
     drift: Duration,
+    version: Option<ServerVersion>,
     c: &mut Checkup,
 ) {
     let server = match node.query::<String>(conn, redis::cmd("INFO").arg("server")) {
@@ -349,8 +356,8 @@ fn check_identity(
             return;
         }
     };
-    if let Some(version) = info_field(&server, "redis_version") {
-        c.text("version", "version", version.to_owned());
+    if let Some(version) = version {
+        c.text("version", "version", version.to_string());
     }
     let uptime = info_field(&server, "uptime_in_seconds").and_then(|u| u.parse::<u64>().ok());
     if let Some(secs) = uptime {
@@ -464,27 +471,26 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
 
 /// The rights for every command the crate sends, tried on a scratch key
 /// under the prefix (where the lock keys are, so that an ACL key pattern
-/// judges it as it judges them) that is removed again. With `--scripts
-/// never`, the scripts' rights are not asked for: what the server can do
-/// without them is the probe lock's to show.
-fn check_rights(node: &Node, conn: &mut Connection, global: &Global, c: &mut Checkup) {
+/// judges it as it judges them) that is removed again.
+///
+/// The plain commands (a lock, its refusal's reading, inspection) are
+/// needed everywhere: one missing fails the node. A missing script right
+/// fails it too where locks need scripts: with `--scripts always`, or a
+/// server (`version`) without the commands for release and extend (or
+/// of unknown version). On a server that has them, it is a warning:
+/// fenced locks fail there. With `--scripts never` the scripts' rights
+/// are not asked for.
+fn check_rights(
+    node: &Node,
+    conn: &mut Connection,
+    global: &Global,
+    version: Option<ServerVersion>,
+    c: &mut Checkup,
+) {
     let prefix = global.prefix.as_str();
     let key = format!("{prefix}quorum-lock:doctor:{}", std::process::id());
-    if global.scripts == Scripts::Never {
-        check_rights_without_scripts(node, conn, &key, c);
-        return;
-    }
     let token = "quorum-lock-doctor";
-    // The digest as the server gives it (as the library takes it): no
-    // SHA-1 in the client.
-    let sha = node
-        .query::<String>(conn, redis::cmd("SCRIPT").arg("LOAD").arg(RELEASE))
-        .ok();
     let mut missing = Vec::new();
-    if sha.is_none() {
-        missing.push("SCRIPT LOAD");
-    }
-    let sha = sha.unwrap_or_default();
     let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut missing, name, cmd);
     attempt(
         "SET",
@@ -497,6 +503,137 @@ fn check_rights(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
     );
     attempt("GET", redis::cmd("GET").arg(&key));
     attempt("PTTL", redis::cmd("PTTL").arg(&key));
+    attempt("GETRANGE", redis::cmd("GETRANGE").arg(&key).arg(0).arg(1));
+    attempt("STRLEN", redis::cmd("STRLEN").arg(&key));
+    let mut checked = vec!["SET, GET, PTTL, GETRANGE, STRLEN, MULTI, EXEC, INFO"];
+    // The server's own release and extend, where its version has them.
+    let can = version.map(|v| v.without_scripts()).unwrap_or_default();
+    let mut commands_missing = Vec::new();
+    if global.scripts != Scripts::Always && can.extend {
+        checked.push("SET IFEQ");
+        try_right(
+            node,
+            conn,
+            &mut commands_missing,
+            "SET IFEQ",
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(token)
+                .arg("IFEQ")
+                .arg(token)
+                .arg("PX")
+                .arg(5000),
+        );
+    }
+    let delete = match version.map(|v| v.product) {
+        Some(ServerProduct::Valkey) => "DELIFEQ",
+        _ => "DELEX",
+    };
+    if global.scripts != Scripts::Always && can.release {
+        checked.push(delete);
+        let mut cmd = redis::cmd(delete);
+        cmd.arg(&key);
+        if delete == "DELEX" {
+            cmd.arg("IFEQ");
+        }
+        // A token the scratch key does not hold: deletes nothing.
+        try_right(
+            node,
+            conn,
+            &mut commands_missing,
+            delete,
+            cmd.arg("not-ours"),
+        );
+    }
+    let scripts_missing = if global.scripts == Scripts::Never {
+        // Removed by its TTL when DEL is not allowed (not needed here).
+        let _ = node.query::<redis::Value>(conn, redis::cmd("DEL").arg(&key));
+        Vec::new()
+    } else {
+        checked.push("SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, HSET, HGET, DEL");
+        check_script_rights(node, conn, &key, token)
+    };
+    let wake_ups = check_wake_ups(node, conn, &key);
+    // Last on this connection: a refused EXEC may leave it in MULTI.
+    check_transaction(node, conn, &mut missing);
+    if wake_ups.is_empty() {
+        checked.push(WAKE_UP_RIGHTS);
+    }
+    // Release and extend go by the server's commands when it has them and
+    // they are allowed (else, unless forbidden, by script).
+    let by_commands = global.scripts != Scripts::Always
+        && can.release
+        && can.extend
+        && commands_missing.is_empty();
+    let all: Vec<&str> = missing
+        .iter()
+        .chain(&commands_missing)
+        .chain(&scripts_missing)
+        .copied()
+        .collect();
+    if all.is_empty() {
+        c.text("rights", "rights", format!("{}: ok", checked.join(", ")));
+    } else if !missing.is_empty()
+        || (!by_commands && (global.scripts == Scripts::Never || !scripts_missing.is_empty()))
+    {
+        c.note(
+            Verdict::Fail,
+            format!("missing ACL rights for {}", all.join(", ")),
+        );
+    } else if by_commands {
+        c.note(
+            Verdict::Warn,
+            format!(
+                "missing ACL rights for {}: fenced locks fail on this node (release and \
+                 extend go by the server's own commands)",
+                all.join(", ")
+            ),
+        );
+    } else {
+        // Only the commands are denied: the library uses the scripts.
+        checked.retain(|name| !commands_missing.contains(name));
+        c.text("rights", "rights", format!("{}: ok", checked.join(", ")));
+        c.text(
+            "own commands",
+            "own_commands",
+            format!(
+                "{} not allowed: the scripts do that work",
+                commands_missing.join(", ")
+            ),
+        );
+    }
+    if !wake_ups.is_empty() {
+        c.note(
+            Verdict::Warn,
+            format!(
+                "missing ACL rights for {} on {RELEASE_CHANNEL}{prefix}*: release notices \
+                 (wake-ups) are off on this node, waiters retry on their timer \
+                 (docs/operations.md, Access rights)",
+                wake_ups.join(", ")
+            ),
+        );
+    }
+}
+
+/// The scripts' rights, tried as the library runs them (the last one, the
+/// release script, removes the scratch `key`): the rights missing.
+fn check_script_rights(
+    node: &Node,
+    conn: &mut Connection,
+    key: &str,
+    token: &str,
+) -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    // The digest as the server gives it (as the library takes it): no
+    // SHA-1 in the client.
+    let sha = node
+        .query::<String>(conn, redis::cmd("SCRIPT").arg("LOAD").arg(RELEASE))
+        .ok();
+    if sha.is_none() {
+        missing.push("SCRIPT LOAD");
+    }
+    let sha = sha.unwrap_or_default();
+    let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut missing, name, cmd);
     // The fence counters' commands, inside a script as the library runs
     // them, on a hash of the doctor's own (never the real counters, whose
     // fields must not be touched).
@@ -515,39 +652,33 @@ fn check_rights(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
         redis::cmd("EVAL")
             .arg("return redis.call('pexpire', KEYS[1], 5000)")
             .arg(1)
-            .arg(&key),
+            .arg(key),
     );
     attempt(
         "EVALSHA",
-        redis::cmd("EVALSHA").arg(&sha).arg(1).arg(&key).arg(token),
+        redis::cmd("EVALSHA").arg(&sha).arg(1).arg(key).arg(token),
     );
     attempt(
         "EVAL",
-        redis::cmd("EVAL").arg(RELEASE).arg(1).arg(&key).arg(token),
+        redis::cmd("EVAL").arg(RELEASE).arg(1).arg(key).arg(token),
     );
-    let wake_ups = check_wake_ups(node, conn, &key);
-    let mut ok = vec!["SET, GET, PTTL, SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, HSET, HGET, DEL, INFO"];
-    if wake_ups.is_empty() {
-        ok.push(WAKE_UP_RIGHTS);
-    }
-    if missing.is_empty() {
-        c.text("rights", "rights", format!("{}: ok", ok.join(", ")));
-    } else {
-        c.note(
-            Verdict::Fail,
-            format!("missing ACL rights for {}", missing.join(", ")),
-        );
-    }
-    if !wake_ups.is_empty() {
-        c.note(
-            Verdict::Warn,
-            format!(
-                "missing ACL rights for {} on {RELEASE_CHANNEL}{prefix}*: release notices \
-                 (wake-ups) are off on this node, waiters retry on their timer \
-                 (docs/operations.md, Access rights)",
-                wake_ups.join(", ")
-            ),
-        );
+    missing
+}
+
+/// Inspection's `MULTI` block: an empty one, `DISCARD`ed if `EXEC` is
+/// refused.
+fn check_transaction(node: &Node, conn: &mut Connection, missing: &mut Vec<&'static str>) {
+    match node.query::<redis::Value>(conn, &redis::cmd("MULTI")) {
+        Err(e) if refused(&e) => missing.push("MULTI"),
+        Err(_) => {}
+        Ok(_) => {
+            if let Err(e) = node.query::<redis::Value>(conn, &redis::cmd("EXEC")) {
+                if refused(&e) {
+                    missing.push("EXEC");
+                }
+                let _ = node.query::<redis::Value>(conn, &redis::cmd("DISCARD"));
+            }
+        }
     }
 }
 
@@ -564,43 +695,6 @@ fn try_right(
         && refused(&e)
     {
         missing.push(name);
-    }
-}
-
-/// [`check_rights`] for `--scripts never`: the plain commands only (the
-/// lock's `SET NX PX`, `GET`, `PTTL`, and inspection's `GETRANGE` and
-/// `STRLEN`); the server's own release and extend commands are tried by
-/// the probe lock.
-fn check_rights_without_scripts(node: &Node, conn: &mut Connection, key: &str, c: &mut Checkup) {
-    let token = "quorum-lock-doctor";
-    let mut missing = Vec::new();
-    let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut missing, name, cmd);
-    attempt(
-        "SET",
-        redis::cmd("SET")
-            .arg(key)
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(5000),
-    );
-    attempt("GET", redis::cmd("GET").arg(key));
-    attempt("PTTL", redis::cmd("PTTL").arg(key));
-    attempt("GETRANGE", redis::cmd("GETRANGE").arg(key).arg(0).arg(1));
-    attempt("STRLEN", redis::cmd("STRLEN").arg(key));
-    // Removed by its TTL when DEL is not allowed (it is not needed here).
-    let _ = node.query::<redis::Value>(conn, redis::cmd("DEL").arg(key));
-    if missing.is_empty() {
-        c.text(
-            "rights",
-            "rights",
-            "SET, GET, PTTL, GETRANGE, STRLEN (no scripts: --scripts never): ok".to_owned(),
-        );
-    } else {
-        c.note(
-            Verdict::Fail,
-            format!("missing ACL rights for {}", missing.join(", ")),
-        );
     }
 }
 

@@ -5,7 +5,11 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{code, output, stdout, tool_on};
+use quorum_lock::RedisBackend;
+use quorum_lock::backend::ServerVersion;
 use testkit::RedisServer;
 
 /// The documentation the line is read from (compiled in, so an edit of
@@ -14,10 +18,13 @@ const OPERATIONS: &str = include_str!("../../docs/operations.md");
 const PLACEHOLDER: &str = ">CHANGE-ME";
 const PASSWORD: &str = "doctor-test-pw";
 
-/// The one `ACL SETUSER` line between the `acl-user` markers.
-fn documented_line() -> &'static str {
-    let start = OPERATIONS.find("<!-- acl-user: begin").unwrap();
-    let end = start + OPERATIONS[start..].find("<!-- acl-user: end -->").unwrap();
+/// The one `ACL SETUSER` line between the `<name>` markers.
+fn acl_line(name: &str) -> &'static str {
+    let start = OPERATIONS.find(&format!("<!-- {name}: begin")).unwrap();
+    let end = start
+        + OPERATIONS[start..]
+            .find(&format!("<!-- {name}: end -->"))
+            .unwrap();
     let lines: Vec<&str> = OPERATIONS[start..end]
         .lines()
         .map(str::trim)
@@ -25,6 +32,16 @@ fn documented_line() -> &'static str {
         .collect();
     assert_eq!(lines.len(), 1, "{lines:?}");
     lines[0]
+}
+
+/// The documented user.
+fn documented_line() -> &'static str {
+    acl_line("acl-user")
+}
+
+/// The documented user denied `@scripting` (for Valkey 9.1).
+fn no_scripts_line() -> &'static str {
+    acl_line("acl-user-no-scripts")
 }
 
 /// Creates the user of `line` (its password replaced) on `server`, with
@@ -100,6 +117,61 @@ fn a_user_without_pttl_or_the_script_rights_fails_naming_them() {
         assert!(missing.contains(name), "{name} is not named: {text}");
     }
     assert_eq!(code, 3, "{text}");
+}
+
+/// The server's version as the library reads it: Valkey by its own
+/// version line (it says `redis_version:7.2.4` in every release).
+fn server_version(server: &RedisServer) -> ServerVersion {
+    let node = RedisBackend::open(&server.url(), Duration::from_secs(2)).unwrap();
+    node.fetch_server_info().unwrap().version.unwrap()
+}
+
+#[test]
+fn the_version_line_names_the_product_and_its_own_version() {
+    let server = RedisServer::start();
+    let url = user_url(&server, documented_line(), &[]);
+    let (_, text) = doctor(&url);
+    let version = server_version(&server);
+    assert!(
+        text.lines()
+            .any(|l| l.trim() == format!("version: {version}")),
+        "{version}: {text}"
+    );
+}
+
+/// Without the scripts' rights (a user denied `@scripting`), a server
+/// that needs a script to release or extend fails; one with the commands
+/// for them only warns (fenced locks fail there).
+#[test]
+fn a_user_without_the_script_rights_fails_where_locks_need_scripts() {
+    let server = RedisServer::start();
+    let can = server_version(&server).without_scripts();
+    // Where the server has the commands, the documented line without
+    // scripts (it names them); elsewhere the first line, its script rights
+    // taken out.
+    let url = if can.release && can.extend {
+        user_url(&server, no_scripts_line(), &[])
+    } else {
+        user_url(
+            &server,
+            documented_line(),
+            &["+eval", "+evalsha", "+script|load"],
+        )
+    };
+    let (code, text) = doctor(&url);
+    let missing = text
+        .lines()
+        .find(|l| l.contains("missing ACL rights for"))
+        .unwrap_or_else(|| panic!("nothing missing: {text}"));
+    for name in ["SCRIPT LOAD", "EVALSHA", "EVAL"] {
+        assert!(missing.contains(name), "{name} is not named: {text}");
+    }
+    if can.release && can.extend {
+        assert!(missing.contains("fenced locks fail"), "{text}");
+        assert_eq!(code, 1, "{text}");
+    } else {
+        assert_eq!(code, 3, "{text}");
+    }
 }
 
 #[test]

@@ -61,7 +61,7 @@ pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::{NoticeWaker, ReleaseListener};
 pub use self::op::{Op, OpKind, Reply};
 pub(crate) use self::server_info::SETTINGS_MAX_AGE;
-pub use self::server_info::{ServerInfo, ServerProduct, ServerVersion};
+pub use self::server_info::{ServerInfo, ServerProduct, ServerVersion, WithoutScripts};
 pub use self::single::{acquire, acquire_fenced, extend, raise_fence, release, run, unsupported};
 
 /// One lock server (one Redis master, one in-memory node, ...).

@@ -110,6 +110,43 @@ impl ServerVersion {
     pub fn at_least(&self, product: ServerProduct, major: u32, minor: u32) -> bool {
         self.product == product && (self.major, self.minor) >= (major, minor)
     }
+
+    /// What a server of this version can do without a Lua script: the
+    /// commands that do the scripts' work (release: `DELIFEQ` on Valkey
+    /// 9.0+, `DELEX .. IFEQ` on Redis 8.4+; extend: `SET .. IFEQ` on Valkey
+    /// 8.1+ and Redis 8.4+; `lock_all`: `MSETEX` on Valkey 9.1+ and Redis
+    /// 8.4+). Fencing needs a script on every server.
+    ///
+    /// ```
+    /// use quorum_lock::backend::{ServerProduct, ServerVersion};
+    ///
+    /// let valkey_81 = ServerVersion::new(ServerProduct::Valkey, 8, 1, 8).without_scripts();
+    /// assert!(valkey_81.extend && !valkey_81.release && !valkey_81.lock_all);
+    /// let redis_7 = ServerVersion::new(ServerProduct::Redis, 7, 0, 15).without_scripts();
+    /// assert!(!redis_7.extend && !redis_7.release);
+    /// ```
+    pub fn without_scripts(&self) -> WithoutScripts {
+        use ServerProduct::{Redis, Valkey};
+        let redis_84 = self.at_least(Redis, 8, 4);
+        WithoutScripts {
+            release: redis_84 || self.at_least(Valkey, 9, 0),
+            extend: redis_84 || self.at_least(Valkey, 8, 1),
+            lock_all: redis_84 || self.at_least(Valkey, 9, 1),
+        }
+    }
+}
+
+/// What a server can do without a Lua script: see
+/// [`ServerVersion::without_scripts`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WithoutScripts {
+    /// Release (compare and delete).
+    pub release: bool,
+    /// Extend (compare and set the expiry, never creating a key).
+    pub extend: bool,
+    /// Acquire of several keys, all or none (`lock_all`).
+    pub lock_all: bool,
 }
 
 impl fmt::Display for ServerVersion {

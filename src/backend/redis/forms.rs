@@ -97,22 +97,21 @@ pub(super) struct Commands {
 }
 
 impl Commands {
-    /// What a server of `version` has; nothing when it is not known.
+    /// What a server of `version` has
+    /// ([`ServerVersion::without_scripts`]); nothing when it is not known.
     pub(super) fn of(version: Option<ServerVersion>) -> Self {
         let Some(v) = version else {
             return Self::default();
         };
-        let redis_84 = v.at_least(ServerProduct::Redis, 8, 4);
+        let can = v.without_scripts();
+        let delete = match v.product {
+            ServerProduct::Valkey => Delete::DelIfEq,
+            ServerProduct::Redis => Delete::DelEx,
+        };
         Self {
-            delete: if v.at_least(ServerProduct::Valkey, 9, 0) {
-                Some(Delete::DelIfEq)
-            } else if redis_84 {
-                Some(Delete::DelEx)
-            } else {
-                None
-            },
-            set_if_equal: redis_84 || v.at_least(ServerProduct::Valkey, 8, 1),
-            mset_ex: redis_84 || v.at_least(ServerProduct::Valkey, 9, 1),
+            delete: can.release.then_some(delete),
+            set_if_equal: can.extend,
+            mset_ex: can.lock_all,
         }
     }
 }
