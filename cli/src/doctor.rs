@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::backend::{ServerProduct, ServerVersion};
+use quorum_lock::backend::ServerVersion;
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{LockManager, RetryPolicy, Scripts};
 use redis::Connection;
@@ -26,10 +26,7 @@ use crate::args::{DoctorArgs, Global};
 use crate::exit;
 use crate::inspect::{self, Node, info_field};
 use crate::json::Json;
-
-/// The release script the crate runs (compare-and-delete).
-const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-     return redis.call('del', KEYS[1]) else return 0 end";
+use crate::rights::{self, RELEASE_CHANNEL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Verdict {
@@ -469,17 +466,15 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
     }
 }
 
-/// The rights for every command the crate sends, tried on a scratch key
-/// under the prefix (where the lock keys are, so that an ACL key pattern
-/// judges it as it judges them) that is removed again.
+/// The rights for every command the crate sends (`rights.rs`), judged.
 ///
 /// The plain commands (a lock, its refusal's reading, inspection) are
 /// needed everywhere: one missing fails the node. A missing script right
 /// fails it too where locks need scripts: with `--scripts always`, or a
 /// server (`version`) without the commands for release and extend (or
-/// of unknown version). On a server that has them, it is a warning:
-/// fenced locks fail there. With `--scripts never` the scripts' rights
-/// are not asked for.
+/// of unknown version). On a server whose own commands do them, it is a
+/// warning: fenced locks fail there. With `--scripts never` the scripts'
+/// rights are not asked for, and the commands are the only way.
 fn check_rights(
     node: &Node,
     conn: &mut Connection,
@@ -489,98 +484,29 @@ fn check_rights(
 ) {
     let prefix = global.prefix.as_str();
     let key = format!("{prefix}quorum-lock:doctor:{}", std::process::id());
-    let token = "quorum-lock-doctor";
-    let mut missing = Vec::new();
-    let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut missing, name, cmd);
-    attempt(
-        "SET",
-        redis::cmd("SET")
-            .arg(&key)
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(5000),
-    );
-    attempt("GET", redis::cmd("GET").arg(&key));
-    attempt("PTTL", redis::cmd("PTTL").arg(&key));
-    attempt("GETRANGE", redis::cmd("GETRANGE").arg(&key).arg(0).arg(1));
-    attempt("STRLEN", redis::cmd("STRLEN").arg(&key));
-    let mut checked = vec!["SET, GET, PTTL, GETRANGE, STRLEN, MULTI, EXEC, INFO"];
-    // The server's own release and extend, where its version has them.
-    let can = version.map(|v| v.without_scripts()).unwrap_or_default();
-    let mut commands_missing = Vec::new();
-    if global.scripts != Scripts::Always && can.extend {
-        checked.push("SET IFEQ");
-        try_right(
-            node,
-            conn,
-            &mut commands_missing,
-            "SET IFEQ",
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(token)
-                .arg("IFEQ")
-                .arg(token)
-                .arg("PX")
-                .arg(5000),
-        );
-    }
-    let delete = match version.map(|v| v.product) {
-        Some(ServerProduct::Valkey) => "DELIFEQ",
-        _ => "DELEX",
-    };
-    if global.scripts != Scripts::Always && can.release {
-        checked.push(delete);
-        let mut cmd = redis::cmd(delete);
-        cmd.arg(&key);
-        if delete == "DELEX" {
-            cmd.arg("IFEQ");
-        }
-        // A token the scratch key does not hold: deletes nothing.
-        try_right(
-            node,
-            conn,
-            &mut commands_missing,
-            delete,
-            cmd.arg("not-ours"),
-        );
-    }
-    let scripts_missing = if global.scripts == Scripts::Never {
-        // Removed by its TTL when DEL is not allowed (not needed here).
-        let _ = node.query::<redis::Value>(conn, redis::cmd("DEL").arg(&key));
-        Vec::new()
-    } else {
-        checked.push("SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, HSET, HGET, DEL");
-        check_script_rights(node, conn, &key, token)
-    };
-    let wake_ups = check_wake_ups(node, conn, &key);
-    // Last on this connection: a refused EXEC may leave it in MULTI.
-    check_transaction(node, conn, &mut missing);
-    if wake_ups.is_empty() {
-        checked.push(WAKE_UP_RIGHTS);
-    }
-    // Release and extend go by the server's commands when it has them and
-    // they are allowed (else, unless forbidden, by script).
-    let by_commands = global.scripts != Scripts::Always
-        && can.release
-        && can.extend
-        && commands_missing.is_empty();
-    let all: Vec<&str> = missing
+    let mut rights = rights::check(node, conn, &key, global.scripts, version);
+    let denied = &rights.denied;
+    let all: Vec<&str> = denied
+        .plain
         .iter()
-        .chain(&commands_missing)
-        .chain(&scripts_missing)
+        .chain(&denied.commands)
+        .chain(&denied.scripts)
         .copied()
         .collect();
     if all.is_empty() {
-        c.text("rights", "rights", format!("{}: ok", checked.join(", ")));
-    } else if !missing.is_empty()
-        || (!by_commands && (global.scripts == Scripts::Never || !scripts_missing.is_empty()))
+        c.text(
+            "rights",
+            "rights",
+            format!("{}: ok", rights.checked.join(", ")),
+        );
+    } else if !denied.plain.is_empty()
+        || (!rights.by_commands && (global.scripts == Scripts::Never || !denied.scripts.is_empty()))
     {
         c.note(
             Verdict::Fail,
             format!("missing ACL rights for {}", all.join(", ")),
         );
-    } else if by_commands {
+    } else if rights.by_commands {
         c.note(
             Verdict::Warn,
             format!(
@@ -591,163 +517,31 @@ fn check_rights(
         );
     } else {
         // Only the commands are denied: the library uses the scripts.
-        checked.retain(|name| !commands_missing.contains(name));
-        c.text("rights", "rights", format!("{}: ok", checked.join(", ")));
+        let commands = denied.commands.clone();
+        rights.checked.retain(|name| !commands.contains(name));
+        c.text(
+            "rights",
+            "rights",
+            format!("{}: ok", rights.checked.join(", ")),
+        );
         c.text(
             "own commands",
             "own_commands",
             format!(
                 "{} not allowed: the scripts do that work",
-                commands_missing.join(", ")
+                commands.join(", ")
             ),
         );
     }
-    if !wake_ups.is_empty() {
+    if !rights.denied.wake_ups.is_empty() {
         c.note(
             Verdict::Warn,
             format!(
                 "missing ACL rights for {} on {RELEASE_CHANNEL}{prefix}*: release notices \
                  (wake-ups) are off on this node, waiters retry on their timer \
                  (docs/operations.md, Access rights)",
-                wake_ups.join(", ")
+                rights.denied.wake_ups.join(", ")
             ),
         );
     }
-}
-
-/// The scripts' rights, tried as the library runs them (the last one, the
-/// release script, removes the scratch `key`): the rights missing.
-fn check_script_rights(
-    node: &Node,
-    conn: &mut Connection,
-    key: &str,
-    token: &str,
-) -> Vec<&'static str> {
-    let mut missing = Vec::new();
-    // The digest as the server gives it (as the library takes it): no
-    // SHA-1 in the client.
-    let sha = node
-        .query::<String>(conn, redis::cmd("SCRIPT").arg("LOAD").arg(RELEASE))
-        .ok();
-    if sha.is_none() {
-        missing.push("SCRIPT LOAD");
-    }
-    let sha = sha.unwrap_or_default();
-    let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut missing, name, cmd);
-    // The fence counters' commands, inside a script as the library runs
-    // them, on a hash of the doctor's own (never the real counters, whose
-    // fields must not be touched).
-    attempt(
-        "HSET, HGET (in scripts)",
-        redis::cmd("EVAL")
-            .arg(
-                "redis.call('hset', KEYS[1], 'f', '1'); redis.call('hget', KEYS[1], 'f'); \
-                 return redis.call('del', KEYS[1])",
-            )
-            .arg(1)
-            .arg(format!("{key}:fences")),
-    );
-    attempt(
-        "PEXPIRE (in scripts)",
-        redis::cmd("EVAL")
-            .arg("return redis.call('pexpire', KEYS[1], 5000)")
-            .arg(1)
-            .arg(key),
-    );
-    attempt(
-        "EVALSHA",
-        redis::cmd("EVALSHA").arg(&sha).arg(1).arg(key).arg(token),
-    );
-    attempt(
-        "EVAL",
-        redis::cmd("EVAL").arg(RELEASE).arg(1).arg(key).arg(token),
-    );
-    missing
-}
-
-/// Inspection's `MULTI` block: an empty one, `DISCARD`ed if `EXEC` is
-/// refused.
-fn check_transaction(node: &Node, conn: &mut Connection, missing: &mut Vec<&'static str>) {
-    match node.query::<redis::Value>(conn, &redis::cmd("MULTI")) {
-        Err(e) if refused(&e) => missing.push("MULTI"),
-        Err(_) => {}
-        Ok(_) => {
-            if let Err(e) = node.query::<redis::Value>(conn, &redis::cmd("EXEC")) {
-                if refused(&e) {
-                    missing.push("EXEC");
-                }
-                let _ = node.query::<redis::Value>(conn, &redis::cmd("DISCARD"));
-            }
-        }
-    }
-}
-
-/// Runs `cmd`; when the server refuses it for want of a right, adds
-/// `name` to `missing`.
-fn try_right(
-    node: &Node,
-    conn: &mut Connection,
-    missing: &mut Vec<&'static str>,
-    name: &'static str,
-    cmd: &redis::Cmd,
-) {
-    if let Err(e) = node.query::<redis::Value>(conn, cmd)
-        && refused(&e)
-    {
-        missing.push(name);
-    }
-}
-
-/// The channel a release is announced on is this and the key.
-const RELEASE_CHANNEL: &str = "quorum-lock:released:";
-/// The rights the wake-ups need, for the `rights` line.
-const WAKE_UP_RIGHTS: &str = "PUBLISH, PUBSUB NUMSUB, SUBSCRIBE, UNSUBSCRIBE";
-
-/// The wake-ups' rights on `key`'s release channel: the release script
-/// publishes there and counts the channel's subscribers (`PUBSUB NUMSUB`,
-/// whether a waiter listens), a waiter subscribes (on a connection of its
-/// own, as the library does: this one stays out of subscriber mode). The
-/// rights missing.
-fn check_wake_ups(node: &Node, conn: &mut Connection, key: &str) -> Vec<&'static str> {
-    let channel = format!("{RELEASE_CHANNEL}{key}");
-    let mut missing = Vec::new();
-    if let Err(e) = node.query::<redis::Value>(conn, redis::cmd("PUBLISH").arg(&channel).arg(""))
-        && refused(&e)
-    {
-        missing.push("PUBLISH");
-    }
-    if let Err(e) =
-        node.query::<redis::Value>(conn, redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel))
-        && refused(&e)
-    {
-        missing.push("PUBSUB NUMSUB");
-    }
-    let Ok((mut listener, _)) = node.connect() else {
-        return missing;
-    };
-    match node.query::<redis::Value>(&mut listener, redis::cmd("SUBSCRIBE").arg(&channel)) {
-        Err(e) if refused(&e) => missing.push("SUBSCRIBE"),
-        Err(_) => {}
-        Ok(_) => {
-            if let Err(e) =
-                node.query::<redis::Value>(&mut listener, redis::cmd("UNSUBSCRIBE").arg(&channel))
-                && refused(&e)
-            {
-                missing.push("UNSUBSCRIBE");
-            }
-        }
-    }
-    missing
-}
-
-/// Whether an error says the user may not run the command, or not on
-/// these keys or channels (`NOPERM`: the redis crate writes `NoPerm`).
-fn refused(e: &str) -> bool {
-    let e = e.to_ascii_lowercase();
-    // A command the ACL denies inside a script is not a NOPERM reply but
-    // "ERR The user executing the script can't run this command ...".
-    e.contains("noperm")
-        || e.contains("unknown command")
-        || e.contains("can't run this command")
-        || e.contains("no permissions")
 }

@@ -21,6 +21,7 @@ mod inspect;
 mod json;
 mod logger;
 mod notice;
+mod rights;
 mod run;
 mod signals;
 mod status;
