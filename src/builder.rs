@@ -84,11 +84,18 @@ impl NodeSpec {
         match self {
             Self::Backend(b) => Ok(b),
             #[cfg(feature = "redis")]
-            Self::Redis { url, scripts, .. } => RedisBackend::open(&url, timeout)
-                .map(|b| Arc::new(b.with_scripts(scripts)) as Arc<dyn Backend>)
-                .map_err(|e| Error::Config {
+            Self::Redis { url, scripts, .. } => {
+                let opened = if crate::backend::cluster::is_cluster_url(&url) {
+                    crate::RedisClusterBackend::open(&url, timeout)
+                        .map(|b| Arc::new(b.with_scripts(scripts)) as Arc<dyn Backend>)
+                } else {
+                    RedisBackend::open(&url, timeout)
+                        .map(|b| Arc::new(b.with_scripts(scripts)) as Arc<dyn Backend>)
+                };
+                opened.map_err(|e| Error::Config {
                     reason: e.message().to_owned(),
-                }),
+                })
+            }
         }
     }
 }

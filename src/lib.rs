@@ -237,6 +237,9 @@ mod token;
 mod waiting;
 mod with_lock;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use backend::cluster::RedisClusterBackend;
 pub use backend::keyset::MAX_SET_SIZE;
 pub use backend::memory::MemoryBackend;
 #[cfg(feature = "redis")]

@@ -72,6 +72,15 @@ pub struct Answers {
     servers: Servers,
 }
 
+/// Who gave a batch's answers ([`Answers::into_sources`]).
+#[derive(Debug)]
+pub(crate) enum Sources {
+    /// One server for every answer (`None`: unknown).
+    One(Option<ServerInfo>),
+    /// One server per answer, in order (`None`: unknown).
+    Each(Vec<Option<Arc<ServerInfo>>>),
+}
+
 /// Who gave the answers.
 #[derive(Debug, Clone)]
 enum Servers {
@@ -133,6 +142,17 @@ impl Answers {
         match &self.servers {
             Servers::All(server) => server.as_deref(),
             Servers::Each(servers) => servers.get(i)?.as_deref(),
+        }
+    }
+
+    /// The results and who gave them, by value, for the engine: one
+    /// server for the whole batch, or (from [`per_answer`](Self::per_answer))
+    /// one per answer, kept apart even when they are all the same (a
+    /// cluster node's shards are judged one by one, never as one server).
+    pub(crate) fn into_sources(self) -> (Vec<Result<Reply, BackendError>>, Sources) {
+        match self.servers {
+            Servers::All(one) => (self.results, Sources::One(one.map(Arc::unwrap_or_clone))),
+            Servers::Each(each) => (self.results, Sources::Each(each)),
         }
     }
 

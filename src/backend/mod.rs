@@ -38,6 +38,9 @@ use std::time::Duration;
 
 mod abilities;
 mod answers;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub(crate) mod cluster;
 mod error;
 mod holding;
 pub(crate) mod keyset;
@@ -51,6 +54,7 @@ mod server_info;
 mod single;
 
 pub use self::abilities::{Inspect, Probe};
+pub(crate) use self::answers::Sources;
 pub use self::answers::{Answers, InFlight};
 pub use self::error::{BackendError, BackendErrorKind};
 pub use self::holding::{Holding, MAX_INSPECTED_VALUE};

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
+use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
 use super::forms::{self, Bad, Form, Pending, Said, Scripts, form_of, script_for};
@@ -59,6 +59,8 @@ pub(super) struct FirstSent {
     sent: Vec<(usize, Form)>,
     /// Replies to read.
     expected: usize,
+    /// A `WAIT` for the replicas followed the ops (`Inner::replicas`).
+    confirm: bool,
 }
 
 impl FirstSent {
@@ -146,6 +148,11 @@ impl Inner {
             self.pack_op(&ops[i], form, ttls[i], digests.as_deref(), &mut buf);
             expected += form.replies(&ops[i]);
         }
+        let confirm = self.replicas > 0 && sent.iter().any(|&(i, _)| writes_a_hold(&ops[i]));
+        if confirm {
+            pack_wait(self.replicas, deadline, &mut buf);
+            expected += 1;
+        }
         c.conn
             .send(&buf, deadline)
             .map_err(|fault| self.failure(&fault, 0))?;
@@ -154,6 +161,7 @@ impl Inner {
             load_scripts,
             sent,
             expected,
+            confirm,
         })
     }
 
@@ -171,11 +179,33 @@ impl Inner {
         server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
+        let confirmed = self.read_rounds(c, first, ops, ttls, results, server, deadline)?;
+        if let Some(confirmed) = confirmed {
+            self.withhold_unconfirmed(ops, results, confirmed);
+        }
+        Ok(())
+    }
+
+    /// The rounds of [`finish_batch`](Self::finish_batch): fills `results`
+    /// and `server`, and says how many replicas the `WAIT`s confirmed
+    /// (`None`: no `WAIT` was sent).
+    #[allow(clippy::too_many_arguments)] // the batch's state, passed through
+    fn read_rounds(
+        &self,
+        c: &mut Checkout,
+        first: &FirstSent,
+        ops: &[Op<'_>],
+        ttls: &[u64],
+        results: &mut [Option<Result<Reply, BackendError>>],
+        server: &mut Option<ServerInfo>,
+        deadline: Instant,
+    ) -> Result<Option<usize>, Failure> {
         let FirstSent {
             ask,
             load_scripts,
             ref sent,
             expected,
+            confirm,
         } = *first;
         let replies = c
             .conn
@@ -199,6 +229,7 @@ impl Inner {
             .iter()
             .map(|&(i, form)| self.first_answer(&ops[i], form, &mut replies))
             .collect();
+        let mut confirmed = confirm.then(|| replicas_confirmed(replies.next()));
         let rerun_from = firsts
             .iter()
             .position(|f| matches!(f, First::Rerun))
@@ -220,7 +251,7 @@ impl Inner {
             followups.push((sent[pos], followup));
         }
         if followups.is_empty() {
-            return Ok(());
+            return Ok(confirmed);
         }
 
         let mut buf = Vec::new();
@@ -244,6 +275,15 @@ impl Inner {
                 }
                 Followup::Command(pending) => forms::pack_followup(pending, op, &mut buf),
             };
+        }
+        // Writes run again need their own confirmation.
+        let confirm_again = confirm
+            && followups
+                .iter()
+                .any(|((i, _), f)| matches!(f, Followup::Rerun(_)) && writes_a_hold(&ops[*i]));
+        if confirm_again {
+            pack_wait(self.replicas, deadline, &mut buf);
+            expected += 1;
         }
         let replies = c
             .conn
@@ -277,7 +317,44 @@ impl Inner {
                 }
             });
         }
-        Ok(())
+        if confirm_again {
+            let again = replicas_confirmed(replies.next());
+            confirmed = confirmed.map(|before| before.min(again));
+        }
+        Ok(confirmed)
+    }
+
+    /// Turns the holds granted in a batch whose writes only `confirmed` of
+    /// the shard's replicas acknowledged (fewer than `self.replicas`)
+    /// into errors: a failover may promote a replica without them, and
+    /// then the key is gone while the lock still counts this node.
+    /// An error says "may have been applied", so a failed acquire is
+    /// still undone.
+    fn withhold_unconfirmed(
+        &self,
+        ops: &[Op<'_>],
+        results: &mut [Option<Result<Reply, BackendError>>],
+        confirmed: usize,
+    ) {
+        if confirmed >= self.replicas {
+            return;
+        }
+        for (op, slot) in ops.iter().zip(results.iter_mut()) {
+            let held =
+                matches!(slot, Some(Ok(reply)) if reply.is_yes() || *reply == Reply::AlreadyOurs);
+            if held && writes_a_hold(op) {
+                *slot = Some(Err(self.node_error(
+                    BackendErrorKind::Other,
+                    &format!(
+                        "not confirmed by the replicas: {confirmed} of {} acknowledged the \
+                         write in time (WAIT), and a failover could promote one without it, \
+                         so it does not count",
+                        self.replicas
+                    ),
+                    None,
+                )));
+            }
+        }
     }
 
     /// The answer of a re-run of `op` (scripts by text; a plain acquire as
@@ -422,6 +499,35 @@ impl Inner {
             cmd.arg(arg.as_slice());
         }
         cmd.write_packed_command(buf);
+    }
+}
+
+/// Whether `op` writes a hold that a failover must not lose: an acquire,
+/// an extend, a fence raise (a release lost in a failover leaves a key
+/// that expires on its own).
+fn writes_a_hold(op: &Op<'_>) -> bool {
+    !matches!(op.kind, OpKind::Release)
+}
+
+/// `WAIT replicas timeout`: blocks the connection until `replicas`
+/// replicas have acknowledged its writes, or for at most half the time
+/// left to `deadline` (at least 1 ms: `WAIT 0` blocks forever), so that
+/// its answer arrives before the deadline.
+fn pack_wait(replicas: usize, deadline: Instant, buf: &mut Vec<u8>) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let ms = (left.as_millis() / 2).clamp(1, u128::from(u32::MAX));
+    redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(ms.to_string())
+        .write_packed_command(buf);
+}
+
+/// How many replicas a `WAIT` reply says acknowledged (an error, on a
+/// replica say: none).
+fn replicas_confirmed(reply: Option<Value>) -> usize {
+    match reply {
+        Some(Value::Int(n)) => usize::try_from(n).unwrap_or(0),
+        _ => 0,
     }
 }
 

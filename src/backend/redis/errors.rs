@@ -19,6 +19,7 @@ use super::Inner;
 use super::forms::{Bad, Form};
 use super::frame::describe_value;
 use super::redact::{show_key, show_keys};
+use super::redirect::Redirect;
 use super::transport::{Fault, Phase};
 
 impl Inner {
@@ -96,7 +97,12 @@ impl Inner {
         e: &redis::ServerError,
         token: Option<&[u8]>,
     ) -> BackendError {
-        self.node_error(kind_for_server_code(e.code()), &server_text(e), token)
+        let error = self.node_error(kind_for_server_code(e.code()), &server_text(e), token);
+        match Redirect::of(e) {
+            // A cluster node reads it, to send the op where the key lives.
+            Some(redirect) => error.with_source(redirect),
+            None => error,
+        }
     }
 
     pub(super) fn protocol_error(&self, command: &str, value: &Value) -> BackendError {

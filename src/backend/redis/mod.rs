@@ -68,7 +68,9 @@ mod inspect;
 mod notices;
 mod pool;
 mod redact;
+pub(crate) mod redirect;
 mod scripts;
+mod shard;
 #[cfg(feature = "tls")]
 mod tls;
 mod transport;
@@ -132,6 +134,29 @@ struct Inner {
     /// Under [`Scripts::Auto`], whether the server refused one of its own
     /// commands (`NOPERM`, or unknown): scripts only, from then on.
     commands_refused: AtomicBool,
+    /// How many replicas must acknowledge a batch's holds (`WAIT`) for
+    /// them to count: a cluster shard's replicas (`shard.rs`); 0 for a
+    /// server of its own.
+    replicas: usize,
+}
+
+impl Inner {
+    /// A new backend's state with this one's settings: its own pool,
+    /// digests and fallback.
+    fn derived(&self) -> Self {
+        Self {
+            target: self.target.clone(),
+            setup: self.setup.clone(),
+            redacted: self.redacted.clone(),
+            secrets: self.secrets.clone(),
+            timeout: self.timeout,
+            idle: Mutex::new(Vec::new()),
+            digests: Mutex::new(None),
+            scripts: self.scripts,
+            commands_refused: AtomicBool::new(false),
+            replicas: self.replicas,
+        }
+    }
 }
 
 impl RedisBackend {
@@ -246,6 +271,7 @@ impl RedisBackend {
                 digests: Mutex::new(None),
                 scripts: Scripts::Auto,
                 commands_refused: AtomicBool::new(false),
+                replicas: 0,
             }),
         })
     }
@@ -267,18 +293,10 @@ impl RedisBackend {
     /// ```
     #[must_use]
     pub fn with_scripts(self, scripts: Scripts) -> Self {
-        let inner = &*self.inner;
         Self {
             inner: Arc::new(Inner {
-                target: inner.target.clone(),
-                setup: inner.setup.clone(),
-                redacted: inner.redacted.clone(),
-                secrets: inner.secrets.clone(),
-                timeout: inner.timeout,
-                idle: Mutex::new(Vec::new()),
-                digests: Mutex::new(None),
                 scripts,
-                commands_refused: AtomicBool::new(false),
+                ..self.inner.derived()
             }),
         }
     }

@@ -10,11 +10,11 @@ use std::time::Instant;
 
 use crate::backend::{
     Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, NoticeWaker, Op,
-    ReleaseListener, Reply, ServerInfo,
+    ReleaseListener, Reply, ServerInfo, Sources,
 };
 
-/// One result per op, and the server that gave them, when known.
-pub(super) type Results = (Vec<Result<Reply, BackendError>>, Option<ServerInfo>);
+/// One result per op, and the server (or servers) that gave them, when known.
+pub(super) type Results = (Vec<Result<Reply, BackendError>>, Sources);
 
 /// Sends a batch without reading its answers ([`finish`] reads them).
 pub(super) fn send(backend: &dyn Backend, ops: &[Op<'_>]) -> Box<dyn InFlight> {
@@ -112,10 +112,15 @@ fn panicked() -> BackendError {
 fn contained(n: usize, call: impl FnOnce() -> Answers) -> Results {
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(answers) => {
-            let (results, server) = answers.into_parts();
-            (counted(results, n), server)
+            let (results, sources) = answers.into_sources();
+            let sources = match sources {
+                // A per-answer list as long as the results, or none at all.
+                Sources::Each(each) if each.len() != n => Sources::One(None),
+                sources => sources,
+            };
+            (counted(results, n), sources)
         }
-        Err(_) => (vec![Err(panicked()); n], None),
+        Err(_) => (vec![Err(panicked()); n], Sources::One(None)),
     }
 }
 

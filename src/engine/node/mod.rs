@@ -31,6 +31,7 @@ mod batch;
 mod io;
 mod notices;
 mod publish;
+mod shards;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +41,7 @@ use self::batch::{Batch, grant, vote};
 pub(crate) use self::notices::Doorbell;
 use self::notices::{Ears, NodeNotices};
 use self::publish::Publisher;
+use self::shards::Shards;
 use super::action::Action;
 use super::forgets::Forgets;
 use super::health::Vitals;
@@ -49,7 +51,9 @@ use super::refusal::{self, Refusal};
 use super::retries::RetryList;
 use super::settings_look::SettingsLook;
 use super::waiters::Waiters;
-use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, KeySet, Reply, ServerInfo};
+use crate::backend::{
+    Backend, BackendError, BackendErrorKind, Holding, KeySet, Reply, ServerInfo, Sources,
+};
 use crate::clock::Clock;
 use crate::report::NodeOutcome;
 use crate::token::Token;
@@ -91,6 +95,9 @@ pub(crate) struct NodeState {
     backend: Arc<dyn Backend>,
     shared: Arc<Shared>,
     identity: Identity,
+    /// The servers behind a node that answers from several (a cluster's
+    /// shards), each judged on its own.
+    shards: Shards,
     /// Releases to send again.
     retries: RetryList,
     /// Up, or down and when to probe it.
@@ -123,6 +130,7 @@ impl NodeState {
             index,
             backend,
             identity,
+            shards: Shards::new(index),
             retries: RetryList::new(shared.release_retry_window, now),
             liveness: Liveness::default(),
             refusal: Refusal::default(),
@@ -246,7 +254,7 @@ impl NodeState {
             answers,
             started,
         } = arrived;
-        let Some((results, server)) = answers else {
+        let Some((results, sources)) = answers else {
             // Settled without the server: the node is down.
             return vec![(NodeOutcome::Down, None); batch.items().len()];
         };
@@ -254,19 +262,40 @@ impl NodeState {
         self.publish.vitals().note_latency(took);
         crate::metrics::round_trip(self.publish.name(), took);
         self.note_health(&results, now);
-        let standing = self.standing(&results, server.as_ref(), now);
-        let identified = server.is_some_and(|s| s.run_id.is_some());
         let mut holds = false;
         let mut votes = Vec::with_capacity(results.len());
-        for (item, result) in batch.items().iter().zip(results) {
-            self.after_answer(item, &result, now);
-            let eviction = self.identity.eviction();
-            let names = &self.shared.names;
-            let vote = vote(item.action, result, standing, identified, || {
-                grant(standing, eviction, names)
-            });
-            holds |= item.action != Action::Release && vote.0.is_granted();
-            votes.push(vote);
+        match sources {
+            Sources::One(server) => {
+                let standing = self.standing(&results, server.as_ref(), now);
+                let identified = server.is_some_and(|s| s.run_id.is_some());
+                for (item, result) in batch.items().iter().zip(results) {
+                    self.after_answer(item, &result, now);
+                    let eviction = self.identity.eviction();
+                    let names = &self.shared.names;
+                    let vote = vote(item.action, result, standing, identified, || {
+                        grant(standing, eviction, names)
+                    });
+                    holds |= item.action != Action::Release && vote.0.is_granted();
+                    votes.push(vote);
+                }
+            }
+            // A cluster node: each answer judged by the shard that gave it.
+            Sources::Each(servers) => {
+                for ((item, result), server) in batch.items().iter().zip(results).zip(servers) {
+                    self.after_answer(item, &result, now);
+                    let judged = self.shards.judge(&result, server.as_deref(), &self.shared);
+                    let names = &self.shared.names;
+                    let vote = vote(
+                        item.action,
+                        result,
+                        judged.standing,
+                        judged.identified,
+                        || grant(judged.standing, judged.eviction.as_deref(), names),
+                    );
+                    holds |= item.action != Action::Release && vote.0.is_granted();
+                    votes.push(vote);
+                }
+            }
         }
         if holds {
             // A lock may be held here until max TTL from now: its

@@ -199,3 +199,87 @@ fn quarantine_is_entered_and_over_per_the_managers_clock() {
     assert!(matches!(over[..], [NodeOutcome::Granted]), "{over:?}");
     assert_eq!(snapshot(later), crate::health::NodeState::Up);
 }
+
+/// A cluster node as the engine sees it: keys starting with `a` live on
+/// shard `a`, the others on shard `b`, and each answer carries the
+/// identity of its shard ([`Answers::per_answer`]).
+struct TwoShards {
+    a: MemoryBackend,
+    b: MemoryBackend,
+}
+
+impl Backend for TwoShards {
+    fn describe(&self) -> String {
+        "two-shards".into()
+    }
+
+    fn send(&self, ops: &[crate::backend::Op<'_>]) -> Box<dyn crate::backend::InFlight> {
+        let answers = ops.iter().map(|op| {
+            let shard = if op.keys.first().starts_with(b"a") {
+                &self.a
+            } else {
+                &self.b
+            };
+            let one = [*op];
+            let got = shard.send(&one).finish(&one);
+            let server = got.server().cloned().map(Arc::new);
+            let result = got.into_results().remove(0);
+            (result, server)
+        });
+        Box::new(crate::backend::Answers::per_answer(
+            answers.collect::<Vec<_>>(),
+        ))
+    }
+}
+
+/// Each shard is judged on its own: a batch from one shard, then from
+/// the other, is not a change of server (judged as one server, the
+/// second batch would look like a restart and be quarantined), and a
+/// restarted shard's grants wait out the quarantine while the other
+/// shard's still count.
+#[test]
+fn a_cluster_nodes_shards_are_judged_one_by_one() {
+    let clock = ManualClock::new();
+    let quarantine = Duration::from_secs(20);
+    let cluster = TwoShards {
+        a: MemoryBackend::with_clock("a", Arc::new(clock.clone())),
+        b: MemoryBackend::with_clock("b", Arc::new(clock.clone())),
+    };
+    let (a, b) = (cluster.a.clone(), cluster.b.clone());
+    let t0 = Instant::now();
+    let backend: Arc<dyn Backend> = Arc::new(cluster);
+    let health = Arc::new(Vitals::default());
+    let mut state = NodeState::new(0, backend, health, shared(&clock, Some(quarantine)), t0);
+    for key in ["a1", "b1", "a2", "b2"] {
+        let got = round_trip(&mut state, vec![acquire(key, token())], t0);
+        assert!(matches!(got[..], [NodeOutcome::Granted]), "{key}: {got:?}");
+    }
+    // Shard b restarts: its grants wait, shard a's still count, in one batch too.
+    b.restart();
+    let got = round_trip(
+        &mut state,
+        vec![acquire("a3", token()), acquire("b3", token())],
+        t0,
+    );
+    assert!(
+        matches!(got[..], [NodeOutcome::Granted, NodeOutcome::Quarantined { remaining }] if remaining == quarantine),
+        "{got:?}"
+    );
+    clock.advance(quarantine);
+    let got = round_trip(&mut state, vec![acquire("b4", token())], t0);
+    assert!(
+        matches!(got[..], [NodeOutcome::Granted]),
+        "after the quarantine: {got:?}"
+    );
+    // A shard that hides its identity: its grant does not count.
+    a.set_identity_hidden(true);
+    let got = round_trip(
+        &mut state,
+        vec![acquire("a5", token()), acquire("b5", token())],
+        t0,
+    );
+    assert!(
+        matches!(got[..], [NodeOutcome::Failed(_), NodeOutcome::Granted]),
+        "{got:?}"
+    );
+}

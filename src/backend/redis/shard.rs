@@ -1,0 +1,119 @@
+//! What a cluster node (`backend/cluster`) needs of a `RedisBackend`:
+//! one backend per shard master, made from the seed's settings, whose
+//! holds count only once the shard's replicas have them; and one plain
+//! command (`CLUSTER SLOTS`).
+
+use std::sync::Arc;
+
+use redis::Value;
+
+use super::transport::Target;
+use super::{Inner, RedisBackend};
+use crate::backend::{BackendError, BackendErrorKind};
+
+impl RedisBackend {
+    /// The server at `host:port` with this backend's settings (user,
+    /// password, TLS, timeout, scripts) and a pool of its own, whose
+    /// acquires, extends and fence raises count only when `replicas`
+    /// replicas acknowledge them (`WAIT`, in the same pipeline).
+    ///
+    /// # Errors
+    ///
+    /// [`BackendErrorKind::Config`] for a backend on a Unix socket: a
+    /// cluster announces TCP addresses.
+    pub(crate) fn shard_at(
+        &self,
+        host: &str,
+        port: u16,
+        replicas: usize,
+    ) -> Result<Self, BackendError> {
+        let seed = &*self.inner;
+        let (target, scheme) = match &seed.target {
+            Target::Tcp { .. } => (
+                Target::Tcp {
+                    host: host.to_owned(),
+                    port,
+                },
+                "redis",
+            ),
+            #[cfg(feature = "tls")]
+            Target::Tls { config, .. } => (
+                Target::Tls {
+                    host: host.to_owned(),
+                    port,
+                    config: Arc::clone(config),
+                },
+                "rediss",
+            ),
+            #[cfg(unix)]
+            Target::Unix(_) => {
+                return Err(seed.node_error(
+                    BackendErrorKind::Config,
+                    "a cluster is reached over TCP, not a Unix socket",
+                    None,
+                ));
+            }
+        };
+        let creds = match (&seed.setup.username, seed.setup.password.is_some()) {
+            (Some(user), true) => format!("{user}:***@"),
+            (None, true) => ":***@".to_owned(),
+            (Some(user), false) => format!("{user}@"),
+            (None, false) => String::new(),
+        };
+        let host_port = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                target,
+                redacted: format!("{scheme}://{creds}{host_port}/{}", seed.setup.db),
+                replicas,
+                ..seed.derived()
+            }),
+        })
+    }
+
+    /// How many replicas must acknowledge a hold ([`shard_at`](Self::shard_at)).
+    pub(crate) fn replicas(&self) -> usize {
+        self.inner.replicas
+    }
+
+    /// The host and port this backend connects to (`None` for a Unix
+    /// socket).
+    pub(crate) fn host_port(&self) -> Option<(&str, u16)> {
+        match &self.inner.target {
+            Target::Tcp { host, port } => Some((host, *port)),
+            #[cfg(feature = "tls")]
+            Target::Tls { host, port, .. } => Some((host, *port)),
+            #[cfg(unix)]
+            Target::Unix(_) => None,
+        }
+    }
+
+    /// Runs one command on a pooled connection, within the timeout, and
+    /// returns its reply (an error reply as an error).
+    ///
+    /// # Errors
+    ///
+    /// The server out of reach, or its error reply.
+    pub(crate) fn command(&self, cmd: &redis::Cmd) -> Result<Value, BackendError> {
+        let inner = &*self.inner;
+        let deadline = inner.deadline();
+        let mut buf = Vec::new();
+        cmd.write_packed_command(&mut buf);
+        let reply = inner.with_conn(deadline, |c| {
+            let mut replies = c
+                .conn
+                .exchange(&buf, 1, deadline)
+                .map_err(|(fault, read)| inner.failure(&fault, read))?;
+            Ok(replies.pop())
+        })?;
+        match reply {
+            Some(Value::ServerError(e)) => Err(inner.server_error(&e, None)),
+            Some(value) => Ok(value),
+            None => Err(inner.node_error(BackendErrorKind::Protocol, "no reply", None)),
+        }
+    }
+}
