@@ -105,7 +105,7 @@ impl LockManager {
     /// thread already holds it (no node contacted);
     /// [`Error::InvalidArgument`] for an empty resource, one over
     /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, or one that
-    /// starts with `{quorum-lock}` (the crate's own keys live there), before
+    /// contains `{quorum-lock}` (which marks the crate's own keys), before
     /// any node is contacted.
     pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard> {
         self.lock_with(resource, &LockOptions::new())

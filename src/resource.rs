@@ -4,9 +4,13 @@
 //!
 //! Every key the crate keeps for itself on a node (today the hash of the
 //! fence counters; more to come) is `<prefix>{quorum-lock}:<name>`, built
-//! by [`crate_key`]: the manager's prefix, then [`RESERVED`]. A resource
-//! that starts with [`RESERVED`] is refused, so no lock's key is ever one
-//! of the crate's own keys, whatever `<name>` a later version adds.
+//! by [`crate_key`]: the manager's prefix, then [`RESERVED`]. On a cluster
+//! node the fence counters of a lock live in its key's slot, at
+//! `<prefix>{<the key's hash tag>}{quorum-lock}:fences`. A resource that
+//! contains [`RESERVED`] anywhere is refused, so no lock's key is ever one
+//! of the crate's own keys, whatever `<name>` a later version adds: each
+//! of them holds `{quorum-lock}` after the prefix, and a lock's key holds
+//! it nowhere after the prefix.
 
 /// The longest resource name a lock may have, in bytes (4 KiB).
 ///
@@ -17,10 +21,10 @@
 /// suffix (`:` and the slot number). The configured prefix is not counted
 /// (it is bounded on its own by the builder).
 ///
-/// Besides the length, a resource may not be empty, nor start with
-/// `{quorum-lock}`: that namespace (after the prefix) holds the crate's own
-/// keys on the nodes, such as the fence counters
-/// (`<prefix>{quorum-lock}:fences`).
+/// Besides the length, a resource may not be empty, nor contain
+/// `{quorum-lock}`: the crate's own keys on the nodes, such as the fence
+/// counters (`<prefix>{quorum-lock}:fences`, or on a cluster node
+/// `<prefix>{<tag>}{quorum-lock}:fences` in the lock's slot), hold it.
 ///
 /// ```
 /// use quorum_lock::{LockManager, MAX_RESOURCE_LEN, MemoryBackend};
@@ -31,12 +35,13 @@
 /// assert!(locks.try_lock(vec![b'r'; MAX_RESOURCE_LEN]).is_ok());
 /// assert!(locks.try_lock(vec![b'r'; MAX_RESOURCE_LEN + 1]).unwrap_err().is_invalid());
 /// assert!(locks.try_lock("{quorum-lock}:mine").unwrap_err().is_invalid());
+/// assert!(locks.try_lock("{orders}{quorum-lock}:fences").unwrap_err().is_invalid());
 /// # Ok::<(), quorum_lock::Error>(())
 /// ```
 pub const MAX_RESOURCE_LEN: usize = 4096;
 
 /// The crate's own namespace on the nodes, after the manager's prefix: no
-/// resource may start with it.
+/// resource may contain it.
 pub(crate) const RESERVED: &[u8] = b"{quorum-lock}";
 
 /// The name of the hash of the fence counters in the crate's namespace:
@@ -64,12 +69,12 @@ pub(crate) fn invalid_resource(resource: &[u8]) -> Option<String> {
             resource.len()
         ));
     }
-    if resource.starts_with(RESERVED) {
+    if resource.windows(RESERVED.len()).any(|w| w == RESERVED) {
         let shown = String::from_utf8_lossy(&resource[..resource.len().min(64)]);
         let cut = if resource.len() > 64 { "..." } else { "" };
         return Some(format!(
-            "the resource name {shown:?}{cut} starts with {}, the namespace of the crate's \
-             own keys on the nodes (such as the fence counters): no lock may use it",
+            "the resource name {shown:?}{cut} contains {}, which marks the crate's own \
+             keys on the nodes (such as the fence counters): no lock may use it",
             String::from_utf8_lossy(RESERVED)
         ));
     }
@@ -89,6 +94,8 @@ mod tests {
             &b"{quorum-lock}:fences"[..],
             b"{quorum-lock}",
             b"{quorum-lock}x",
+            b"x{quorum-lock}",
+            b"{orders}{quorum-lock}:fences",
         ] {
             let reason = invalid_resource(reserved).expect("refused");
             assert!(reason.contains("{quorum-lock}"), "{reason}");
@@ -96,8 +103,8 @@ mod tests {
         }
         for fine in [
             &b"quorum-lock"[..],
-            b"x{quorum-lock}",
             b"{quorum-lock",
+            b"quorum-lock}",
             b"\xffquorum-lock:set\xff",
         ] {
             assert_eq!(invalid_resource(fine), None, "{fine:?}");

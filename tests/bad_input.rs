@@ -265,7 +265,7 @@ fn resource_names_are_bounded_before_any_node_is_asked() {
 }
 
 /// The crate's own keys on the nodes (the fence counters today) live under
-/// `{quorum-lock}` after the prefix, and no resource may start with it:
+/// `{quorum-lock}` after the prefix, and no resource may contain it:
 /// every call that names a lock refuses such a name with a one-line reason,
 /// before any node is asked, and leaves no key anywhere. Names that only
 /// look like the old set mark are plain resources now.
@@ -284,6 +284,9 @@ fn the_reserved_namespace_is_refused_everywhere_and_no_key_is_left() {
         "{quorum-lock}",
         "{quorum-lock}:anything-later",
         "{quorum-lock}x",
+        // On a cluster node, the fence counters of the lock `orders`.
+        "{orders}{quorum-lock}:fences",
+        "x{quorum-lock}",
     ] {
         let errors = [
             locks.lock(name).map(drop),

@@ -18,9 +18,10 @@
 //!   timeout): a replica promoted by a failover then holds the key. A
 //!   shard whose replicas do not all answer grants nothing.
 //! * **One slot per op**: a lock on several keys needs them in one slot
-//!   (a common hash tag); fencing (its counters live in another slot) and
-//!   release notices (waiters retry on their timer) are not offered on a
-//!   cluster node yet.
+//!   (a common hash tag); a lock's fence counters live in its slot
+//!   (`<prefix>{<tag>}{quorum-lock}:fences`, `counter_in_slot`).
+//! * **Release notices**: the release script's `PUBLISH` reaches every
+//!   node's subscribers, so the listener subscribes on the seed.
 //!
 //! What this promises and what it does not: `docs/safety.md`, "A cluster
 //! as one node".
@@ -38,7 +39,7 @@ use parking_lot::Mutex;
 use crate::backend::redis::redirect::Redirect;
 use crate::backend::{
     Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Inspect, Op, OpKind,
-    Probe, ServerInfo,
+    Probe, ReleaseListener, ServerInfo,
 };
 use crate::{RedisBackend, Scripts};
 
@@ -209,17 +210,22 @@ impl Cluster {
         Ok(shard)
     }
 
-    /// The shard that runs `op`: the master of the slot of all its keys.
+    /// The shard that runs `op`: the master of the slot of all its keys
+    /// (and of the fence counters it names, `counter_in_slot`).
     fn route(&self, op: &Op<'_>, topology: &Topology) -> Result<RedisBackend, BackendError> {
-        if let OpKind::AcquireFenced { .. } | OpKind::RaiseFence { .. } = op.kind {
+        let slot = slot_of(op.keys.first());
+        if let OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } = op.kind
+            && slot_of(&counter_in_slot(counter, op.keys)) != slot
+        {
             return Err(self.error(
                 BackendErrorKind::Other,
-                "fencing is not offered on a cluster node yet (the fence counters would \
-                 live in another slot than the lock's key): lock without fencing, or use \
-                 standalone nodes",
+                &format!(
+                    "the fence counters of {} cannot live in its slot {slot} (its hash tag \
+                     holds a brace): name the lock without braces, or with one hash tag",
+                    op.keys
+                ),
             ));
         }
-        let slot = slot_of(op.keys.first());
         if let Some(other) = op.keys.iter().map(slot_of).find(|&s| s != slot) {
             return Err(self.error(
                 BackendErrorKind::Other,
@@ -250,26 +256,58 @@ impl Cluster {
         let mut parts: Vec<Part> = Vec::new();
         let mut failed = Vec::new();
         for &i in indices {
-            match self.route(&ops[i], topology) {
-                Ok(shard) => match parts
-                    .iter_mut()
-                    .find(|p| p.shard.url_redacted() == shard.url_redacted())
-                {
-                    Some(part) => part.indices.push(i),
-                    None => parts.push(Part {
-                        shard,
-                        indices: vec![i],
-                        flight: None,
-                    }),
-                },
+            let op = &ops[i];
+            match self.route(op, topology) {
+                Ok(shard) => {
+                    let at = match parts
+                        .iter()
+                        .position(|p| p.shard.url_redacted() == shard.url_redacted())
+                    {
+                        Some(at) => at,
+                        None => {
+                            parts.push(Part::new(shard));
+                            parts.len() - 1
+                        }
+                    };
+                    parts[at].push(i, op);
+                }
                 Err(e) => failed.push((i, e)),
             }
         }
         for part in &mut parts {
-            let sub: Vec<Op<'_>> = part.indices.iter().map(|&i| ops[i]).collect();
+            let sub = part.ops(ops);
             part.flight = Some(part.shard.send(&sub));
         }
         Sent { parts, failed }
+    }
+}
+
+/// The fence counters of the lock on `keys` in the slot of its keys: the
+/// manager's `<prefix>{quorum-lock}:fences` becomes
+/// `<prefix>{<tag>}{quorum-lock}:fences`, `<tag>` the keys' hash tag (a
+/// hash in that slot, as on a standalone node, so the scripts are the
+/// same). No lock's key is ever this name: a resource may not contain
+/// `{quorum-lock}`.
+fn counter_in_slot(counter: &[u8], keys: &crate::backend::KeySet) -> Vec<u8> {
+    let reserved = crate::resource::RESERVED;
+    let at = counter
+        .windows(reserved.len())
+        .rposition(|w| w == reserved)
+        .unwrap_or(0);
+    let tag = slot::hash_tag(keys.first());
+    [&counter[..at], b"{", tag, b"}", &counter[at..]].concat()
+}
+
+/// `op` with its fence counters at `counter` (a fenced op) or as it is.
+fn with_counter<'a>(op: Op<'a>, counter: Option<&'a [u8]>) -> Op<'a> {
+    match (op.kind, counter) {
+        (OpKind::AcquireFenced { ttl, .. }, Some(counter)) => {
+            Op::acquire_fenced(op.keys, op.token, ttl, counter)
+        }
+        (OpKind::RaiseFence { fence, .. }, Some(counter)) => {
+            Op::raise_fence(op.keys, op.token, counter, fence)
+        }
+        _ => op,
     }
 }
 
@@ -277,7 +315,40 @@ impl Cluster {
 struct Part {
     shard: RedisBackend,
     indices: Vec<usize>,
+    /// Each fenced op's counters, in its slot (`counter_in_slot`), by
+    /// place in `indices`.
+    counters: Vec<Option<Vec<u8>>>,
     flight: Option<Box<dyn InFlight>>,
+}
+
+impl Part {
+    fn new(shard: RedisBackend) -> Self {
+        Self {
+            shard,
+            indices: Vec::new(),
+            counters: Vec::new(),
+            flight: None,
+        }
+    }
+
+    fn push(&mut self, i: usize, op: &Op<'_>) {
+        self.indices.push(i);
+        self.counters.push(match op.kind {
+            OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } => {
+                Some(counter_in_slot(counter, op.keys))
+            }
+            _ => None,
+        });
+    }
+
+    /// This shard's ops, in order, with their counters in their slots.
+    fn ops<'a>(&'a self, ops: &[Op<'a>]) -> Vec<Op<'a>> {
+        self.indices
+            .iter()
+            .zip(&self.counters)
+            .map(|(&i, counter)| with_counter(ops[i], counter.as_deref()))
+            .collect()
+    }
 }
 
 /// A batch sent to its shards.
@@ -300,9 +371,11 @@ impl Sent {
             answers[i] = Some((Err(e), None));
         }
         let mut moved = Vec::new();
-        for part in self.parts {
-            let sub: Vec<Op<'_>> = part.indices.iter().map(|&i| ops[i]).collect();
-            let Some(flight) = part.flight else { continue };
+        for mut part in self.parts {
+            let Some(flight) = part.flight.take() else {
+                continue;
+            };
+            let sub = part.ops(ops);
             let got = flight.finish(&sub);
             let server = got.server().cloned().map(Arc::new);
             for (&i, result) in part.indices.iter().zip(got.into_results()) {
@@ -413,6 +486,16 @@ impl Backend for RedisClusterBackend {
     fn inspector(&self) -> Option<&dyn Inspect> {
         Some(self)
     }
+
+    /// A subscriber on the seed: a cluster delivers a `PUBLISH` (the
+    /// release script's notice, run on the key's master) to the
+    /// subscribers of every node. A release's answer counts the listeners
+    /// of its own master only, so another process' waiters are not
+    /// counted, and the releaser does not let them go first (notices are
+    /// hints either way: a waiter that hears one tries again).
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        self.inner.seed.release_listener()
+    }
 }
 
 impl Probe for RedisClusterBackend {
@@ -446,6 +529,26 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn fence_counters_live_in_the_slot_of_their_lock() {
+        use crate::backend::KeySet;
+        let counters = b"locks:{quorum-lock}:fences";
+        let plain = KeySet::one("locks:job");
+        let moved = counter_in_slot(counters, &plain);
+        assert_eq!(moved, b"locks:{locks:job}{quorum-lock}:fences");
+        assert_eq!(slot_of(&moved), slot_of(plain.first()));
+        let tagged = KeySet::new(["locks:{o}:1", "locks:{o}:2"]).unwrap();
+        let moved = counter_in_slot(counters, &tagged);
+        assert_eq!(moved, b"locks:{o}{quorum-lock}:fences");
+        assert_eq!(slot_of(&moved), slot_of(b"locks:{o}:2"));
+        // A stray brace: the tag cannot be repeated; `route` refuses it.
+        let stray = KeySet::one("locks:a}b");
+        assert_ne!(
+            slot_of(&counter_in_slot(counters, &stray)),
+            slot_of(stray.first())
+        );
+    }
 
     #[test]
     fn urls_name_a_cluster_without_secrets() {
