@@ -15,6 +15,7 @@
 //! SVG charts, to `--out` (default `target/bench/`). See
 //! `docs/benchmarks.md` for what each part measures.
 
+mod ab;
 mod charts;
 mod clients;
 mod contention;
@@ -34,6 +35,7 @@ mod procfs;
 mod report;
 mod scaling;
 mod scenarios;
+mod scripts;
 mod stats;
 mod svg;
 mod targets;
@@ -52,9 +54,14 @@ const CENSUS_CALLERS: usize = 128;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--fencing-cost") {
+    let only: Option<fn(usize) -> Result<String, String>> = match args.first().map(String::as_str) {
+        Some("--fencing-cost") => Some(fencing::fencing_cost),
+        Some("--scripts-cost") => Some(scripts::scripts_cost),
+        _ => None,
+    };
+    if let Some(comparison) = only {
         let runs = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(5);
-        return match fencing::fencing_cost(runs) {
+        return match comparison(runs) {
             Ok(table) => {
                 print!("{table}");
                 ExitCode::SUCCESS

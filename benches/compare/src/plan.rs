@@ -15,6 +15,8 @@ Usage: cargo run --release -p quorum-lock-bench -- [OPTIONS]
 
 Options:
   --fencing-cost [R]  only: the cost of fencing tokens, paired and interleaved, R runs (default 5)
+  --scripts-cost [R]  only: the server's own commands against Lua scripts for lock + extend +
+                    release, paired, R runs (default 5); on a server that has them (Valkey 9.1)
   --cross-process [R] only: 4 processes (each its own client) contend for one key, quorum-lock
                     and rslock taking turns, R runs (default 5); also the `cross` section of a run
   --runs R          runs of every comparison; ratios are per run, then median and min-max
