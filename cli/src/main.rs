@@ -12,6 +12,7 @@
 
 mod args;
 mod break_lock;
+mod checkup;
 mod child;
 mod doctor;
 mod exit;

@@ -2,10 +2,11 @@
 //! node (one vote), each key's ops sent to the master of its slot.
 //!
 //! * **Routing**: the slot map comes from `CLUSTER SLOTS` (asked of the
-//!   seed, or of any master known before), read at the first batch and
-//!   again when a server answers `MOVED` (the op did not run there): the
-//!   ops it refused go to the new master once, in their order, within
-//!   the call. `ASK` (a slot being migrated) is not followed: such an op
+//!   seed, or of any master known before), read at the first batch, at
+//!   the batch after a master was out of reach (a failover may have moved
+//!   its slots), and again when a server answers `MOVED` (the op did not
+//!   run there): the ops it refused go to the new master once, in their
+//!   order, within the call. `ASK` (a slot being migrated) is not followed: such an op
 //!   fails (an acquire is undone as any failed one) until the migration
 //!   ends.
 //! * **Identity per shard**: each shard master answers with its own
@@ -84,6 +85,9 @@ struct Cluster {
 #[derive(Default)]
 struct State {
     topology: Option<Arc<Topology>>,
+    /// The slot map is to be read again before the next batch: a master
+    /// could not be reached (it may have failed over).
+    stale: bool,
     /// One backend (and pool) per master, by address.
     shards: HashMap<(String, u16), RedisBackend>,
 }
@@ -163,7 +167,7 @@ impl Cluster {
         let known = {
             let state = self.state.lock();
             match &state.topology {
-                Some(topology) if !fresh => return Ok(Arc::clone(topology)),
+                Some(topology) if !fresh && !state.stale => return Ok(Arc::clone(topology)),
                 _ => state.shards.values().cloned().collect::<Vec<_>>(),
             }
         };
@@ -185,7 +189,9 @@ impl Cluster {
             match read {
                 Ok(topology) => {
                     let topology = Arc::new(topology);
-                    self.state.lock().topology = Some(Arc::clone(&topology));
+                    let mut state = self.state.lock();
+                    state.topology = Some(Arc::clone(&topology));
+                    state.stale = false;
                     return Ok(topology);
                 }
                 Err(e) => last = Some(e),
@@ -365,8 +371,15 @@ type Answer = (
 
 impl Sent {
     /// Reads every shard's answers into `answers` (by op index), and
-    /// returns the ops a shard answered `MOVED`.
-    fn finish(self, ops: &[Op<'_>], answers: &mut [Option<Answer>]) -> Vec<usize> {
+    /// returns the ops a shard answered `MOVED`. A master out of reach
+    /// marks the slot map stale: the next batch reads it again (a
+    /// failover moves its slots to a replica).
+    fn finish(
+        self,
+        cluster: &Cluster,
+        ops: &[Op<'_>],
+        answers: &mut [Option<Answer>],
+    ) -> Vec<usize> {
         for (i, e) in self.failed {
             answers[i] = Some((Err(e), None));
         }
@@ -379,10 +392,12 @@ impl Sent {
             let got = flight.finish(&sub);
             let server = got.server().cloned().map(Arc::new);
             for (&i, result) in part.indices.iter().zip(got.into_results()) {
-                if let Err(e) = &result
-                    && redirect(e).is_some_and(|r| !r.ask)
-                {
-                    moved.push(i);
+                match &result {
+                    Err(e) if redirect(e).is_some_and(|r| !r.ask) => moved.push(i),
+                    Err(e) if e.kind() == BackendErrorKind::Unreachable => {
+                        cluster.state.lock().stale = true;
+                    }
+                    _ => {}
                 }
                 answers[i] = Some((result, server.clone()));
             }
@@ -422,7 +437,7 @@ impl InFlight for ClusterFlight {
         } = *self;
         let mut answers: Vec<Option<Answer>> = vec![None; ops.len()];
         let moved = sent
-            .map(|s| s.finish(ops, &mut answers))
+            .map(|s| s.finish(&cluster, ops, &mut answers))
             .unwrap_or_default();
         // Once, and only while the first batch's time is not spent: the
         // slot map again, and the refused ops, in their order, where it
@@ -434,7 +449,7 @@ impl InFlight for ClusterFlight {
         {
             cluster
                 .send(ops, &moved, &topology)
-                .finish(ops, &mut answers);
+                .finish(&cluster, ops, &mut answers);
         }
         Answers::per_answer(answers.into_iter().map(|a| {
             a.unwrap_or_else(|| {

@@ -1,0 +1,231 @@
+//! `quorum-lock doctor`: each node checked for what the lock relies on:
+//! reachable, a master, the rights for every command the crate sends
+//! (the wake-ups' publish / subscribe included: a warning, as locks work
+//! without them), memory policy, persistence and restart quarantine, round-trip time.
+//!
+//! Each node is also asked, through the library and with the tool's
+//! settings (prefix, quarantine, eviction risk), to take and release a
+//! probe lock of its own (`LockManager::check_ready` on that node alone):
+//! a node whose grants would not count (its memory policy may evict, the
+//! ACL denies the prefix, ...) fails, whatever the other checks found.
+//!
+//! A cluster node (`redis+cluster://`) is checked shard by shard
+//! (`cluster.rs`): every master as a server of its own, its findings
+//! named by shard, the node's verdict the worst of theirs, and one probe
+//! lock through the library. A plain URL to a cluster member fails, naming
+//! the `redis+cluster://` URL to use instead (`server.rs`).
+//!
+//! One verdict line per node (`ok`, `warn`, `fail`). One server listed
+//! under two names (the same `run_id`) fails from its second name on: it
+//! would cast one vote, not two. Exit codes: 0 every node ok; 1 some node
+//! warns or fails but a quorum of nodes can vote; 3 fewer than a quorum
+//! can; 78 for a malformed node URL.
+
+use std::time::Duration;
+
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{LockManager, RetryPolicy};
+
+use crate::args::{DoctorArgs, Global};
+use crate::checkup::{Checkup, Value, Verdict};
+use crate::exit;
+use crate::inspect::{self, Node};
+use crate::json::Json;
+
+mod cluster;
+mod server;
+
+/// Marks every node whose server already appeared under an earlier name.
+fn find_duplicates(nodes: &[Node], checkups: &mut [Checkup]) {
+    for i in 0..checkups.len() {
+        let Some(id) = checkups[i].run_id.clone() else {
+            continue;
+        };
+        if let Some(first) = checkups[..i]
+            .iter()
+            .position(|c| c.run_id.as_deref() == Some(id.as_str()))
+        {
+            let finding = format!(
+                "the same server as {} (same run_id): only one of them votes; list each server once",
+                nodes[first].name
+            );
+            checkups[i].note(Verdict::Fail, finding);
+        }
+    }
+}
+
+pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
+    let nodes = match inspect::nodes(&global.nodes, global.node_timeout) {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            eprintln!("quorum-lock: {e}");
+            return exit::CONFIG;
+        }
+    };
+    // The settings are checked as `run` checks them (a --quorum below a
+    // majority, a --drift-factor out of range), and give the drift.
+    let drift = match global.manager(global.max_ttl, None) {
+        Ok(locks) => locks.drift_for(global.max_ttl),
+        Err(e) => {
+            eprintln!("quorum-lock: {}", crate::wording::flags(&e.to_string()));
+            return exit::CONFIG;
+        }
+    };
+    let mut checkups: Vec<Checkup> = nodes.iter().map(|n| check(n, global, drift)).collect();
+    find_duplicates(&nodes, &mut checkups);
+    let quorum = global.quorum();
+    // A node that only warns can still vote (a quarantine ends by itself).
+    let usable = checkups
+        .iter()
+        .filter(|c| c.verdict != Verdict::Fail)
+        .count();
+    let all_ok = checkups.iter().all(|c| c.verdict == Verdict::Ok);
+    let code = if all_ok {
+        0
+    } else if usable >= quorum {
+        1
+    } else {
+        3
+    };
+    if args.json {
+        let per_node = nodes
+            .iter()
+            .zip(&checkups)
+            .map(|(node, c)| {
+                let facts = c
+                    .facts
+                    .iter()
+                    .map(|fact| {
+                        let value = match &fact.value {
+                            Value::Text(text) => text.clone().into(),
+                            Value::Millis(d, _) => Json::millis(*d),
+                            Value::Secs(secs) => (*secs).into(),
+                        };
+                        (fact.key, value)
+                    })
+                    .chain(c.facts.iter().filter_map(|fact| match &fact.value {
+                        Value::Millis(d, micros_key) => Some((*micros_key, Json::micros(*d))),
+                        _ => None,
+                    }))
+                    .collect();
+                let findings = c.findings.iter().map(|f| f.clone().into()).collect();
+                Json::Obj(vec![
+                    ("node", node.name.clone().into()),
+                    ("verdict", c.verdict.as_str().into()),
+                    ("facts", Json::Obj(facts)),
+                    ("findings", Json::Arr(findings)),
+                ])
+            })
+            .collect();
+        let out = Json::Obj(vec![
+            ("quorum", quorum.into()),
+            ("usable", usable.into()),
+            ("nodes", Json::Arr(per_node)),
+        ]);
+        println!("{out}");
+    } else {
+        for (node, c) in nodes.iter().zip(&checkups) {
+            println!("{}", node.name);
+            for fact in &c.facts {
+                match &fact.value {
+                    Value::Text(text) => println!("  {}: {text}", fact.label),
+                    Value::Millis(d, _) => println!("  {}: {d:?}", fact.label),
+                    Value::Secs(secs) => println!("  {}: {secs} s", fact.label),
+                }
+            }
+            let why = if c.findings.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", c.findings.join("; "))
+            };
+            println!("  verdict: {}{why}", c.verdict.as_str());
+        }
+        // Among the usable nodes only: a node that fails does not count
+        // as usable, in quarantine or not.
+        let in_quarantine = checkups
+            .iter()
+            .filter(|c| c.quarantined && c.verdict != Verdict::Fail)
+            .count();
+        let now = usable - in_quarantine;
+        let verdict = if now >= quorum {
+            "locks work"
+        } else if usable >= quorum {
+            "locks work once the quarantine ends"
+        } else {
+            "NO QUORUM"
+        };
+        println!(
+            "{now} of {} nodes can vote now ({in_quarantine} in quarantine), {quorum} needed: {verdict}",
+            nodes.len()
+        );
+    }
+    code
+}
+
+fn check(node: &Node, global: &Global, drift: Duration) -> Checkup {
+    let mut c = if node.cluster {
+        cluster::check(node, global, drift)
+    } else {
+        server::check(node, global, drift, false)
+    };
+    check_probe_lock(node, global, &mut c);
+    c
+}
+
+/// Takes and releases a probe lock on this node alone, through the
+/// library with the tool's settings: what `run` would get from it. A
+/// quarantined node refuses it (already a warning: it votes once the
+/// quarantine ends); any other refusal means its grants would not count.
+fn check_probe_lock(node: &Node, global: &Global, c: &mut Checkup) {
+    let single = LockManager::builder()
+        .redis_nodes([&node.url])
+        .and_then(|b| {
+            b.node_timeout(global.node_timeout)
+                .max_ttl(global.max_ttl)
+                .ttl(global.max_ttl.min(PROBE_TTL))
+                .prefix(&global.prefix)
+                .drift_factor(global.drift_factor)
+                .restart_quarantine(!global.no_restart_quarantine)
+                .accept_eviction_risk(global.accept_eviction_risk)
+                .scripts(global.scripts)
+                .retry(RetryPolicy::none())
+                .build()
+        });
+    let taken = match single {
+        Ok(single) => single.check_ready(),
+        Err(e) => Err(e),
+    };
+    match taken {
+        Ok(_) => c.text(
+            "probe lock",
+            "probe_lock",
+            "taken and released, as a lock would be".to_owned(),
+        ),
+        Err(e) if quarantined(&e) && c.quarantined => c.text(
+            "probe lock",
+            "probe_lock",
+            "refused: quarantined (see above)".to_owned(),
+        ),
+        Err(e) => {
+            let why = crate::wording::flags(&e.to_string());
+            c.text("probe lock", "probe_lock", format!("refused: {why}"));
+            c.note(
+                Verdict::Fail,
+                format!("a lock cannot be taken here, so it does not vote: {why}"),
+            );
+        }
+    }
+}
+
+/// The TTL of the probe lock (released at once; capped by --max-ttl).
+const PROBE_TTL: Duration = Duration::from_secs(5);
+
+/// Whether every node of `error`'s report was quarantined.
+fn quarantined(error: &quorum_lock::Error) -> bool {
+    error.report().is_some_and(|report| {
+        report
+            .nodes()
+            .iter()
+            .all(|n| matches!(n.outcome(), NodeOutcome::Quarantined { .. }))
+    })
+}
