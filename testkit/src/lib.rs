@@ -5,6 +5,8 @@
 //!   `QUORUM_LOCK_SERVER=valkey`) on free loopback ports: kill -9, SIGSTOP,
 //!   restart in place, TLS. Every server is killed on drop, and a missing
 //!   binary fails the test loudly: these tests are never skipped.
+//! * [`RedisCluster`]: a cluster of such servers (masters, replicas,
+//!   failover) on loopback.
 //! * [`fake_server`]: hostile servers that answer with what no Redis sends.
 //! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, retarget).
 //! * [`blackhole`]: a listener that accepts and never reads nor answers.
@@ -24,6 +26,7 @@ mod counted;
 pub mod faces;
 pub mod fake_server;
 pub mod proxy;
+mod redis_cluster;
 mod report;
 pub mod rng;
 pub mod server;
@@ -31,6 +34,7 @@ mod wait;
 
 pub use blackhole::Blackhole;
 pub use counted::CountedNotices;
+pub use redis_cluster::RedisCluster;
 pub use report::said_of;
 pub use rng::Rng;
 pub use server::{RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port};

@@ -359,6 +359,11 @@ impl RedisServer {
         self.dir.path()
     }
 
+    /// Whether its process runs (not killed by [`kill9`](Self::kill9)).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// SIGKILL, and wait for the process to be gone. Idempotent.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -393,7 +393,7 @@ impl Inner {
             Form::SetNx => None,
             Form::Script(script) => Some(script),
             _ => {
-                return match forms::read_command(form, op, replies) {
+                return match forms::read_command(form, op, self.cluster_shard, replies) {
                     Ok(Said::Done(reply)) => First::Done(Ok(reply)),
                     Ok(Said::Then(pending)) => First::Pending(pending),
                     Err(Bad::Refused(e)) if self.scripts == Scripts::Auto && forms::not_run(&e) => {

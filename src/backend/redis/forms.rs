@@ -283,9 +283,14 @@ pub(super) enum Bad {
 
 /// Reads a command form's first replies ([`Form::replies`] of them).
 /// `SetNx` and scripts are read by the batch.
+///
+/// `listeners_elsewhere`: the server is a cluster's shard, whose
+/// `PUBLISH` reaches the subscribers of every node while `PUBSUB NUMSUB`
+/// counts its own: every key deleted is announced.
 pub(super) fn read_command(
     form: Form,
     op: &Op<'_>,
+    listeners_elsewhere: bool,
     replies: &mut impl Iterator<Item = Value>,
 ) -> Result<Said, Bad> {
     let mut next = || replies.next().unwrap_or(Value::Nil);
@@ -299,7 +304,7 @@ pub(super) fn read_command(
                     Value::Int(1) => {
                         removed += 1;
                         let heard = subscribers(&numsub);
-                        if heard > 0 {
+                        if heard > 0 || listeners_elsewhere {
                             heard_by.push(k);
                             listeners += heard;
                         }
@@ -385,7 +390,7 @@ pub(super) fn read_followup(
                 .iter()
                 .filter(|_| matches!(replies.next(), Some(Value::Int(_))))
                 .count();
-            Ok(if published == keys.len() {
+            Ok(if published == keys.len() && *listeners > 0 {
                 Reply::Notified(*listeners)
             } else {
                 Reply::Yes

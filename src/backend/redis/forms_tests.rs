@@ -96,7 +96,7 @@ fn a_release_is_announced_only_when_it_deleted_for_listeners() {
     let keys = KeySet::new(["a", "b"]).expect("two keys");
     let op = Op::release(&keys, b"t");
     let form = Form::DeleteIfEqual(Delete::DelIfEq);
-    let read = |replies: Vec<Value>| read_command(form, &op, &mut replies.into_iter());
+    let read = |replies: Vec<Value>| read_command(form, &op, false, &mut replies.into_iter());
     assert!(matches!(
         read(vec![Value::Int(0), numsub(3), Value::Int(0), numsub(1)]),
         Ok(Said::Done(Reply::No))
@@ -117,5 +117,19 @@ fn a_release_is_announced_only_when_it_deleted_for_listeners() {
     assert!(matches!(
         read(vec![Value::Int(1), denied, Value::Int(0), numsub(0)]),
         Ok(Said::Done(Reply::Yes))
+    ));
+    // A cluster's shard: its listeners may be on other nodes, which its
+    // NUMSUB does not count; what it deleted is announced all the same,
+    // and what it did not delete never is.
+    let on_shard = |replies: Vec<Value>| read_command(form, &op, true, &mut replies.into_iter());
+    match on_shard(vec![Value::Int(1), numsub(0), Value::Int(0), numsub(0)]) {
+        Ok(Said::Then(Pending::Announce { keys, listeners })) => {
+            assert_eq!((keys, listeners), (vec![0], 0));
+        }
+        _ => panic!("expected an announcement of a"),
+    }
+    assert!(matches!(
+        on_shard(vec![Value::Int(0), numsub(0), Value::Int(0), numsub(0)]),
+        Ok(Said::Done(Reply::No))
     ));
 }

@@ -138,6 +138,9 @@ struct Inner {
     /// them to count: a cluster shard's replicas (`shard.rs`); 0 for a
     /// server of its own.
     replicas: usize,
+    /// A cluster's shard: its `PUBLISH` reaches the subscribers of every
+    /// node, which its `PUBSUB NUMSUB` does not count (`forms.rs`).
+    cluster_shard: bool,
 }
 
 impl Inner {
@@ -155,6 +158,7 @@ impl Inner {
             scripts: self.scripts,
             commands_refused: AtomicBool::new(false),
             replicas: self.replicas,
+            cluster_shard: self.cluster_shard,
         }
     }
 }
@@ -272,6 +276,7 @@ impl RedisBackend {
                 scripts: Scripts::Auto,
                 commands_refused: AtomicBool::new(false),
                 replicas: 0,
+                cluster_shard: false,
             }),
         })
     }

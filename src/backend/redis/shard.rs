@@ -15,7 +15,10 @@ impl RedisBackend {
     /// The server at `host:port` with this backend's settings (user,
     /// password, TLS, timeout, scripts) and a pool of its own, whose
     /// acquires, extends and fence raises count only when `replicas`
-    /// replicas acknowledge them (`WAIT`, in the same pipeline).
+    /// replicas acknowledge them (`WAIT`, in the same pipeline), and whose
+    /// releases by `DELIFEQ` / `DELEX` are announced whenever they delete
+    /// (the cluster carries a `PUBLISH` to every node's subscribers, which
+    /// the shard's `PUBSUB NUMSUB` cannot count).
     ///
     /// # Errors
     ///
@@ -70,6 +73,7 @@ impl RedisBackend {
                 target,
                 redacted: format!("{scheme}://{creds}{host_port}/{}", seed.setup.db),
                 replicas,
+                cluster_shard: true,
                 ..seed.derived()
             }),
         })

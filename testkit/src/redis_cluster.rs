@@ -1,0 +1,269 @@
+//! A Redis (or Valkey) cluster on loopback for the tests: masters and
+//! replicas started as [`RedisServer`]s with `--cluster-enabled yes` and
+//! a cluster bus port of their own (the default, port + 10000, often
+//! collides with ephemeral ports), joined with `CLUSTER MEET`, given their
+//! slots with `CLUSTER ADDSLOTSRANGE` and their masters with `CLUSTER
+//! REPLICATE`: no `redis-cli --cluster` needed (the Valkey wheels ship
+//! none). Every process stops on drop, as every `RedisServer` does.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::server::{RedisServer, free_port};
+use crate::wait::wait_until;
+
+/// The number of hash slots in a cluster.
+const SLOTS: usize = 16384;
+
+/// How long the cluster may take to agree (start, failover).
+const AGREE: Duration = Duration::from_secs(30);
+
+/// A cluster of `masters` masters with `replicas` replicas each.
+#[derive(Debug)]
+pub struct RedisCluster {
+    servers: Vec<RedisServer>,
+    replicas: usize,
+}
+
+impl RedisCluster {
+    /// Starts the servers and makes them one cluster whose every slot is
+    /// served and every replica attached; panics (naming the step) when
+    /// that does not happen within 30 s.
+    pub fn start(masters: usize, replicas: usize) -> Self {
+        assert!(masters > 0, "a cluster needs a master");
+        let servers: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| {
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let cluster = Self { servers, replicas };
+        cluster.join(masters);
+        cluster
+    }
+
+    fn join(&self, masters: usize) {
+        let first = &self.servers[0];
+        for other in &self.servers[1..] {
+            let bus: String = config(other, "cluster-port");
+            let _: () = first.cmd(
+                redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg("127.0.0.1")
+                    .arg(other.port())
+                    .arg(bus),
+            );
+        }
+        for (i, master) in self.servers[..masters].iter().enumerate() {
+            let (start, end) = (i * SLOTS / masters, (i + 1) * SLOTS / masters - 1);
+            let _: () = master.cmd(
+                redis::cmd("CLUSTER")
+                    .arg("ADDSLOTSRANGE")
+                    .arg(start)
+                    .arg(end),
+            );
+        }
+        let n = self.servers.len();
+        let all_met = || {
+            self.servers.iter().all(|s| {
+                let nodes: String = s.cmd(redis::cmd("CLUSTER").arg("NODES"));
+                nodes.lines().count() == n && !nodes.contains("handshake")
+            })
+        };
+        assert!(
+            wait_until(AGREE, all_met),
+            "the cluster's nodes never all met"
+        );
+        for (i, replica) in self.servers[masters..].iter().enumerate() {
+            let master = &self.servers[i % masters];
+            let id: String = master.cmd(redis::cmd("CLUSTER").arg("MYID"));
+            let _: () = replica.cmd(redis::cmd("CLUSTER").arg("REPLICATE").arg(id));
+        }
+        assert!(
+            wait_until(AGREE, || self.agreed(masters)),
+            "the cluster never agreed: {}",
+            self.servers[0].cmd::<String>(redis::cmd("CLUSTER").arg("NODES"))
+        );
+    }
+
+    /// Whether every live node says the cluster is ok and shows every slot
+    /// served by `masters` masters, each with its replicas in sync.
+    fn agreed(&self, masters: usize) -> bool {
+        self.servers.iter().filter(|s| s.is_running()).all(|s| {
+            let info: String = s.cmd(redis::cmd("CLUSTER").arg("INFO"));
+            let shards = slot_map(s);
+            info.contains("cluster_state:ok")
+                && shards.iter().map(|r| r.1 - r.0 + 1).sum::<usize>() == SLOTS
+                && shards.len() == masters
+                && shards.iter().all(|r| r.3 == self.replicas)
+        }) && self.replicas_in_sync()
+    }
+
+    /// Whether every replica has finished its first sync.
+    fn replicas_in_sync(&self) -> bool {
+        self.replicas().iter().all(|r| {
+            let info: String = r.cmd(redis::cmd("INFO").arg("replication"));
+            info.contains("master_link_status:up")
+        })
+    }
+
+    /// `redis+cluster://127.0.0.1:<port>` of the first server started.
+    pub fn seed_url(&self) -> String {
+        format!("redis+cluster://127.0.0.1:{}", self.servers[0].port())
+    }
+
+    /// The servers that are masters now (a failover changes them).
+    pub fn masters(&self) -> Vec<&RedisServer> {
+        self.servers
+            .iter()
+            .filter(|s| s.is_running() && role(s) == "master")
+            .collect()
+    }
+
+    /// The servers that are replicas now.
+    pub fn replicas(&self) -> Vec<&RedisServer> {
+        self.servers
+            .iter()
+            .filter(|s| s.is_running() && role(s) == "slave")
+            .collect()
+    }
+
+    /// The master that serves `key`'s slot now.
+    pub fn server_for_key(&self, key: &[u8]) -> &RedisServer {
+        let asked = self.any_running();
+        let slot: i64 = asked.cmd(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key));
+        let slot = usize::try_from(slot).unwrap();
+        let (_, _, port, _) = slot_map(asked)
+            .into_iter()
+            .find(|r| r.0 <= slot && slot <= r.1)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"));
+        self.by_port(port)
+    }
+
+    /// A replica of `master`, if it has one.
+    pub fn replica_of(&self, master: &RedisServer) -> Option<&RedisServer> {
+        self.replicas().into_iter().find(|r| {
+            let info: String = r.cmd(redis::cmd("INFO").arg("replication"));
+            info.lines()
+                .any(|l| l.trim_end() == format!("master_port:{}", master.port()))
+        })
+    }
+
+    /// `GET key` on the master of its slot.
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.server_for_key(key).get(key)
+    }
+
+    /// Every key on every master, sorted (for leak checks).
+    pub fn keys_everywhere(&self) -> Vec<Vec<u8>> {
+        let mut keys: Vec<Vec<u8>> = self.masters().iter().flat_map(|m| m.keys()).collect();
+        keys.sort();
+        keys
+    }
+
+    /// `CLUSTER FAILOVER` on `replica`, and waits until it is the master
+    /// of its slots on every node and its old master follows it.
+    pub fn failover(&self, replica: &RedisServer) {
+        // Counted before: for a moment both the replica and its master
+        // say they are masters.
+        let masters = self.masters().len().max(1);
+        let _: () = replica.cmd(redis::cmd("CLUSTER").arg("FAILOVER"));
+        let promoted = || {
+            role(replica) == "master"
+                && self
+                    .servers
+                    .iter()
+                    .filter(|s| s.is_running())
+                    .all(|s| slot_map(s).iter().any(|r| r.2 == replica.port()))
+                && self.agreed(masters)
+        };
+        if !wait_until(AGREE, promoted) {
+            let seen: Vec<String> = self
+                .servers
+                .iter()
+                .filter(|s| s.is_running())
+                .map(|s| {
+                    let info: String = s.cmd(redis::cmd("INFO").arg("replication"));
+                    let link = info.lines().find(|l| l.starts_with("master_link_status"));
+                    let state: String = s.cmd(redis::cmd("CLUSTER").arg("INFO"));
+                    let link = (link, state.lines().next().map(str::to_owned));
+                    format!(
+                        "{}: role {}, {link:?}, slots {:?}",
+                        s.describe(),
+                        role(s),
+                        slot_map(s)
+                    )
+                })
+                .collect();
+            panic!(
+                "{} was not promoted:\n{}",
+                replica.describe(),
+                seen.join("\n")
+            );
+        }
+    }
+
+    fn any_running(&self) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|s| s.is_running())
+            .expect("a running server")
+    }
+
+    fn by_port(&self, port: u16) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|s| s.port() == port)
+            .unwrap_or_else(|| panic!("no server of this cluster on port {port}"))
+    }
+}
+
+/// One `CONFIG GET` value.
+fn config(server: &RedisServer, name: &str) -> String {
+    let pair: Vec<String> = server.cmd(redis::cmd("CONFIG").arg("GET").arg(name));
+    pair.get(1).cloned().unwrap_or_default()
+}
+
+/// `role:` of `INFO replication` (`master` or `slave`).
+fn role(server: &RedisServer) -> String {
+    let info: String = server.cmd(redis::cmd("INFO").arg("replication"));
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix("role:"))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `CLUSTER SLOTS` as (start, end, master port, replicas).
+fn slot_map(server: &RedisServer) -> Vec<(usize, usize, u16, usize)> {
+    let reply: Value = server.cmd(redis::cmd("CLUSTER").arg("SLOTS"));
+    let Value::Array(entries) = reply else {
+        panic!("CLUSTER SLOTS of {}: {reply:?}", server.describe());
+    };
+    let int = |v: &Value| match v {
+        Value::Int(n) => usize::try_from(*n).unwrap(),
+        other => panic!("CLUSTER SLOTS: {other:?}"),
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let Value::Array(fields) = entry else {
+                panic!("CLUSTER SLOTS entry: {entry:?}");
+            };
+            let Value::Array(master) = &fields[2] else {
+                panic!("CLUSTER SLOTS master: {:?}", fields[2]);
+            };
+            let port = u16::try_from(int(&master[1])).unwrap();
+            (int(&fields[0]), int(&fields[1]), port, fields.len() - 3)
+        })
+        .collect()
+}

@@ -1,0 +1,417 @@
+//! A Redis (or Valkey) cluster as one lock node, against real clusters
+//! the harness creates on loopback (`testkit::RedisCluster`): routing by
+//! slot, one vote for the whole cluster, holds confirmed by the shard's
+//! replicas, a shard failover that keeps a held lock held, and what a
+//! cluster node refuses (a set across slots, fencing) in one line.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use quorum_lock::backend::{self, Backend, KeySet, Op};
+use quorum_lock::health::NodeState;
+use quorum_lock::report::NodeOutcome;
+use quorum_lock::{LockManager, LockOptions, RedisClusterBackend, RetryPolicy};
+use testkit::{RedisCluster, RedisServer, wait_until};
+
+const TTL: Duration = Duration::from_secs(10);
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A 20-byte token, as the real ones.
+fn token(n: u8) -> Vec<u8> {
+    (0..20).map(|i| i ^ n).collect()
+}
+
+/// A manager over `urls`, failing at once (no retry) so that a refused
+/// lock says so. Restart quarantine is off: the servers started a moment
+/// ago (the failover test has its own manager with it on).
+fn manager(urls: &[String]) -> LockManager {
+    LockManager::builder()
+        .redis_nodes(urls)
+        .unwrap()
+        .ttl(TTL)
+        .max_ttl(TTL)
+        .node_timeout(TIMEOUT)
+        .retry(RetryPolicy::none())
+        .restart_quarantine(false)
+        .build()
+        .unwrap()
+}
+
+/// Whether a key's value is a hold of `token` (the value starts with the
+/// token; an owner label may follow it).
+fn holds(value: Option<Vec<u8>>, token: &[u8]) -> bool {
+    value.is_some_and(|v| v.starts_with(token))
+}
+
+/// A key as a cluster replica has it (`READONLY` first: a replica
+/// otherwise redirects reads to its master).
+fn replica_get(replica: &RedisServer, key: &[u8]) -> Option<Vec<u8>> {
+    let mut conn = replica.conn();
+    let ((), value): ((), Option<Vec<u8>>) = redis::pipe()
+        .cmd("READONLY")
+        .cmd("GET")
+        .arg(key)
+        .query(&mut conn)
+        .unwrap();
+    value
+}
+
+/// Keys that live on different shards of `cluster`, one per master.
+fn one_key_per_shard(cluster: &RedisCluster) -> Vec<Vec<u8>> {
+    let mut seen = HashSet::new();
+    let mut keys = Vec::new();
+    for n in 0..1000 {
+        let key = format!("res:{n}").into_bytes();
+        if seen.insert(cluster.server_for_key(&key).port()) {
+            keys.push(key);
+        }
+        if keys.len() == cluster.masters().len() {
+            break;
+        }
+    }
+    assert_eq!(keys.len(), cluster.masters().len(), "a key for every shard");
+    keys
+}
+
+/// One batch over keys of every shard: each op runs on its key's master,
+/// each answer carries that master's identity, and a release leaves
+/// nothing behind anywhere.
+#[test]
+fn each_key_goes_to_the_master_of_its_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let node = RedisClusterBackend::open(&cluster.seed_url(), TIMEOUT).unwrap();
+    let keys = one_key_per_shard(&cluster);
+    let sets: Vec<KeySet> = keys.iter().map(KeySet::one).collect();
+    let mine = token(1);
+    let ops: Vec<Op<'_>> = sets.iter().map(|k| Op::acquire(k, &mine, TTL)).collect();
+    let answers = backend::run(&node, &ops);
+    let mut run_ids = HashSet::new();
+    for (i, key) in keys.iter().enumerate() {
+        assert!(
+            answers.results()[i].as_ref().is_ok_and(|r| r.is_yes()),
+            "{answers:?}"
+        );
+        assert_eq!(cluster.get(key), Some(mine.clone()), "on its master");
+        let server = answers.server_of(i).expect("each answer names its shard");
+        assert_eq!(
+            server.run_id.as_deref(),
+            Some(cluster.server_for_key(key).run_id().as_str())
+        );
+        run_ids.insert(server.run_id.clone());
+    }
+    assert_eq!(run_ids.len(), 3, "three shards answered");
+    assert!(answers.server().is_none(), "not one server");
+    let releases: Vec<Op<'_>> = sets.iter().map(|k| Op::release(k, &mine)).collect();
+    let released = backend::run(&node, &releases);
+    assert!(
+        released
+            .results()
+            .iter()
+            .all(|r| r.as_ref().is_ok_and(|r| r.is_yes()))
+    );
+    assert!(cluster.keys_everywhere().is_empty(), "left behind");
+}
+
+/// The three kinds of node in one manager: a cluster, and two
+/// plain servers. It locks, extends, releases and hands over, also when
+/// one plain server is gone and the cluster is part of every quorum.
+#[test]
+fn a_manager_with_a_cluster_node_locks_extends_releases_and_hands_over() {
+    let cluster = RedisCluster::start(3, 0);
+    let mut first = RedisServer::start();
+    let second = RedisServer::start();
+    let urls = [cluster.seed_url(), first.url(), second.url()];
+    let (a, b) = (manager(&urls), manager(&urls));
+    let mut guard = a.try_lock("job").unwrap();
+    assert!(a.flush(TIMEOUT), "every node ran the acquire");
+    assert!(
+        holds(cluster.get(b"job"), guard.token().as_bytes()),
+        "on the cluster"
+    );
+    assert!(b.try_lock("job").is_err(), "held by a");
+    guard.extend(TTL).unwrap();
+    let report = guard.release().unwrap();
+    assert_eq!(report.granted(), 3, "{report}");
+    let handed = b.try_lock("job").unwrap();
+    drop(handed);
+    assert!(b.flush(TIMEOUT));
+    // One plain server gone: every quorum needs the cluster's vote.
+    first.kill9();
+    let held = a.try_lock("job").unwrap();
+    assert!(b.try_lock("job").is_err(), "the cluster's vote is a's");
+    held.release().unwrap();
+    let again = b.try_lock("job").unwrap();
+    again.release().unwrap();
+    assert!(cluster.keys_everywhere().is_empty(), "left behind");
+}
+
+/// A set across slots is refused in one line that says why and how to
+/// fix it (a common hash tag puts it in one slot), and leaves no key; a
+/// set in one slot is taken. Fencing works: each lock's counters live in
+/// its key's slot, and fences rise.
+#[test]
+fn a_set_across_slots_is_refused_in_one_line_and_fences_live_in_the_keys_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let locks = manager(&[cluster.seed_url()]);
+    let err = locks
+        .lock_all(["orders:1", "orders:2"], &LockOptions::new())
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(
+        err.contains("redis+cluster://127.0.0.1:"),
+        "names the node: {err}"
+    );
+    assert!(
+        err.contains("slots") && err.contains("hash tag"),
+        "says why and the fix: {err}"
+    );
+    let set = locks
+        .lock_all(["{orders}:1", "{orders}:2"], &LockOptions::new())
+        .unwrap();
+    set.release().unwrap();
+    assert!(locks.flush(TIMEOUT));
+    assert!(cluster.keys_everywhere().is_empty(), "left behind");
+
+    let fenced = LockOptions::new().fencing(true);
+    let first = locks.lock_with("ledger", &fenced).unwrap();
+    let f1 = first.fence().expect("a fence");
+    first.release().unwrap();
+    let second = locks.lock_with("ledger", &fenced).unwrap();
+    let f2 = second.fence().expect("a fence");
+    assert!(f2 > f1, "fences rise: {f1} then {f2}");
+    second.release().unwrap();
+    assert!(locks.flush(TIMEOUT));
+    let counters = b"{ledger}{quorum-lock}:fences".to_vec();
+    assert_eq!(
+        cluster.keys_everywhere(),
+        vec![counters.clone()],
+        "only the counters remain"
+    );
+    let master = cluster.server_for_key(b"ledger");
+    let on_master: Vec<Vec<u8>> = master.keys();
+    assert_eq!(
+        on_master,
+        vec![counters],
+        "in the lock's slot, on its master"
+    );
+}
+
+/// A hold on a shard with a replica counts only when the replica has it:
+/// with the replica stopped, the cluster node grants nothing (and the
+/// attempt is undone once the shard answers); with it running, the lock
+/// is taken.
+#[test]
+fn a_hold_counts_only_when_the_shards_replica_has_it() {
+    let cluster = RedisCluster::start(3, 1);
+    let locks = manager(&[cluster.seed_url()]);
+    let master = cluster.server_for_key(b"job");
+    let replica = cluster.replica_of(master).expect("a replica");
+    replica.pause();
+    let refused = locks.try_lock("job");
+    replica.resume();
+    let err = refused
+        .expect_err("granted without the replica")
+        .to_string();
+    assert!(err.contains("replicas"), "says why: {err}");
+    assert!(locks.flush(TIMEOUT * 2));
+    assert_eq!(cluster.get(b"job"), None, "the attempt was undone");
+    let guard = locks.try_lock("job").unwrap();
+    assert!(
+        holds(replica_get(replica, b"job"), guard.token().as_bytes()),
+        "the replica has it"
+    );
+    guard.release().unwrap();
+}
+
+/// The failover case. A lock is held on a cluster node and two
+/// plain servers; one plain server restarts and forgets it, so the
+/// holder's bare quorum is the cluster and the other. The shard of the
+/// key fails over (its replica promoted). A manager that meets the
+/// cluster only after the failover, with restart quarantine on and served
+/// on the restarted server, can then win the restarted server's vote: the
+/// cluster's vote decides, and it must refuse, because the promoted
+/// replica holds the key. The holder still extends and releases it.
+#[test]
+fn a_shard_failover_keeps_a_held_lock_held() {
+    let cluster = RedisCluster::start(3, 1);
+    let kept = RedisServer::start();
+    let mut forgetful = RedisServer::start();
+    let urls = [cluster.seed_url(), kept.url(), forgetful.url()];
+    let holder = manager(&urls);
+    let mut guard = holder.try_lock("job").unwrap();
+    assert!(holder.flush(TIMEOUT));
+    forgetful.restart();
+    let replica = cluster
+        .replica_of(cluster.server_for_key(b"job"))
+        .expect("a replica");
+    let promoted = replica.port();
+    cluster.failover(replica);
+    assert_eq!(
+        cluster.server_for_key(b"job").port(),
+        promoted,
+        "failed over"
+    );
+    assert!(
+        holds(cluster.get(b"job"), guard.token().as_bytes()),
+        "the promoted replica has it"
+    );
+
+    // Quarantine on, over a short max TTL, so that the restarted server
+    // votes for it once it has been up for that long.
+    let short = Duration::from_secs(1);
+    let late = LockManager::builder()
+        .redis_nodes(&urls)
+        .unwrap()
+        .ttl(short)
+        .max_ttl(short)
+        .node_timeout(Duration::from_millis(400))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    let forgetful_votes = || {
+        if let Ok(probe) = late.try_lock("probe") {
+            probe.release().unwrap();
+        }
+        late.flush(TIMEOUT);
+        matches!(late.health().nodes[2].state, NodeState::Up)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), forgetful_votes),
+        "{:?}",
+        late.health()
+    );
+    let taken = late.try_lock("job");
+    let report = match &taken {
+        Ok(_) => panic!("two holders after a failover: {taken:?}"),
+        Err(e) => e.report().expect("a report").clone(),
+    };
+    assert!(
+        matches!(report.nodes()[0].outcome(), NodeOutcome::Refused),
+        "the cluster refuses: {report}"
+    );
+    guard
+        .extend(TTL)
+        .expect("the promoted replica holds the key");
+    guard.release().unwrap();
+    let after = manager(&urls).try_lock("job").unwrap();
+    after.release().unwrap();
+}
+
+/// The cluster node's describe never shows the password.
+#[test]
+fn a_cluster_node_is_named_without_its_password() {
+    let node = RedisClusterBackend::open("redis+cluster://:pw-123@127.0.0.1:1/0", TIMEOUT).unwrap();
+    assert!(!node.describe().contains("pw-123"));
+}
+
+/// Retry every 5 s exactly, a few times: without a wake-up, the second
+/// attempt comes 5 s after the first.
+fn slow_retries() -> LockOptions {
+    LockOptions::new().retry(
+        RetryPolicy::new()
+            .attempts(4)
+            .delay(Duration::from_secs(5))
+            .jitter(Duration::ZERO),
+    )
+}
+
+/// The three kinds of node in one manager: a server whose user is
+/// denied `@scripting` (its own commands, where its version has them), a
+/// three-shard cluster, and a server with every right. It locks, extends,
+/// releases, hands over, and wakes a waiter in another manager when it
+/// releases. On a server that has `DELIFEQ` and `SET IFEQ` (Valkey 9.1)
+/// the node without scripts votes on every round; on the others its
+/// extend and release fail (Denied) and the other two carry the quorum.
+#[test]
+fn a_server_without_scripts_a_cluster_and_a_plain_server_make_one_lock() {
+    let cluster = RedisCluster::start(3, 0);
+    let no_lua = RedisServer::start();
+    let plain = RedisServer::start();
+    let _: () = no_lua.cmd(
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(">no-lua-pw")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .arg("-@scripting"),
+    );
+    let info = quorum_lock::RedisBackend::open(&no_lua.url(), TIMEOUT)
+        .unwrap()
+        .fetch_server_info()
+        .unwrap();
+    let can = info.version.expect("a version").without_scripts();
+    let urls = [
+        format!("redis://locker:no-lua-pw@127.0.0.1:{}/0", no_lua.port()),
+        cluster.seed_url(),
+        plain.url(),
+    ];
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let mut guard = testkit::hold_settled(&holder, "job");
+    let extended = guard.extend(TTL).unwrap();
+    assert!(extended > Duration::ZERO);
+    // The waiter, woken by the release's notice, well before its 5 s retry.
+    let after = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_with("job", &slow_retries()).unwrap();
+            (got, std::time::Instant::now())
+        });
+        testkit::until_listening(&waiter);
+        let released_at = std::time::Instant::now();
+        let report = guard.release().unwrap();
+        let expected = if can.release && can.extend { 3 } else { 2 };
+        assert!(report.granted() >= expected, "{report}");
+        let (handed, got_at) = waiting.join().unwrap();
+        handed.release().unwrap();
+        got_at.saturating_duration_since(released_at)
+    });
+    assert!(
+        after < Duration::from_millis(2500),
+        "the waiter got the lock {after:?} after the release: not woken"
+    );
+    assert!(holder.flush(TIMEOUT) && waiter.flush(TIMEOUT));
+    assert!(cluster.keys_everywhere().is_empty(), "left on the cluster");
+    assert!(plain.keys().is_empty(), "left on the plain server");
+    if can.release {
+        assert!(
+            no_lua.keys().is_empty(),
+            "left on the server without scripts"
+        );
+    }
+}
+
+/// Release notices on a cluster node alone: the key's master publishes,
+/// the cluster carries it to the seed, where the waiter listens.
+#[test]
+fn a_waiter_on_a_cluster_node_is_woken_by_the_release() {
+    let cluster = RedisCluster::start(3, 0);
+    let urls = [cluster.seed_url()];
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    // A key that the seed does not serve: the notice crosses the cluster.
+    let seed = cluster.masters()[0].port();
+    let key = (0..100)
+        .map(|n| format!("wake:{n}"))
+        .find(|k| cluster.server_for_key(k.as_bytes()).port() != seed)
+        .expect("a key on another shard");
+    let guard = testkit::hold_settled(&holder, &key);
+    let after = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_with(&key, &slow_retries()).unwrap();
+            (got, std::time::Instant::now())
+        });
+        testkit::until_listening(&waiter);
+        let released_at = std::time::Instant::now();
+        guard.release().unwrap();
+        let (handed, got_at) = waiting.join().unwrap();
+        handed.release().unwrap();
+        got_at.saturating_duration_since(released_at)
+    });
+    assert!(
+        after < Duration::from_millis(2500),
+        "the waiter got the lock {after:?} after the release: not woken"
+    );
+}
