@@ -11,13 +11,22 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::server::{RedisServer, free_port};
-use crate::wait::wait_until;
+use crate::wait::wait_until_with;
 
 /// The number of hash slots in a cluster.
 const SLOTS: usize = 16384;
 
 /// How long the cluster may take to agree (start, failover).
 const AGREE: Duration = Duration::from_secs(30);
+
+/// How often agreement is asked (each time, a few connections per node:
+/// gently, on a 2-core machine).
+const POLL: Duration = Duration::from_millis(100);
+
+/// Polls `done` every [`POLL`] for at most [`AGREE`].
+fn agrees(done: impl FnMut() -> bool) -> bool {
+    wait_until_with(AGREE, POLL, || false, done)
+}
 
 /// A cluster of `masters` masters with `replicas` replicas each.
 #[derive(Debug)]
@@ -44,6 +53,10 @@ impl RedisCluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "2000",
+                    // A replica's first sync waits this long (5 s by
+                    // default) for other replicas to share it.
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ])
             })
             .collect();
@@ -80,17 +93,14 @@ impl RedisCluster {
                 nodes.lines().count() == n && !nodes.contains("handshake")
             })
         };
-        assert!(
-            wait_until(AGREE, all_met),
-            "the cluster's nodes never all met"
-        );
+        assert!(agrees(all_met), "the cluster's nodes never all met");
         for (i, replica) in self.servers[masters..].iter().enumerate() {
             let master = &self.servers[i % masters];
             let id: String = master.cmd(redis::cmd("CLUSTER").arg("MYID"));
             let _: () = replica.cmd(redis::cmd("CLUSTER").arg("REPLICATE").arg(id));
         }
         assert!(
-            wait_until(AGREE, || self.agreed(masters)),
+            agrees(|| self.agreed(masters)),
             "the cluster never agreed: {}",
             self.servers[0].cmd::<String>(redis::cmd("CLUSTER").arg("NODES"))
         );
@@ -187,7 +197,7 @@ impl RedisCluster {
                     .all(|s| slot_map(s).iter().any(|r| r.2 == replica.port()))
                 && self.agreed(masters)
         };
-        if !wait_until(AGREE, promoted) {
+        if !agrees(promoted) {
             let seen: Vec<String> = self
                 .servers
                 .iter()
