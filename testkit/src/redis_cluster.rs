@@ -223,6 +223,61 @@ impl RedisCluster {
         }
     }
 
+    /// Kills (`kill -9`) the master of `key`'s slot, waits until the
+    /// cluster promotes one of its replicas on its own (after the node
+    /// timeout, 2 s here), and starts the killed server again, which
+    /// rejoins as a replica of the new master. Returns the new master's
+    /// port. Panics (naming the step) when the cluster does not recover
+    /// within 30 s.
+    pub fn crash_master_of(&mut self, key: &[u8]) -> u16 {
+        let masters = self.masters().len();
+        let old = self.server_for_key(key).port();
+        let at = self.servers.iter().position(|s| s.port() == old).unwrap();
+        self.servers[at].kill9();
+        let took_over = || {
+            let now = self.server_for_key_among_running(key);
+            now.is_some_and(|p| p != old)
+        };
+        assert!(agrees(took_over), "no replica took over from :{old}");
+        self.servers[at].restart();
+        assert!(
+            agrees(|| self.agreed(masters)),
+            "the cluster never agreed again after the crash of :{old}"
+        );
+        self.server_for_key(key).port()
+    }
+
+    /// The port of the master that every running node says serves
+    /// `key`'s slot, if they agree.
+    fn server_for_key_among_running(&self, key: &[u8]) -> Option<u16> {
+        let asked = self.any_running();
+        let slot: i64 = asked.cmd(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key));
+        let slot = usize::try_from(slot).unwrap();
+        let mut seen = self.servers.iter().filter(|s| s.is_running()).map(|s| {
+            slot_map(s)
+                .into_iter()
+                .find(|r| r.0 <= slot && slot <= r.1)
+                .map(|r| r.2)
+        });
+        let first = seen.next()??;
+        let running = |port: u16| {
+            self.servers
+                .iter()
+                .any(|s| s.port() == port && s.is_running())
+        };
+        (seen.all(|p| p == Some(first)) && running(first)).then_some(first)
+    }
+
+    /// The pids of its running servers (for a hang detector that must
+    /// kill them).
+    pub fn pids(&self) -> Vec<u32> {
+        self.servers
+            .iter()
+            .filter(|s| s.is_running())
+            .map(RedisServer::pid)
+            .collect()
+    }
+
     fn any_running(&self) -> &RedisServer {
         self.servers
             .iter()

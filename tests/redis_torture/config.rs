@@ -52,11 +52,13 @@ pub(crate) const INSPECT_EVERY: Duration = Duration::from_millis(20);
 pub(crate) const MAX_SIGHTS: usize = 5_000;
 
 /// The one resource everybody fights over.
-pub(crate) const RESOURCE: &str = "torture:resource";
+pub(crate) const RESOURCE: &str = "{torture}:resource";
 /// Every third hold of a plain or auto-extended client (its first one
 /// included) takes the resource together with one of these (`lock_all`): sets that overlap each other
 /// on a side resource, and every single lock of the resource, contend.
-pub(crate) const SIDES: [&str; 2] = ["torture:side-a", "torture:side-b"];
+/// One hash tag for all three: on the cluster arm's cluster node a set
+/// must be in one slot.
+pub(crate) const SIDES: [&str; 2] = ["{torture}:side-a", "{torture}:side-b"];
 /// The lock of the fenced clients: their own resource (the fenced register
 /// is what it protects), so that they get the lock often enough, on the
 /// same nodes and under the same faults as the others.

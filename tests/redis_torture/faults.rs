@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use testkit::proxy::Proxy;
-use testkit::{RedisServers, Rng};
+use testkit::{RedisCluster, RedisServers, Rng};
 
 use crate::config::*;
 use crate::recorder::*;
@@ -35,6 +35,11 @@ pub(crate) struct Faults {
     pub(crate) eviction: u64,
     /// Lock keys evicted by those.
     pub(crate) evicted_keys: u64,
+    /// The cluster arm: the master of the resource's slot killed, a
+    /// replica promoted by the cluster, the old master back as a replica.
+    pub(crate) shard_crash: u64,
+    /// The cluster arm: `CLUSTER FAILOVER` of the resource's shard.
+    pub(crate) shard_failover: u64,
 }
 
 impl Faults {
@@ -45,6 +50,8 @@ impl Faults {
             + self.delay
             + self.blackhole
             + self.eviction
+            + self.shard_crash
+            + self.shard_failover
     }
 }
 
@@ -58,9 +65,16 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// The servers' current pids, for the hang detector.
-pub(crate) fn record_pids(servers: &RedisServers, pids: &Mutex<Vec<u32>>) {
-    *pids.lock().unwrap() = servers.iter().map(testkit::RedisServer::pid).collect();
+/// The servers' current pids (the cluster's too, in the cluster arm), for
+/// the hang detector.
+pub(crate) fn record_pids(
+    servers: &RedisServers,
+    cluster: Option<&RedisCluster>,
+    pids: &Mutex<Vec<u32>>,
+) {
+    let mut all: Vec<u32> = servers.iter().map(testkit::RedisServer::pid).collect();
+    all.extend(cluster.map(RedisCluster::pids).unwrap_or_default());
+    *pids.lock().unwrap() = all;
 }
 
 /// Kills the servers (by pid) and exits the process if the run has not
@@ -102,9 +116,15 @@ pub(crate) fn hang_detector(
 /// of 20-150 ms per request chunk for 200-800 ms 20 %, proxy blackhole for
 /// 100-600 ms 10 %, an evicting policy switched on and back off at run
 /// time with lock keys evicted in between 10 %.
+///
+/// In the cluster arm (`cluster`), node 0 is the cluster: its faults go to
+/// the shard of the resource ([`cluster_fault`]), and a majority restart
+/// that picks it crashes that shard's master.
+#[allow(clippy::too_many_arguments)] // the run's parts, passed through
 pub(crate) fn fault_schedule(
     servers: &mut RedisServers,
     proxies: &[Proxy],
+    mut cluster: Option<&mut RedisCluster>,
     shared: &Shared,
     rng: &mut Rng,
     deadline: Instant,
@@ -123,6 +143,12 @@ pub(crate) fn fault_schedule(
         if last_majority.elapsed() >= MAJORITY_RESTART_EVERY {
             kind = 20; // the deterministic pattern, repeated
         }
+        if let (0, Some(cluster), false) = (node, cluster.as_deref_mut(), (20..40).contains(&kind))
+        {
+            cluster_fault(cluster, kind, rng, &mut faults);
+            record_pids(servers, Some(cluster), pids);
+            continue;
+        }
         match kind {
             0..20 => {
                 servers[node].restart(); // kill -9, then start again (empty)
@@ -130,7 +156,8 @@ pub(crate) fn fault_schedule(
                 faults.restart_one += 1;
             }
             20..40 => {
-                restart_majority(servers, shared, rng, deadline, &mut faults);
+                let cluster = cluster.as_deref_mut();
+                restart_majority(servers, cluster, shared, rng, deadline, &mut faults);
                 last_majority = Instant::now();
             }
             40..60 => {
@@ -156,7 +183,7 @@ pub(crate) fn fault_schedule(
                 faults.eviction += 1;
             }
         }
-        record_pids(servers, pids);
+        record_pids(servers, cluster.as_deref(), pids);
     }
     faults
 }
@@ -214,6 +241,7 @@ fn evict_at_run_time(server: &testkit::RedisServer) -> u64 {
 /// lets a second client in when the restarted nodes vote at once.
 pub(crate) fn restart_majority(
     servers: &mut RedisServers,
+    mut cluster: Option<&mut RedisCluster>,
     shared: &Shared,
     rng: &mut Rng,
     deadline: Instant,
@@ -237,7 +265,10 @@ pub(crate) fn restart_majority(
     // Holders of the key first (the unfenced clients' key, then the fenced
     // clients'), so that the restart empties a majority.
     order.sort_by_key(|&i| {
-        let holds = |key: &str| servers[i].get(key.as_bytes()).is_some();
+        let holds = |key: &str| match (i, cluster.as_deref()) {
+            (0, Some(cluster)) => cluster.get(key.as_bytes()).is_some(),
+            _ => servers[i].get(key.as_bytes()).is_some(),
+        };
         if holds(RESOURCE) {
             0
         } else if holds(FENCED_RESOURCE) {
@@ -249,8 +280,16 @@ pub(crate) fn restart_majority(
     let chosen = &order[..3];
     let started = Instant::now();
     thread::scope(|scope| {
+        // In the cluster arm, node 0 is the cluster: its shard's master
+        // crashes instead.
+        let mut cluster = cluster.take().filter(|_| chosen.contains(&0));
         for (i, server) in servers.iter_mut().enumerate() {
-            if chosen.contains(&i) {
+            if i == 0
+                && let Some(cluster) = cluster.take()
+            {
+                scope.spawn(move || cluster.crash_master_of(RESOURCE.as_bytes()));
+                faults.shard_crash += 1;
+            } else if chosen.contains(&i) {
                 scope.spawn(move || server.restart());
             }
         }
@@ -260,5 +299,34 @@ pub(crate) fn restart_majority(
     faults.restart_majority += 1;
     if with_holder {
         faults.restart_majority_with_holder += 1;
+    }
+}
+
+/// A fault of the cluster arm's cluster node, on the shard that serves
+/// the resource (`kind` as drawn by the schedule): its master crashed and
+/// replaced by a replica, 20 %; paused, 20 %; failed over by `CLUSTER
+/// FAILOVER`, 30 %; nothing (the proxy and eviction faults have no
+/// cluster form), the rest.
+fn cluster_fault(cluster: &mut RedisCluster, kind: u64, rng: &mut Rng, faults: &mut Faults) {
+    let key = RESOURCE.as_bytes();
+    match kind {
+        0..20 => {
+            cluster.crash_master_of(key);
+            faults.shard_crash += 1;
+        }
+        40..60 => {
+            let master = cluster.server_for_key(key);
+            master.pause();
+            thread::sleep(rng.millis(50, 600));
+            master.resume();
+            faults.sigstop += 1;
+        }
+        60..90 => {
+            if let Some(replica) = cluster.replica_of(cluster.server_for_key(key)) {
+                cluster.failover(replica);
+                faults.shard_failover += 1;
+            }
+        }
+        _ => {}
     }
 }

@@ -78,7 +78,7 @@ use quorum_lock::report::NodeOutcome;
 use quorum_lock::{LockGuard, LockManager, RetryPolicy};
 
 use testkit::proxy::Proxy;
-use testkit::{RedisServers, Rng};
+use testkit::{RedisCluster, RedisServers, Rng};
 
 mod checker;
 #[cfg(test)]
@@ -417,13 +417,17 @@ fn quarantine_reads_info_once_per_connection_and_settings_per_half_second_not_pe
 
 /// One randomized run: five servers behind five proxies, the clients of
 /// [`roster`], the fault schedule, then the checker.
-fn torture(quarantine: bool) -> Figures {
+/// One randomized run; `with_cluster`: node 0 is a cluster of three
+/// shards with a replica each (the cluster arm), whose shard of the
+/// resource the schedule crashes, pauses and fails over.
+fn torture(quarantine: bool, with_cluster: bool) -> Figures {
     let secs = run_secs();
     let seed = seed();
-    let label = if quarantine {
-        "quarantine ON"
-    } else {
-        "quarantine OFF"
+    let label = match (quarantine, with_cluster) {
+        (true, false) => "quarantine ON",
+        (false, false) => "quarantine OFF",
+        (true, true) => "quarantine ON, node 0 a cluster",
+        (false, true) => "quarantine OFF, node 0 a cluster",
     };
     let (clients, fenced_by_default) = roster();
     let roster_text: Vec<String> = Family::ALL
@@ -445,9 +449,13 @@ fn torture(quarantine: bool) -> Figures {
     let register = testkit::RedisServer::start();
     let register_url = register.url();
     let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
-    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let mut urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let mut cluster = with_cluster.then(|| RedisCluster::start(3, 1));
+    if let Some(cluster) = &cluster {
+        urls[0] = cluster.seed_url();
+    }
     let pids = Arc::new(Mutex::new(Vec::new()));
-    record_pids(&servers, &pids);
+    record_pids(&servers, cluster.as_ref(), &pids);
     let hang = hang_detector(
         Arc::clone(&pids),
         register.pid(),
@@ -489,7 +497,15 @@ fn torture(quarantine: bool) -> Figures {
             .name("torture-inspector".into())
             .spawn_scoped(scope, move || inspect_all_along(inspector, shared_ref))
             .unwrap();
-        fault_schedule(&mut servers, &proxies, &shared, &mut rng, deadline, &pids)
+        fault_schedule(
+            &mut servers,
+            &proxies,
+            cluster.as_mut(),
+            &shared,
+            &mut rng,
+            deadline,
+            &pids,
+        )
     });
     let run_time = started.elapsed();
     drop(managers);
@@ -566,7 +582,8 @@ fn torture(quarantine: bool) -> Figures {
          by an invalid guard {}; holds ended by drop {}, by release {}\n\
          \x20 faults {}: kill -9 + restart of one node {}, of three nodes {} ({} while a holder \
          had >= {HOLDER_LEFT:?} left; slowest {:.0?}), SIGSTOP {}, proxy delay {}, proxy blackhole {}, \
-         evicting policy at run time {} ({} keys evicted)\n\
+         evicting policy at run time {} ({} keys evicted), cluster shard crashed {}, failed \
+         over {}\n\
          \x20 overlaps {} ({} of them between fenced holders; longest {:.1?})\n\
          \x20 unfenced counter {} of {} writes: lost updates {} = by late writers {} ({} \
          interfering writes; {} writes completed after their deadline, {} holders stalled on \
@@ -605,6 +622,8 @@ fn torture(quarantine: bool) -> Figures {
         f.blackhole,
         f.eviction,
         f.evicted_keys,
+        f.shard_crash,
+        f.shard_failover,
         figures.overlaps,
         figures.fenced_overlaps,
         figures.longest_overlap,
@@ -688,7 +707,7 @@ fn torture(quarantine: bool) -> Figures {
 #[test]
 fn randomized_faults_without_quarantine_produce_overlaps() {
     let _serial = serial();
-    let figures = torture(false);
+    let figures = torture(false, false);
     assert!(figures.acquisitions() > 0, "no client ever got the lock");
     assert!(
         figures.overlaps > 0,
@@ -707,7 +726,29 @@ fn randomized_faults_without_quarantine_produce_overlaps() {
 #[test]
 fn randomized_faults_with_quarantine_never_overlap() {
     let _serial = serial();
-    let figures = torture(true);
+    assert_safe_and_exercised(&torture(true, false));
+}
+
+/// The cluster arm: node 0 is a cluster of three shards with a replica
+/// each, and the schedule crashes the master of the resource's shard (the
+/// cluster promotes its replica), pauses it, and fails it over, besides
+/// the plain nodes' faults. The same checks hold: a hold confirmed by the
+/// shard's replica survives the promotion, and a restarted shard master
+/// waits out its quarantine alone.
+#[test]
+fn randomized_faults_with_a_cluster_node_never_overlap() {
+    let _serial = serial();
+    let figures = torture(true, true);
+    assert!(
+        figures.faults.shard_crash + figures.faults.shard_failover > 0,
+        "the cluster's shard never crashed nor failed over: {figures:?}"
+    );
+    assert_safe_and_exercised(&figures);
+}
+
+/// What a run with quarantine on must show: no overlap, no update lost
+/// within validity, fencing intact, and every ingredient exercised.
+fn assert_safe_and_exercised(figures: &Figures) {
     assert_eq!(
         figures.overlaps, 0,
         "two holders at once with quarantine on: a safety bug. {figures:?}"
@@ -778,7 +819,7 @@ fn randomized_faults_with_quarantine_never_overlap() {
             "a stalled plain writer that was overtaken must lose an update: {figures:?}"
         );
     }
-    assert_fencing_holds(&figures);
+    assert_fencing_holds(figures);
 }
 
 /// Fencing under the same run (quarantine on): the fenced counter loses no
