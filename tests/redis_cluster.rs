@@ -415,3 +415,35 @@ fn a_waiter_on_a_cluster_node_is_woken_by_the_release() {
         "the waiter got the lock {after:?} after the release: not woken"
     );
 }
+
+/// A key of a slot being migrated that its old master does not have
+/// lives at the importing master, which serves it only after `ASKING`:
+/// the old master answers `ASK`, and the cluster node follows it, in
+/// order, for the acquire, the extend and the release. Once the migration
+/// ends, nothing is left anywhere.
+#[test]
+fn an_op_on_a_slot_being_migrated_follows_ask() {
+    let cluster = RedisCluster::start(3, 0);
+    let locks = manager(&[cluster.seed_url()]);
+    let ports = cluster.begin_migration(b"job");
+    let mut guard = locks.try_lock("job").expect("the lock, through ASK");
+    let asked = |port: u16| -> Option<Vec<u8>> {
+        let mut conn = testkit::connect(&format!("redis://127.0.0.1:{port}"));
+        let ((), value): ((), Option<Vec<u8>>) = redis::pipe()
+            .cmd("ASKING")
+            .cmd("GET")
+            .arg("job")
+            .query(&mut conn)
+            .unwrap();
+        value
+    };
+    assert!(
+        holds(asked(ports.1), guard.token().as_bytes()),
+        "at the importing master"
+    );
+    guard.extend(TTL).expect("the extend, through ASK");
+    guard.release().expect("the release, through ASK");
+    assert_eq!(asked(ports.1), None, "released at the importing master");
+    cluster.end_migration(b"job", ports);
+    assert!(cluster.keys_everywhere().is_empty(), "left behind");
+}

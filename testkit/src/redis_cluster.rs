@@ -107,14 +107,20 @@ impl RedisCluster {
     }
 
     /// Whether every live node says the cluster is ok and shows every slot
-    /// served by `masters` masters, each with its replicas in sync.
+    /// served by `masters` masters (in one range or more each), each with
+    /// its replicas in sync.
     fn agreed(&self, masters: usize) -> bool {
         self.servers.iter().filter(|s| s.is_running()).all(|s| {
             let info: String = s.cmd(redis::cmd("CLUSTER").arg("INFO"));
             let shards = slot_map(s);
             info.contains("cluster_state:ok")
                 && shards.iter().map(|r| r.1 - r.0 + 1).sum::<usize>() == SLOTS
-                && shards.len() == masters
+                && {
+                    let mut ports: Vec<u16> = shards.iter().map(|r| r.2).collect();
+                    ports.sort_unstable();
+                    ports.dedup();
+                    ports.len() == masters
+                }
                 && shards.iter().all(|r| r.3 == self.replicas)
         }) && self.replicas_in_sync()
     }
@@ -266,6 +272,83 @@ impl RedisCluster {
                 .any(|s| s.port() == port && s.is_running())
         };
         (seen.all(|p| p == Some(first)) && running(first)).then_some(first)
+    }
+
+    /// Starts moving the slot of `key` from its master to another master
+    /// (`CLUSTER SETSLOT .. IMPORTING` on the target, `MIGRATING` on the
+    /// source), moving no key: the source then answers `ASK` for the keys
+    /// of that slot it does not have. Returns (source, target) ports.
+    pub fn begin_migration(&self, key: &[u8]) -> (u16, u16) {
+        let slot = self.slot_of(key);
+        let source = self.server_for_key(key);
+        let target = *self
+            .masters()
+            .iter()
+            .find(|m| m.port() != source.port())
+            .expect("another master");
+        let id = |s: &RedisServer| -> String { s.cmd(redis::cmd("CLUSTER").arg("MYID")) };
+        let setslot = |on: &RedisServer, state: &str, node: &RedisServer| {
+            let _: () = on.cmd(
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg(state)
+                    .arg(id(node)),
+            );
+        };
+        setslot(target, "IMPORTING", source);
+        setslot(source, "MIGRATING", target);
+        (source.port(), target.port())
+    }
+
+    /// Ends a migration [`begin_migration`](Self::begin_migration) began:
+    /// the slot's keys still on the source move (`MIGRATE`), and every
+    /// master is told the slot's new owner.
+    pub fn end_migration(&self, key: &[u8], (source, target): (u16, u16)) {
+        let slot = self.slot_of(key);
+        let (source, target) = (self.by_port(source), self.by_port(target));
+        let keys: Vec<Vec<u8>> = source.cmd(
+            redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(1000),
+        );
+        if !keys.is_empty() {
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate
+                .arg("127.0.0.1")
+                .arg(target.port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS");
+            for k in &keys {
+                migrate.arg(k);
+            }
+            let _: () = source.cmd(&migrate);
+        }
+        let owner: String = target.cmd(redis::cmd("CLUSTER").arg("MYID"));
+        for master in self.masters() {
+            let _: () = master.cmd(
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&owner),
+            );
+        }
+        let masters = self.masters().len();
+        assert!(
+            agrees(|| self.agreed(masters) && self.server_for_key(key).port() == target.port()),
+            "the slot of the migration never settled"
+        );
+    }
+
+    fn slot_of(&self, key: &[u8]) -> usize {
+        let slot: i64 = self
+            .any_running()
+            .cmd(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key));
+        usize::try_from(slot).unwrap()
     }
 
     /// The pids of its running servers (for a hang detector that must

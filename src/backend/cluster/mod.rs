@@ -6,9 +6,9 @@
 //!   the batch after a master was out of reach (a failover may have moved
 //!   its slots), and again when a server answers `MOVED` (the op did not
 //!   run there): the ops it refused go to the new master once, in their
-//!   order, within the call. `ASK` (a slot being migrated) is not followed: such an op
-//!   fails (an acquire is undone as any failed one) until the migration
-//!   ends.
+//!   order, within the call. `ASK` (a slot being migrated, the key not
+//!   on its old master) is followed once too: the ops go to the importing
+//!   master, each command after `ASKING` (`redis/asking.rs`).
 //! * **Identity per shard**: each shard master answers with its own
 //!   identity ([`Answers::per_answer`]), so the engine judges each grant
 //!   by the server that gave it: a restarted master's grants wait out the
@@ -252,6 +252,59 @@ impl Cluster {
         }
     }
 
+    /// Runs the `ASK`-redirected ops at the masters named, each command
+    /// after `ASKING`, with a connection of their own; their holds wait
+    /// for that master's replicas as the slot map lists them (a master
+    /// the map does not list cannot be confirmed: its ops fail).
+    fn ask(&self, ops: &[Op<'_>], asked: &[(usize, Redirect)], answers: &mut [Option<Answer>]) {
+        let topology = self.state.lock().topology.clone();
+        let mut targets: Vec<(&str, u16)> = asked
+            .iter()
+            .map(|(_, r)| (r.host.as_str(), r.port))
+            .collect();
+        targets.sort_unstable();
+        targets.dedup();
+        for (host, port) in targets {
+            let replicas = topology.as_deref().and_then(|t| t.replicas_of(host, port));
+            let indices: Vec<usize> = asked
+                .iter()
+                .filter(|(_, r)| r.host == host && r.port == port)
+                .map(|&(i, _)| i)
+                .collect();
+            let shard = match replicas {
+                Some(replicas) => self.seed.shard_at(host, port, replicas).map(|s| s.asking()),
+                None => Err(self.error(
+                    BackendErrorKind::Other,
+                    &format!(
+                        "ASK to {host}:{port}, a master the slot map does not list: its \
+                         replicas cannot be confirmed"
+                    ),
+                )),
+            };
+            let shard = match shard {
+                Ok(shard) => shard,
+                Err(e) => {
+                    for &i in &indices {
+                        answers[i] = Some((Err(e.clone()), None));
+                    }
+                    continue;
+                }
+            };
+            let mut part = Part::new(shard);
+            for &i in &indices {
+                part.push(i, &ops[i]);
+            }
+            let sub = part.ops(ops);
+            part.flight = Some(part.shard.send(&sub));
+            let sent = Sent {
+                parts: vec![part],
+                failed: Vec::new(),
+            };
+            // A second redirect is not followed: it stays the op's error.
+            let _ = sent.finish(self, ops, answers);
+        }
+    }
+
     fn error(&self, kind: BackendErrorKind, detail: &str) -> BackendError {
         BackendError::new(kind, format!("{}: {detail}", self.described))
     }
@@ -371,7 +424,8 @@ type Answer = (
 
 impl Sent {
     /// Reads every shard's answers into `answers` (by op index), and
-    /// returns the ops a shard answered `MOVED`. A master out of reach
+    /// returns the ops a shard redirected: `MOVED` (by index) and `ASK`
+    /// (with the redirect, its host filled in). A master out of reach
     /// marks the slot map stale: the next batch reads it again (a
     /// failover moves its slots to a replica).
     fn finish(
@@ -379,11 +433,11 @@ impl Sent {
         cluster: &Cluster,
         ops: &[Op<'_>],
         answers: &mut [Option<Answer>],
-    ) -> Vec<usize> {
+    ) -> (Vec<usize>, Vec<(usize, Redirect)>) {
         for (i, e) in self.failed {
             answers[i] = Some((Err(e), None));
         }
-        let mut moved = Vec::new();
+        let (mut moved, mut asked) = (Vec::new(), Vec::new());
         for mut part in self.parts {
             let Some(flight) = part.flight.take() else {
                 continue;
@@ -394,6 +448,13 @@ impl Sent {
             for (&i, result) in part.indices.iter().zip(got.into_results()) {
                 match &result {
                     Err(e) if redirect(e).is_some_and(|r| !r.ask) => moved.push(i),
+                    Err(e) if let Some(ask) = redirect(e) => {
+                        let mut ask = ask.clone();
+                        if ask.host.is_empty() {
+                            ask.host = part.shard.host_port().map_or("", |(h, _)| h).to_owned();
+                        }
+                        asked.push((i, ask));
+                    }
                     Err(e) if e.kind() == BackendErrorKind::Unreachable => {
                         cluster.state.lock().stale = true;
                     }
@@ -402,7 +463,7 @@ impl Sent {
                 answers[i] = Some((result, server.clone()));
             }
         }
-        moved
+        (moved, asked)
     }
 }
 
@@ -436,7 +497,7 @@ impl InFlight for ClusterFlight {
             started,
         } = *self;
         let mut answers: Vec<Option<Answer>> = vec![None; ops.len()];
-        let moved = sent
+        let (moved, asked) = sent
             .map(|s| s.finish(&cluster, ops, &mut answers))
             .unwrap_or_default();
         // Once, and only while the first batch's time is not spent: the
@@ -450,6 +511,12 @@ impl InFlight for ClusterFlight {
             cluster
                 .send(ops, &moved, &topology)
                 .finish(&cluster, ops, &mut answers);
+        }
+        // Keys of a slot being migrated, not (or no longer) on its old
+        // master: once, at the importing master, each command after
+        // `ASKING`, in their order.
+        if !asked.is_empty() && started.elapsed() < timeout {
+            cluster.ask(ops, &asked, &mut answers);
         }
         Answers::per_answer(answers.into_iter().map(|a| {
             a.unwrap_or_else(|| {

@@ -48,6 +48,15 @@ impl Topology {
         Ok(Self { ranges })
     }
 
+    /// The replicas listed for the master at `host:port`, if the map
+    /// lists that master.
+    pub(crate) fn replicas_of(&self, host: &str, port: u16) -> Option<usize> {
+        self.ranges
+            .iter()
+            .find(|r| r.host == host && r.port == port)
+            .map(|r| r.replicas)
+    }
+
     /// The range that holds `slot`, if some master serves it.
     pub(crate) fn range_of(&self, slot: u16) -> Option<&Range> {
         let i = self.ranges.partition_point(|r| r.start <= slot);

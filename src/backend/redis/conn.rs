@@ -25,6 +25,7 @@ use redis::Value;
 
 use crate::backend::{ServerInfo, ServerVersion};
 
+use super::asking;
 use super::frame::{self, MAX_REPLY_BYTES, Scan, describe_value};
 use super::info::{Ask, Identity};
 use super::transport::{Fault, Phase, Target, Transport};
@@ -38,6 +39,9 @@ pub(super) struct Setup {
     pub(super) username: Option<String>,
     pub(super) password: Option<String>,
     pub(super) db: i64,
+    /// Every command of every request after `ASKING` (`asking.rs`): a
+    /// backend for one `ASK` redirect of a cluster.
+    pub(super) asking: bool,
 }
 
 /// An open connection, ready for requests.
@@ -58,6 +62,8 @@ pub(super) struct Conn {
     /// where one ends), so it holds nothing between two of them.
     parser: redis::Parser,
     identity: Identity,
+    /// [`Setup::asking`].
+    asking: bool,
 }
 
 impl Conn {
@@ -73,6 +79,7 @@ impl Conn {
             chunk: Vec::new(),
             parser: redis::Parser::new(),
             identity: Identity::Unread,
+            asking: setup.asking,
         };
         conn.setup(setup, deadline)?;
         Ok(conn)
@@ -138,6 +145,10 @@ impl Conn {
         deadline: Instant,
         phase: Phase,
     ) -> Result<Vec<Value>, (Fault, usize)> {
+        if self.asking && phase == Phase::Request {
+            self.send(request, deadline).map_err(|fault| (fault, 0))?;
+            return self.receive(n, deadline);
+        }
         self.io
             .write_all(request, deadline, phase)
             .map_err(|fault| (fault, 0))?;
@@ -158,19 +169,30 @@ impl Conn {
         n: usize,
         deadline: Instant,
     ) -> Result<Vec<Value>, (Fault, usize)> {
-        let mut replies = Vec::with_capacity(n);
-        while replies.len() < n {
+        let asked = if self.asking { 2 } else { 1 };
+        let mut replies = Vec::with_capacity(n * asked);
+        while replies.len() < n * asked {
             let reply = self
                 .read_reply(deadline, Phase::Request)
-                .map_err(|fault| (fault, replies.len()))?;
+                .map_err(|fault| (fault, replies.len() / asked))?;
             replies.push(reply);
         }
-        Ok(replies)
+        Ok(if self.asking {
+            asking::answers_only(replies)
+        } else {
+            replies
+        })
     }
 
     /// Writes `request` by `deadline`, without reading anything (the
     /// subscriber's commands, whose confirmations come among notices).
     pub(super) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), Fault> {
+        if self.asking {
+            let asked = asking::each_asked(request).ok_or_else(|| {
+                Fault::Protocol("a request quorum-lock cannot prefix with ASKING".into())
+            })?;
+            return self.io.write_all(&asked, deadline, Phase::Request);
+        }
         self.io.write_all(request, deadline, Phase::Request)
     }
 

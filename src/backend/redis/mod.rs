@@ -57,6 +57,7 @@
 //! connection's identity is unknown (`None`) and `INFO` is not asked again
 //! on it: with restart quarantine on, such a node's grants do not count.
 
+mod asking;
 mod batch;
 mod conn;
 mod errors;
@@ -243,6 +244,7 @@ impl RedisBackend {
             username: settings.username().map(str::to_owned),
             password: settings.password().map(str::to_owned),
             db: settings.db(),
+            asking: false,
         };
         let target = match info.addr() {
             ConnectionAddr::Tcp(host, port) => Target::Tcp {

@@ -79,6 +79,17 @@ impl RedisBackend {
         })
     }
 
+    /// The same server, every command sent after `ASKING` (a connection
+    /// of its own): for the ops a cluster redirected with `ASK` to this
+    /// master, which is importing their slot.
+    pub(crate) fn asking(&self) -> Self {
+        let mut inner = self.inner.derived();
+        inner.setup.asking = true;
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
     /// How many replicas must acknowledge a hold ([`shard_at`](Self::shard_at)).
     pub(crate) fn replicas(&self) -> usize {
         self.inner.replicas
