@@ -295,6 +295,7 @@ impl NodeState {
                     holds |= item.action != Action::Release && vote.0.is_granted();
                     votes.push(vote);
                 }
+                self.publish_shards();
             }
         }
         if holds {
@@ -372,6 +373,12 @@ impl NodeState {
     /// quarantine, publishes the verdict, and passes on a forget: the
     /// leases that counted this node hear of it at once.
     fn judge_server(&mut self, server: Option<&ServerInfo>, now: Instant) -> Standing {
+        if self.shards.seen() {
+            // A cluster: a probe's server is one of its shards.
+            let judged = self.shards.judge(&Ok(Reply::Yes), server, &self.shared);
+            self.publish_shards();
+            return judged.standing;
+        }
         let clock_now = self.shared.clock.now();
         let standing = self
             .identity
@@ -395,6 +402,12 @@ impl NodeState {
         self.publish
             .identity(standing, &mut self.identity, names, *accept_eviction);
         standing
+    }
+
+    /// Publishes a cluster node's quarantine: the last of its shards'.
+    fn publish_shards(&mut self) {
+        let until = self.shards.quarantined_until(self.shared.clock.now());
+        self.publish.shards(until);
     }
 
     /// A round trip in which every op failed to reach the server counts

@@ -249,6 +249,8 @@ fn a_cluster_nodes_shards_are_judged_one_by_one() {
     let t0 = Instant::now();
     let backend: Arc<dyn Backend> = Arc::new(cluster);
     let health = Arc::new(Vitals::default());
+    let vitals = Arc::clone(&health);
+    let shown = || vitals.snapshot("n", &[], t0, clock.now(), false).state;
     let mut state = NodeState::new(0, backend, health, shared(&clock, Some(quarantine)), t0);
     for key in ["a1", "b1", "a2", "b2"] {
         let got = round_trip(&mut state, vec![acquire(key, token())], t0);
@@ -265,11 +267,29 @@ fn a_cluster_nodes_shards_are_judged_one_by_one() {
         matches!(got[..], [NodeOutcome::Granted, NodeOutcome::Quarantined { remaining }] if remaining == quarantine),
         "{got:?}"
     );
+    // health() does not hide the quarantined shard behind the other.
+    assert!(
+        matches!(shown(), crate::health::NodeState::Quarantined { remaining } if remaining == quarantine),
+        "{:?}",
+        shown()
+    );
+    let got = round_trip(&mut state, vec![acquire("a4", token())], t0);
+    assert!(matches!(got[..], [NodeOutcome::Granted]), "{got:?}");
+    assert!(
+        matches!(shown(), crate::health::NodeState::Quarantined { .. }),
+        "a batch from the other shard alone: {:?}",
+        shown()
+    );
     clock.advance(quarantine);
     let got = round_trip(&mut state, vec![acquire("b4", token())], t0);
     assert!(
         matches!(got[..], [NodeOutcome::Granted]),
         "after the quarantine: {got:?}"
+    );
+    assert!(
+        matches!(shown(), crate::health::NodeState::Up),
+        "{:?}",
+        shown()
     );
     // A shard that hides its identity: its grant does not count.
     a.set_identity_hidden(true);

@@ -21,6 +21,8 @@ pub(super) struct Publisher {
     name: String,
     health: Arc<Vitals>,
     announced: Announced,
+    /// A cluster node's quarantine as last published (`shards`).
+    shards_until: Option<Instant>,
 }
 
 impl Publisher {
@@ -30,6 +32,7 @@ impl Publisher {
             name,
             health,
             announced: Announced::default(),
+            shards_until: None,
         }
     }
 
@@ -111,6 +114,19 @@ impl Publisher {
             "quorum-lock: node {} is back up after {down_for:?} down{releases}",
             self.name,
         );
+    }
+
+    /// Publishes a cluster node's quarantine for `health()`: until when the
+    /// last of its quarantined shards is (`None`: none), written only when
+    /// it changed (each shard's quarantine is logged when it begins).
+    pub(super) fn shards(&mut self, quarantined_until: Option<Instant>) {
+        if self.shards_until == quarantined_until {
+            return;
+        }
+        self.shards_until = quarantined_until;
+        crate::metrics::node_quarantined(&self.name, quarantined_until.is_some());
+        self.health
+            .update(|s| s.quarantined_until = quarantined_until);
     }
 
     /// Publishes the identity's verdict for `health()` snapshots and logs

@@ -14,6 +14,7 @@ use super::Shared;
 use crate::backend::{BackendError, Reply, ServerInfo};
 use crate::engine::identity::{Identity, Standing};
 use std::collections::HashMap;
+use std::time::Instant;
 
 /// How many servers' identities a node keeps. Past it they are all
 /// forgotten at once: the next answer of each is a first contact again,
@@ -24,6 +25,9 @@ const MAX_SERVERS: usize = 256;
 pub(super) struct Shards {
     node: usize,
     by_run_id: HashMap<String, Identity>,
+    /// Whether the node has answered from several servers: from then on
+    /// its health is theirs (`quarantined_until`).
+    seen: bool,
 }
 
 /// What one answer counts for.
@@ -40,7 +44,26 @@ impl Shards {
         Self {
             node,
             by_run_id: HashMap::new(),
+            seen: false,
         }
+    }
+
+    /// Whether the node answers from several servers (a cluster).
+    pub(super) fn seen(&self) -> bool {
+        self.seen
+    }
+
+    /// Until when the last of its quarantined servers is quarantined, on
+    /// the manager's clock (`None`: none is, at `now`): what `health()`
+    /// shows for the node, so that a quarantined shard is not hidden
+    /// behind the others (the node is shown quarantined while one shard
+    /// is, although the other shards' grants count).
+    pub(super) fn quarantined_until(&self, now: Instant) -> Option<Instant> {
+        self.by_run_id
+            .values()
+            .filter_map(Identity::quarantined_until)
+            .filter(|&until| until > now)
+            .max()
     }
 
     /// Judges one answer by the server that gave it (`None`: unknown), on
@@ -52,6 +75,7 @@ impl Shards {
         server: Option<&ServerInfo>,
         shared: &Shared,
     ) -> Judged {
+        self.seen = true;
         let Some((server, run_id)) = server.and_then(|s| s.run_id.as_deref().map(|id| (s, id)))
         else {
             // Nothing granted, nothing learned; a grant from a server
