@@ -447,3 +447,29 @@ fn an_op_on_a_slot_being_migrated_follows_ask() {
     cluster.end_migration(b"job", ports);
     assert!(cluster.keys_everywhere().is_empty(), "left behind");
 }
+
+/// `rediss+cluster://`: TLS to every shard. The seed tells a TLS client
+/// the members' TLS ports (`tls-cluster`), and every shard's connection
+/// is TLS with the seed's settings: a lock is taken, extended and
+/// released across the shards.
+#[cfg(feature = "tls")]
+#[test]
+fn a_cluster_over_tls_locks_on_every_shard() {
+    let cluster = RedisCluster::start_tls(3, 0);
+    let locks = manager(&[cluster.tls_seed_url()]);
+    let keys = one_key_per_shard(&cluster);
+    for key in &keys {
+        let name = String::from_utf8(key.clone()).unwrap();
+        let mut guard = locks
+            .try_lock(&name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(locks.flush(TIMEOUT));
+        assert!(
+            holds(cluster.get(key), guard.token().as_bytes()),
+            "{name} on its master"
+        );
+        guard.extend(TTL).unwrap();
+        guard.release().unwrap();
+    }
+    assert!(cluster.keys_everywhere().is_empty(), "left behind");
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::server::{RedisServer, free_port};
+use crate::server::{RedisServer, TempDir, certificate, free_port};
 use crate::wait::wait_until_with;
 
 /// The number of hash slots in a cluster.
@@ -33,6 +33,8 @@ fn agrees(done: impl FnMut() -> bool) -> bool {
 pub struct RedisCluster {
     servers: Vec<RedisServer>,
     replicas: usize,
+    /// The TLS certificate the members share (removed on drop).
+    _certs: Option<TempDir>,
 }
 
 impl RedisCluster {
@@ -40,11 +42,33 @@ impl RedisCluster {
     /// served and every replica attached; panics (naming the step) when
     /// that does not happen within 30 s.
     pub fn start(masters: usize, replicas: usize) -> Self {
+        Self::start_in(masters, replicas, false)
+    }
+
+    /// [`start`](Self::start), every member also listening for TLS (a
+    /// self-signed certificate; `redis-server` whatever
+    /// [`SERVER_ENV`](crate::SERVER_ENV) says, as
+    /// [`RedisServer::start_tls`]), the cluster bus and replication over
+    /// TLS too (`tls-cluster`, `tls-replication`): a TLS client is told
+    /// the members' TLS ports.
+    pub fn start_tls(masters: usize, replicas: usize) -> Self {
+        Self::start_in(masters, replicas, true)
+    }
+
+    fn start_in(masters: usize, replicas: usize, tls: bool) -> Self {
         assert!(masters > 0, "a cluster needs a master");
+        // One certificate for all: the members check each other's on the
+        // cluster bus.
+        let certs = tls.then(|| TempDir::new("quorum-lock-cluster-tls"));
+        let (cert, key) = certs.as_ref().map_or_else(Default::default, |dir| {
+            let (cert, key) = certificate(dir.path());
+            let text = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+            (text(cert), text(key))
+        });
         let servers: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
                 let bus = free_port().to_string();
-                RedisServer::start_with(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-port",
@@ -57,10 +81,22 @@ impl RedisCluster {
                     // default) for other replicas to share it.
                     "--repl-diskless-sync-delay",
                     "0",
-                ])
+                ];
+                if tls {
+                    args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+                    args.extend(["--tls-cert-file", &cert, "--tls-key-file", &key]);
+                    args.extend(["--tls-ca-cert-file", &cert]);
+                    RedisServer::start_tls_with(&args)
+                } else {
+                    RedisServer::start_with(&args)
+                }
             })
             .collect();
-        let cluster = Self { servers, replicas };
+        let cluster = Self {
+            servers,
+            replicas,
+            _certs: certs,
+        };
         cluster.join(masters);
         cluster
     }
@@ -136,6 +172,15 @@ impl RedisCluster {
     /// `redis+cluster://127.0.0.1:<port>` of the first server started.
     pub fn seed_url(&self) -> String {
         format!("redis+cluster://127.0.0.1:{}", self.servers[0].port())
+    }
+
+    /// `rediss+cluster://127.0.0.1:<TLS port>/0#insecure` of the first
+    /// server, for a cluster from [`start_tls`](Self::start_tls).
+    pub fn tls_seed_url(&self) -> String {
+        let port = self.servers[0]
+            .tls_port()
+            .expect("not started with start_tls");
+        format!("rediss+cluster://127.0.0.1:{port}/0#insecure")
     }
 
     /// The servers that are masters now (a failover changes them).

@@ -276,32 +276,14 @@ impl RedisServer {
     /// (with `--tls-port` it exits: "Failed finding TLS support"), so TLS
     /// is tested on Redis only.
     pub fn start_tls() -> Self {
+        Self::start_tls_with(&[])
+    }
+
+    /// [`start_tls`](Self::start_tls) with `extra` arguments after the
+    /// TLS ones (a cluster member's, say).
+    pub fn start_tls_with(extra: &[&str]) -> Self {
         let dir = TempDir::new("quorum-lock-redis-tls");
-        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-        let status = Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            ])
-            .args([
-                "-subj",
-                "/CN=localhost",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-            ])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap_or_else(|e| {
-                panic!("`openssl` is needed for the TLS tests ({e}): apt-get install -y openssl")
-            });
-        assert!(
-            status.success(),
-            "openssl could not make a test certificate"
-        );
+        let (cert, key) = certificate(dir.path());
         let path = |p: &Path| p.to_string_lossy().into_owned();
         let args = vec![
             "--tls-cert-file".to_owned(),
@@ -313,6 +295,10 @@ impl RedisServer {
             "--tls-auth-clients".to_owned(),
             "no".to_owned(),
         ];
+        let args = args
+            .into_iter()
+            .chain(extra.iter().map(|a| (*a).to_owned()))
+            .collect();
         Self::start_in(ServerKind::Redis, dir, args, Some(())).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -327,6 +313,11 @@ impl RedisServer {
     /// [`restart`](Self::restart) after [`kill9`](Self::kill9) keeps the keys.
     pub fn start_persistent() -> Self {
         Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
+    /// Its TLS port, for a server from [`start_tls`](Self::start_tls).
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// Its plain (non-TLS) loopback port.
@@ -618,4 +609,35 @@ fn ping(port: u16) -> bool {
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A self-signed certificate for `127.0.0.1` (also its own CA), made by
+/// `openssl` in `dir`: (certificate, key).
+pub(crate) fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("`openssl` is needed for the TLS tests ({e}): apt-get install -y openssl")
+        });
+    assert!(
+        status.success(),
+        "openssl could not make a test certificate"
+    );
+    (cert, key)
 }
