@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply, ServerInfo};
+use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
+use super::confirm::{pack_wait, replicas_confirmed, writes_a_hold};
 use super::forms::{self, Bad, Form, Pending, Said, Scripts, form_of, script_for};
 use super::frame::value_text;
 use super::info::Ask;
@@ -324,39 +325,6 @@ impl Inner {
         Ok(confirmed)
     }
 
-    /// Turns the holds granted in a batch whose writes only `confirmed` of
-    /// the shard's replicas acknowledged (fewer than `self.replicas`)
-    /// into errors: a failover may promote a replica without them, and
-    /// then the key is gone while the lock still counts this node.
-    /// An error says "may have been applied", so a failed acquire is
-    /// still undone.
-    fn withhold_unconfirmed(
-        &self,
-        ops: &[Op<'_>],
-        results: &mut [Option<Result<Reply, BackendError>>],
-        confirmed: usize,
-    ) {
-        if confirmed >= self.replicas {
-            return;
-        }
-        for (op, slot) in ops.iter().zip(results.iter_mut()) {
-            let held =
-                matches!(slot, Some(Ok(reply)) if reply.is_yes() || *reply == Reply::AlreadyOurs);
-            if held && writes_a_hold(op) {
-                *slot = Some(Err(self.node_error(
-                    BackendErrorKind::Other,
-                    &format!(
-                        "not confirmed by the replicas: {confirmed} of {} acknowledged the \
-                         write in time (WAIT), and a failover could promote one without it, \
-                         so it does not count",
-                        self.replicas
-                    ),
-                    None,
-                )));
-            }
-        }
-    }
-
     /// The answer of a re-run of `op` (scripts by text; a plain acquire as
     /// `SET NX PX`, `GET` and `PTTL`).
     fn rerun_answer(
@@ -499,35 +467,6 @@ impl Inner {
             cmd.arg(arg.as_slice());
         }
         cmd.write_packed_command(buf);
-    }
-}
-
-/// Whether `op` writes a hold that a failover must not lose: an acquire,
-/// an extend, a fence raise (a release lost in a failover leaves a key
-/// that expires on its own).
-fn writes_a_hold(op: &Op<'_>) -> bool {
-    !matches!(op.kind, OpKind::Release)
-}
-
-/// `WAIT replicas timeout`: blocks the connection until `replicas`
-/// replicas have acknowledged its writes, or for at most half the time
-/// left to `deadline` (at least 1 ms: `WAIT 0` blocks forever), so that
-/// its answer arrives before the deadline.
-fn pack_wait(replicas: usize, deadline: Instant, buf: &mut Vec<u8>) {
-    let left = deadline.saturating_duration_since(Instant::now());
-    let ms = (left.as_millis() / 2).clamp(1, u128::from(u32::MAX));
-    redis::cmd("WAIT")
-        .arg(replicas)
-        .arg(ms.to_string())
-        .write_packed_command(buf);
-}
-
-/// How many replicas a `WAIT` reply says acknowledged (an error, on a
-/// replica say: none).
-fn replicas_confirmed(reply: Option<Value>) -> usize {
-    match reply {
-        Some(Value::Int(n)) => usize::try_from(n).unwrap_or(0),
-        _ => 0,
     }
 }
 

@@ -59,6 +59,7 @@
 
 mod asking;
 mod batch;
+mod confirm;
 mod conn;
 mod errors;
 mod flight;
