@@ -317,6 +317,22 @@ fn slow_retries() -> LockOptions {
     )
 }
 
+/// Creates the user `locker` (password `no-lua-pw`) on `server`, with
+/// every right but `@scripting`.
+fn deny_scripting(server: &RedisServer) {
+    let _: () = server.cmd(
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(">no-lua-pw")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .arg("-@scripting"),
+    );
+}
+
 /// `waiter` waits for `key` (retrying every 5 s) while `guard` holds it;
 /// once it listens, the guard is released. The waiter must get the lock
 /// well before its retry delay (a notice woke it). The reports of both
@@ -357,17 +373,7 @@ fn a_server_without_scripts_a_cluster_and_a_plain_server_make_one_lock() {
     let cluster = RedisCluster::start(3, 0);
     let no_lua = RedisServer::start();
     let plain = RedisServer::start();
-    let _: () = no_lua.cmd(
-        redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("locker")
-            .arg("on")
-            .arg(">no-lua-pw")
-            .arg("~*")
-            .arg("&*")
-            .arg("+@all")
-            .arg("-@scripting"),
-    );
+    deny_scripting(&no_lua);
     let info = quorum_lock::RedisBackend::open(&no_lua.url(), TIMEOUT)
         .unwrap()
         .fetch_server_info()
@@ -509,17 +515,7 @@ fn valkey_9_without_lua_a_cluster_and_redis_7_make_one_lock() {
         redis.product == ServerProduct::Redis && redis.major == 7,
         "{redis}"
     );
-    let _: () = no_lua.cmd(
-        redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("locker")
-            .arg("on")
-            .arg(">no-lua-pw")
-            .arg("~*")
-            .arg("&*")
-            .arg("+@all")
-            .arg("-@scripting"),
-    );
+    deny_scripting(&no_lua);
     let urls = [
         format!("redis://locker:no-lua-pw@127.0.0.1:{}/0", no_lua.port()),
         cluster.seed_url(),

@@ -92,7 +92,7 @@ use crate::backend::{
 
 use self::conn::Setup;
 use self::frame::value_text;
-use self::info::{Ask, pack_info, parse_info};
+use self::info::{Ask, parse_info};
 use self::pool::{Failure, IdleConn};
 use self::redact::{describe_info, redact_raw_url, scrub, url_secrets};
 use self::scripts::Digests;
@@ -338,24 +338,10 @@ impl RedisBackend {
     /// Any failure to reach the server, or its refusal (e.g. `NOPERM` for an
     /// ACL user without the `INFO` command).
     pub fn fetch_server_info(&self) -> Result<ServerInfo, BackendError> {
-        let inner = &*self.inner;
-        let deadline = inner.deadline();
-        let mut buf = Vec::new();
-        pack_info(&mut buf);
-        let reply = inner.with_conn(deadline, |c| {
-            let mut replies = c
-                .conn
-                .exchange(&buf, 1, deadline)
-                .map_err(|(fault, read)| inner.failure(&fault, read))?;
-            Ok(replies.pop())
-        })?;
-        match reply {
-            Some(Value::ServerError(e)) => Err(inner.server_error(&e, None)),
-            Some(value) => match value_text(&value) {
-                Some(text) => Ok(parse_info(&text)),
-                None => Err(inner.protocol_error("INFO", &value)),
-            },
-            None => Err(inner.node_error(BackendErrorKind::Protocol, "no reply to INFO", None)),
+        let value = self.command(&redis::cmd("INFO"))?;
+        match value_text(&value) {
+            Some(text) => Ok(parse_info(&text)),
+            None => Err(self.inner.protocol_error("INFO", &value)),
         }
     }
 }
