@@ -225,6 +225,32 @@ fn a_hold_counts_only_when_the_shards_replica_has_it() {
     guard.release().unwrap();
 }
 
+/// A replica that dies stops its shard's grants (they cannot be
+/// confirmed) only until the cluster marks it failed and stops listing
+/// it: the node reads its slot map again after an unconfirmed hold, and
+/// no longer waits for the dead replica.
+#[test]
+fn a_dead_replica_stops_its_shards_grants_until_the_cluster_drops_it() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let locks = manager(&[cluster.seed_url()]);
+    cluster.kill_replica_for(b"job");
+    let err = locks
+        .try_lock("job")
+        .expect_err("confirmed by a dead replica");
+    assert!(err.to_string().contains("replicas"), "says why: {err}");
+    let taken = || match locks.try_lock("job") {
+        Ok(guard) => {
+            guard.release().unwrap();
+            true
+        }
+        Err(_) => false,
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), taken),
+        "the shard never granted again after its replica was dropped"
+    );
+}
+
 /// The failover case. A lock is held on a cluster node and two
 /// plain servers; one plain server restarts and forgets it, so the
 /// holder's bare quorum is the cluster and the other. The shard of the

@@ -298,6 +298,19 @@ impl RedisCluster {
         self.server_for_key(key).port()
     }
 
+    /// Kills (`kill -9`) a replica of the master of `key`'s slot, and
+    /// leaves it dead (the cluster marks it failed after its node
+    /// timeout). Returns its port.
+    pub fn kill_replica_for(&mut self, key: &[u8]) -> u16 {
+        let port = self
+            .replica_of(self.server_for_key(key))
+            .expect("a replica")
+            .port();
+        let at = self.servers.iter().position(|s| s.port() == port).unwrap();
+        self.servers[at].kill9();
+        port
+    }
+
     /// The port of the master that every running node says serves
     /// `key`'s slot, if they agree.
     fn server_for_key_among_running(&self, key: &[u8]) -> Option<u16> {

@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::router::{Cluster, counter_in_slot};
 use super::topology::Topology;
 use crate::RedisBackend;
+use crate::backend::redis::confirm::Unconfirmed;
 use crate::backend::redis::redirect::Redirect;
 use crate::backend::{
     Answers, Backend, BackendError, BackendErrorKind, InFlight, Op, OpKind, ServerInfo,
@@ -196,7 +197,10 @@ impl Sent {
                         }
                         asked.push((i, ask));
                     }
-                    Err(e) if e.kind() == BackendErrorKind::Unreachable => {
+                    // A master out of reach (it may have failed over), a
+                    // hold its replicas did not all confirm (one may have
+                    // failed, and no longer be listed): the map again.
+                    Err(e) if e.kind() == BackendErrorKind::Unreachable || unconfirmed(e) => {
                         cluster.state.lock().stale = true;
                     }
                     _ => {}
@@ -206,6 +210,11 @@ impl Sent {
         }
         (moved, asked)
     }
+}
+
+/// Whether an op's error says its shard's replicas did not all confirm it.
+fn unconfirmed(e: &BackendError) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<Unconfirmed>())
 }
 
 /// The redirect an op's error carries, if any.

@@ -30,7 +30,7 @@ impl Inner {
             let held =
                 matches!(slot, Some(Ok(reply)) if reply.is_yes() || *reply == Reply::AlreadyOurs);
             if held && writes_a_hold(op) {
-                *slot = Some(Err(self.node_error(
+                let error = self.node_error(
                     BackendErrorKind::Other,
                     &format!(
                         "not confirmed by the replicas: {confirmed} of {} acknowledged the \
@@ -39,7 +39,8 @@ impl Inner {
                         self.replicas
                     ),
                     None,
-                )));
+                );
+                *slot = Some(Err(error.with_source(Unconfirmed)));
             }
         }
     }
@@ -73,3 +74,18 @@ pub(super) fn replicas_confirmed(reply: Option<Value>) -> usize {
         _ => 0,
     }
 }
+
+/// The source of a hold's error when its shard's replicas did not all
+/// acknowledge it: the cluster node then reads its slot map again (a
+/// replica the cluster marked failed is no longer listed, and no longer
+/// waited for).
+#[derive(Debug)]
+pub(crate) struct Unconfirmed;
+
+impl std::fmt::Display for Unconfirmed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not confirmed by the replicas")
+    }
+}
+
+impl std::error::Error for Unconfirmed {}

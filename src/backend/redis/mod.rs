@@ -59,7 +59,7 @@
 
 mod asking;
 mod batch;
-mod confirm;
+pub(crate) mod confirm;
 mod conn;
 mod errors;
 mod flight;
