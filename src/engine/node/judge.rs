@@ -60,9 +60,12 @@ impl NodeState {
         standing
     }
 
-    /// Publishes a cluster node's quarantine: the last of its shards'.
+    /// Publishes a cluster node's standing: the last of its shards'
+    /// quarantines, and a shard's evicting setting.
     pub(super) fn publish_shards(&mut self) {
         let until = self.shards.quarantined_until(self.shared.clock.now());
-        self.publish.shards(until);
+        let eviction = self.shards.eviction();
+        self.publish
+            .shards(until, eviction.as_deref(), self.shared.accept_eviction);
     }
 }

@@ -302,4 +302,22 @@ fn a_cluster_nodes_shards_are_judged_one_by_one() {
         matches!(got[..], [NodeOutcome::Failed(_), NodeOutcome::Granted]),
         "{got:?}"
     );
+    // A shard that may evict: its grants do not count, and health() says
+    // so for the node, naming the shard's setting.
+    a.set_identity_hidden(false);
+    b.set_maxmemory(1 << 20, "volatile-lru");
+    let got = round_trip(
+        &mut state,
+        vec![acquire("a6", token()), acquire("b6", token())],
+        t0,
+    );
+    assert!(
+        matches!(got[..], [NodeOutcome::Granted, NodeOutcome::Failed(_)]),
+        "{got:?}"
+    );
+    assert!(
+        matches!(shown(), crate::health::NodeState::MayEvict { ref setting } if setting.contains("volatile-lru")),
+        "{:?}",
+        shown()
+    );
 }

@@ -116,10 +116,17 @@ impl Publisher {
         );
     }
 
-    /// Publishes a cluster node's quarantine for `health()`: until when the
+    /// Publishes a cluster node's standing for `health()`: until when the
     /// last of its quarantined shards is (`None`: none), written only when
-    /// it changed (each shard's quarantine is logged when it begins).
-    pub(super) fn shards(&mut self, quarantined_until: Option<Instant>) {
+    /// it changed (each shard's quarantine is logged when it begins), and
+    /// the evicting setting of a shard that may evict, if one may.
+    pub(super) fn shards(
+        &mut self,
+        quarantined_until: Option<Instant>,
+        eviction: Option<&str>,
+        accept_eviction: bool,
+    ) {
+        self.eviction(eviction, accept_eviction);
         if self.shards_until == quarantined_until {
             return;
         }
@@ -139,7 +146,7 @@ impl Publisher {
         names: &[String],
         accept_eviction: bool,
     ) {
-        self.eviction(identity, accept_eviction);
+        self.eviction(identity.eviction(), accept_eviction);
         let verdict = Verdict {
             quarantined_until: identity.quarantined_until(),
             duplicate_of: identity.duplicate_of(),
@@ -187,8 +194,8 @@ impl Publisher {
 
     /// Publishes the server's eviction settings for `health()` and warns
     /// once when they appear.
-    fn eviction(&mut self, identity: &Identity, accept_eviction: bool) {
-        let Some(eviction) = self.announced.eviction(identity.eviction()) else {
+    fn eviction(&mut self, setting: Option<&str>, accept_eviction: bool) {
+        let Some(eviction) = self.announced.eviction(setting) else {
             return;
         };
         if let Some(setting) = &eviction {

@@ -66,6 +66,16 @@ impl Shards {
             .max()
     }
 
+    /// The evicting setting of one of its servers that may evict lock
+    /// keys, named by its run id, if one may (the same one each time).
+    pub(super) fn eviction(&self) -> Option<String> {
+        self.by_run_id
+            .iter()
+            .filter_map(|(id, identity)| identity.eviction().map(|e| (id, e)))
+            .min()
+            .map(|(id, setting)| format!("shard {}...: {setting}", id.get(..8).unwrap_or(id)))
+    }
+
     /// Judges one answer by the server that gave it (`None`: unknown), on
     /// the manager's clock; a forget it shows is passed on to the leases
     /// at once.
