@@ -153,8 +153,10 @@ impl Backend for RedisClusterBackend {
         Box::new(ClusterFlight::send(Arc::clone(&self.inner), ops))
     }
 
-    /// A slot map read, one batch, and one more of each after a `MOVED`:
-    /// up to four round trips of the timeout.
+    /// A slot map read and one batch (each within the timeout); a
+    /// redirect is followed only while the first timeout is not spent (a
+    /// `MOVED`: the map and the batch again; an `ASK`: one batch): at
+    /// most four timeouts in all.
     fn call_timeout(&self) -> Option<Duration> {
         Some(self.inner.seed.timeout().saturating_mul(4))
     }
