@@ -118,9 +118,12 @@ impl LockManagerBuilder {
     }
 
     /// Adds one Redis master per URL (`redis://[user[:password]@]host[:port][/db]`,
-    /// or `rediss://...` with the `tls` feature). Nothing connects yet: a
-    /// node that is down makes its first operations fail, not the build.
-    /// Each node's connect, read and write timeouts are the per-node timeout.
+    /// or `rediss://...` with the `tls` feature), or one whole Redis or
+    /// Valkey cluster per `redis+cluster://host:port` (`rediss+cluster://`)
+    /// URL: one node, one vote ([`RedisClusterBackend`](crate::RedisClusterBackend)).
+    /// Nothing connects yet: a node that is down makes its first
+    /// operations fail, not the build. Each node's connect, read and write
+    /// timeouts are the per-node timeout.
     ///
     /// ```no_run
     /// use quorum_lock::LockManager;

@@ -111,14 +111,15 @@
 //!   return as soon as the outcome is decided, per-node FIFO so a release
 //!   always follows the acquire it undoes.
 //! * [`backend::Backend`]: one lock server; [`MemoryBackend`] and
-//!   (feature `redis`) `RedisBackend`.
+//!   (feature `redis`) `RedisBackend`, and `RedisClusterBackend` for a
+//!   whole Redis or Valkey cluster as one node (`redis+cluster://`).
 //! * [`LockGuard`]: the held lock; released when dropped.
 //!
 //! # What is where
 //!
 //! The crate root holds what a lock user touches: the manager, its
 //! builder and options, the guard, the errors, the semaphore,
-//! cancellation, the clocks and the two backends. The rest has a module
+//! cancellation, the clocks and the backends. The rest has a module
 //! of its own:
 //!
 //! * [`report`]: what each node did in a round (every release returns a
@@ -183,8 +184,9 @@
 //!
 //! # Features
 //!
-//! * `redis` (default): the Redis backend, `RedisBackend` and
-//!   `LockManagerBuilder::redis_nodes`, on the `redis` crate's protocol
+//! * `redis` (default): the Redis backends, `RedisBackend`,
+//!   `RedisClusterBackend` and `LockManagerBuilder::redis_nodes`
+//!   (`redis://`, `redis+cluster://`), on the `redis` crate's protocol
 //!   code. Connections are pooled by the crate itself (no `r2d2`:
 //!   `docs/design.md` says why).
 //! * `tls`: `rediss://` URLs, via rustls with the `ring` provider.
