@@ -201,10 +201,8 @@ impl RedisCluster {
 
     /// The master that serves `key`'s slot now.
     pub fn server_for_key(&self, key: &[u8]) -> &RedisServer {
-        let asked = self.any_running();
-        let slot: i64 = asked.cmd(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key));
-        let slot = usize::try_from(slot).unwrap();
-        let (_, _, port, _) = slot_map(asked)
+        let slot = self.slot_of(key);
+        let (_, _, port, _) = slot_map(self.any_running())
             .into_iter()
             .find(|r| r.0 <= slot && slot <= r.1)
             .unwrap_or_else(|| panic!("no master serves slot {slot}"));
@@ -314,9 +312,7 @@ impl RedisCluster {
     /// The port of the master that every running node says serves
     /// `key`'s slot, if they agree.
     fn server_for_key_among_running(&self, key: &[u8]) -> Option<u16> {
-        let asked = self.any_running();
-        let slot: i64 = asked.cmd(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key));
-        let slot = usize::try_from(slot).unwrap();
+        let slot = self.slot_of(key);
         let mut seen = self.servers.iter().filter(|s| s.is_running()).map(|s| {
             slot_map(s)
                 .into_iter()

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::router::{Cluster, counter_in_slot};
+use super::router::{Cluster, counters_of};
 use super::topology::Topology;
 use crate::RedisBackend;
 use crate::backend::redis::confirm::Unconfirmed;
@@ -21,9 +21,8 @@ impl Cluster {
         let mut parts: Vec<Part> = Vec::new();
         let mut failed = Vec::new();
         for &i in indices {
-            let op = &ops[i];
-            match self.route(op, topology) {
-                Ok(shard) => {
+            match self.route(&ops[i], topology) {
+                Ok((shard, counters)) => {
                     let at = match parts
                         .iter()
                         .position(|p| p.shard.url_redacted() == shard.url_redacted())
@@ -34,7 +33,7 @@ impl Cluster {
                             parts.len() - 1
                         }
                     };
-                    parts[at].push(i, op);
+                    parts[at].push(i, counters);
                 }
                 Err(e) => failed.push((i, e)),
             }
@@ -86,7 +85,7 @@ impl Cluster {
             };
             let mut part = Part::new(shard);
             for &i in &indices {
-                part.push(i, &ops[i]);
+                part.push(i, counters_of(&ops[i]));
             }
             let sub = part.ops(ops);
             part.flight = Some(part.shard.send(&sub));
@@ -132,14 +131,10 @@ impl Part {
         }
     }
 
-    fn push(&mut self, i: usize, op: &Op<'_>) {
+    /// Op `i`, with its fence counters in its slot (a fenced op's).
+    fn push(&mut self, i: usize, counters: Option<Vec<u8>>) {
         self.indices.push(i);
-        self.counters.push(match op.kind {
-            OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } => {
-                Some(counter_in_slot(counter, op.keys))
-            }
-            _ => None,
-        });
+        self.counters.push(counters);
     }
 
     /// This shard's ops, in order, with their counters in their slots.

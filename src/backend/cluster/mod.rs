@@ -146,9 +146,10 @@ impl Backend for RedisClusterBackend {
         self.inner.described.clone()
     }
 
-    /// Reads the slot map if it has none, sends each shard its ops in one
-    /// pipeline, and returns; [`InFlight::finish`] reads them, and sends
-    /// the ops answered `MOVED` again, once, after reading the map again.
+    /// Reads the slot map if it has none (or it is stale), sends each
+    /// shard its ops in one pipeline, and returns; [`InFlight::finish`]
+    /// reads them, and follows a `MOVED` (after reading the map again) or
+    /// an `ASK` once.
     fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
         Box::new(ClusterFlight::send(Arc::clone(&self.inner), ops))
     }
@@ -199,9 +200,7 @@ impl Inspect for RedisClusterBackend {
     /// Asks the master of the key's slot.
     fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
         let topology = self.inner.topology(false)?;
-        let keys = crate::backend::KeySet::one(key);
-        let op = Op::release(&keys, b"");
-        let shard = self.inner.route(&op, &topology)?;
+        let shard = self.inner.master_of(slot::slot_of(key), &topology)?;
         Inspect::inspect(&shard, key)
     }
 }

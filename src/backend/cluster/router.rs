@@ -89,16 +89,16 @@ impl Cluster {
     }
 
     /// The shard that runs `op`: the master of the slot of all its keys
-    /// (and of the fence counters it names, `counter_in_slot`).
+    /// ([`master_of`](Self::master_of)), with the fence counters a fenced
+    /// op names moved into that slot (`counters_of`).
     pub(super) fn route(
         &self,
         op: &Op<'_>,
         topology: &Topology,
-    ) -> Result<RedisBackend, BackendError> {
+    ) -> Result<(RedisBackend, Option<Vec<u8>>), BackendError> {
         let slot = slot_of(op.keys.first());
-        if let OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } = op.kind
-            && slot_of(&counter_in_slot(counter, op.keys)) != slot
-        {
+        let counters = counters_of(op);
+        if counters.as_deref().is_some_and(|c| slot_of(c) != slot) {
             return Err(self.error(
                 BackendErrorKind::Other,
                 &format!(
@@ -119,17 +119,42 @@ impl Cluster {
                 ),
             ));
         }
+        Ok((self.master_of(slot, topology)?, counters))
+    }
+
+    /// The backend of the master that serves `slot`. A slot no master
+    /// serves (its master failed, no replica promoted yet) marks the map
+    /// stale: the next batch reads it again.
+    pub(super) fn master_of(
+        &self,
+        slot: u16,
+        topology: &Topology,
+    ) -> Result<RedisBackend, BackendError> {
         match topology.range_of(slot) {
             Some(range) => self.shard(range),
-            None => Err(self.error(
-                BackendErrorKind::Unreachable,
-                &format!("no master serves slot {slot} (CLUSTER SLOTS)"),
-            )),
+            None => {
+                self.state.lock().stale = true;
+                Err(self.error(
+                    BackendErrorKind::Unreachable,
+                    &format!("no master serves slot {slot} (CLUSTER SLOTS)"),
+                ))
+            }
         }
     }
 
     pub(super) fn error(&self, kind: BackendErrorKind, detail: &str) -> BackendError {
         BackendError::new(kind, format!("{}: {detail}", self.described))
+    }
+}
+
+/// The fence counters a fenced op names, moved into its keys' slot
+/// (`counter_in_slot`); `None` for an op without them.
+pub(super) fn counters_of(op: &Op<'_>) -> Option<Vec<u8>> {
+    match op.kind {
+        OpKind::AcquireFenced { counter, .. } | OpKind::RaiseFence { counter, .. } => {
+            Some(counter_in_slot(counter, op.keys))
+        }
+        _ => None,
     }
 }
 
@@ -139,7 +164,7 @@ impl Cluster {
 /// hash in that slot, as on a standalone node, so the scripts are the
 /// same). No lock's key is ever this name: a resource may not contain
 /// `{quorum-lock}`.
-pub(super) fn counter_in_slot(counter: &[u8], keys: &KeySet) -> Vec<u8> {
+fn counter_in_slot(counter: &[u8], keys: &KeySet) -> Vec<u8> {
     let reserved = crate::resource::RESERVED;
     let at = counter
         .windows(reserved.len())

@@ -280,6 +280,11 @@ impl NodeState {
             }
             // A cluster node: each answer judged by the shard that gave it.
             Sources::Each(servers) => {
+                if servers.iter().any(Option::is_some) {
+                    // The shards' settings came with their answers: no
+                    // background look while batches bring them.
+                    self.settings_look.seen(now);
+                }
                 for ((item, result), server) in batch.items().iter().zip(results).zip(servers) {
                     self.after_answer(item, &result, now);
                     let judged = self.shards.judge(&result, server.as_deref(), &self.shared);

@@ -101,14 +101,25 @@ impl Shards {
                 eviction: None,
             };
         };
-        if self.by_run_id.len() >= MAX_SERVERS && !self.by_run_id.contains_key(run_id) {
-            self.by_run_id.clear();
-        }
         let node = self.node;
-        let identity = self.by_run_id.entry(run_id.to_owned()).or_insert_with(|| {
-            Identity::new(node, shared.quarantine, shared.accept_eviction)
-                .forgetting_for(shared.forget_window)
-        });
+        // Known servers are looked up without a copy of their run id (an
+        // answer of every batch comes here); a new one is added.
+        if !self.by_run_id.contains_key(run_id) {
+            if self.by_run_id.len() >= MAX_SERVERS {
+                self.by_run_id.clear();
+            }
+            let identity = Identity::new(node, shared.quarantine, shared.accept_eviction)
+                .forgetting_for(shared.forget_window);
+            self.by_run_id.insert(run_id.to_owned(), identity);
+        }
+        let Some(identity) = self.by_run_id.get_mut(run_id) else {
+            // Inserted above; were it missing, the grant would not count.
+            return Judged {
+                standing: Standing::Unverified,
+                identified: false,
+                eviction: None,
+            };
+        };
         let announced = identity.quarantined_until().is_some();
         let standing = identity.judge(Some(server), shared.clock.now(), &shared.registry);
         let name = shared.names.get(node).map_or("?", String::as_str);
