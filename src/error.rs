@@ -149,6 +149,10 @@ impl fmt::Display for Error {
                 "lock is held by this thread (through this manager; locks are not reentrant): \
                  {report}"
             ),
+            Self::Contended { report } if report.writer_here => write!(
+                f,
+                "a writer of this process waits for the lock, and readers stand back: {report}"
+            ),
             Self::Contended { report } => write!(f, "lock is held elsewhere: {report}"),
             Self::NoQuorum { report } => write!(f, "no quorum of healthy nodes: {report}"),
             Self::ValidityExpired { report } => write!(
@@ -222,6 +226,7 @@ mod tests {
             attempts: 1,
             waited: Duration::from_millis(3),
             held_here: false,
+            writer_here: false,
         }
     }
 

@@ -233,12 +233,14 @@ mod ready;
 mod redlock;
 pub mod report;
 mod resource;
+mod rw;
 mod semaphore;
 mod sync;
 mod token;
 mod waiting;
 mod with_lock;
 
+pub use backend::MAX_READERS;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::cluster::RedisClusterBackend;
@@ -257,6 +259,7 @@ pub use manager::LockManager;
 pub use options::{LockOptions, RetryPolicy};
 pub use owner::MAX_OWNER_LEN;
 pub use resource::MAX_RESOURCE_LEN;
+pub use rw::RwLock;
 pub use semaphore::{MAX_PERMITS, Semaphore};
 pub use token::Token;
 

@@ -172,6 +172,13 @@ impl LockManager {
         options: &LockOptions,
         made: &mut u32,
     ) -> Result<LockGuard> {
+        let keys = self.core.rounds().keys_for(resources);
+        self.take_as(resources, &keys, options, made)
+    }
+
+    /// The TTL a call with `options` asks for, checked: not zero, not over
+    /// `max_ttl`, above the drift and above the node timeout.
+    pub(crate) fn checked_ttl(&self, options: &LockOptions) -> Result<Duration> {
         let config = &self.core.rounds().config();
         let ttl = options.ttl.unwrap_or(config.ttl);
         check_ttl(ttl, config.max_ttl, config.drift_factor)
@@ -185,18 +192,33 @@ impl LockManager {
                 ),
             });
         }
+        Ok(ttl)
+    }
+
+    /// [`take_keys`](Self::take_keys) of the lock whose keys on the nodes
+    /// are `keys`, named `resources` in its reports and guard (a
+    /// read-write lock's writer takes its writer key under the lock's
+    /// name).
+    pub(crate) fn take_as(
+        &self,
+        resources: &KeySet,
+        keys: &KeySet,
+        options: &LockOptions,
+        made: &mut u32,
+    ) -> Result<LockGuard> {
+        let config = &self.core.rounds().config();
+        let ttl = self.checked_ttl(options)?;
         let mut waiting = Waiting::new(options, &self.retry, made);
         let rounds = self.core.rounds();
-        let keys = rounds.keys_for(resources);
         let fenced = options.fencing.unwrap_or(config.fencing);
         waiting.check_cancelled()?;
         if waiting.single_attempt() {
             waiting.attempt();
-            let lease = match rounds.acquire_once(resources, &keys, ttl, fenced) {
+            let lease = match rounds.acquire_once(resources, keys, ttl, fenced) {
                 // As `Mutex::try_lock` on a mutex this thread holds: the
                 // answer stays `Contended`, but it says who holds it.
                 Err(Error::Contended { mut report })
-                    if rounds.owners().held_by_me(&keys, rounds.now()) =>
+                    if rounds.owners().held_by_me(keys, rounds.now()) =>
                 {
                     report.held_here = true;
                     return Err(Error::Contended { report });
@@ -209,7 +231,7 @@ impl LockManager {
         // A call that would wait for a lock this thread holds would wait
         // for itself. (One attempt cannot deadlock: it reports what the
         // servers say, as `Mutex::try_lock` does on a mutex its thread holds.)
-        if rounds.owners().held_by_me(&keys, rounds.now()) {
+        if rounds.owners().held_by_me(keys, rounds.now()) {
             return Err(Error::Deadlock {
                 resource: resources.to_string(),
             });
@@ -222,7 +244,7 @@ impl LockManager {
         // into a guard drops it, which passes the turn to the next waiter.
         let line = rounds
             .local()
-            .wait_turn(&keys, want, waiting.deadline(), waiting.alarm());
+            .wait_turn(keys, want, waiting.deadline(), waiting.alarm());
         let turn = match line {
             Turn::Mine(turn) => turn,
             Turn::Handed(lease, turn) => {
@@ -232,7 +254,7 @@ impl LockManager {
             Turn::TimedOut => {
                 // One honest attempt, so the error carries a real report.
                 waiting.attempt();
-                let guard = self.guard(rounds.acquire_once(resources, &keys, ttl, fenced)?);
+                let guard = self.guard(rounds.acquire_once(resources, keys, ttl, fenced)?);
                 return self.deliver(guard, ttl, options, &waiting);
             }
             Turn::Cancelled => return Err(waiting.cancelled()),
@@ -249,13 +271,13 @@ impl LockManager {
         let alarm = waiting.alarm().receiver();
         let mut watch = waiting
             .next_delay()
-            .and_then(|pause| rounds.yield_to_waiters(&keys, pause, Some(alarm)));
+            .and_then(|pause| rounds.yield_to_waiters(keys, pause, Some(alarm)));
         loop {
             // Checked before every attempt: a sleep ends early when the
             // token is cancelled.
             waiting.check_cancelled()?;
             let attempts = waiting.attempt();
-            let error = match rounds.acquire_once(resources, &keys, ttl, fenced) {
+            let error = match rounds.acquire_once(resources, keys, ttl, fenced) {
                 Ok(lease) => {
                     let guard = self.guard(lease).with_turn(turn);
                     return self.deliver(guard, ttl, options, &waiting);
@@ -272,7 +294,7 @@ impl LockManager {
             // for a release notice, the delay or the cancellation, whichever
             // comes first.
             match &mut watch {
-                None => watch = Some(rounds.watch(&keys)),
+                None => watch = Some(rounds.watch(keys)),
                 Some(wait) => {
                     if matches!(error, Error::ValidityExpired { .. }) {
                         // Granted on a quorum, but too slowly: the grants
@@ -292,7 +314,7 @@ impl LockManager {
     /// meanwhile (a round in flight is not cut off): the guard is then
     /// dropped, which releases the lock (or hands it to the next local
     /// waiter), and the call fails as cancelled.
-    fn deliver(
+    pub(crate) fn deliver(
         &self,
         guard: LockGuard,
         ttl: Duration,
@@ -306,7 +328,7 @@ impl LockManager {
         self.start_auto_extend(guard, ttl, options)
     }
     /// Registers a fresh guard with the watchdog when asked to.
-    fn start_auto_extend(
+    pub(crate) fn start_auto_extend(
         &self,
         guard: LockGuard,
         ttl: Duration,
@@ -326,7 +348,7 @@ impl LockManager {
         Ok(guard)
     }
 
-    fn guard(&self, lease: Arc<Lease>) -> LockGuard {
+    pub(crate) fn guard(&self, lease: Arc<Lease>) -> LockGuard {
         LockGuard::new(Arc::clone(&self.core), lease)
     }
 

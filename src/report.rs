@@ -149,6 +149,9 @@ pub struct Report {
     /// same manager (a `try_lock` of a lock it holds): said so, rather
     /// than "held elsewhere".
     pub(crate) held_here: bool,
+    /// A reader stood back without asking the nodes: a writer of the same
+    /// manager is on its way (see `RwLock`).
+    pub(crate) writer_here: bool,
 }
 
 impl Report {
@@ -257,6 +260,9 @@ impl Report {
             let said = match node.outcome {
                 NodeOutcome::Refused if self.held_here && self.round == Round::Acquire => {
                     Said::Text("held by this thread".into())
+                }
+                _ if self.writer_here => {
+                    Said::Text("not asked: a writer of this process waits".into())
                 }
                 _ => Said::of(&node.outcome, self.round, &node.node),
             };
@@ -430,6 +436,7 @@ mod tests {
             attempts: 1,
             waited: Duration::from_millis(3),
             held_here: false,
+            writer_here: false,
         }
     }
 

@@ -6,6 +6,12 @@ use std::time::Duration;
 
 use super::KeySet;
 
+/// Most readers one read-write lock ([`RwLock`](crate::RwLock)) has at a
+/// time, on each node: a reader that finds this many live ones is refused
+/// (as if the lock were held) until one leaves or expires. It bounds the
+/// work and memory of each reader's entry and of the writer's admission.
+pub const MAX_READERS: u32 = 1024;
+
 /// One operation on one lock server, in a batch
 /// ([`Backend::send`](super::Backend::send)): which keys, with whose
 /// token, doing what.
@@ -18,8 +24,7 @@ use super::KeySet;
 ///
 /// Made by its constructors ([`Op::acquire`] and the others); a backend
 /// reads its fields. `#[non_exhaustive]`, as [`OpKind`] and [`Reply`]
-/// are: the kinds to come (a read-write lock's) may bring fields of their
-/// own.
+/// are: kinds to come may bring fields of their own.
 ///
 /// ```
 /// use std::time::Duration;
@@ -45,7 +50,7 @@ pub struct Op<'a> {
 /// What an [`Op`] does with its keys. For several keys, each kind is one
 /// atomic step on all of them, as described per variant.
 ///
-/// `#[non_exhaustive]`: more kinds come with the read-write lock. A
+/// `#[non_exhaustive]`: more kinds may come. A
 /// backend answers a kind it does not know with
 /// [`unsupported`](super::unsupported), and the lock that needs it fails
 /// with that error instead of being granted wrongly.
@@ -103,6 +108,70 @@ pub enum OpKind<'a> {
         /// The value the counter must reach.
         fence: u64,
     },
+    /// Enter a read-write lock as one of its readers
+    /// ([`RwLock`](crate::RwLock)): the keys are the lock's two, `readers`
+    /// and `writer`. On the server's clock, in one atomic step: refuse
+    /// while `writer` exists ([`Reply::HeldBy`] its value, or
+    /// [`Reply::No`]); drop the readers whose expiry has passed; refuse
+    /// ([`Reply::No`]) when [`MAX_READERS`](crate::MAX_READERS) remain;
+    /// else add the token to `readers` with its own expiry `ttl` from now
+    /// (the set itself lives as long as its last reader) and answer
+    /// [`Reply::Yes`] ([`Reply::AlreadyOurs`] when the token was already
+    /// there).
+    ReadAcquire {
+        /// This reader's expiry.
+        ttl: Duration,
+        /// The set of readers (a sorted set scored by expiry, on Redis).
+        readers: &'a [u8],
+        /// The writer's key: a plain lock key, while a writer waits or holds.
+        writer: &'a [u8],
+    },
+    /// Set this reader's expiry to `ttl` from now, only while its entry in
+    /// `readers` is there and has not expired; never adds one.
+    ReadExtend {
+        /// New expiry, from now.
+        ttl: Duration,
+        /// The set of readers.
+        readers: &'a [u8],
+    },
+    /// Remove this reader from `readers`, announcing the release on the
+    /// key's channel as [`Release`](Self::Release) does.
+    ReadRelease {
+        /// The set of readers.
+        readers: &'a [u8],
+    },
+    /// Admit the writer: only while `writer` holds the token and no reader
+    /// of `readers` is left (those whose expiry has passed do not count),
+    /// set `writer`'s expiry to `ttl` from now and answer [`Reply::Yes`];
+    /// else change nothing and answer [`Reply::No`] (or
+    /// [`Reply::HeldBy`], with the time the last reader has left).
+    Admit {
+        /// New expiry of the writer's key, from now.
+        ttl: Duration,
+        /// The set of readers.
+        readers: &'a [u8],
+        /// The writer's key.
+        writer: &'a [u8],
+    },
+}
+
+impl OpKind<'_> {
+    /// Whether the kind gives a lock up (a release, or a reader's).
+    pub fn is_release(self) -> bool {
+        matches!(self, Self::Release | Self::ReadRelease { .. })
+    }
+
+    /// Whether the kind is a read-write lock's (its keys are the lock's
+    /// readers and writer).
+    pub fn is_read_write(self) -> bool {
+        matches!(
+            self,
+            Self::ReadAcquire { .. }
+                | Self::ReadExtend { .. }
+                | Self::ReadRelease { .. }
+                | Self::Admit { .. }
+        )
+    }
 }
 
 impl<'a> Op<'a> {
@@ -156,13 +225,22 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// An op of a read-write lock: `kind` is one of the read-write kinds
+    /// ([`OpKind::is_read_write`]), `keys` the lock's readers and writer.
+    pub(crate) fn read_write(keys: &'a KeySet, token: &'a [u8], kind: OpKind<'a>) -> Self {
+        Self { keys, token, kind }
+    }
+
     /// The expiry the op sets, for the kinds that set one.
     pub fn ttl(&self) -> Option<Duration> {
         match self.kind {
             OpKind::Acquire { ttl }
             | OpKind::AcquireFenced { ttl, .. }
-            | OpKind::Extend { ttl } => Some(ttl),
-            OpKind::Release | OpKind::RaiseFence { .. } => None,
+            | OpKind::Extend { ttl }
+            | OpKind::ReadAcquire { ttl, .. }
+            | OpKind::ReadExtend { ttl, .. }
+            | OpKind::Admit { ttl, .. } => Some(ttl),
+            OpKind::Release | OpKind::RaiseFence { .. } | OpKind::ReadRelease { .. } => None,
         }
     }
 }

@@ -158,6 +158,10 @@ pub fn unsupported<B: Backend + ?Sized>(backend: &B, op: &Op<'_>) -> BackendErro
         (OpKind::Extend { .. }, true) => "extend of several keys (lock_all)",
         (OpKind::Release, true) => "release of several keys (lock_all)",
         (OpKind::RaiseFence { .. }, true) => "fence raise of several keys (lock_all)",
+        (OpKind::ReadAcquire { .. }, _) => "read-write lock's reader acquire",
+        (OpKind::ReadExtend { .. }, _) => "read-write lock's reader extend",
+        (OpKind::ReadRelease { .. }, _) => "read-write lock's reader release",
+        (OpKind::Admit { .. }, _) => "read-write lock's writer admission",
     };
     BackendError::new(
         BackendErrorKind::Config,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{KeySet, Op};
+use crate::backend::{KeySet, Op, OpKind};
 use crate::token::Token;
 
 /// What a round asks each node to do, with what that needs (the TTL of
@@ -24,6 +24,9 @@ pub(crate) enum Action {
     Release,
     /// Raise the fence counter to this value while the lock is ours.
     RaiseFence(u64),
+    /// A read-write lock's writer, admitted once no reader is left: its
+    /// key's expiry set anew (see `OpKind::Admit`).
+    Admit { ttl: Duration },
 }
 
 impl Action {
@@ -31,13 +34,43 @@ impl Action {
     /// the node's fence counters hash, `counters`. The backend runs it on
     /// one key, or on every key of a set (all or nothing; a fenced set
     /// reads and raises every member's counter).
+    ///
+    /// On a read-write lock's keys (`KeySet::read_write`) the lock's
+    /// actions are a reader's: acquire, extend and release its entry among
+    /// the readers. A reader has no fence: the fenced kinds never reach
+    /// such keys (`RwLock` takes no fence for a reader), and would only
+    /// fail on the readers' set if they did.
     pub(crate) fn op<'a>(self, keys: &'a KeySet, token: &'a [u8], counters: &'a [u8]) -> Op<'a> {
+        if let Some((readers, writer)) = keys.read_write_roles() {
+            let kind = match self {
+                Self::Acquire { ttl } | Self::AcquireFenced { ttl } => OpKind::ReadAcquire {
+                    ttl,
+                    readers,
+                    writer,
+                },
+                Self::Extend { ttl } => OpKind::ReadExtend { ttl, readers },
+                Self::Release => OpKind::ReadRelease { readers },
+                Self::Admit { ttl } => OpKind::Admit {
+                    ttl,
+                    readers,
+                    writer,
+                },
+                Self::RaiseFence(fence) => OpKind::RaiseFence {
+                    counter: counters,
+                    fence,
+                },
+            };
+            return Op::read_write(keys, token, kind);
+        }
         match self {
             Self::Acquire { ttl } => Op::acquire(keys, token, ttl),
             Self::AcquireFenced { ttl } => Op::acquire_fenced(keys, token, ttl, counters),
             Self::Extend { ttl } => Op::extend(keys, token, ttl),
             Self::Release => Op::release(keys, token),
             Self::RaiseFence(fence) => Op::raise_fence(keys, token, counters, fence),
+            // Only ever sent on a read-write lock's keys (above); on others
+            // it is an extend that also asks for no reader: there are none.
+            Self::Admit { ttl } => Op::extend(keys, token, ttl),
         }
     }
 

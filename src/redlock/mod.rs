@@ -12,6 +12,7 @@
 mod counters;
 mod fencing;
 mod forget_watch;
+mod intents;
 mod lease;
 mod line;
 mod owners;
@@ -39,7 +40,7 @@ use parking_lot::Mutex;
 pub(crate) use self::lease::Lease;
 pub(crate) use self::line::Want;
 pub(crate) use self::owners::Owned;
-pub(crate) use self::rounds::{Config, Rounds, with_attempts};
+pub(crate) use self::rounds::{Admission, Config, Rounds, with_attempts};
 pub(crate) use self::turns::{Ticket, Turn};
 pub(crate) use self::validity::{check_ttl, drift};
 pub(crate) use self::wakeups::after;

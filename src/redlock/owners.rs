@@ -137,9 +137,12 @@ impl Owners {
 /// resources, and waiting for one of them, alone or in another set, would
 /// wait for itself).
 fn members(keys: &KeySet) -> impl Iterator<Item = KeySet> + '_ {
-    // No allocation for a single lock: the hot path.
-    let single = (keys.len() == 1).then(|| keys.clone());
-    let set = (keys.len() > 1).then(|| keys.iter().map(KeySet::one));
+    // No allocation for a single lock: the hot path. A read-write lock's
+    // keys are one member: a reader holds neither key as a lock (a thread
+    // holding a reader does not hold the writer's key).
+    let whole = keys.len() == 1 || keys.read_write_roles().is_some();
+    let single = whole.then(|| keys.clone());
+    let set = (!whole).then(|| keys.iter().map(KeySet::one));
     single.into_iter().chain(set.into_iter().flatten())
 }
 

@@ -5,6 +5,7 @@
 //! once), release (waited for, or queued), and the local hand-over of a
 //! held lock to the next thread of the same manager.
 
+mod admit;
 mod extend;
 
 use std::sync::Arc;
@@ -12,11 +13,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
+pub(crate) use self::admit::Admission;
 pub(crate) use self::extend::ExtendInFlight;
 
 use super::counters::{Counters, Event};
 use super::fencing::{FenceFailure, next_fence, wall_micros};
 use super::forget_watch::{ForgetWatch, after_loss};
+use super::intents::Intents;
 use super::lease::{Lease, LeaseState};
 use super::line::Want;
 use super::owners::Owners;
@@ -62,6 +65,9 @@ pub(crate) struct Rounds {
     /// Loses the live leases that a node's forget leaves without a quorum
     /// (the engine's forget hook).
     forgets: Arc<ForgetWatch>,
+    /// The read-write locks' writers in progress (their local readers
+    /// stand back).
+    intents: Arc<Intents>,
 }
 
 impl Rounds {
@@ -83,8 +89,13 @@ impl Rounds {
             owners,
             counters,
             forgets,
+            intents: Arc::default(),
             config,
         }
+    }
+
+    pub(crate) fn intents(&self) -> &Arc<Intents> {
+        &self.intents
     }
 
     pub(crate) fn counters(&self) -> &Counters {
@@ -425,6 +436,7 @@ impl Rounds {
             attempts: 1,
             waited: elapsed,
             held_here: false,
+            writer_here: false,
         }
     }
 }

@@ -18,6 +18,7 @@ use super::{
 use crate::clock::{Clock, MonotonicClock};
 
 mod notices;
+mod rw;
 mod state;
 
 /// The longest a paused node holds a call before answering anyway, so a
@@ -267,6 +268,14 @@ impl MemoryBackend {
             .lock()
             .live(key, now)
             .and_then(|e| e.token().map(<[u8]>::to_vec))
+    }
+
+    /// The readers of a read-write lock whose readers' key is `key`
+    /// ([`RwLock::keys`](crate::RwLock::keys)) that have not expired:
+    /// each one's value (token, then owner label) and time left.
+    pub fn readers(&self, key: &[u8]) -> Vec<(Vec<u8>, Duration)> {
+        let now = self.inner.clock.now();
+        self.inner.state.lock().live_readers(key, now)
     }
 
     /// Time until `key` expires, if it is held.

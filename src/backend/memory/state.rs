@@ -17,6 +17,8 @@ pub(super) enum Value {
     Str(Vec<u8>),
     /// A hash of fence counters: lock key -> counter.
     Counters(HashMap<Vec<u8>, u64>),
+    /// A read-write lock's readers: token -> its own expiry.
+    Readers(HashMap<Vec<u8>, Instant>),
 }
 
 pub(super) struct Entry {
@@ -34,7 +36,7 @@ impl Entry {
     pub(super) fn token(&self) -> Option<&[u8]> {
         match &self.value {
             Value::Str(token) => Some(token),
-            Value::Counters(_) => None,
+            Value::Counters(_) | Value::Readers(_) => None,
         }
     }
 }
@@ -74,7 +76,7 @@ pub(super) struct State {
 }
 
 /// The error of an op on a key that holds the other kind of value.
-fn wrong_type(key: &[u8], what: &str) -> BackendError {
+pub(super) fn wrong_type(key: &[u8], what: &str) -> BackendError {
     BackendError::new(
         BackendErrorKind::WrongType,
         format!(
@@ -123,7 +125,9 @@ impl State {
         match self.live(counters, now).map(|e| &e.value) {
             None => Ok(0),
             Some(Value::Counters(map)) => Ok(map.get(key).copied().unwrap_or(0)),
-            Some(Value::Str(_)) => Err(wrong_type(counters, "a string, not the fence counters")),
+            Some(Value::Str(_) | Value::Readers(_)) => {
+                Err(wrong_type(counters, "not the fence counters"))
+            }
         }
     }
 
@@ -147,6 +151,9 @@ impl State {
     /// on one key as `SET NX PX` and the one-key scripts do, on several as
     /// the set scripts do (all or nothing).
     pub(super) fn apply(&mut self, op: &Op<'_>, now: Instant) -> Result<Reply, BackendError> {
+        if op.kind.is_read_write() {
+            return self.apply_read_write(op.token, op.kind, now);
+        }
         match op.keys.single() {
             Some(key) => self.apply_one(key, op.token, op.kind, now),
             None => self.apply_set(op.keys, op.token, op.kind, now),
@@ -203,6 +210,8 @@ impl State {
                 self.expire(key, ttl, now)?;
                 Reply::Yes
             }
+            // A read-write lock's kinds, named by their roles.
+            _ => self.apply_read_write(token, kind, now)?,
         })
     }
 
@@ -265,6 +274,7 @@ impl State {
                     (true, heard) => Reply::Notified(heard),
                 }
             }
+            _ => self.apply_read_write(token, kind, now)?,
         })
     }
 

@@ -435,18 +435,31 @@ impl Inner {
         };
         let Op { keys, token, kind } = *op;
         let ttl_arg = || ttl_ms.to_string().into_bytes();
-        let (counter, args): (Option<&[u8]>, [Vec<u8>; 2]) = match kind {
-            OpKind::Acquire { .. } | OpKind::Extend { .. } => (None, [token.to_vec(), ttl_arg()]),
-            OpKind::Release => (None, [token.to_vec(), vec![]]),
-            OpKind::AcquireFenced { counter, .. } => (Some(counter), [token.to_vec(), ttl_arg()]),
+        // The lock's keys, then the fence counters' hash when the script
+        // reads it (the last of `KEYS`); a read-write lock's keys in the
+        // order of their roles in the script.
+        let (script_keys, args): (Vec<&[u8]>, [Vec<u8>; 2]) = match kind {
+            OpKind::Acquire { .. } | OpKind::Extend { .. } => {
+                (keys.iter().collect(), [token.to_vec(), ttl_arg()])
+            }
+            OpKind::Release => (keys.iter().collect(), [token.to_vec(), vec![]]),
+            OpKind::AcquireFenced { counter, .. } => (
+                keys.iter().chain([counter]).collect(),
+                [token.to_vec(), ttl_arg()],
+            ),
             OpKind::RaiseFence { counter, fence } => (
-                Some(counter),
+                keys.iter().chain([counter]).collect(),
                 [token.to_vec(), fence.to_string().into_bytes()],
             ),
+            OpKind::ReadAcquire {
+                readers, writer, ..
+            } => (vec![readers, writer], [token.to_vec(), ttl_arg()]),
+            OpKind::ReadExtend { readers, .. } => (vec![readers], [token.to_vec(), ttl_arg()]),
+            OpKind::ReadRelease { readers } => (vec![readers], [token.to_vec(), vec![]]),
+            OpKind::Admit {
+                readers, writer, ..
+            } => (vec![writer, readers], [token.to_vec(), ttl_arg()]),
         };
-        // The lock's keys, then the fence counters' hash when the script
-        // reads it (the last of `KEYS`).
-        let script_keys: Vec<&[u8]> = keys.iter().chain(counter).collect();
         let mut cmd = match digests {
             Some(digests) => {
                 let mut cmd = redis::cmd("EVALSHA");

@@ -8,7 +8,7 @@ use std::time::Instant;
 use redis::Value;
 
 use super::Inner;
-use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply};
+use crate::backend::{BackendError, BackendErrorKind, Op, Reply};
 
 impl Inner {
     /// Turns the holds granted in a batch whose writes only `confirmed` of
@@ -50,7 +50,7 @@ impl Inner {
 /// an extend, a fence raise (a release lost in a failover leaves a key
 /// that expires on its own).
 pub(super) fn writes_a_hold(op: &Op<'_>) -> bool {
-    !matches!(op.kind, OpKind::Release)
+    !op.kind.is_release()
 }
 
 /// `WAIT replicas timeout`: blocks the connection until `replicas`

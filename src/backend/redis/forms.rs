@@ -132,7 +132,7 @@ pub(super) fn form_of(
         OpKind::Release => commands.delete.map(Form::DeleteIfEqual),
         OpKind::Extend { .. } => commands.set_if_equal.then_some(Form::SetIfEqual),
         OpKind::Acquire { .. } => commands.mset_ex.then_some(Form::MsetEx),
-        OpKind::AcquireFenced { .. } | OpKind::RaiseFence { .. } => None,
+        _ => None,
     };
     match (scripts, command) {
         (Scripts::Always, _) | (Scripts::Auto, None) => Ok(Form::Script(script)),
@@ -150,6 +150,7 @@ fn needs(op: &Op<'_>) -> &'static str {
         OpKind::AcquireFenced { .. } | OpKind::RaiseFence { .. } => {
             "fencing has no script-free form on any server"
         }
+        _ => "the read-write lock has no script-free form on any server (it needs EVAL)",
     }
 }
 
@@ -171,6 +172,10 @@ pub(super) fn script_for(op: &Op<'_>) -> Option<Script> {
         OpKind::Release => Some(Script::ReleaseAll),
         OpKind::RaiseFence { .. } if one => Some(Script::RaiseFence),
         OpKind::RaiseFence { .. } => Some(Script::RaiseFenceAll),
+        OpKind::ReadAcquire { .. } => Some(Script::ReadAcquire),
+        OpKind::ReadExtend { .. } => Some(Script::ReadExtend),
+        OpKind::ReadRelease { .. } => Some(Script::ReadRelease),
+        OpKind::Admit { .. } => Some(Script::Admit),
     }
 }
 

@@ -2,8 +2,11 @@
 //! the server (`SCRIPT LOAD` replies), never from a SHA-1 computed here:
 //! deployments under FIPS rules may forbid SHA-1 in the client.
 
+use std::time::Duration;
+
 use redis::Value;
 
+use super::scripts_rw::{ADMIT, READ_ACQUIRE, READ_EXTEND, READ_RELEASE};
 use crate::backend::Reply;
 
 /// Deletes `KEYS[1]` only if it holds `ARGV[1]`, and then announces the
@@ -153,11 +156,15 @@ pub(super) enum Script {
     ReleaseAll,
     AcquireAllFenced,
     RaiseFenceAll,
+    ReadAcquire,
+    ReadExtend,
+    ReadRelease,
+    Admit,
 }
 
 impl Script {
     /// Every script, in the order of [`Digests`].
-    pub(super) const ALL: [Self; 9] = [
+    pub(super) const ALL: [Self; 13] = [
         Self::Release,
         Self::Extend,
         Self::AcquireFenced,
@@ -167,6 +174,10 @@ impl Script {
         Self::ReleaseAll,
         Self::AcquireAllFenced,
         Self::RaiseFenceAll,
+        Self::ReadAcquire,
+        Self::ReadExtend,
+        Self::ReadRelease,
+        Self::Admit,
     ];
 
     pub(super) fn text(self) -> &'static str {
@@ -180,6 +191,10 @@ impl Script {
             Self::ReleaseAll => RELEASE_ALL,
             Self::AcquireAllFenced => ACQUIRE_ALL_FENCED,
             Self::RaiseFenceAll => RAISE_FENCE_ALL,
+            Self::ReadAcquire => READ_ACQUIRE,
+            Self::ReadExtend => READ_EXTEND,
+            Self::ReadRelease => READ_RELEASE,
+            Self::Admit => ADMIT,
         }
     }
 
@@ -190,10 +205,22 @@ impl Script {
     /// never gives.
     pub(super) fn reply(self, value: Value) -> Result<Reply, Value> {
         use Script::{
-            AcquireAll, AcquireAllFenced, AcquireFenced, Extend, ExtendAll, RaiseFence,
-            RaiseFenceAll, Release, ReleaseAll,
+            AcquireAll, AcquireAllFenced, AcquireFenced, Admit, Extend, ExtendAll, RaiseFence,
+            RaiseFenceAll, ReadAcquire, ReadExtend, ReadRelease, Release, ReleaseAll,
         };
         match (self, value) {
+            // Refused, with who holds it and for how long yet (ms).
+            (ReadAcquire | Admit, Value::Array(held)) => match &held[..] {
+                [Value::BulkString(by), Value::Int(left)] => {
+                    let refused = Reply::held_by(by);
+                    Ok(match u64::try_from(*left) {
+                        Ok(ms) => refused.expiring_in(Duration::from_millis(ms)),
+                        Err(_) => refused,
+                    })
+                }
+                _ => Err(Value::Array(held)),
+            },
+            (ReadAcquire, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
             (AcquireFenced | AcquireAllFenced, Value::Int(-1)) => Ok(Reply::No),
             (AcquireFenced | AcquireAll | AcquireAllFenced, Value::BulkString(held)) => {
                 Ok(Reply::held_by(&held))
@@ -203,11 +230,12 @@ impl Script {
                 Ok(Reply::Fenced(n.unsigned_abs()))
             }
             (AcquireAll, Value::Int(-2)) => Ok(Reply::AlreadyOurs),
-            (Release | ReleaseAll, Value::Int(n)) if n > 1 => {
+            (Release | ReleaseAll | ReadRelease, Value::Int(n)) if n > 1 => {
                 Ok(Reply::Notified(n.unsigned_abs() - 1))
             }
             (
-                Release | Extend | RaiseFence | AcquireAll | ExtendAll | ReleaseAll | RaiseFenceAll,
+                Release | Extend | RaiseFence | AcquireAll | ExtendAll | ReleaseAll | RaiseFenceAll
+                | ReadAcquire | ReadExtend | ReadRelease | Admit,
                 Value::Int(n @ (0 | 1)),
             ) => Ok(Reply::from(n == 1)),
             (_, other) => Err(other),
@@ -226,6 +254,10 @@ impl Script {
             Self::ReleaseAll => "the set release script",
             Self::AcquireAllFenced => "the fenced set acquire script",
             Self::RaiseFenceAll => "the set fence script",
+            Self::ReadAcquire => "the read-write lock's reader acquire script",
+            Self::ReadExtend => "the read-write lock's reader extend script",
+            Self::ReadRelease => "the read-write lock's reader release script",
+            Self::Admit => "the read-write lock's writer admission script",
         }
     }
 

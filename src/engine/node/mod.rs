@@ -337,22 +337,26 @@ impl NodeState {
                     self.notices.note_release(&item.keys, *reply, waiters);
                 }
             }
-            Action::Acquire { .. } | Action::AcquireFenced { .. } => match result {
-                // Who holds the lock, for the waiters' early wake-ups.
-                Ok(Reply::HeldBy { digest, expires_in }) => {
-                    let expires = expires_in.and_then(|left| now.checked_add(left));
-                    self.shared
-                        .waiters
-                        .note_holder(&item.keys, self.index, *digest, expires);
+            // An admission refused while readers are in says who is
+            // last to leave, as an acquire refused says who holds the key.
+            Action::Acquire { .. } | Action::AcquireFenced { .. } | Action::Admit { .. } => {
+                match result {
+                    // Who holds the lock, for the waiters' early wake-ups.
+                    Ok(Reply::HeldBy { digest, expires_in }) => {
+                        let expires = expires_in.and_then(|left| now.checked_add(left));
+                        self.shared
+                            .waiters
+                            .note_holder(&item.keys, self.index, *digest, expires);
+                    }
+                    // The key was free here: as good as a notice of its
+                    // release, for a waiter this node may not have been
+                    // listening for yet (`note_free`).
+                    Ok(reply) if reply.is_yes() => {
+                        self.shared.waiters.note_free(&item.keys, self.index);
+                    }
+                    _ => {}
                 }
-                // The key was free here: as good as a notice of its
-                // release, for a waiter this node may not have been
-                // listening for yet (`note_free`).
-                Ok(reply) if reply.is_yes() => {
-                    self.shared.waiters.note_free(&item.keys, self.index);
-                }
-                _ => {}
-            },
+            }
             Action::Extend { .. } | Action::RaiseFence(_) => {}
         }
     }

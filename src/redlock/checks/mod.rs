@@ -44,5 +44,6 @@
 mod lease;
 mod line;
 mod protocol;
+mod rw;
 mod semaphore;
 mod set;

@@ -1,0 +1,377 @@
+//! A read-write lock over the same quorum: any number of readers (up to
+//! [`MAX_READERS`](crate::MAX_READERS)) or one writer, each reader expiring on its own, and a
+//! waiting writer that new readers do not overtake.
+//!
+//! On each node the lock is two keys, apart from every mutex's and
+//! semaphore's (they contain `{quorum-lock}`, which no resource may):
+//!
+//! - the readers: one entry per reader, each with its own expiry on the
+//!   server's clock (a sorted set scored by expiry on Redis); a reader's
+//!   extend moves only its own entry, and never adds one;
+//! - the writer's key: a plain lock key (token, TTL), taken, extended,
+//!   fenced and released exactly as a mutex's.
+//!
+//! A reader enters a node only while the writer's key is absent there
+//! (one atomic step: `OpKind::ReadAcquire`), and holds the lock with a
+//! quorum of entries, with the validity of a lock. A writer first takes
+//! the writer's key as a plain Redlock lock: that is its *intent*, which
+//! readers do not block, and from then on no new reader gets a quorum (the
+//! key is on a quorum). It is then admitted by a quorum of nodes on which
+//! no reader is left (`OpKind::Admit`, which also sets the key's expiry
+//! anew, as an extend): its validity counts from that round. docs/safety.md
+//! carries the argument; `src/redlock/checks/rw.rs` explores it.
+
+use crate::backend::KeySet;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::manager::LockManager;
+use crate::options::{LockOptions, RetryPolicy};
+use crate::redlock::{Admission, after, with_attempts};
+use crate::report::{NodeOutcome, NodeReport, Report, Round};
+use crate::waiting::Waiting;
+
+/// What the lock's two keys add to its name: `{name}` first, so that on a
+/// cluster node both keys hash to the slot of the name (unless the prefix
+/// has a hash tag of its own, which then decides for both), then the
+/// crate's mark and the role. The readers' suffix sorts before the
+/// writer's.
+const READERS: &[u8] = b"}{quorum-lock}:readers";
+const WRITER: &[u8] = b"}{quorum-lock}:writer";
+
+/// Shared readers or one exclusive writer of one name, across every
+/// process that uses the same nodes. Made by [`LockManager::rw_lock`].
+///
+/// Each side's guard is a [`LockGuard`]: it has a validity, extends (also
+/// automatically), releases on drop, can be lost and cancelled, exactly
+/// like a lock's; a write guard may carry a fence
+/// ([`LockOptions::fencing`]), strictly above every earlier writer's.
+///
+/// ```
+/// use quorum_lock::{LockManager, MemoryBackend};
+///
+/// let locks = LockManager::builder()
+///     .nodes((0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))))
+///     .build()?;
+/// let config = locks.rw_lock("config")?;
+/// let first = config.try_read()?;
+/// let second = config.try_read()?; // readers share
+/// assert!(config.try_write().unwrap_err().is_contended());
+/// drop((first, second));
+/// let writer = config.try_write()?; // alone now
+/// assert!(config.try_read().unwrap_err().is_contended());
+/// # drop(writer);
+/// # Ok::<(), quorum_lock::Error>(())
+/// ```
+///
+/// # Writers are not starved
+///
+/// A waiting writer's intent stops new readers on a quorum within its
+/// first round (unless another writer holds the lock: among writers no
+/// order is promised), and readers that arrive after that wait behind it,
+/// however many there are; readers already in keep their lock until they
+/// release it or it expires (their extends are not refused). Within one
+/// manager, a reader also stands back from the moment a thread asks for
+/// the write side, before its intent reaches the servers.
+///
+/// # No upgrade
+///
+/// A thread that holds a read guard and asks for the write side of the
+/// same lock through the same manager gets [`Error::Deadlock`] at once:
+/// its own reader would keep it waiting forever, and two such upgraders
+/// would wait for each other. Release the read guard first and take the
+/// write side; read again what was read under it, since another writer
+/// may have come between. Likewise a thread holding the write guard that
+/// waits for the read side, and a thread holding a read guard whose wait
+/// for another read guard meets a writer's intent (it waits behind that
+/// writer, which waits for it).
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    locks: LockManager,
+    /// The name, as given, for the guards' and reports' resource.
+    name: KeySet,
+    /// The lock's two keys on the nodes (readers, writer).
+    pair: KeySet,
+    /// The writer's key on the nodes, as a plain lock's.
+    writer: KeySet,
+    /// The readers' key on the nodes, as a set of one (what a waiting
+    /// writer listens to).
+    readers: KeySet,
+}
+
+impl LockManager {
+    /// The read-write lock named `name`. It is its own lock: it neither
+    /// excludes nor is excluded by the mutex or the semaphore of the same
+    /// name (its keys, `{name}{quorum-lock}:readers` and
+    /// `{name}{quorum-lock}:writer` after the prefix, are no other lock's).
+    ///
+    /// It needs scripts on every node: on a node where scripts are off or
+    /// denied ([`Scripts::Never`](crate::Scripts::Never), an ACL without
+    /// `@scripting`) each of its calls fails at once, naming why.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name, one that contains
+    /// `{quorum-lock}`, or one whose keys would be over
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes. No node is
+    /// contacted.
+    pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> Result<RwLock> {
+        let name = name.as_ref();
+        if name.is_empty() {
+            return Err(Error::InvalidArgument {
+                reason: "the read-write lock's name is empty".into(),
+            });
+        }
+        self.check_resource(name)?;
+        let role = |suffix: &[u8]| [b"{", name, suffix].concat();
+        let (readers, writer) = (role(READERS), role(WRITER));
+        if writer.len().max(readers.len()) > crate::MAX_RESOURCE_LEN {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "the read-write lock's name is {} bytes: its keys add {} to it, over \
+                     the {} bytes a resource may have",
+                    name.len(),
+                    READERS.len().max(WRITER.len()) + 1,
+                    crate::MAX_RESOURCE_LEN
+                ),
+            });
+        }
+        let rounds = self.core().rounds();
+        let (readers, writer) = (rounds.key_for(&readers), rounds.key_for(&writer));
+        let pair = KeySet::read_write(&readers, &writer).ok_or_else(|| Error::InvalidArgument {
+            reason: "the read-write lock's two keys are the same".into(),
+        })?;
+        Ok(RwLock {
+            locks: self.clone(),
+            name: KeySet::one(name),
+            pair,
+            writer: KeySet::one(writer),
+            readers: KeySet::one(readers),
+        })
+    }
+}
+
+impl RwLock {
+    /// Its name, as given.
+    pub fn name(&self) -> &[u8] {
+        self.name.first()
+    }
+
+    /// Its two keys on the nodes: the readers' and the writer's.
+    pub fn keys(&self) -> (&[u8], &[u8]) {
+        (self.readers.first(), self.writer.first())
+    }
+
+    /// Takes the read side, waiting while a writer holds or waits for the
+    /// lock, with the manager's default options (as [`LockManager::lock`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_with`](Self::read_with).
+    pub fn read(&self) -> Result<LockGuard> {
+        self.read_with(&LockOptions::new())
+    }
+
+    /// One attempt at the read side.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_with`](Self::read_with), after a single attempt:
+    /// [`Error::Contended`] while a writer holds or waits for the lock.
+    pub fn try_read(&self) -> Result<LockGuard> {
+        self.read_with(&LockOptions::new().retry(RetryPolicy::none()))
+    }
+
+    /// Takes the read side with `options` (TTL, wait, retry policy,
+    /// auto-extension, cancellation, as for a lock). A reader has no
+    /// fence: the manager's default fencing does not apply to it.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::lock_with`]; [`Error::InvalidArgument`] when
+    /// `options` ask for a fence; [`Error::Deadlock`] when this thread
+    /// holds the write side (at once, for a call that would wait), or holds
+    /// a read guard of this lock while a writer waits for it.
+    pub fn read_with(&self, options: &LockOptions) -> Result<LockGuard> {
+        if options.fencing == Some(true) {
+            return Err(Error::InvalidArgument {
+                reason: "a read guard has no fence: fencing is for the write side".into(),
+            });
+        }
+        let locks = &self.locks;
+        let ttl = locks.checked_ttl(options)?;
+        let rounds = locks.core().rounds();
+        let mut attempts = 0;
+        let mut waiting = Waiting::new(options, locks.retry(), &mut attempts);
+        waiting.check_cancelled()?;
+        let now = rounds.now();
+        if !waiting.single_attempt() && rounds.owners().held_by_me(&self.writer, now) {
+            return Err(self.deadlock());
+        }
+        // A reader this thread holds keeps a writer's intent waiting, so
+        // a wait behind that intent would wait for itself.
+        let reading_here = rounds.owners().held_by_me(&self.pair, now);
+        let mut watch = None;
+        loop {
+            waiting.check_cancelled()?;
+            let tries = waiting.attempt();
+            let error = if rounds.intents().pending(&self.writer) {
+                // A writer of this manager is on its way: stand back.
+                self.local_writer_waits()
+            } else {
+                match rounds.acquire_once(&self.name, &self.pair, ttl, false) {
+                    Ok(lease) => {
+                        let guard = locks.guard(lease);
+                        return locks.deliver(guard, ttl, options, &waiting);
+                    }
+                    Err(e) if e.is_retryable() => e,
+                    Err(e) => return Err(e),
+                }
+            };
+            if reading_here && error.is_contended() && !waiting.single_attempt() {
+                return Err(self.deadlock());
+            }
+            let Some(delay) = waiting.next_delay() else {
+                return Err(with_attempts(error, tries, waiting.started().elapsed()));
+            };
+            // Wake-ups, as a lock's waiter: listen for the writer's
+            // release, then try once more at once (a release before the
+            // subscription); then wait for a notice, the delay or the
+            // cancellation.
+            match &mut watch {
+                None => watch = Some(rounds.watch(&self.writer)),
+                Some(wait) => {
+                    let alarm = waiting.alarm().receiver();
+                    let _ = rounds.wait_for_release(wait, after(delay), Some(alarm));
+                }
+            }
+        }
+    }
+
+    /// Takes the write side, waiting while readers or another writer hold
+    /// it, with the manager's default options.
+    ///
+    /// # Errors
+    ///
+    /// As [`write_with`](Self::write_with).
+    pub fn write(&self) -> Result<LockGuard> {
+        self.write_with(&LockOptions::new())
+    }
+
+    /// One attempt at the write side: one round for the intent and one
+    /// for the admission; the intent is released when readers are in.
+    ///
+    /// # Errors
+    ///
+    /// As [`write_with`](Self::write_with), after a single attempt:
+    /// [`Error::Contended`] while readers or another writer hold the lock.
+    pub fn try_write(&self) -> Result<LockGuard> {
+        self.write_with(&LockOptions::new().retry(RetryPolicy::none()))
+    }
+
+    /// Takes the write side with `options` (TTL, wait, retry policy,
+    /// auto-extension, fencing, cancellation, as for a lock): first the
+    /// intent (the writer's key, as a lock: waiting while another writer
+    /// holds it), then the admission once no reader is left, keeping the
+    /// intent meanwhile. The whole call is bounded by the wait budget; on
+    /// any failure the intent is released.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::lock_with`]; [`Error::Contended`] (the last
+    /// admission's report) when readers were still in once the budget was
+    /// spent; [`Error::Lost`] when the intent was lost while waiting for
+    /// readers; [`Error::Deadlock`] at once when this thread holds a read
+    /// guard of this lock (no upgrade, see [`RwLock`]).
+    pub fn write_with(&self, options: &LockOptions) -> Result<LockGuard> {
+        let locks = &self.locks;
+        let ttl = locks.checked_ttl(options)?;
+        let rounds = locks.core().rounds();
+        let mut attempts = 0;
+        let mut waiting = Waiting::new(options, locks.retry(), &mut attempts);
+        waiting.check_cancelled()?;
+        if rounds.owners().held_by_me(&self.pair, rounds.now()) {
+            return Err(self.deadlock());
+        }
+        // From here until this call returns, this manager's readers of the
+        // lock stand back.
+        let _intent = rounds.intents().announce(&self.writer);
+        // The intent: the writer's key as a plain lock, with this call's
+        // budget; auto-extension starts only once admitted.
+        let intent_options = options.clone().auto_extend(false);
+        let mut intent_rounds = 0;
+        let mut guard = locks.take_as(
+            &self.name,
+            &self.writer,
+            &intent_options,
+            &mut intent_rounds,
+        )?;
+        let mut watch = None;
+        loop {
+            waiting.check_cancelled()?;
+            // Keep the intent: the admission sets the key's expiry only
+            // where it admits.
+            if guard.validity() < ttl / 2 {
+                guard.extend(ttl)?;
+            }
+            let tries = waiting.attempt();
+            let report = match rounds.admit(guard.lease(), &self.pair)? {
+                Admission::Admitted => {
+                    return locks.deliver(guard, ttl, options, &waiting);
+                }
+                Admission::NotYet(report) => report,
+            };
+            let error = Error::Contended {
+                report: Box::new(report),
+            };
+            let Some(delay) = waiting.next_delay() else {
+                return Err(with_attempts(error, tries, waiting.started().elapsed()));
+            };
+            // Listen for readers' releases, try once more at once, then
+            // wait for a release, the delay or the cancellation; never
+            // past the moment the intent needs its extend.
+            let refresh = guard.validity().saturating_sub(ttl / 2);
+            match &mut watch {
+                None => watch = Some(rounds.watch(&self.readers)),
+                Some(wait) => {
+                    let alarm = waiting.alarm().receiver();
+                    let until = after(delay.min(refresh));
+                    let _ = rounds.wait_for_release(wait, until, Some(alarm));
+                }
+            }
+        }
+    }
+
+    /// The error of a wait that would wait for this thread itself.
+    fn deadlock(&self) -> Error {
+        Error::Deadlock {
+            resource: self.name.to_string(),
+        }
+    }
+
+    /// A reader's refusal, without asking the servers, while a writer of
+    /// this manager is on its way.
+    fn local_writer_waits(&self) -> Error {
+        let nodes = self
+            .locks
+            .nodes()
+            .into_iter()
+            .map(|node| NodeReport {
+                node,
+                outcome: NodeOutcome::NotAwaited,
+            })
+            .collect();
+        Error::Contended {
+            report: Box::new(Report {
+                round: Round::Acquire,
+                resource: self.name.to_string(),
+                quorum: self.locks.quorum(),
+                nodes,
+                elapsed: std::time::Duration::ZERO,
+                attempts: 1,
+                waited: std::time::Duration::ZERO,
+                held_here: false,
+                writer_here: true,
+            }),
+        }
+    }
+}
