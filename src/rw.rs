@@ -320,9 +320,20 @@ impl RwLock {
                 }
                 Admission::NotYet(report) => report,
             };
-            let error = Error::Contended {
-                report: Box::new(report),
+            // Refused by readers: contended. Too few answers (or failures
+            // no retry fixes, as a server that cannot run the script):
+            // no quorum, which ends the call at once when out of reach.
+            let error = match report.refused() {
+                0 => Error::NoQuorum {
+                    report: Box::new(report),
+                },
+                _ => Error::Contended {
+                    report: Box::new(report),
+                },
             };
+            if !error.is_retryable() {
+                return Err(error);
+            }
             let Some(delay) = waiting.next_delay() else {
                 return Err(with_attempts(error, tries, waiting.started().elapsed()));
             };

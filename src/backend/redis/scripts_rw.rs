@@ -48,12 +48,15 @@ pub(super) const READ_ACQUIRE: &str = concat!(
 );
 
 /// A reader's extend: `KEYS[1]` the readers, `ARGV[1]` its value,
-/// `ARGV[2]` the TTL in ms. Only while its entry is there and has not
-/// expired (never adds one): 1, else 0.
+/// `ARGV[2]` the TTL in ms. The readers past their expiry are dropped
+/// first (so a crashed reader is gone from the server at the latest at a
+/// live reader's next extend after its expiry). Only while its own entry
+/// is still there (never adds one): 1, else 0.
 pub(super) const READ_EXTEND: &str = concat!(
     server_now!(),
-    "local s = redis.call('zscore', KEYS[1], ARGV[1]) \
-     if not s or tonumber(s) <= now then return 0 end \
+    "redis.call('zremrangebyscore', KEYS[1], '-inf', now) \
+     local s = redis.call('zscore', KEYS[1], ARGV[1]) \
+     if not s then return 0 end \
      redis.call('zadd', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1]) ",
     follow_last_reader!("KEYS[1]"),
     "return 1"
