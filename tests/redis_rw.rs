@@ -298,3 +298,54 @@ fn without_scripts_it_fails_at_once_naming_why() {
     assert!(text.contains("needs EVAL"), "{text}");
     assert!(started.elapsed() < HANG, "at once, not after the wait");
 }
+
+#[test]
+fn through_a_cluster_node_the_locks_keys_share_a_slot_and_it_works() {
+    let cluster = testkit::RedisCluster::start(3, 1);
+    let mut plain = RedisServer::start();
+    let other = RedisServer::start();
+    let urls = [cluster.seed_url(), plain.url(), other.url()];
+    let [a, b] = [(); 2].map(|()| manager_of(&urls, Scripts::Auto));
+    let (ra, rb) = (a.rw_lock("orders").unwrap(), b.rw_lock("orders").unwrap());
+    // Both keys on one shard: the master of the name's slot.
+    let (readers, writer) = ra.keys();
+    assert_eq!(
+        cluster.server_for_key(readers).port(),
+        cluster.server_for_key(writer).port()
+    );
+    // One plain server gone: every quorum needs the cluster's vote.
+    plain.kill9();
+    let first = ra.try_read().unwrap();
+    let second = rb.try_read().unwrap();
+    assert!(rb.try_write().is_err(), "no upgrade, and readers are in");
+    drop(second);
+    assert!(a.flush(FLUSH) && b.flush(FLUSH));
+    let refused = rb.try_write().unwrap_err();
+    assert!(
+        matches!(refused, Error::Contended { .. } | Error::NoQuorum { .. }),
+        "{refused}"
+    );
+    first.release().unwrap();
+    let mut writer_guard = rb
+        .write_with(&LockOptions::new().fencing(true))
+        .expect("alone now");
+    assert!(writer_guard.fence().is_some());
+    writer_guard.extend(TTL).unwrap();
+    // Refused by the cluster (or decided without it, once the other
+    // plain server refused: with one node down, no quorum is left).
+    let refused = ra.try_read().unwrap_err();
+    assert!(
+        matches!(refused, Error::Contended { .. } | Error::NoQuorum { .. }),
+        "{refused}"
+    );
+    writer_guard.release().unwrap();
+    drop(ra.try_read().unwrap());
+    assert!(a.flush(FLUSH) && b.flush(FLUSH));
+    let left: Vec<String> = cluster
+        .keys_everywhere()
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .filter(|k| !k.ends_with(":fences"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
