@@ -348,3 +348,37 @@ fn an_op_refused_for_want_of_a_script_leaves_the_node_voting() {
     }
     drop(guard);
 }
+
+/// The read-write lock needs scripts: through a user denied `@scripting`
+/// it fails at once, in one line naming why, whether scripts are off
+/// (nothing is sent) or on (the server refuses them), also for a call that
+/// would wait. Its readers leave no key.
+#[test]
+fn the_rw_lock_without_scripting_fails_at_once_naming_why() {
+    let (servers, _) = servers();
+    for (scripts, lacks) in [(Scripts::Never, "needs EVAL"), (Scripts::Always, "'eval'")] {
+        let locks = manager(&servers, scripts);
+        let rw = locks.rw_lock("report").unwrap();
+        let waiting = LockOptions::new()
+            .retry(RetryPolicy::default())
+            .wait(Duration::from_secs(30));
+        let started = std::time::Instant::now();
+        for attempt in [rw.try_read(), rw.read_with(&waiting)] {
+            let error = attempt.expect_err("scripts are needed");
+            assert!(!error.is_retryable(), "{error}");
+            assert_refused_at_once(&error, lacks);
+        }
+        let error = rw.write_with(&waiting).expect_err("scripts are needed");
+        assert!(!error.is_retryable(), "{error}");
+        assert!(error.to_string().contains(lacks), "{error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{scripts:?}: at once"
+        );
+        assert!(locks.flush(Duration::from_secs(5)));
+        for server in servers.iter() {
+            let (readers, _) = rw.keys();
+            assert_eq!(server.get(readers), None, "{}", server.describe());
+        }
+    }
+}
