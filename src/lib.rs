@@ -60,8 +60,9 @@
 //!
 //! # Beyond one mutex
 //!
-//! Several resources as one lock, a semaphore, who holds what, fencing
-//! tokens, and the operator's view, all on the same quorum:
+//! Several resources as one lock, a semaphore, a read-write lock, who
+//! holds what, fencing tokens, and the operator's view, all on the same
+//! quorum:
 //!
 //! ```
 //! use quorum_lock::{LockManager, LockOptions, MemoryBackend};
@@ -80,6 +81,17 @@
 //! // At most two uploads at a time, across every process on these nodes.
 //! let uploads = locks.semaphore("uploads", 2)?;
 //! let permit = uploads.acquire()?;
+//!
+//! // Shared readers, or one writer that later readers do not overtake;
+//! // each reader expires on its own.
+//! let config = locks.rw_lock("config")?;
+//! let reader = config.read()?;
+//! // No upgrade: this thread's own reader would keep its writer waiting.
+//! assert!(matches!(config.try_write(), Err(quorum_lock::Error::Deadlock { .. })));
+//! drop(reader);
+//! let writer = config.write()?;
+//! assert!(config.try_read().unwrap_err().is_contended());
+//! drop(writer);
 //!
 //! // Who holds it, judged by quorum (a snapshot: never a reason to act).
 //! let seen = locks.inspect(permit.resource())?;
@@ -118,8 +130,8 @@
 //! # What is where
 //!
 //! The crate root holds what a lock user touches: the manager, its
-//! builder and options, the guard, the errors, the semaphore,
-//! cancellation, the clocks and the backends. The rest has a module
+//! builder and options, the guard, the errors, the semaphore, the
+//! read-write lock, cancellation, the clocks and the backends. The rest has a module
 //! of its own:
 //!
 //! * [`report`]: what each node did in a round (every release returns a

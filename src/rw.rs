@@ -49,15 +49,17 @@ const WRITER: &[u8] = b"}{quorum-lock}:writer";
 /// ```
 /// use quorum_lock::{LockManager, MemoryBackend};
 ///
-/// let locks = LockManager::builder()
-///     .nodes((0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))))
-///     .build()?;
-/// let config = locks.rw_lock("config")?;
+/// let nodes: Vec<MemoryBackend> = (0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))).collect();
+/// // Two managers on the same nodes, as two processes would have.
+/// let [here, there] = [(); 2].map(|()| {
+///     LockManager::builder().nodes(nodes.iter().cloned()).build().unwrap()
+/// });
+/// let (config, theirs) = (here.rw_lock("config")?, there.rw_lock("config")?);
 /// let first = config.try_read()?;
 /// let second = config.try_read()?; // readers share
-/// assert!(config.try_write().unwrap_err().is_contended());
+/// assert!(theirs.try_write().unwrap_err().is_contended());
 /// drop((first, second));
-/// let writer = config.try_write()?; // alone now
+/// let writer = theirs.try_write()?; // alone now
 /// assert!(config.try_read().unwrap_err().is_contended());
 /// # drop(writer);
 /// # Ok::<(), quorum_lock::Error>(())
