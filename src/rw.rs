@@ -21,10 +21,12 @@
 //! anew, as an extend): its validity counts from that round. docs/safety.md
 //! carries the argument; `src/redlock/checks/rw.rs` explores it.
 
+use std::time::Instant;
+
 use crate::backend::KeySet;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::manager::LockManager;
+use crate::manager::{LockManager, outcome};
 use crate::options::{LockOptions, RetryPolicy};
 use crate::redlock::{Admission, after, with_attempts};
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
@@ -194,6 +196,16 @@ impl RwLock {
     /// holds the write side (at once, for a call that would wait), or holds
     /// a read guard of this lock while a writer waits for it.
     pub fn read_with(&self, options: &LockOptions) -> Result<LockGuard> {
+        let started = Instant::now();
+        let mut attempts = 0;
+        let taken = self.take_read(options, &mut attempts);
+        crate::metrics::acquire(outcome(&taken), started.elapsed(), attempts);
+        taken
+    }
+
+    /// [`read_with`](Self::read_with), counting its attempts in
+    /// `attempts` (for the metrics).
+    fn take_read(&self, options: &LockOptions, attempts: &mut u32) -> Result<LockGuard> {
         if options.fencing == Some(true) {
             return Err(Error::InvalidArgument {
                 reason: "a read guard has no fence: fencing is for the write side".into(),
@@ -202,8 +214,7 @@ impl RwLock {
         let locks = &self.locks;
         let ttl = locks.checked_ttl(options)?;
         let rounds = locks.core().rounds();
-        let mut attempts = 0;
-        let mut waiting = Waiting::new(options, locks.retry(), &mut attempts);
+        let mut waiting = Waiting::new(options, locks.retry(), attempts);
         waiting.check_cancelled()?;
         let now = rounds.now();
         if !waiting.single_attempt() && rounds.owners().held_by_me(&self.writer, now) {
@@ -285,11 +296,33 @@ impl RwLock {
     /// readers; [`Error::Deadlock`] at once when this thread holds a read
     /// guard of this lock (no upgrade, see [`RwLock`]).
     pub fn write_with(&self, options: &LockOptions) -> Result<LockGuard> {
+        let started = Instant::now();
+        let mut attempts = 0;
+        let taken = self.take_write(options, &mut attempts);
+        crate::metrics::acquire(outcome(&taken), started.elapsed(), attempts);
+        taken
+    }
+
+    /// [`write_with`](Self::write_with), counting its rounds (intent and
+    /// admissions) in `attempts` (for the metrics).
+    fn take_write(&self, options: &LockOptions, attempts: &mut u32) -> Result<LockGuard> {
+        let (mut intent_rounds, mut admissions) = (0, 0);
+        let taken = self.intent_then_admission(options, &mut intent_rounds, &mut admissions);
+        *attempts = intent_rounds.saturating_add(admissions);
+        taken
+    }
+
+    /// The intent, then admission rounds until admitted, counting each.
+    fn intent_then_admission(
+        &self,
+        options: &LockOptions,
+        intent_rounds: &mut u32,
+        admissions: &mut u32,
+    ) -> Result<LockGuard> {
         let locks = &self.locks;
         let ttl = locks.checked_ttl(options)?;
         let rounds = locks.core().rounds();
-        let mut attempts = 0;
-        let mut waiting = Waiting::new(options, locks.retry(), &mut attempts);
+        let mut waiting = Waiting::new(options, locks.retry(), admissions);
         waiting.check_cancelled()?;
         if rounds.owners().held_by_me(&self.pair, rounds.now()) {
             return Err(self.deadlock());
@@ -300,13 +333,7 @@ impl RwLock {
         // The intent: the writer's key as a plain lock, with this call's
         // budget; auto-extension starts only once admitted.
         let intent_options = options.clone().auto_extend(false);
-        let mut intent_rounds = 0;
-        let mut guard = locks.take_as(
-            &self.name,
-            &self.writer,
-            &intent_options,
-            &mut intent_rounds,
-        )?;
+        let mut guard = locks.take_as(&self.name, &self.writer, &intent_options, intent_rounds)?;
         let mut watch = None;
         loop {
             waiting.check_cancelled()?;

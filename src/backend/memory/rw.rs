@@ -83,12 +83,14 @@ impl State {
                     return Ok(Reply::No);
                 }
                 let set = self.readers(readers, now)?;
-                if let Some(last) = set.values().max().copied() {
-                    // Refused while readers are in: the time the last one
-                    // has left tells the writer when to look again.
+                let last = set.iter().max_by_key(|(_, expiry)| **expiry);
+                if let Some((token, expiry)) = last {
+                    // Refused while readers are in: the last one to expire,
+                    // and when, tells the writer when to look again.
+                    let refused =
+                        Reply::held_by(token).expiring_in(expiry.saturating_duration_since(now));
                     self.settle(readers);
-                    let refused = Reply::held_by(readers);
-                    return Ok(refused.expiring_in(last.saturating_duration_since(now)));
+                    return Ok(refused);
                 }
                 if let Some(entry) = self.keys.get_mut(writer) {
                     entry.expires_at = Some(expires_at);
