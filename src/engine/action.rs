@@ -109,3 +109,54 @@ pub(crate) enum Gather {
     /// Until every node has answered.
     All,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a read-write lock's keys the lock's actions are the reader's op
+    /// kinds, each key named by its role; on a plain set of the same two
+    /// keys they stay the lock's (a reader sent as a plain acquire would
+    /// set both keys as a lock).
+    #[test]
+    fn a_read_write_pair_gets_the_readers_ops_and_a_plain_set_the_locks() {
+        let ttl = Duration::from_secs(1);
+        let pair = KeySet::read_write(b"k:readers", b"k:writer").unwrap();
+        let (readers, writer): (&[u8], &[u8]) = (b"k:readers", b"k:writer");
+        fn kind(action: Action, keys: &KeySet) -> OpKind<'_> {
+            action.op(keys, b"t", b"c").kind
+        }
+        assert_eq!(
+            kind(Action::Acquire { ttl }, &pair),
+            OpKind::ReadAcquire {
+                ttl,
+                readers,
+                writer
+            }
+        );
+        assert_eq!(
+            kind(Action::Extend { ttl }, &pair),
+            OpKind::ReadExtend { ttl, readers }
+        );
+        assert_eq!(
+            kind(Action::Release, &pair),
+            OpKind::ReadRelease { readers }
+        );
+        assert_eq!(
+            kind(Action::Admit { ttl }, &pair),
+            OpKind::Admit {
+                ttl,
+                readers,
+                writer
+            }
+        );
+        assert!(kind(Action::Release, &pair).is_release());
+        let plain = KeySet::new(["k:readers", "k:writer"]).unwrap();
+        assert_eq!(
+            kind(Action::Acquire { ttl }, &plain),
+            OpKind::Acquire { ttl }
+        );
+        assert_eq!(kind(Action::Release, &plain), OpKind::Release);
+        assert!(!kind(Action::Extend { ttl }, &plain).is_read_write());
+    }
+}

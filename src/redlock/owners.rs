@@ -229,6 +229,30 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_holds_its_read_write_pair_and_not_the_writers_key() {
+        let owners = Arc::new(Owners::default());
+        let now = Instant::now();
+        let pair = KeySet::read_write(b"x:readers", b"x:writer").unwrap();
+        let reader = Arc::new(Lease::new(
+            KeySet::one("x"),
+            pair.clone(),
+            Token::random().unwrap(),
+            Duration::from_secs(1),
+            now + Duration::from_secs(1),
+            Support::default(),
+            None,
+        ));
+        let _owned = owners.own(reader);
+        assert!(owners.held_by_me(&pair, now), "the reader");
+        // Split into its keys, a reader would count as the writer's lock
+        // (and a thread's second reader would be a deadlock).
+        assert!(!owners.held_by_me(&KeySet::one("x:writer"), now));
+        assert!(!owners.held_by_me(&KeySet::one("x:readers"), now));
+        let plain = KeySet::new(["x:readers", "x:writer"]).unwrap();
+        assert!(!owners.held_by_me(&plain, now), "not the plain set");
+    }
+
+    #[test]
     fn every_live_lease_is_visited_once() {
         let owners = Arc::new(Owners::default());
         let later = Instant::now() + Duration::from_secs(1);
