@@ -380,3 +380,39 @@ fn a_key_pattern_that_misses_the_prefix_is_not_ready_but_keeps_the_nodes() {
         );
     }
 }
+
+/// The read-write lock through the documented user: its scripts' sorted
+/// set commands, `TIME` and `PEXPIREAT` are in the line, its keys under
+/// the prefix, and a reader's release wakes a waiting writer's channel.
+#[test]
+fn the_documented_acl_user_takes_read_and_write_locks() {
+    let servers = servers_with_user();
+    let locks = manager(&servers);
+    let second = manager(&servers);
+    // The fresh servers' quarantine first (a plain lock waits it out).
+    drop(first_lock(&locks, "warm-up", &LockOptions::new()));
+    drop(first_lock(&second, "warm-up", &LockOptions::new()));
+    let rw = locks.rw_lock("config").unwrap();
+    let other = second.rw_lock("config").unwrap();
+    let mut reader = rw
+        .try_read()
+        .unwrap_or_else(|e| panic!("read through the documented ACL user: {e}"));
+    reader
+        .extend(TTL)
+        .unwrap_or_else(|e| panic!("a reader's extend: {e}"));
+    let refused = other.try_write().expect_err("a reader is in");
+    assert_no_node_failed("a writer's admission", &refused);
+    assert!(refused.is_contended(), "{refused}");
+    reader
+        .release()
+        .unwrap_or_else(|e| panic!("a reader's release: {e}"));
+    let writer = other
+        .write_with(&LockOptions::new().fencing(true))
+        .unwrap_or_else(|e| panic!("write through the documented ACL user: {e}"));
+    assert!(writer.fence().is_some());
+    let refused = rw.try_read().expect_err("the writer is alone");
+    assert_no_node_failed("a reader refused by the writer", &refused);
+    writer.release().unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
+    assert_keys_under_prefix(&servers);
+}
