@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
+use testkit::wait_until;
+
 use quorum_lock::{
     CancellationToken, Error, LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy,
 };
@@ -151,19 +153,15 @@ fn a_writers_intent_stops_new_readers_until_it_is_done() {
     };
     // Until the writer's intent is on the nodes, a new reader may still
     // enter; once it is, every later reader is refused.
-    let mut refused = 0;
-    for _ in 0..2000 {
-        match ra.try_read() {
-            Ok(guard) => drop(guard),
-            Err(e) if e.is_contended() => {
-                refused += 1;
-                break;
-            }
-            Err(e) => panic!("{e}"),
+    let refused = wait_until(Duration::from_secs(30), || match ra.try_read() {
+        Ok(guard) => {
+            drop(guard);
+            false
         }
-        thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(refused, 1, "the writer's intent stopped new readers");
+        Err(e) if e.is_contended() => true,
+        Err(e) => panic!("{e}"),
+    });
+    assert!(refused, "the writer's intent stopped new readers");
     assert!(
         !admitted.load(Ordering::SeqCst),
         "the first reader is still in"
@@ -204,9 +202,9 @@ fn a_waiting_writer_gets_in_under_a_steady_stream_of_readers() {
             })
         })
         .collect();
-    while reads.load(Ordering::SeqCst) < 20 {
-        thread::sleep(Duration::from_millis(1));
-    }
+    assert!(wait_until(Duration::from_secs(30), || reads
+        .load(Ordering::SeqCst)
+        >= 20));
     let writer = rw
         .write_with(&LockOptions::new().wait(Duration::from_secs(30)))
         .expect("the writer is not starved");
@@ -254,17 +252,18 @@ fn a_reader_of_this_process_stands_back_for_a_local_writer() {
         thread::spawn(move || rw.write().map(|guard| guard.release()))
     };
     let mut stood_back = None;
-    for _ in 0..2000 {
-        match rw.try_read() {
-            Ok(guard) => drop(guard),
-            Err(e) => {
-                stood_back = Some(e);
-                break;
-            }
+    let refused = wait_until(Duration::from_secs(30), || match rw.try_read() {
+        Ok(guard) => {
+            drop(guard);
+            false
         }
-        thread::sleep(Duration::from_millis(1));
-    }
-    let error = stood_back.expect("a local reader stands back");
+        Err(e) => {
+            stood_back = Some(e);
+            true
+        }
+    });
+    assert!(refused, "a local reader stands back");
+    let error = stood_back.expect("refused");
     assert!(error.is_contended(), "{error}");
     drop(reader);
     writer.join().unwrap().unwrap().unwrap();
