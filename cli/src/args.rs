@@ -75,17 +75,20 @@ pub(crate) struct Global {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Run a command while holding the lock NAME, then release it.
+    /// Run a command while holding the lock NAME, then release it
+    /// (--shared / --exclusive: a side of the read-write lock NAME).
     #[command(after_help = crate::exit::HELP)]
     Run(RunArgs),
-    /// Show whether NAME is held on each node, and the quorum's verdict.
+    /// Show whether NAME is held on each node, and the quorum's verdict;
+    /// the writer and readers of the read-write lock NAME too, when it has
+    /// any.
     Status(StatusArgs),
     /// Check each node for what the lock relies on.
     Doctor(DoctorArgs),
     /// Break a stuck lock during an incident: show who holds NAME on each
-    /// node and for how long, ask, then delete it on every node. A holder
-    /// that still runs is not told; only fencing protects the resource
-    /// from it then.
+    /// node and for how long, ask, then delete it on every node (--writer,
+    /// --readers: the read-write lock NAME's). A holder that still runs is
+    /// not told; only fencing protects the resource from it then.
     #[command(after_help = BREAK_HELP)]
     Break(BreakArgs),
 }
@@ -101,8 +104,16 @@ A node's key is deleted only while it holds the value that was shown (the librar
 compare-and-delete release, which also wakes waiters): a lock that changed hands since is
 left alone. For a permit of `run -n K NAME`, break `NAME:<slot>`.
 
+The read-write lock NAME (`run --shared` / `run --exclusive`) is another lock: plain `break NAME`
+never touches it (it says when it has holders). Name the side that is stuck: --writer deletes the
+writer's key (whether it holds the lock or waits for readers to leave), --readers removes every
+reader shown (a reader that came since stays), both flags both. A writer that only waits behind
+a stuck reader needs --readers alone: it then goes ahead. A reader that still runs is not told
+either, and has no fence: a writer may be admitted while it still reads. Each node's writer key is
+deleted only while it holds the value shown, as a lock's.
+
 Exit codes:
-  0        no node holds the lock shown any more (deleted there, or it was not held)
+  0        no node holds what was shown any more (deleted there, or it was not held)
   1        not confirmed at the prompt
   64       no terminal to ask on and no --force; an empty NAME
   69       a node could not be read or its key deleted (it is named)
@@ -159,6 +170,21 @@ pub(crate) struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(quorum_lock::MAX_PERMITS))
     )]
     pub(crate) permits: Option<u32>,
+    /// Take the read side of the read-write lock NAME (as `flock -s`): any
+    /// number of `--shared` runs hold it at once, none while an
+    /// `--exclusive` run holds it or waits for it (new readers queue
+    /// behind a waiting writer, so writers are not starved). No fence
+    /// (not with --fencing). The read-write lock NAME is its own lock: a
+    /// plain `run NAME` (and `-n K NAME`) neither waits for it nor stops it.
+    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "permits", "fencing"])]
+    pub(crate) shared: bool,
+    /// Take the write side of the read-write lock NAME (as `flock -x`):
+    /// alone, once the `--shared` runs that hold it have ended (it waits
+    /// for them within --wait; without --wait one attempt, held elsewhere
+    /// while readers are in). With --fencing the command gets
+    /// `QUORUM_LOCK_FENCE`, above every earlier writer's.
+    #[arg(short = 'x', long, conflicts_with = "permits")]
+    pub(crate) exclusive: bool,
     /// Exit code when the lock is held elsewhere.
     #[arg(short = 'E', long, default_value_t = crate::exit::CONFLICT)]
     pub(crate) conflict_exit_code: u8,
@@ -218,6 +244,16 @@ pub(crate) struct BreakArgs {
     /// Do not ask: break it at once (needed without a terminal).
     #[arg(long)]
     pub(crate) force: bool,
+    /// Break the writer of the read-write lock NAME (`run --exclusive
+    /// NAME`) instead of the lock NAME: its key is deleted on every node,
+    /// whether it holds the lock or still waits for readers to leave.
+    #[arg(long)]
+    pub(crate) writer: bool,
+    /// Remove every reader of the read-write lock NAME (`run --shared
+    /// NAME`) that was shown, on every node, instead of breaking the lock
+    /// NAME. With --writer: both.
+    #[arg(long)]
+    pub(crate) readers: bool,
 }
 
 /// `quorum-lock doctor`.
@@ -228,7 +264,31 @@ pub(crate) struct DoctorArgs {
     pub(crate) json: bool,
 }
 
+/// Which lock `run` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The lock NAME.
+    Mutex,
+    /// One of K permits of the semaphore NAME (`-n K`).
+    Permit(u32),
+    /// The read side of the read-write lock NAME (`--shared`).
+    Shared,
+    /// The write side of the read-write lock NAME (`--exclusive`).
+    Exclusive,
+}
+
 impl RunArgs {
+    /// Which lock the flags ask for (clap refuses the combinations that
+    /// make no sense).
+    pub(crate) fn side(&self) -> Side {
+        match (self.permits, self.shared, self.exclusive) {
+            (Some(permits), _, _) => Side::Permit(permits),
+            (None, true, _) => Side::Shared,
+            (None, false, true) => Side::Exclusive,
+            (None, false, false) => Side::Mutex,
+        }
+    }
+
     /// `--kill-after`, or its default: a third of the TTL (what is left of
     /// the validity when an extend, due at a third, fails at once), at
     /// most [`KILL_AFTER`].
@@ -396,5 +456,30 @@ mod tests {
         assert_eq!(long.len(), quorum_lock::MAX_OWNER_LEN, "{long}");
         assert!(long.chars().all(|c| c.is_ascii_graphic() || c == ' '));
         assert_eq!(run_args(&["--owner", "ci@build-7"]).owner(), "ci@build-7");
+    }
+
+    #[test]
+    fn shared_and_exclusive_pick_a_side_and_refuse_what_makes_no_sense() {
+        assert_eq!(run_args(&[]).side(), Side::Mutex);
+        assert_eq!(run_args(&["--shared"]).side(), Side::Shared);
+        assert_eq!(run_args(&["-s", "--wait", "5s"]).side(), Side::Shared);
+        assert_eq!(run_args(&["-x", "--fencing"]).side(), Side::Exclusive);
+        assert_eq!(run_args(&["-n", "3"]).side(), Side::Permit(3));
+        for bad in [
+            &["--shared", "--exclusive"][..],
+            &["-s", "--fencing"],
+            &["--shared", "-n", "2"],
+            &["--exclusive", "--permits", "2"],
+        ] {
+            let mut argv = vec!["quorum-lock", "run"];
+            argv.extend(bad);
+            argv.extend(["job", "--", "true"]);
+            let kind = Cli::try_parse_from(&argv).map(|_| ()).map_err(|e| e.kind());
+            assert_eq!(
+                kind,
+                Err(clap::error::ErrorKind::ArgumentConflict),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -11,6 +11,17 @@
 //! answer is left alone. The fence counters are not touched, so the next
 //! holder's fence is above the broken holder's.
 //!
+//! `--writer` and `--readers` break the read-write lock NAME instead
+//! (`rw.rs` reads it): the writer's key is deleted as a lock's (the same
+//! compare-and-delete, which wakes waiting readers), and exactly the
+//! readers' entries shown are removed (`ZREM` of those members: a reader
+//! that came since stays). Waiting writers are not woken by that (the
+//! library has no call that removes another's reader and announces it):
+//! they see it at their next try. The operator names which side is stuck,
+//! since breaking a healthy writer that only waits for a stuck reader (or
+//! the other way round) is the wrong repair; a plain `break NAME` only
+//! says when the read-write lock has holders.
+//!
 //! The danger: a holder that is still alive is not told. It goes on until
 //! its next extend fails (up to the time left shown), while the next holder
 //! runs too; only fencing checked by the resource keeps its late writes
@@ -18,11 +29,13 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
+use quorum_lock::LockManager;
 use quorum_lock::backend::Holding;
 
 use crate::args::{BreakArgs, Global};
 use crate::exit;
 use crate::inspect::{self, Node};
+use crate::rw::{self, RwView};
 
 /// What one node held under the key when it was read.
 enum Seen {
@@ -45,9 +58,9 @@ pub(crate) fn break_lock(global: &Global, args: &BreakArgs) -> u8 {
         return exit::USAGE;
     }
     // The settings are checked as `run` checks them; the manager gives the
-    // key (the prefix and the name).
-    let key = match global.manager(global.max_ttl, None) {
-        Ok(locks) => locks.key_for(name),
+    // keys (the prefix and the name).
+    let locks = match global.manager(global.max_ttl, None) {
+        Ok(locks) => locks,
         Err(e) => {
             eprintln!("quorum-lock: {}", crate::wording::flags(&e.to_string()));
             return exit::CONFIG;
@@ -60,9 +73,24 @@ pub(crate) fn break_lock(global: &Global, args: &BreakArgs) -> u8 {
             return exit::CONFIG;
         }
     };
+    if args.writer || args.readers {
+        return break_rw(&locks, &nodes, args);
+    }
+    let key = locks.key_for(name);
     let seen: Vec<Seen> = nodes.iter().map(|node| read(node, &key)).collect();
     for (node, seen) in nodes.iter().zip(&seen) {
         println!("{}: {}", node.name, describe(seen));
+    }
+    // The read-write lock of the same name is another lock, never broken
+    // without naming it; but an operator who looks for a stuck `run
+    // --exclusive` here is told where it is.
+    if let Ok(rw) = rw::read(&locks, &nodes, name)
+        && rw.exists()
+    {
+        println!(
+            "{name}: the read-write lock {name} has a writer or readers, left alone here \
+             (`quorum-lock status {name}` shows them; --writer and --readers break them)"
+        );
     }
     let held = seen.iter().filter(|s| matches!(s, Seen::Held(_))).count();
     let mut left = seen
@@ -95,6 +123,151 @@ pub(crate) fn break_lock(global: &Global, args: &BreakArgs) -> u8 {
             ),
             Err(e) => {
                 eprintln!("quorum-lock: {}: not deleted: {e}", node.name);
+                left += 1;
+            }
+        }
+    }
+    if left == 0 { 0 } else { exit::UNAVAILABLE }
+}
+
+/// What `break --writer` / `--readers` removes on one node: the writer's
+/// value, the readers' entries.
+type Target<'a> = (Option<&'a [u8]>, Vec<Vec<u8>>);
+
+/// `break --writer` / `--readers`: the read-write lock NAME's writer's
+/// key and readers, as the flags name them, after showing both on every
+/// node.
+fn break_rw(locks: &LockManager, nodes: &[Node], args: &BreakArgs) -> u8 {
+    let name = &args.name;
+    let view = match rw::read(locks, nodes, name) {
+        Ok(view) => view,
+        Err(e) => {
+            eprintln!("quorum-lock: {}", crate::wording::flags(&e.to_string()));
+            return exit::CONFIG;
+        }
+    };
+    for node in &view.nodes {
+        println!("{}: {}", node.node, RwView::node_text(node));
+    }
+    // Per node: the writer's value to delete, the readers' entries to
+    // remove.
+    let mut left = 0;
+    let mut targets: Vec<Target<'_>> = Vec::new();
+    for node in &view.nodes {
+        let Ok(state) = &node.state else {
+            left += 1;
+            targets.push((None, Vec::new()));
+            continue;
+        };
+        let writer = match &state.writer {
+            Some(holding) if args.writer && holding.value().len() < holding.len() => {
+                println!(
+                    "{}: the writer's key holds a value of {} bytes, too long for a lock's: \
+                     left alone (delete it with redis-cli DEL if it must go)",
+                    node.node,
+                    holding.len()
+                );
+                left += 1;
+                None
+            }
+            Some(holding) if args.writer => Some(holding.value()),
+            _ => None,
+        };
+        let readers = if args.readers {
+            state.readers.iter().map(|r| r.value.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        targets.push((writer, readers));
+    }
+    let writers = targets.iter().filter(|(w, _)| w.is_some()).count();
+    let mut readers: Vec<&[u8]> = targets
+        .iter()
+        .flat_map(|(_, r)| r.iter().map(Vec::as_slice))
+        .collect();
+    readers.sort_unstable();
+    readers.dedup();
+    let what = match (args.writer, args.readers) {
+        (true, true) => "no writer and no readers",
+        (true, false) => "no writer",
+        _ => "no readers",
+    };
+    if writers == 0 && readers.is_empty() {
+        println!("{name} (read-write lock): {what} on any node that answered: nothing to break");
+        return if left == 0 { 0 } else { exit::UNAVAILABLE };
+    }
+    let total = nodes.len();
+    let mut breaks = Vec::new();
+    let mut dangers = Vec::new();
+    if writers > 0 {
+        breaks.push(format!(
+            "deletes the writer's key on the {writers} of {total} nodes that have it"
+        ));
+        dangers.push(
+            "a writer that still runs is not told, and until its next extend fails only \
+             fencing keeps it from the resource",
+        );
+    }
+    if !readers.is_empty() {
+        let n = readers.len();
+        breaks.push(format!(
+            "removes the {n} {} shown",
+            if n == 1 { "reader" } else { "readers" }
+        ));
+        dangers.push(
+            "a reader that still runs is not told, and has no fence: a writer may be \
+             admitted while it still reads",
+        );
+    }
+    println!(
+        "{name} (read-write lock): breaking it {}; {}",
+        breaks.join(" and "),
+        dangers.join("; ")
+    );
+    let question = match (writers, readers.len()) {
+        (0, n) => format!("remove the {n} readers of {name}? [y/N] "),
+        (w, 0) => format!("break the writer of {name} on {w} nodes? [y/N] "),
+        (w, n) => {
+            format!("break the writer of {name} on {w} nodes and remove its {n} readers? [y/N] ")
+        }
+    };
+    if !args.force && !confirmed(&question) {
+        eprintln!("quorum-lock: {name}: not broken");
+        return 1;
+    }
+    let (readers_key, writer_key) = &view.keys;
+    for (node, (writer, readers)) in nodes.iter().zip(&targets) {
+        if let Some(value) = writer {
+            match node.delete_if_holds(writer_key, value) {
+                Ok(true) => println!("{}: writer deleted", node.name),
+                Ok(false) => println!(
+                    "{}: writer left alone: it expired or changed hands since it was read",
+                    node.name
+                ),
+                Err(e) => {
+                    eprintln!("quorum-lock: {}: writer not deleted: {e}", node.name);
+                    left += 1;
+                }
+            }
+        }
+        if readers.is_empty() {
+            continue;
+        }
+        match node.remove_members(readers_key, readers) {
+            Ok(removed) if removed == readers.len() => {
+                println!(
+                    "{}: {removed} of {} readers removed",
+                    node.name,
+                    readers.len()
+                );
+            }
+            Ok(removed) => println!(
+                "{}: {removed} of {} readers removed (the others left since they were read)",
+                node.name,
+                readers.len()
+            ),
+            Err(e) => {
+                eprintln!("quorum-lock: {}: readers not removed: {e}", node.name);
                 left += 1;
             }
         }

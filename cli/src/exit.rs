@@ -36,12 +36,14 @@ Exit codes:
   1        the lock is held elsewhere (-E/--conflict-exit-code to change it)
   75       the lock was lost while the command ran; it was stopped (--lost-exit-code)
   126/127  the command could not be started / was not found
-  status   0 held, 1 free, 3 split (the nodes that answered disagree), 69 unknown
+  status   0 held, 1 free, 3 split (the nodes that answered disagree), 69 unknown; when the
+           read-write lock NAME has holders: 0 when either lock is held
   doctor   0 every node ok, 1 warnings (a quorum still works), 3 no quorum
   break    0 no node holds it any more, 1 not confirmed, 69 a node could not be read or cleared
   64       usage error (unknown flag, missing argument, malformed duration, an empty lock name;
            break without a terminal to ask on and without --force)
-  69       servers unavailable: no quorum of nodes answered (or too slowly for a safe lock)
+  69       servers unavailable: no quorum of nodes answered (or too slowly for a safe lock);
+           run --exclusive: its claim was lost while it waited for readers (not started)
   71       the operating system failed the tool (a thread, the random source, waitpid)
   78       configuration error (--ttl above --max-ttl or not above --node-timeout, a bad node URL,
            --quorum below a majority)";

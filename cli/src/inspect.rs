@@ -1,11 +1,15 @@
-//! Asking one Redis node directly, for `status` and `doctor`: a connection
-//! bounded by the node timeout, and messages that never show a password.
+//! Asking one Redis node directly, for `status`, `doctor` and `break`: a
+//! connection bounded by the node timeout, and messages that never show a
+//! password.
 
 use std::time::{Duration, Instant};
 
 use quorum_lock::backend::{self, Backend, Holding, ServerInfo};
 use quorum_lock::{RedisBackend, RedisClusterBackend};
 use redis::{Connection, FromRedisValue, IntoConnectionInfo};
+
+/// A sorted set's members and their scores, lowest score first.
+pub(crate) type Members = Vec<(Vec<u8>, f64)>;
 
 /// One configured node: a server, or a whole cluster
 /// (`redis+cluster://`).
@@ -111,6 +115,67 @@ impl Node {
     pub(crate) fn delete_if_holds(&self, key: &[u8], value: &[u8]) -> Result<bool, String> {
         backend::release(&*self.backend, key, value)
             .map_err(|e| crate::wording::flags(&e.reason(&self.name)))
+    }
+
+    /// The members of the sorted set `key` and their scores (`ZRANGE key
+    /// 0 -1 WITHSCORES`), and the server's clock in ms (`TIME`, asked
+    /// right after on the same connection, so never before the members
+    /// were read). On a cluster, asked of the shard that serves `key`.
+    pub(crate) fn sorted_set(&self, key: &[u8]) -> Result<(Members, i64), String> {
+        self.on_key(|conn| {
+            let members: Members = redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(conn)?;
+            let (seconds, micros): (i64, i64) = redis::cmd("TIME").query(conn)?;
+            Ok((members, seconds * 1000 + micros / 1000))
+        })
+    }
+
+    /// Removes exactly `members` from the sorted set `key` (`ZREM`): how
+    /// many were there. On a cluster, on the shard that serves `key`.
+    pub(crate) fn remove_members(&self, key: &[u8], members: &[Vec<u8>]) -> Result<usize, String> {
+        if members.is_empty() {
+            return Ok(0);
+        }
+        self.on_key(|conn| redis::cmd("ZREM").arg(key).arg(members).query(conn))
+    }
+
+    /// Runs `work` on a connection to the server that serves the key it
+    /// uses: this node's server, or for a cluster the shard a `MOVED`
+    /// names (followed once: the slot map changes rarely, and a second
+    /// one is reported as it came).
+    fn on_key<T>(
+        &self,
+        work: impl Fn(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, String> {
+        let (mut conn, _) = self.connect()?;
+        let e = match work(&mut conn) {
+            Ok(done) => return Ok(done),
+            Err(e) => e,
+        };
+        let moved = matches!(
+            e.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved)
+        );
+        let Some((address, _slot)) = e.redirect_node().filter(|_| self.cluster && moved) else {
+            return Err(self.scrub(&e));
+        };
+        let (host, port) = address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+            .ok_or_else(|| self.scrub(&e))?;
+        // An empty host is the one that was asked.
+        let host = if host.is_empty() {
+            self.seed_host()
+        } else {
+            host.to_owned()
+        };
+        let shard = self.shard(&host, port)?;
+        let (mut conn, _) = shard.connect()?;
+        work(&mut conn).map_err(|e| shard.scrub(&e))
     }
 
     /// A connection to the server (a cluster's seed), and how long

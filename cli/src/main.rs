@@ -1,11 +1,15 @@
 //! `quorum-lock`: flock(1) for a cluster of Redis masters.
 //!
 //! * `quorum-lock run NAME -- COMMAND...` runs a command while holding the
-//!   lock (extended while it runs), like `flock -n`;
-//! * `quorum-lock status NAME` shows who holds a lock on each node;
+//!   lock (extended while it runs), like `flock -n`; `--shared` and
+//!   `--exclusive` take a side of the read-write lock NAME instead, as
+//!   `flock -s` and `flock -x`;
+//! * `quorum-lock status NAME` shows who holds a lock on each node (and the
+//!   writer and readers of the read-write lock NAME, when it has any);
 //! * `quorum-lock doctor` checks each node for what the lock relies on;
 //! * `quorum-lock break NAME` deletes a stuck lock on every node, after
-//!   showing what it breaks and asking.
+//!   showing what it breaks and asking (`--writer`, `--readers`: those
+//!   of the read-write lock NAME).
 //!
 //! Nodes come from `--nodes URL,URL,...` or `QUORUM_LOCK_NODES`. Exit codes
 //! are in `exit.rs` (and `--help`).
@@ -24,6 +28,7 @@ mod logger;
 mod notice;
 mod rights;
 mod run;
+mod rw;
 mod signals;
 mod status;
 mod supervise;

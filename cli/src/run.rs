@@ -4,6 +4,11 @@
 //! started (`child.rs`), the lock extended and the command watched
 //! (`supervise.rs`), and at the end the lock released, or with
 //! `--min-hold` kept and left to expire (`hold.rs`). Exit codes: `exit.rs`.
+//!
+//! The lock is the lock NAME, one of K permits of the semaphore NAME
+//! (`-n K`), or a side of the read-write lock NAME (`--shared`,
+//! `--exclusive`): each is a guard that extends, releases and can be lost
+//! alike, so past taking it the rest does not tell them apart.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -11,7 +16,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use quorum_lock::{CancellationToken, LockManager, LockOptions, RetryPolicy};
 
-use crate::args::{Global, RunArgs};
+use crate::args::{Global, RunArgs, Side};
 use crate::child::{Child, Ended};
 use crate::exit;
 use crate::guardian::Guardian;
@@ -60,25 +65,48 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
         .fencing(args.fencing)
         .cancellation(&token);
     let waiting = signals.cancel_on_signal(&token);
-    let taken = match args.permits {
-        Some(permits) => locks
+    let side = args.side();
+    let taken = match side {
+        Side::Permit(permits) => locks
             .semaphore(&args.name, permits)
             .and_then(|semaphore| semaphore.acquire_with(&options)),
-        None => locks.lock_with(&args.name, &options),
+        Side::Shared => locks
+            .rw_lock(&args.name)
+            .and_then(|rw| rw.read_with(&options)),
+        Side::Exclusive => locks
+            .rw_lock(&args.name)
+            .and_then(|rw| rw.write_with(&options)),
+        Side::Mutex => locks.lock_with(&args.name, &options),
     };
     drop(waiting);
     let guard = match taken {
         Ok(guard) => guard,
         Err(e) if e.is_cancelled() => return interrupted_wait(&signals, &args.name),
         Err(e) if e.is_contended() => {
-            match args.permits {
-                Some(k) => warn(&format!(
-                    "all {k} permits of {} are held elsewhere",
-                    args.name
-                )),
-                None => warn(&format!("{} is held elsewhere", args.name)),
-            }
+            let name = &args.name;
+            warn(&match side {
+                Side::Permit(k) => format!("all {k} permits of {name} are held elsewhere"),
+                Side::Shared => format!(
+                    "{name} is held elsewhere by a writer, or a writer waits for it \
+                     (--exclusive)"
+                ),
+                Side::Exclusive => {
+                    format!("{name} is held elsewhere (by readers, --shared, or a writer)")
+                }
+                Side::Mutex => format!("{name} is held elsewhere"),
+            });
             return args.conflict_exit_code;
+        }
+        Err(e) if e.is_lost() => {
+            // Only the write side loses before it holds: its claim (the
+            // writer's key, which stops new readers) could not be kept
+            // while it waited for readers to leave. The command never ran,
+            // so not the exit code of a loss while it runs.
+            eprintln!(
+                "quorum-lock: {}: the command was not started",
+                wording::flags(&e.to_string())
+            );
+            return exit::UNAVAILABLE;
         }
         Err(e) => {
             eprintln!("quorum-lock: {}", wording::flags(&e.to_string()));
@@ -100,7 +128,7 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
     if let Some(fence) = guard.fence() {
         command.env("QUORUM_LOCK_FENCE", fence.to_string());
     }
-    if args.permits.is_some() {
+    if let Side::Permit(_) = side {
         // The slot is what follows the last ':' of the permit's lock name.
         let slot = guard
             .resource()

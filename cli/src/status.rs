@@ -8,6 +8,13 @@
 //! answered (the others could say anything). Exit codes: 0 held, 1 free,
 //! 3 split, 69 unknown (servers unavailable), 78 for a malformed node URL.
 //!
+//! When the read-write lock NAME (`run --shared` / `--exclusive`) has a
+//! writer or readers on some node, it shows them too (`rw.rs`): per node
+//! the writer's owner label and time left and each reader's, then the
+//! quorum's view; JSON gets them as `read_write` (null otherwise). The
+//! exit code is then 0 when either lock is held, else the more telling of
+//! the two verdicts (69, 3, 1).
+//!
 //! With `-n K` it shows the K permits of the semaphore NAME, one line per
 //! slot, and the count held; the exit code is the most telling of the
 //! slots' (69 when any slot is unknown, else 3 when any is split, else 0
@@ -20,6 +27,7 @@ use quorum_lock::inspection::{Inspection, KeyState, Verdict};
 use crate::args::{Global, StatusArgs};
 use crate::exit;
 use crate::json::Json;
+use crate::rw::{self, RwView};
 
 pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
     if let Some(permits) = args.permits {
@@ -27,10 +35,12 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
     }
     // The TTL is not used (nothing is locked); the longest one allowed is
     // valid with any other setting.
-    let seen = match global
-        .manager(global.max_ttl, None)
-        .and_then(|locks| locks.inspect(&args.name))
-    {
+    let seen = global.manager(global.max_ttl, None).and_then(|locks| {
+        let seen = locks.inspect(&args.name)?;
+        let rw = rw::look(&locks, &global.nodes, global.node_timeout, &args.name);
+        Ok((seen, rw))
+    });
+    let (seen, rw) = match seen {
         Ok(seen) => seen,
         Err(e) => {
             eprintln!("quorum-lock: {}", crate::wording::flags(&e.to_string()));
@@ -38,14 +48,46 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
         }
     };
     if args.json {
-        println!("{}", json(&seen));
+        let mut out = json(&seen);
+        if let Json::Obj(fields) = &mut out {
+            fields.push(("read_write", rw.as_ref().map_or(Json::Null, RwView::json)));
+        }
+        println!("{out}");
     } else {
         for node in seen.nodes() {
             println!("{}: {}", node.node(), node_text(node.state(), node.node()));
         }
         println!("{seen}");
+        if let Some(rw) = &rw {
+            for node in &rw.nodes {
+                println!("{}: {}", node.node, RwView::node_text(node));
+            }
+            println!("{}", rw.summary());
+        }
     }
-    verdict_code(seen.verdict())
+    match rw {
+        None => verdict_code(seen.verdict()),
+        Some(rw) => both_code(seen.verdict(), rw.verdict()),
+    }
+}
+
+/// The exit code for a lock and the read-write lock of the same name: 0
+/// when either is held, else the more telling of the others (unknown,
+/// then split, then free).
+fn both_code(lock: Verdict, rw: Verdict) -> u8 {
+    let verdicts = [lock, rw];
+    if verdicts.contains(&Verdict::Held) {
+        0
+    } else if verdicts
+        .iter()
+        .any(|v| !matches!(v, Verdict::Free | Verdict::Split))
+    {
+        exit::UNAVAILABLE
+    } else if verdicts.contains(&Verdict::Split) {
+        3
+    } else {
+        1
+    }
 }
 
 fn verdict_code(verdict: Verdict) -> u8 {
@@ -122,7 +164,7 @@ fn node_text(state: &KeyState, node: &str) -> String {
     }
 }
 
-fn verdict_word(verdict: Verdict) -> &'static str {
+pub(crate) fn verdict_word(verdict: Verdict) -> &'static str {
     match verdict {
         Verdict::Held => "held",
         Verdict::Free => "free",

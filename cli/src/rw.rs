@@ -1,0 +1,508 @@
+//! The read-write lock NAME (`run --shared` / `run --exclusive`) as
+//! `status` and `break` see it. On each node it is two keys: the writer's
+//! (a plain lock key, read as a lock's: its holder's value and time left,
+//! in one atomic read through the library) and the readers' (a sorted set:
+//! one member per reader, its value; scored by its expiry, in ms on the
+//! server's clock), read with `ZRANGE ... WITHSCORES` and then `TIME` on
+//! the same connection: a reader's time left is its score less the
+//! server's now.
+//!
+//! The quorum's view follows the library's rules: a writer or a reader
+//! holds the lock when its value is on a quorum of nodes (a reader only
+//! where it has not expired); a writer whose key is on a quorum is
+//! admitted where no reader is left, and waits (its key stops new readers)
+//! while a quorum of its nodes still has readers. Stale by construction,
+//! as every inspection: for people, never to decide that one may act.
+//!
+//! Nothing here prints a token: a holder is named by its owner label only.
+
+use std::time::Duration;
+
+use quorum_lock::LockManager;
+use quorum_lock::backend::Holding;
+use quorum_lock::inspection::Verdict;
+
+use crate::inspect::{self, Node};
+use crate::json::Json;
+
+/// Most readers one line names; the others are counted.
+const NAMED: usize = 10;
+
+/// One reader's entry on one node.
+pub(crate) struct Reader {
+    /// Its stored value (token and owner label): compared, never printed.
+    pub(crate) value: Vec<u8>,
+    /// Its owner label, when it has one.
+    owner: Option<String>,
+    /// Time left on the node's clock; `None`: past its expiry (it no
+    /// longer counts, and goes at the next reader's entry).
+    left: Option<Duration>,
+}
+
+/// What one node holds of the lock.
+pub(crate) struct NodeState {
+    /// The writer's key.
+    pub(crate) writer: Option<Holding>,
+    /// Every entry of the readers' set, the soonest to expire first.
+    pub(crate) readers: Vec<Reader>,
+}
+
+impl NodeState {
+    fn live(&self) -> impl Iterator<Item = &Reader> {
+        self.readers.iter().filter(|r| r.left.is_some())
+    }
+
+    /// No writer, no reader that counts.
+    fn is_free(&self) -> bool {
+        self.writer.is_none() && self.live().next().is_none()
+    }
+}
+
+/// One node's line.
+pub(crate) struct NodeRw {
+    /// The node's name (without credentials).
+    pub(crate) node: String,
+    pub(crate) state: Result<NodeState, String>,
+}
+
+/// A holder a quorum agrees on.
+struct Holder {
+    owner: Option<String>,
+    /// The quorum-th longest time left among its nodes, less the drift.
+    left: Duration,
+    /// Nodes that hold it.
+    on: usize,
+}
+
+/// The writer a quorum of nodes has.
+struct Writer {
+    holder: Holder,
+    /// Whether a quorum of its nodes has no reader left (it is admitted,
+    /// or is as soon as it asks again).
+    admitted: bool,
+}
+
+/// The read-write lock NAME on every node, and the quorum's view of it.
+pub(crate) struct RwView {
+    name: String,
+    quorum: usize,
+    /// The readers' key and the writer's key on the nodes.
+    pub(crate) keys: (Vec<u8>, Vec<u8>),
+    pub(crate) nodes: Vec<NodeRw>,
+    writer: Option<Writer>,
+    /// The readers a quorum of nodes has, in the order first seen.
+    readers: Vec<Holder>,
+    verdict: Verdict,
+}
+
+/// The read-write lock `name` on `nodes`, or why it cannot be read (a name
+/// no read-write lock can have).
+pub(crate) fn read(
+    locks: &LockManager,
+    nodes: &[Node],
+    name: &str,
+) -> Result<RwView, quorum_lock::Error> {
+    let rw = locks.rw_lock(name)?;
+    let (readers, writer) = rw.keys();
+    // In parallel: a node that does not answer costs its timeout once.
+    let states: Vec<Result<NodeState, String>> = std::thread::scope(|scope| {
+        let reading: Vec<_> = nodes
+            .iter()
+            .map(|node| scope.spawn(move || read_node(node, readers, writer)))
+            .collect();
+        reading
+            .into_iter()
+            .map(|r| {
+                r.join()
+                    .unwrap_or_else(|_| Err("reading it failed (the reader panicked)".to_owned()))
+            })
+            .collect()
+    });
+    let nodes = nodes
+        .iter()
+        .zip(states)
+        .map(|(node, state)| NodeRw {
+            node: node.name.clone(),
+            state,
+        })
+        .collect();
+    Ok(RwView::judge(
+        name,
+        (readers.to_vec(), writer.to_vec()),
+        nodes,
+        locks,
+    ))
+}
+
+/// [`read`] for `status`: `None` when no node has either key (a plain
+/// lock, or a free read-write lock: nothing to add), when no read-write
+/// lock can have the name, or when the nodes cannot be opened (the
+/// lock's own inspection says why).
+pub(crate) fn look(
+    locks: &LockManager,
+    urls: &[String],
+    timeout: Duration,
+    name: &str,
+) -> Option<RwView> {
+    let nodes = inspect::nodes(urls, timeout).ok()?;
+    read(locks, &nodes, name).ok().filter(RwView::exists)
+}
+
+fn read_node(node: &Node, readers: &[u8], writer: &[u8]) -> Result<NodeState, String> {
+    let writer = node
+        .read(writer)
+        .map_err(|e| format!("the writer's key: {e}"))?;
+    let (members, now) = node
+        .sorted_set(readers)
+        .map_err(|e| format!("the readers: {e}"))?;
+    let readers = members
+        .into_iter()
+        .map(|(value, score)| {
+            // Scores are whole ms (the scripts add integers): exact in an
+            // f64, and far inside an i64.
+            #[allow(clippy::cast_possible_truncation)]
+            let left = score as i64 - now;
+            Reader {
+                owner: owner_of(&value),
+                left: u64::try_from(left)
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .map(Duration::from_millis),
+                value,
+            }
+        })
+        .collect();
+    Ok(NodeState { writer, readers })
+}
+
+/// The owner label in a stored value, as a lock key's is read: never any
+/// part of the token.
+fn owner_of(value: &[u8]) -> Option<String> {
+    Holding::new(value, value.len(), None)
+        .owner()
+        .map(str::to_owned)
+}
+
+/// The `quorum`-th longest of `lefts` (`Duration::MAX`: no expiry), less
+/// the drift over it.
+fn quorum_th(mut lefts: Vec<Duration>, quorum: usize, locks: &LockManager) -> Duration {
+    lefts.sort_unstable_by(|a, b| b.cmp(a));
+    match lefts.get(quorum.saturating_sub(1)) {
+        Some(&Duration::MAX) => Duration::MAX,
+        Some(&left) => left.saturating_sub(locks.drift_for(left)),
+        None => Duration::ZERO,
+    }
+}
+
+impl RwView {
+    fn judge(
+        name: &str,
+        keys: (Vec<u8>, Vec<u8>),
+        nodes: Vec<NodeRw>,
+        locks: &LockManager,
+    ) -> Self {
+        let quorum = locks.quorum();
+        let states: Vec<&NodeState> = nodes.iter().filter_map(|n| n.state.as_ref().ok()).collect();
+        // The writer's value on most nodes, when on a quorum.
+        let mut writer: Option<Writer> = None;
+        for holding in states.iter().filter_map(|s| s.writer.as_ref()) {
+            let same: Vec<&&NodeState> = states
+                .iter()
+                .filter(|s| {
+                    s.writer
+                        .as_ref()
+                        .is_some_and(|w| w.len() == holding.len() && w.value() == holding.value())
+                })
+                .collect();
+            if same.len() < quorum || writer.as_ref().is_some_and(|w| w.holder.on >= same.len()) {
+                continue;
+            }
+            let lefts = same
+                .iter()
+                .map(|s| {
+                    s.writer
+                        .as_ref()
+                        .and_then(Holding::ttl)
+                        .unwrap_or(Duration::MAX)
+                })
+                .collect();
+            writer = Some(Writer {
+                holder: Holder {
+                    owner: holding.owner().map(str::to_owned),
+                    left: quorum_th(lefts, quorum, locks),
+                    on: same.len(),
+                },
+                admitted: same.iter().filter(|s| s.live().next().is_none()).count() >= quorum,
+            });
+        }
+        // Each reader that is live on a quorum of nodes.
+        let mut readers: Vec<(&[u8], Holder)> = Vec::new();
+        for reader in states.iter().flat_map(|s| s.live()) {
+            if readers
+                .iter()
+                .any(|(value, _)| *value == reader.value.as_slice())
+            {
+                continue;
+            }
+            let lefts: Vec<Duration> = states
+                .iter()
+                .filter_map(|s| s.live().find(|r| r.value == reader.value)?.left)
+                .collect();
+            if lefts.len() >= quorum {
+                let on = lefts.len();
+                readers.push((
+                    &reader.value,
+                    Holder {
+                        owner: reader.owner.clone(),
+                        left: quorum_th(lefts, quorum, locks),
+                        on,
+                    },
+                ));
+            }
+        }
+        let readers: Vec<Holder> = readers.into_iter().map(|(_, holder)| holder).collect();
+        let free = states.iter().filter(|s| s.is_free()).count();
+        let verdict = if writer.is_some() || !readers.is_empty() {
+            Verdict::Held
+        } else if free >= quorum {
+            Verdict::Free
+        } else if states.len() >= quorum {
+            Verdict::Split
+        } else {
+            Verdict::Unknown
+        };
+        Self {
+            name: name.to_owned(),
+            quorum,
+            keys,
+            nodes,
+            writer,
+            readers,
+            verdict,
+        }
+    }
+
+    /// Whether any node has either key (a reader past its expiry counts:
+    /// its entry is still there).
+    pub(crate) fn exists(&self) -> bool {
+        self.nodes.iter().any(|n| {
+            n.state
+                .as_ref()
+                .is_ok_and(|s| s.writer.is_some() || !s.readers.is_empty())
+        })
+    }
+
+    /// What the nodes say, taken together: held (by a writer, or by at
+    /// least one reader), free, split or unknown, as a lock's inspection.
+    pub(crate) fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// One node's state, in words.
+    pub(crate) fn node_text(node: &NodeRw) -> String {
+        let state = match &node.state {
+            Ok(state) => state,
+            Err(e) => return format!("read-write lock: {e}"),
+        };
+        let writer = match &state.writer {
+            None => "no writer".to_owned(),
+            Some(holding) => {
+                let expiry = match holding.ttl() {
+                    Some(ttl) => format!("expires in {} ms", ttl.as_millis()),
+                    None => "without expiry (not a lock key?)".to_owned(),
+                };
+                format!("writer {}, {expiry}", by(holding.owner()))
+            }
+        };
+        let live: Vec<&Reader> = state.live().collect();
+        let mut readers = match live.len() {
+            0 => "no readers".to_owned(),
+            n => {
+                let named: Vec<String> = live
+                    .iter()
+                    .take(NAMED)
+                    .map(|r| {
+                        let left = r.left.unwrap_or_default().as_millis();
+                        format!("{} (expires in {left} ms)", label(r.owner.as_deref()))
+                    })
+                    .collect();
+                format!(
+                    "{n} {}: {}{}",
+                    plural(n, "reader"),
+                    named.join(", "),
+                    more(n)
+                )
+            }
+        };
+        let expired = state.readers.len() - live.len();
+        if expired > 0 {
+            readers.push_str(&format!(
+                " ({expired} past {} expiry, no longer counted)",
+                if expired == 1 { "its" } else { "their" }
+            ));
+        }
+        format!("read-write lock: {writer}; {readers}")
+    }
+
+    /// One line: the quorum's view.
+    pub(crate) fn summary(&self) -> String {
+        let total = self.nodes.len();
+        let quorum = self.quorum;
+        let name = &self.name;
+        let free = self
+            .nodes
+            .iter()
+            .filter(|n| n.state.as_ref().is_ok_and(NodeState::is_free))
+            .count();
+        let said = match self.verdict {
+            Verdict::Held => {
+                let mut parts = Vec::new();
+                if let Some(writer) = &self.writer {
+                    let who = label(writer.holder.owner.as_deref());
+                    parts.push(if writer.admitted {
+                        format!("written by {who}{}", for_at_least(writer.holder.left))
+                    } else {
+                        format!(
+                            "{who} waits to write (its claim on {} of {total} nodes stops new \
+                             readers)",
+                            writer.holder.on
+                        )
+                    });
+                }
+                let n = self.readers.len();
+                if n > 0 {
+                    let named: Vec<String> = self
+                        .readers
+                        .iter()
+                        .take(NAMED)
+                        .map(|r| format!("{}{}", label(r.owner.as_deref()), for_at_least(r.left)))
+                        .collect();
+                    parts.push(format!(
+                        "read by {n} {}: {}{}",
+                        plural(n, "reader"),
+                        named.join(", "),
+                        more(n)
+                    ));
+                }
+                format!(
+                    "{} (a quorum is {quorum} of {total} nodes)",
+                    parts.join("; ")
+                )
+            }
+            Verdict::Free => format!("free ({free} of {total} nodes; {quorum} needed)"),
+            Verdict::Split => format!(
+                "split: no quorum agrees on a writer or a reader (free on {free} of {total} \
+                 nodes; {quorum} needed)"
+            ),
+            _ => format!("unknown: fewer than {quorum} of {total} nodes answered"),
+        };
+        format!("{name} (read-write lock): {said}")
+    }
+
+    /// The same, for scripts.
+    pub(crate) fn json(&self) -> Json {
+        let reader = |owner: Option<&str>, left: Duration| {
+            Json::Obj(vec![
+                ("owner", owner.map(str::to_owned).into()),
+                ("time_left_ms", Json::millis(left)),
+            ])
+        };
+        let writer = self.writer.as_ref().map_or(Json::Null, |w| {
+            Json::Obj(vec![
+                ("owner", w.holder.owner.clone().into()),
+                ("admitted", w.admitted.into()),
+                ("time_left_ms", millis_or_null(w.holder.left)),
+                ("nodes", w.holder.on.into()),
+            ])
+        });
+        let readers = self
+            .readers
+            .iter()
+            .map(|r| reader(r.owner.as_deref(), r.left))
+            .collect();
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let (writer, readers, error) = match &node.state {
+                    Ok(state) => (
+                        state.writer.as_ref().map_or(Json::Null, |h| {
+                            Json::Obj(vec![
+                                ("owner", h.owner().map(str::to_owned).into()),
+                                ("pttl_ms", h.ttl().map(Json::millis).into()),
+                            ])
+                        }),
+                        Json::Arr(
+                            state
+                                .live()
+                                .map(|r| reader(r.owner.as_deref(), r.left.unwrap_or_default()))
+                                .collect(),
+                        ),
+                        Json::Null,
+                    ),
+                    Err(e) => (Json::Null, Json::Null, e.clone().into()),
+                };
+                Json::Obj(vec![
+                    ("node", node.node.as_str().into()),
+                    ("writer", writer),
+                    ("readers", readers),
+                    ("error", error),
+                ])
+            })
+            .collect();
+        Json::Obj(vec![
+            ("verdict", crate::status::verdict_word(self.verdict).into()),
+            ("writer", writer),
+            ("reader_count", self.readers.len().into()),
+            ("readers", Json::Arr(readers)),
+            ("quorum", self.quorum.into()),
+            ("nodes", Json::Arr(nodes)),
+        ])
+    }
+}
+
+/// `held by LABEL`, or by a client without one.
+fn by(owner: Option<&str>) -> String {
+    match owner {
+        Some(owner) => format!("held by {owner}"),
+        None => "held by a client without an owner label".to_owned(),
+    }
+}
+
+/// A holder's owner label, or what stands for it.
+fn label(owner: Option<&str>) -> &str {
+    owner.unwrap_or("a client without an owner label")
+}
+
+fn for_at_least(left: Duration) -> String {
+    if left == Duration::MAX {
+        " without expiry".to_owned()
+    } else {
+        format!(" for at least {} ms", left.as_millis())
+    }
+}
+
+fn millis_or_null(left: Duration) -> Json {
+    if left == Duration::MAX {
+        Json::Null
+    } else {
+        Json::millis(left)
+    }
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        word.to_owned()
+    } else {
+        format!("{word}s")
+    }
+}
+
+/// `, and N more` past the named ones.
+fn more(n: usize) -> String {
+    if n > NAMED {
+        format!(", and {} more", n - NAMED)
+    } else {
+        String::new()
+    }
+}
