@@ -36,7 +36,25 @@ pub(crate) struct Denied {
     pub(crate) scripts: Vec<&'static str>,
     /// The wake-ups (locks work without them).
     pub(crate) wake_ups: Vec<&'static str>,
+    /// The read-write lock's scripts (plain locks work without them).
+    pub(crate) read_write: Vec<&'static str>,
 }
+
+/// The commands the read-write lock's scripts call, as the warning names
+/// them.
+pub(crate) const READ_WRITE_RIGHTS: &str =
+    "ZADD, ZRANGE, ZREM, ZREMRANGEBYSCORE, ZSCORE, ZCARD, PEXPIREAT, TIME (in scripts)";
+
+/// Every command of the read-write lock's scripts, on a sorted set of the
+/// doctor's own (removed again: the last `ZREM` empties it).
+const READ_WRITE_PROBE: &str = "local t = redis.call('time') \
+     redis.call('zadd', KEYS[1], 1, 'doctor') \
+     redis.call('zscore', KEYS[1], 'doctor') \
+     redis.call('zcard', KEYS[1]) \
+     redis.call('zrange', KEYS[1], 0, -1, 'withscores') \
+     redis.call('zremrangebyscore', KEYS[1], '-inf', 0) \
+     redis.call('pexpireat', KEYS[1], tonumber(t[1]) * 1000 + 5000) \
+     return redis.call('zrem', KEYS[1], 'doctor')";
 
 /// Tries every right on `node` with the scratch `key`, for the `scripts`
 /// setting and a server of `version`.
@@ -103,6 +121,21 @@ pub(crate) fn check(
     } else {
         checked.push("SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, HSET, HGET, DEL");
         denied.scripts = script_rights(node, conn, key, token);
+        let probe = redis::cmd("EVAL")
+            .arg(READ_WRITE_PROBE)
+            .arg(1)
+            .arg(format!("{key}:readers"))
+            .clone();
+        try_right(
+            node,
+            conn,
+            &mut denied.read_write,
+            READ_WRITE_RIGHTS,
+            &probe,
+        );
+        if denied.read_write.is_empty() {
+            checked.push(READ_WRITE_RIGHTS);
+        }
     }
     denied.wake_ups = wake_ups(node, conn, key);
     // Last on this connection: a refused EXEC may leave it in MULTI.

@@ -93,6 +93,8 @@ fn the_documented_acl_user_passes_every_rights_check() {
         "PUBSUB NUMSUB",
         "SUBSCRIBE",
         "UNSUBSCRIBE",
+        "ZADD",
+        "TIME",
     ] {
         assert!(rights.contains(name), "{name} is not checked: {text}");
     }
@@ -194,6 +196,27 @@ fn a_user_without_the_wake_up_rights_gets_a_warning_naming_them() {
     for name in ["PUBLISH", "PUBSUB NUMSUB", "SUBSCRIBE"] {
         assert!(verdict.contains(name), "{name} is not named: {text}");
     }
+    assert_eq!(code, 1, "{text}");
+}
+
+/// Without the read-write lock's rights (a user made from the ACL line
+/// before they were in it), doctor warns that the read-write lock fails
+/// there: its checks said "ok" while `run --shared` failed on every node.
+#[test]
+fn a_user_without_the_read_write_rights_gets_a_warning_naming_them() {
+    let server = RedisServer::start();
+    let url = user_url(&server, documented_line(), &["+zadd", "+zremrangebyscore"]);
+    let (code, text) = doctor(&url);
+    let verdict = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("verdict:"))
+        .unwrap_or_else(|| panic!("no verdict: {text}"));
+    assert!(
+        verdict.contains("verdict: warn"),
+        "plain locks work: {text}"
+    );
+    assert!(verdict.contains("ZADD"), "{text}");
+    assert!(verdict.contains("read-write lock"), "{text}");
     assert_eq!(code, 1, "{text}");
 }
 

@@ -285,6 +285,16 @@ fn check_rights(
             ),
         );
     }
+    if !rights.denied.read_write.is_empty() {
+        c.note(
+            Verdict::Warn,
+            format!(
+                "missing ACL rights for {}: the read-write lock (run --shared, --exclusive) \
+                 fails on this node; plain locks work (docs/operations.md, Access rights)",
+                rights.denied.read_write.join(", ")
+            ),
+        );
+    }
     if !rights.denied.wake_ups.is_empty() {
         c.note(
             Verdict::Warn,
