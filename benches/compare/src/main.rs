@@ -6,6 +6,7 @@
 //! cargo run --release -p quorum-lock-bench -- --quick # a smoke test
 //! cargo run --release -p quorum-lock-bench -- --help
 //! cargo run --release -p quorum-lock-bench -- --cross-process 5  # only: K processes, one key
+//! cargo run --release -p quorum-lock-bench -- --rw-cost 5        # only: read-write lock vs mutex
 //! ```
 //!
 //! Clients are compared paired and interleaved (they take turns, so they
@@ -33,6 +34,7 @@ mod peers;
 mod plan;
 mod procfs;
 mod report;
+mod rw;
 mod scaling;
 mod scenarios;
 mod scripts;
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
     let only: Option<fn(usize) -> Result<String, String>> = match args.first().map(String::as_str) {
         Some("--fencing-cost") => Some(fencing::fencing_cost),
         Some("--scripts-cost") => Some(scripts::scripts_cost),
+        Some("--rw-cost") => Some(rw::rw_cost),
         _ => None,
     };
     if let Some(comparison) = only {

@@ -17,6 +17,8 @@ Options:
   --fencing-cost [R]  only: the cost of fencing tokens, paired and interleaved, R runs (default 5)
   --scripts-cost [R]  only: the server's own commands against Lua scripts for lock + extend +
                     release, paired, R runs (default 5); on a server that has them (Valkey 9.1)
+  --rw-cost [R]       only: the read-write lock against the mutex: read / write + release, paired,
+                    and 8 threads' throughput, readers on one lock vs one mutex, R runs (default 5)
   --cross-process [R] only: 4 processes (each its own client) contend for one key, quorum-lock
                     and rslock taking turns, R runs (default 5); also the `cross` section of a run
   --runs R          runs of every comparison; ratios are per run, then median and min-max
