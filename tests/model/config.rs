@@ -42,6 +42,21 @@ pub(crate) const SEMAPHORE: &str = "gamma";
 pub(crate) const PERMITS: u32 = 2;
 pub(crate) const STEPS: usize = 300;
 
+/// The read-write lock of the walks in mode `r` (`rw.rs`), its clients
+/// (each with a manager of its own), and how many of them may crash in
+/// one walk (a crashed client's manager lives on with its forgotten
+/// guards: bounded, as it keeps its node threads).
+pub(crate) const RW_LOCK: &str = "delta";
+pub(crate) const RW_CLIENTS: usize = 3;
+pub(crate) const RW_CRASHES: usize = 3;
+/// In mode `r`, the step of every [`HAND_OVER_EVERY`] at which a writer
+/// waits for readers to leave (scheduled, so that it never depends on
+/// the draw).
+pub(crate) const RW_WAIT_AT: usize = 3;
+/// In mode `r`, the step of every [`HAND_OVER_EVERY`] at which a client
+/// takes a side, each kind in turn.
+pub(crate) const RW_TAKE_AT: usize = 7;
+
 pub(crate) const SEEDS: u64 = 12;
 
 /// Every this many steps the walk forces a hand-over (a held guard dropped

@@ -26,13 +26,18 @@
 //! modelled world and its managers), `steps.rs` (what a step does),
 //! `oracles.rs` (the checks after each step, and liveness at the end),
 //! `walk.rs` (the seeded runs and their coverage), `shrink.rs` (shrinking
-//! and replaying a failure); this file holds the tests, the canaries that
-//! show each oracle can fail, and the `replay` tool.
+//! and replaying a failure), `rw.rs`, `rw_wait.rs` and `rw_oracles.rs`
+//! (read-write clients on one `RwLock` among the others, mode `r`, and
+//! their oracles); this file holds the tests, the canaries that show each
+//! oracle can fail, and the `replay` tool.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod config;
 mod draws;
 mod oracles;
+mod rw;
+mod rw_oracles;
+mod rw_wait;
 mod shrink;
 mod steps;
 mod walk;
@@ -197,6 +202,63 @@ fn replay() {
         panic!("replay of {spec} fails again:\n{failure}");
     }
     println!("replay of {spec}: the schedule passes now");
+}
+
+/// Read-write clients among the lock clients and the faults (mode `r`):
+/// readers share, a writer is alone, no guard claims more than the nodes
+/// hold, fences increase, no reader gets in behind a writer's intent, and
+/// every path that sets or moves an RW guard's deadline ran.
+#[test]
+fn readers_share_and_a_writer_is_alone_through_faults_and_crashes() {
+    let rw = Mode {
+        rw: true,
+        ..Mode::default()
+    };
+    let mut counts = run_with(WIDE, rw).rw;
+    counts.add(&run_with(TIGHT, rw).rw);
+    println!("rw walks ({SEEDS} seeds of each shape): {counts:?}");
+    for (path, n) in counts.paths() {
+        assert!(n > 0, "{path} never happened: {counts:?}");
+    }
+}
+
+/// The read-write oracles can fail: with nodes that forget their keys
+/// (restart without quarantine), a writer gets in while a reader's guard
+/// is valid; and a reader's entry gone from a majority leaves its guard
+/// claiming more than the nodes hold.
+#[test]
+fn the_rw_oracles_catch_a_forgetful_majority() {
+    let rw = Mode {
+        rw: true,
+        ..Mode::default()
+    };
+    let caught = |world: &mut World| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.check_rw(0))).is_err()
+    };
+    let mut world = World::new(WIDE, false, &mut Draws::random(1))
+        .without_eviction()
+        .with_mode(rw);
+    world.rw_read_now(0);
+    world.check_rw(0); // one reader: fine
+    let (readers_key, _) = world.rw.as_ref().unwrap().locks[0].keys();
+    let readers_key = readers_key.to_vec();
+    for node in &world.nodes[..3] {
+        node.restart();
+    }
+    assert!(
+        caught(&mut world),
+        "the deadline oracle missed a reader gone from a majority"
+    );
+    world.rw_write_now(1);
+    assert!(
+        caught(&mut world),
+        "the exclusion oracle missed a writer among readers"
+    );
+    assert!(
+        world.nodes[..3]
+            .iter()
+            .all(|n| n.readers(&readers_key).is_empty())
+    );
 }
 
 #[test]

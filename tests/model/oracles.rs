@@ -23,6 +23,7 @@ impl World {
         self.check_deadlines(seed);
         self.check_fences(seed);
         self.check_inspection(seed);
+        self.check_rw(seed);
     }
 
     /// The semaphore's oracle: at most `PERMITS` valid permits, and never

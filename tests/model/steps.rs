@@ -1,15 +1,17 @@
 //! The steps of a walk: one random step (lock, extend, release, drop,
 //! hand-over, clock advances, faults, restarts, late managers, wall-clock
 //! steps, hidden identities, memory pressure, policy switches, permits,
-//! sets) and the scheduled ones (a forced hand-over every
-//! [`HAND_OVER_EVERY`] steps, a scan of the semaphore by every client
-//! halfway between two), each logged in the world.
+//! sets; in mode `r` a third of them a read-write client's, `rw.rs`) and
+//! the scheduled ones (a forced hand-over every [`HAND_OVER_EVERY`] steps,
+//! a scan of the semaphore by every client halfway between two, in mode
+//! `r` a writer waiting for readers and an acquisition of each kind in
+//! turn), each logged in the world.
 
 use std::time::{Duration, Instant};
 
 use quorum_lock::{Clock, LockOptions, RetryPolicy};
 
-use crate::config::{CLIENTS, HAND_OVER_EVERY, RESOURCES, SEMAPHORE};
+use crate::config::{CLIENTS, HAND_OVER_EVERY, RESOURCES, RW_TAKE_AT, RW_WAIT_AT, SEMAPHORE};
 use crate::draws::Draws;
 use crate::oracles::Ask;
 use crate::world::World;
@@ -56,6 +58,17 @@ impl World {
                 self.take_permit(c, rng);
             }
             return;
+        }
+        if self.rw.is_some() {
+            if step % HAND_OVER_EVERY == RW_WAIT_AT {
+                return self.scheduled_waited_write(rng, step);
+            }
+            if step % HAND_OVER_EVERY == RW_TAKE_AT {
+                return self.scheduled_rw_take(step);
+            }
+            if rng.below(3) == 0 {
+                return self.rw_step(rng);
+            }
         }
         let c = rng.below(CLIENTS);
         let r = rng.below(RESOURCES.len());

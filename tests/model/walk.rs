@@ -1,10 +1,12 @@
 //! The random walks: a run's [`Mode`] (fencing, mixed plain and fenced
-//! locks, eviction risk accepted), the seeds of one shape walked step by
-//! step with every oracle after each step (a failure is shrunk before it
-//! is reported), and the [`Coverage`] the walks must reach.
+//! locks, eviction risk accepted, read-write clients), the seeds of one
+//! shape walked step by step with every oracle after each step (a failure
+//! is shrunk before it is reported), and the [`Coverage`] the walks must
+//! reach.
 
 use crate::config::{SEEDS, STEPS, Shape};
 use crate::draws::Draws;
+use crate::rw_oracles::RwCounts;
 use crate::shrink::{Schedule, panic_text};
 use crate::world::World;
 
@@ -14,16 +16,19 @@ pub(crate) struct Mode {
     pub(crate) fencing: bool,
     pub(crate) mixed: bool,
     pub(crate) accept_eviction: bool,
+    /// Read-write clients take part (`rw.rs`).
+    pub(crate) rw: bool,
 }
 
 impl Mode {
     /// The mode as replay flags: `f` fencing, `m` mixed, `e` eviction
-    /// accepted, `-` none.
+    /// accepted, `r` read-write clients, `-` none.
     pub(crate) fn flags(self) -> String {
         let flags: String = [
             (self.fencing, 'f'),
             (self.mixed, 'm'),
             (self.accept_eviction, 'e'),
+            (self.rw, 'r'),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -37,6 +42,7 @@ impl Mode {
             fencing: flags.contains('f'),
             mixed: flags.contains('m'),
             accept_eviction: flags.contains('e'),
+            rw: flags.contains('r'),
         }
     }
 }
@@ -51,6 +57,8 @@ pub(crate) struct Coverage {
     pub(crate) semaphore_full: u64,
     pub(crate) inspected_held: u64,
     pub(crate) sets_taken: u64,
+    /// What the read-write clients did (mode `r`).
+    pub(crate) rw: RwCounts,
 }
 
 pub(crate) fn run(shape: Shape) {
@@ -106,6 +114,9 @@ pub(crate) fn run_with(shape: Shape, mode: Mode) -> Coverage {
         coverage.inspected_held += world.inspected_held.get();
         coverage.sets_taken += world.sets_taken;
         world.heal_and_check_liveness(seed);
+        if let Some(counts) = world.rw_heal_and_check(seed) {
+            coverage.rw.add(&counts);
+        }
     }
     coverage
 }

@@ -69,6 +69,8 @@ pub(crate) struct World {
     pub(crate) restarted_at: Vec<Option<Instant>>,
     pub(crate) wall_steps: Vec<Duration>,
     pub(crate) log: Vec<String>,
+    /// The read-write clients (mode `r`, see `rw.rs`).
+    pub(crate) rw: Option<crate::rw::Rw>,
 }
 
 impl World {
@@ -125,6 +127,7 @@ impl World {
             restarted_at: vec![None; shape.nodes],
             wall_steps: vec![Duration::ZERO; shape.nodes],
             log: Vec::new(),
+            rw: None,
         };
         world.clients = (0..CLIENTS).map(|c| world.manager(c)).collect();
         world.inspector = Some(world.manager(CLIENTS));
@@ -145,6 +148,9 @@ impl World {
             }
         }
         self.clients = (0..CLIENTS).map(|c| self.manager(c)).collect();
+        if mode.rw {
+            self.start_rw();
+        }
         self
     }
 
@@ -183,8 +189,15 @@ impl World {
         self.evicting[n] = true;
         self.log
             .push(format!("node {n} policy switched to {policy}"));
-        for (c, client) in self.clients.iter().chain(&self.retired).enumerate() {
-            // (c >= CLIENTS: a replaced manager.)
+        let rw = self.rw.iter().flat_map(|rw| &rw.managers);
+        for (c, client) in self
+            .clients
+            .iter()
+            .chain(&self.retired)
+            .chain(rw)
+            .enumerate()
+        {
+            // (c >= CLIENTS: a replaced manager, or a read-write client's.)
             let probe = format!("policy-probe-{c}");
             let mut seen = false;
             // A node marked down by this manager is probed back within

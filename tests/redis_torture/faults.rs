@@ -77,13 +77,13 @@ pub(crate) fn record_pids(
     *pids.lock().unwrap() = all;
 }
 
-/// Kills the servers (by pid) and exits the process if the run has not
-/// reported back within `limit`: a hung run must not hang CI or leave
-/// servers behind. Dropping the returned sender (also on a panic) disarms
-/// it.
+/// Kills the servers (by pid; and the fenced register's, when there is
+/// one) and exits the process if the run has not reported back within
+/// `limit`: a hung run must not hang CI or leave servers behind. Dropping
+/// the returned sender (also on a panic) disarms it.
 pub(crate) fn hang_detector(
     pids: Arc<Mutex<Vec<u32>>>,
-    register: u32,
+    register: Option<u32>,
     limit: Duration,
 ) -> mpsc::Sender<()> {
     let (tx, rx) = mpsc::channel::<()>();
@@ -95,7 +95,7 @@ pub(crate) fn hang_detector(
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 eprintln!("torture run hung for {limit:?}: killing servers {pids:?} and exiting");
-                for pid in pids.iter().chain([&register]) {
+                for pid in pids.iter().chain(register.as_ref()) {
                     let _ = std::process::Command::new("kill")
                         .arg("-KILL")
                         .arg(pid.to_string())

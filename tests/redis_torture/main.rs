@@ -54,6 +54,11 @@
 //!   watchdog has extended some hold) or ask a shorter TTL is round-robin
 //!   per client ([`every`]); the first fenced hold pauses. Only durations
 //!   and the fault schedule are random.
+//! * Arms of their own, in their files: the semaphore (`semaphore.rs`,
+//!   restarts and freezes of one node at a time) and the read-write lock
+//!   (`rw.rs`: readers and fenced writers under this fault schedule,
+//!   checked for exclusion, fence order and no overtaking of a writer
+//!   whose intent is on a quorum, `rw_checker.rs`).
 //! * Quarantine costs nothing per request: `INFO` runs once per connection.
 //!
 //! Each randomized run lasts [`DEFAULT_SECS`] seconds; set
@@ -87,6 +92,9 @@ mod clients;
 mod config;
 mod faults;
 mod recorder;
+mod rw;
+mod rw_checker;
+mod rw_watch;
 mod semaphore;
 
 use checker::*;
@@ -458,7 +466,7 @@ fn torture(quarantine: bool, with_cluster: bool) -> Figures {
     record_pids(&servers, cluster.as_ref(), &pids);
     let hang = hang_detector(
         Arc::clone(&pids),
-        register.pid(),
+        Some(register.pid()),
         Duration::from_secs(secs) + HANG_GRACE,
     );
 
