@@ -29,6 +29,13 @@
 //! - [`set`]: two clients with overlapping resource sets (`lock_all`) on
 //!   three nodes, each node applying each script at its own moment.
 //!   Proves no two holders of sets that share a resource.
+//! - [`rw`]: a read-write lock (a writer's intent on `W`, then admission
+//!   once readers drain) for two readers and two writers on three nodes,
+//!   each node applying each op at its own moment, with restarts,
+//!   quarantine, expiry and a fast clock, every schedule of 4 rounds.
+//!   Proves no valid writer beside another valid lock, reader entries that
+//!   expire on their own, no reader overtaking a held intent, and a stopped
+//!   writer's key gone a TTL after its last send.
 //!
 //! Canaries: each protection the explorers rely on, undone, must make its
 //! explorer fail (tests named `*_is_found`, `canaries_are_caught`, ...).
