@@ -117,15 +117,17 @@ impl Node {
             .map_err(|e| crate::wording::flags(&e.reason(&self.name)))
     }
 
-    /// The members of the sorted set `key` and their scores (`ZRANGE key
-    /// 0 -1 WITHSCORES`), and the server's clock in ms (`TIME`, asked
-    /// right after on the same connection, so never before the members
-    /// were read). On a cluster, asked of the shard that serves `key`.
-    pub(crate) fn sorted_set(&self, key: &[u8]) -> Result<(Members, i64), String> {
+    /// The `last` members of the sorted set `key` with the highest scores,
+    /// and their scores (`ZRANGE key -last -1 WITHSCORES`: bounded, however
+    /// large a foreign value there is), and the server's clock in ms
+    /// (`TIME`, asked right after on the same connection, so never before
+    /// the members were read). On a cluster, asked of the shard that
+    /// serves `key`.
+    pub(crate) fn sorted_set(&self, key: &[u8], last: u32) -> Result<(Members, i64), String> {
         self.on_key(|conn| {
             let members: Members = redis::cmd("ZRANGE")
                 .arg(key)
-                .arg(0)
+                .arg(-i64::from(last.max(1)))
                 .arg(-1)
                 .arg("WITHSCORES")
                 .query(conn)?;

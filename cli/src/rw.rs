@@ -152,24 +152,25 @@ fn read_node(node: &Node, readers: &[u8], writer: &[u8]) -> Result<NodeState, St
     let writer = node
         .read(writer)
         .map_err(|e| format!("the writer's key: {e}"))?;
+    // The live readers have the highest scores (their expiries), and at
+    // most `MAX_READERS` are live: the expired ones below them are no
+    // readers any more (every step on the lock drops them).
     let (members, now) = node
-        .sorted_set(readers)
+        .sorted_set(readers, quorum_lock::MAX_READERS)
         .map_err(|e| format!("the readers: {e}"))?;
     let readers = members
         .into_iter()
-        .map(|(value, score)| {
+        .filter_map(|(value, score)| {
             // Scores are whole ms (the scripts add integers): exact in an
             // f64, and far inside an i64.
             #[allow(clippy::cast_possible_truncation)]
             let left = score as i64 - now;
-            Reader {
+            let left = u64::try_from(left).ok().filter(|ms| *ms > 0)?;
+            Some(Reader {
                 owner: owner_of(&value),
-                left: u64::try_from(left)
-                    .ok()
-                    .filter(|ms| *ms > 0)
-                    .map(Duration::from_millis),
+                left: Some(Duration::from_millis(left)),
                 value,
-            }
+            })
         })
         .collect();
     Ok(NodeState { writer, readers })

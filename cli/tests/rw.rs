@@ -399,6 +399,23 @@ fn break_readers_removes_a_stuck_reader() {
     assert_eq!(code(&writer), 0, "{writer:?}");
 }
 
+/// A reader whose expiry has passed is no reader: `status` does not show
+/// it (every step on the lock drops it), only the live one.
+#[test]
+fn status_shows_only_the_readers_that_have_not_expired() {
+    let servers = RedisServers::start(3);
+    let expired = [&[7u8; 20][..], b";owner=gone@test"].concat();
+    let live = [&[8u8; 20][..], b";owner=here@test"].concat();
+    for server in servers.iter() {
+        server.cmd::<()>(redis::cmd("ZADD").arg(READERS).arg(1).arg(&expired));
+        server.cmd::<()>(redis::cmd("ZADD").arg(READERS).arg(i64::MAX / 2).arg(&live));
+    }
+    let status = output(&mut tool(&servers, &["status", "job"]));
+    let text = stdout(&status);
+    assert!(text.contains("here@test"), "{text}");
+    assert!(!text.contains("gone@test"), "{text}");
+}
+
 /// A `--shared` run whose reader is removed (`break --readers`) learns it
 /// at its next extend, and its command is stopped as after any loss.
 #[test]
