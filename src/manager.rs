@@ -10,12 +10,10 @@ use crate::backend::KeySet;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::health::Health;
-use crate::options::{DEFAULT_MAX_HOLD, LockOptions, RetryPolicy};
-use crate::redlock::{
-    Core, Lease, RenewalPlan, Turn, Want, after, check_ttl, drift, with_attempts,
-};
+use crate::options::{DEFAULT_MAX_HOLD, DEFAULT_WAIT, LockOptions, RetryPolicy};
+use crate::redlock::{Core, Lease, RenewalPlan, Turn, Want, check_ttl, drift};
 use crate::resource::invalid_resource;
-use crate::waiting::Waiting;
+use crate::waiting::{Tried, Waiting};
 
 /// Acquires, extends and releases locks over a quorum of nodes.
 ///
@@ -71,11 +69,35 @@ impl LockManager {
         &self.retry
     }
 
+    /// How long a call waits when neither its options nor its retry
+    /// policy set a limit: `max_ttl` plus its drift allowance plus
+    /// [`DEFAULT_WAIT_MARGIN`], and at least 60 seconds (62.6 s with the
+    /// default `max_ttl` of 60 s). So a default [`lock`](Self::lock)
+    /// outlasts both a lock whose holder crashed (it has expired by then)
+    /// and a restart quarantine (servers started a moment before the call
+    /// vote again before it gives up), with time for the jitter and one
+    /// more attempt.
+    pub fn default_wait(&self) -> Duration {
+        let config = self.core.rounds().config();
+        let longest = config
+            .max_ttl
+            .saturating_add(drift(config.max_ttl, config.drift_factor))
+            .saturating_add(DEFAULT_WAIT_MARGIN);
+        longest.max(DEFAULT_WAIT)
+    }
+
     /// Acquires `resource` with the default TTL, waiting for it as
     /// `Mutex::lock` does: as long as someone else holds it, up to the
-    /// manager's [`RetryPolicy`] limit, by default **60 seconds** with no
-    /// cap on the number of attempts (the default `max_ttl`: a lock whose
-    /// holder crashed has expired by then). For one attempt, use
+    /// manager's [`RetryPolicy`] limit, by default the manager's
+    /// [`default_wait`](Self::default_wait) (**62.6 seconds** with the
+    /// default `max_ttl` of 60 s) with no cap on the number of attempts:
+    /// a lock whose holder crashed has expired by then, and servers that
+    /// started a moment before the call have left their restart
+    /// quarantine. While the nodes that answer are quarantined, the wait
+    /// makes one attempt when enough of them vote again (plus the
+    /// policy's jitter), not one per retry delay; a quarantine that ends
+    /// after the wait's budget ends the call at once, with the report
+    /// that says when the nodes vote again. For one attempt, use
     /// [`try_lock`](Self::try_lock); for another limit or a way to cancel,
     /// [`lock_with`](Self::lock_with) with [`LockOptions::wait`] and
     /// [`LockOptions::cancellation`].
@@ -208,7 +230,7 @@ impl LockManager {
     ) -> Result<LockGuard> {
         let config = &self.core.rounds().config();
         let ttl = self.checked_ttl(options)?;
-        let mut waiting = Waiting::new(options, &self.retry, made);
+        let mut waiting = Waiting::new(options, &self.retry, self.default_wait(), made);
         let rounds = self.core.rounds();
         let fenced = options.fencing.unwrap_or(config.fencing);
         waiting.check_cancelled()?;
@@ -269,45 +291,22 @@ impl LockManager {
         // Wake-ups: when this manager's last release of the key was heard
         // by waiting processes, they go first.
         let alarm = waiting.alarm().receiver();
-        let mut watch = waiting
+        let watch = waiting
             .next_delay()
             .and_then(|pause| rounds.yield_to_waiters(keys, pause, Some(alarm)));
-        loop {
-            // Checked before every attempt: a sleep ends early when the
-            // token is cancelled.
-            waiting.check_cancelled()?;
-            let attempts = waiting.attempt();
-            let error = match rounds.acquire_once(resources, keys, ttl, fenced) {
-                Ok(lease) => {
-                    let guard = self.guard(lease).with_turn(turn);
-                    return self.deliver(guard, ttl, options, &waiting);
-                }
-                Err(e) if e.is_retryable() => e,
-                Err(e) => return Err(e),
+        let mut turn = Some(turn);
+        let listen = || Some(keys.clone());
+        waiting.until_done(rounds, listen, watch, |waiting| {
+            let lease = match Tried::of(rounds.acquire_once(resources, keys, ttl, fenced))? {
+                Tried::Done(lease) => lease,
+                Tried::Again(error, at_most) => return Ok(Tried::Again(error, at_most)),
             };
-            let Some(delay) = waiting.next_delay() else {
-                return Err(with_attempts(error, attempts, waiting.started().elapsed()));
+            let guard = match turn.take() {
+                Some(turn) => self.guard(lease).with_turn(turn),
+                None => self.guard(lease),
             };
-            // Wake-ups: after the first failed attempt, listen for the
-            // release and try once more at once (that catches a release
-            // made before the subscription); then wait between attempts
-            // for a release notice, the delay or the cancellation, whichever
-            // comes first.
-            match &mut watch {
-                None => watch = Some(rounds.watch(keys)),
-                Some(wait) => {
-                    if matches!(error, Error::ValidityExpired { .. }) {
-                        // Granted on a quorum, but too slowly: the grants
-                        // showed the key free, and must not end this wait
-                        // at once (a slow round would retry in a loop).
-                        wait.forget_heard();
-                    }
-                    let alarm = waiting.alarm().receiver();
-                    let (until, latest) = (after(delay), waiting.deadline());
-                    let _ = rounds.wait_for_release_or_expiry(wait, until, latest, Some(alarm));
-                }
-            }
-        }
+            self.deliver(guard, ttl, options, waiting).map(Tried::Done)
+        })
     }
 
     /// Hands a fresh guard to the caller, unless the call was cancelled
@@ -468,6 +467,11 @@ impl LockManager {
         }
     }
 }
+
+/// What the default wait allows past the end of a restart quarantine
+/// (`max_ttl` plus drift after the first contact): the policy's jitter
+/// and one more attempt.
+pub(crate) const DEFAULT_WAIT_MARGIN: Duration = Duration::from_secs(2);
 
 /// The outcome label of a call that takes a lock, for the metrics.
 pub(crate) fn outcome(taken: &Result<LockGuard>) -> &'static str {

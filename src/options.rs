@@ -17,9 +17,16 @@ pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(600);
 /// after `max_wait`, whichever comes first: it never retries forever
 /// unless asked to. A time limit without an explicit attempt count means
 /// "retry until the time is spent"; an attempt count without a time limit
-/// means that many attempts; without either, retry until 60 seconds are
-/// spent (what [`LockManager::lock`](crate::LockManager::lock) does by
-/// default: wait like `Mutex::lock`, within a bound).
+/// means that many attempts; without either, retry until the manager's
+/// [`default_wait`](crate::LockManager::default_wait) is spent (62.6 s
+/// with the default settings: what
+/// [`LockManager::lock`](crate::LockManager::lock) does by default, wait
+/// like `Mutex::lock`, within a bound that outlasts a crashed holder's
+/// lock and a restart quarantine).
+///
+/// While no quorum can grant (nodes quarantined, down, unusable), release
+/// notices do not bring attempts forward: at most one attempt per retry
+/// delay, or one when the quarantine in the way ends (plus the jitter).
 /// Failures that retrying cannot fix (see [`Error::is_retryable`](crate::Error::is_retryable)) end the
 /// retries at once.
 ///
@@ -43,14 +50,15 @@ pub struct RetryPolicy {
     jitter: Duration,
 }
 
-/// The time limit when neither an attempt count nor a time limit is set:
-/// the default `max_ttl`, so a lock whose holder crashed (with any TTL the
-/// default settings allow) has expired before a default `lock()` gives up.
+/// The least time limit when neither an attempt count nor a time limit is
+/// set: a manager waits at least this long, or longer when its `max_ttl`
+/// asks (see [`LockManager::default_wait`](crate::LockManager::default_wait)).
 pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(60);
 
 impl RetryPolicy {
-    /// The default policy: retry for up to 60 seconds (no attempt cap),
-    /// 100 ms delay, 100 ms jitter.
+    /// The default policy: retry for up to the manager's
+    /// [`default_wait`](crate::LockManager::default_wait) (no attempt
+    /// cap), 100 ms delay, 100 ms jitter.
     pub fn new() -> Self {
         Self {
             attempts: None,
@@ -77,8 +85,10 @@ impl RetryPolicy {
     /// Stop retrying once the next attempt would start after `max_wait`
     /// from the first; `Duration::MAX` waits as long as it takes. Without
     /// an explicit [`attempts`](Self::attempts), the count is unlimited.
-    /// Default: 60 seconds, unless [`attempts`](Self::attempts) is set
-    /// (then no time limit).
+    /// Default: the manager's
+    /// [`default_wait`](crate::LockManager::default_wait) (at least 60
+    /// seconds), unless [`attempts`](Self::attempts) is set (then no time
+    /// limit).
     #[must_use]
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
@@ -103,6 +113,16 @@ impl RetryPolicy {
     #[must_use]
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
+        self
+    }
+
+    /// This policy, with `wait` as its time limit when it sets neither
+    /// an attempt count nor a time limit (the manager's default wait,
+    /// see [`LockManager::lock`](crate::LockManager::lock)).
+    pub(crate) fn or_default_wait(mut self, wait: Duration) -> Self {
+        if self.attempts.is_none() && self.max_wait.is_none() {
+            self.max_wait = Some(wait);
+        }
         self
     }
 
@@ -138,6 +158,21 @@ impl RetryPolicy {
     /// The pause before attempt `made + 1`, or `None` when the policy is
     /// spent after `made` attempts and `waited` time.
     pub(crate) fn next_delay(&self, made: u32, waited: Duration) -> Option<Duration> {
+        self.next_delay_after(made, waited, Duration::ZERO)
+    }
+
+    /// [`next_delay`](Self::next_delay), for an attempt that cannot
+    /// succeed before `not_before` from now: the pause is the longer of
+    /// the delay and `not_before`, plus the jitter (every process that
+    /// waits for the same moment, as the end of a restart quarantine,
+    /// computes the same `not_before`: without the jitter they would all
+    /// try at once and split the votes).
+    pub(crate) fn next_delay_after(
+        &self,
+        made: u32,
+        waited: Duration,
+        not_before: Duration,
+    ) -> Option<Duration> {
         if made >= self.max_attempts() {
             return None;
         }
@@ -146,7 +181,7 @@ impl RetryPolicy {
             0 => Duration::ZERO,
             j => Duration::from_nanos(random_u64() % j),
         };
-        let delay = self.delay.saturating_add(jitter);
+        let delay = self.delay.max(not_before).saturating_add(jitter);
         match self.time_limit() {
             Some(max) if waited.saturating_add(delay) > max => None,
             _ => Some(delay),

@@ -28,9 +28,9 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::{LockManager, outcome};
 use crate::options::{LockOptions, RetryPolicy};
-use crate::redlock::{Admission, after, with_attempts};
+use crate::redlock::Admission;
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
-use crate::waiting::Waiting;
+use crate::waiting::{Tried, Waiting};
 
 /// What the lock's two keys add to its name: `{name}` first, so that on a
 /// cluster node both keys hash to the slot of the name (unless the prefix
@@ -214,7 +214,7 @@ impl RwLock {
         let locks = &self.locks;
         let ttl = locks.checked_ttl(options)?;
         let rounds = locks.core().rounds();
-        let mut waiting = Waiting::new(options, locks.retry(), attempts);
+        let mut waiting = Waiting::new(options, locks.retry(), locks.default_wait(), attempts);
         waiting.check_cancelled()?;
         let now = rounds.now();
         if !waiting.single_attempt() && rounds.owners().held_by_me(&self.writer, now) {
@@ -223,41 +223,26 @@ impl RwLock {
         // A reader this thread holds keeps a writer's intent waiting, so
         // a wait behind that intent would wait for itself.
         let reading_here = rounds.owners().held_by_me(&self.pair, now);
-        let mut watch = None;
-        loop {
-            waiting.check_cancelled()?;
-            let tries = waiting.attempt();
+        // Wake-ups, as a lock's waiter: the writer's release.
+        let listen = || Some(self.writer.clone());
+        waiting.until_done(rounds, listen, None, |waiting| {
             let error = if rounds.intents().pending(&self.writer) {
                 // A writer of this manager is on its way: stand back.
                 self.local_writer_waits()
             } else {
-                match rounds.acquire_once(&self.name, &self.pair, ttl, false) {
-                    Ok(lease) => {
+                match Tried::of(rounds.acquire_once(&self.name, &self.pair, ttl, false))? {
+                    Tried::Done(lease) => {
                         let guard = locks.guard(lease);
-                        return locks.deliver(guard, ttl, options, &waiting);
+                        return locks.deliver(guard, ttl, options, waiting).map(Tried::Done);
                     }
-                    Err(e) if e.is_retryable() => e,
-                    Err(e) => return Err(e),
+                    Tried::Again(error, _) => error,
                 }
             };
             if reading_here && error.is_contended() && !waiting.single_attempt() {
                 return Err(self.deadlock());
             }
-            let Some(delay) = waiting.next_delay() else {
-                return Err(with_attempts(error, tries, waiting.started().elapsed()));
-            };
-            // Wake-ups, as a lock's waiter: listen for the writer's
-            // release, then try once more at once (a release before the
-            // subscription); then wait for a notice, the delay or the
-            // cancellation.
-            match &mut watch {
-                None => watch = Some(rounds.watch(&self.writer)),
-                Some(wait) => {
-                    let alarm = waiting.alarm().receiver();
-                    let _ = rounds.wait_for_release(wait, after(delay), Some(alarm));
-                }
-            }
-        }
+            Ok(Tried::Again(error, None))
+        })
     }
 
     /// Takes the write side, waiting while readers or another writer hold
@@ -322,7 +307,7 @@ impl RwLock {
         let locks = &self.locks;
         let ttl = locks.checked_ttl(options)?;
         let rounds = locks.core().rounds();
-        let mut waiting = Waiting::new(options, locks.retry(), admissions);
+        let mut waiting = Waiting::new(options, locks.retry(), locks.default_wait(), admissions);
         waiting.check_cancelled()?;
         if rounds.owners().held_by_me(&self.pair, rounds.now()) {
             return Err(self.deadlock());
@@ -334,19 +319,17 @@ impl RwLock {
         // budget; auto-extension starts only once admitted.
         let intent_options = options.clone().auto_extend(false);
         let mut guard = locks.take_as(&self.name, &self.writer, &intent_options, intent_rounds)?;
-        let mut watch = None;
-        loop {
-            waiting.check_cancelled()?;
+        // Listen for readers' releases; never pause past the moment the
+        // intent needs its extend.
+        let listen = || Some(self.readers.clone());
+        waiting.until_done(rounds, listen, None, |_| {
             // Keep the intent: the admission sets the key's expiry only
             // where it admits.
             if guard.validity() < ttl / 2 {
                 guard.extend(ttl)?;
             }
-            let tries = waiting.attempt();
             let report = match rounds.admit(guard.lease(), &self.pair)? {
-                Admission::Admitted => {
-                    return locks.deliver(guard, ttl, options, &waiting);
-                }
+                Admission::Admitted => return Ok(Tried::Done(())),
                 Admission::NotYet(report) => report,
             };
             // Refused by readers: contended. Too few answers (or failures
@@ -363,22 +346,10 @@ impl RwLock {
             if !error.is_retryable() {
                 return Err(error);
             }
-            let Some(delay) = waiting.next_delay() else {
-                return Err(with_attempts(error, tries, waiting.started().elapsed()));
-            };
-            // Listen for readers' releases, try once more at once, then
-            // wait for a release, the delay or the cancellation; never
-            // past the moment the intent needs its extend.
             let refresh = guard.validity().saturating_sub(ttl / 2);
-            match &mut watch {
-                None => watch = Some(rounds.watch(&self.readers)),
-                Some(wait) => {
-                    let alarm = waiting.alarm().receiver();
-                    let until = after(delay.min(refresh));
-                    let _ = rounds.wait_for_release(wait, until, Some(alarm));
-                }
-            }
-        }
+            Ok(Tried::Again(error, Some(refresh)))
+        })?;
+        locks.deliver(guard, ttl, options, &waiting)
     }
 
     /// The error of a wait that would wait for this thread itself.

@@ -20,8 +20,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
 use crate::options::{LockOptions, RetryPolicy};
-use crate::redlock::after;
-use crate::waiting::Waiting;
+use crate::waiting::{Tried, Waiting};
 
 /// Most permits one semaphore may have: a scan tries one slot per round, so
 /// a full semaphore of K permits costs K rounds per attempt.
@@ -172,7 +171,12 @@ impl Semaphore {
     /// wait for itself).
     pub fn acquire_with(&self, options: &LockOptions) -> Result<LockGuard> {
         let mut scans = 0;
-        let mut waiting = Waiting::new(options, self.locks.retry(), &mut scans);
+        let mut waiting = Waiting::new(
+            options,
+            self.locks.retry(),
+            self.locks.default_wait(),
+            &mut scans,
+        );
         // Each slot gets exactly one attempt per scan: the semaphore does
         // its own waiting, between scans.
         let once = options.clone().retry(RetryPolicy::none());
@@ -198,43 +202,14 @@ impl Semaphore {
         // semaphore of more than `MAX_SET_SIZE` permits waits out its
         // delays.)
         let rounds = self.locks.core().rounds();
-        let mut watch = None;
-        loop {
-            waiting.check_cancelled()?;
-            waiting.attempt();
-            let error = match self.scan(&once, stop) {
-                Ok(guard) => return Ok(guard),
-                Err(e) if e.is_retryable() => e,
-                Err(e) => return Err(e),
-            };
-            let Some(delay) = waiting.next_delay() else {
-                return Err(error);
-            };
-            // The slots' keys are built only once a scan has failed: a
-            // permit taken at once costs nothing more.
-            let slots = match watch {
-                None if self.permits as usize <= crate::MAX_SET_SIZE => {
-                    KeySet::new((0..self.permits).map(|slot| self.slot_resource(slot)))
-                        .map(|slots| rounds.keys_for(&slots))
-                }
-                _ => None,
-            };
-            match (&mut watch, slots) {
-                (None, Some(keys)) => watch = Some(rounds.watch(&keys)),
-                (Some(wait), _) => {
-                    if matches!(error, Error::ValidityExpired { .. }) {
-                        // Granted, too slowly: the grants showed the slot
-                        // free and must not end this wait at once.
-                        wait.forget_heard();
-                    }
-                    let alarm = waiting.alarm().receiver();
-                    let _ = rounds.wait_for_release(wait, after(delay), Some(alarm));
-                }
-                (None, None) => {
-                    let _ = waiting.alarm().sleep(delay);
-                }
-            }
-        }
+        // The slots' keys are built only once a scan has failed: a
+        // permit taken at once costs nothing more.
+        let listen = || match self.permits as usize <= crate::MAX_SET_SIZE {
+            true => KeySet::new((0..self.permits).map(|slot| self.slot_resource(slot)))
+                .map(|slots| rounds.keys_for(&slots)),
+            false => None,
+        };
+        waiting.until_done(rounds, listen, None, |_| Tried::of(self.scan(&once, stop)))
     }
 
     /// Whether this thread holds a valid lock on every slot, through this

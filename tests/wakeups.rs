@@ -405,3 +405,93 @@ fn a_waiting_manager_does_not_poll_for_notices() {
          with {attempts} attempts (at most {bound} without polling)"
     );
 }
+
+/// Issue 43: a waiter is never woken by the undo of its own manager's
+/// failed attempts, also when the undo's notice comes before its answer.
+/// Every attempt here is granted on every node, but too slowly (each
+/// acquire moves the manager's clock past the TTL): `ValidityExpired`,
+/// and an undo on every node. Every other undo's answer is lost (the
+/// release was applied and announced, its reply did not come: as a reply
+/// that comes after the notice): those echoes were taken for releases
+/// and woke the waiter at once, again and again. With undos registered
+/// before they are sent, it makes about one attempt per retry delay.
+#[test]
+fn a_waiter_is_not_woken_by_its_own_attempts_undo() {
+    use std::sync::atomic::AtomicBool;
+
+    let nodes = nodes();
+    let clock = Arc::new(quorum_lock::ManualClock::new());
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .clock(clock.clone())
+        .restart_quarantine(false)
+        .build()
+        .unwrap();
+    const TTL: Duration = Duration::from_secs(1);
+    for node in &nodes {
+        let (slow, this, flip) = (
+            clock.clone(),
+            node.clone(),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let hook: quorum_lock::backend::CallHook = Arc::new(move |op| {
+            if op.kind.is_release() {
+                if !flip.fetch_xor(true, Ordering::Relaxed) {
+                    this.lose_replies_next(1);
+                }
+            } else {
+                slow.advance(TTL);
+            }
+        });
+        node.set_hook(Some(hook));
+    }
+    let delay = Duration::from_millis(200);
+    let wait = Duration::from_secs(2);
+    let options = LockOptions::new()
+        .ttl(TTL)
+        .wait(wait)
+        .retry(RetryPolicy::new().delay(delay).jitter(Duration::ZERO));
+    let error = locks.lock_with("job", &options).unwrap_err();
+    assert!(
+        matches!(error, quorum_lock::Error::ValidityExpired { .. }),
+        "{error}"
+    );
+    let counters = locks.health().locks;
+    // At most one attempt per delay, and one more at once after the
+    // first (to catch a release made before the subscription).
+    let most = (wait.as_millis() / delay.as_millis()) as u64 + 2;
+    assert!(
+        counters.validity_expired <= most,
+        "{} attempts in {wait:?} with a retry delay of {delay:?} (at most {most}); \
+         woken {} times",
+        counters.validity_expired,
+        counters.woken
+    );
+    assert_eq!(counters.woken, 0, "woken by its own undos");
+}
+
+/// Issue 43: only undos are echoes. A release by another thread of the
+/// same manager wakes that manager's waiters: here a set waiter, whose
+/// member a plain lock of the same manager held (the two wait in
+/// different local lines, so only the notice can wake it). Before, every
+/// release of a single key this manager made was skipped as an echo.
+#[test]
+fn another_threads_release_in_the_same_manager_wakes_a_waiter() {
+    let nodes = nodes();
+    let locks = manager(&nodes);
+    let guard = testkit::hold_settled(&locks, "b");
+    let woken = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = locks.lock_all(["a", "b"], &retries(RETRY_DELAY)).unwrap();
+            got.release().unwrap();
+        });
+        testkit::until_listening(&locks);
+        guard.release().unwrap();
+        waiting.join().unwrap();
+        locks.health().locks.woken
+    });
+    assert!(
+        woken >= 1,
+        "the release of a member did not wake the set waiter"
+    );
+}

@@ -10,6 +10,7 @@
 mod action;
 mod ballots;
 mod drive;
+mod echoes;
 mod forgets;
 mod gate;
 mod health;
@@ -394,6 +395,18 @@ impl Engine {
             // gone, and nothing is left to release through it.
             let _ = node.park_release(&req) || node.send(&req, None).is_ok();
         }
+    }
+
+    /// The undo of a failed attempt: [`release_detached_where`](Self::release_detached_where),
+    /// registered first as this manager's own (see `echoes.rs`), so that
+    /// its release notice wakes none of this manager's waiters.
+    pub(crate) fn undo_where(&self, keys: &KeySet, token: Token, reached: &[bool]) {
+        let echoes = self.shared.waiters.echoes();
+        let now = Instant::now();
+        for (index, _) in reached.iter().enumerate().filter(|(_, r)| **r) {
+            echoes.expect(index, keys, token, now);
+        }
+        self.release_detached_where(keys, token, reached);
     }
 
     /// Waits until every node has run everything queued before this call,

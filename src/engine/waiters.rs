@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
+use super::echoes::Echoes;
 use crate::backend::KeySet;
 
 /// How long a release that others listened for is remembered: the
@@ -69,6 +70,8 @@ pub(crate) struct Waiters {
     /// Locks whose last release here was heard by another process, and
     /// when.
     heard: Mutex<HashMap<KeySet, Instant>>,
+    /// This manager's undos, whose notices wake nobody.
+    echoes: Echoes,
 }
 
 #[derive(Debug, Default)]
@@ -131,6 +134,7 @@ impl Waiters {
             deaf: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             generation: AtomicU64::new(0),
             heard: Mutex::default(),
+            echoes: Echoes::default(),
         }
     }
 
@@ -171,6 +175,11 @@ impl Waiters {
                 self.generation.fetch_add(1, Ordering::SeqCst);
             }
         }
+    }
+
+    /// This manager's undos (see `echoes.rs`).
+    pub(super) fn echoes(&self) -> &Echoes {
+        &self.echoes
     }
 
     /// The current generation (see the field).

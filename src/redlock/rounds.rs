@@ -224,8 +224,7 @@ impl Rounds {
                 match self.fence(keys, token, reads, deadline) {
                     Ok(fence) => Some(fence),
                     Err(error) => {
-                        self.engine
-                            .release_detached_where(keys, token, &undo(&report));
+                        self.engine.undo_where(keys, token, &undo(&report));
                         let error = error.into_error(report, self.engine.node_names());
                         self.counters.note_failed_attempt(&error);
                         return Err(error);
@@ -251,8 +250,7 @@ impl Rounds {
         // Give up on this attempt everywhere it may have landed: the nodes
         // that granted, failed or have not answered (any of them may hold
         // our token), not those that said the key is another token's.
-        self.engine
-            .release_detached_where(keys, token, &undo(&report));
+        self.engine.undo_where(keys, token, &undo(&report));
         let report = Box::new(report);
         let error = match verdict {
             AcquireVerdict::TooSlow => Error::ValidityExpired { report },

@@ -22,6 +22,7 @@
 
 pub mod acceptor;
 pub mod blackhole;
+pub mod commandstats;
 mod counted;
 pub mod faces;
 pub mod fake_server;

@@ -44,6 +44,7 @@ use self::notices::{Ears, NodeNotices};
 use self::publish::Publisher;
 use self::shards::Shards;
 use super::action::Action;
+use super::echoes::Heard;
 use super::forgets::Forgets;
 use super::health::Vitals;
 use super::identity::{Identity, Registry};
@@ -332,8 +333,19 @@ impl NodeState {
                     // fix) leaves the acquire it undoes possibly in place.
                     self.keep(&item.keys, item.token, now);
                 }
+                let waiters = &self.shared.waiters;
+                // An undo's answer says whether its echo is still to come
+                // (see `echoes.rs`); a notice it turns out not to have
+                // caused is handed out now.
+                let heard = Heard::of(result);
+                let real_now = Instant::now();
+                for key in waiters
+                    .echoes()
+                    .answered(self.index, item.token, heard, real_now)
+                {
+                    waiters.notify(&key, Some(self.index));
+                }
                 if let Ok(reply) = result {
-                    let waiters = &self.shared.waiters;
                     self.notices.note_release(&item.keys, *reply, waiters);
                 }
             }

@@ -12,7 +12,7 @@
 //! most [`NOTICE_POLL`] at a time and looks for notices in between. Like
 //! the rest of the node's state, this takes the time as an argument.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -111,9 +111,6 @@ pub(super) struct NodeNotices {
     /// Notices may have been missed (the subscription was lost): wake
     /// every waiter once it is back.
     missed: bool,
-    /// Per key, notices of this manager's own releases still to come:
-    /// they wake nobody (an attempt's own undo must not wake its caller).
-    echoes: HashMap<Arc<[u8]>, u32>,
 }
 
 impl NodeNotices {
@@ -134,10 +131,11 @@ impl NodeNotices {
         self.retry_at
     }
 
-    fn lose_subscriptions(&mut self, retry: bool, now: Instant) {
+    fn lose_subscriptions(&mut self, node: &Ears<'_>, retry: bool, now: Instant) {
         self.missed |= !self.listening.is_empty() || retry;
         self.listening.clear();
-        self.echoes.clear();
+        // The echoes of undos announced before are lost with it.
+        node.waiters.echoes().lost_notices(node.index);
         self.retry_at = retry.then(|| now + RELISTEN_AFTER);
     }
 
@@ -163,7 +161,7 @@ impl NodeNotices {
         let (generation, keys) = waiters.keys();
         if node.down && !keys.is_empty() {
             // Down: no subscription attempt per change; once it is back.
-            self.lose_subscriptions(true, now);
+            self.lose_subscriptions(node, true, now);
             self.synced = generation;
             waiters.set_deaf(node.index, true);
             return;
@@ -190,8 +188,6 @@ impl NodeNotices {
             Ok(Ok(())) => {
                 waiters.set_deaf(node.index, false);
                 self.listening = keys.iter().cloned().collect();
-                let listening = &self.listening;
-                self.echoes.retain(|k, _| listening.contains(k));
                 self.retry_at = None;
                 if std::mem::take(&mut self.missed) {
                     // This node may have announced a release unheard
@@ -209,14 +205,14 @@ impl NodeNotices {
             Ok(Err(e)) if keys.is_empty() => {
                 // Nothing to listen for: the listener dropped what it had.
                 log::debug!("quorum-lock: node {name}: unsubscribing: {e}");
-                self.lose_subscriptions(false, now);
+                self.lose_subscriptions(node, false, now);
             }
             Ok(Err(e)) if e.kind().is_connectivity() => {
                 log::debug!(
                     "quorum-lock: node {name}: release notices unavailable for now, waiters \
                      retry on their timer: {e}"
                 );
-                self.lose_subscriptions(true, now);
+                self.lose_subscriptions(node, true, now);
                 waiters.set_deaf(node.index, true);
             }
             Ok(Err(e)) => {
@@ -240,7 +236,7 @@ impl NodeNotices {
         // Off for good: no retry, so the time is not read.
         self.missed |= !self.listening.is_empty();
         self.listening.clear();
-        self.echoes.clear();
+        node.waiters.echoes().lost_notices(node.index);
         self.retry_at = None;
     }
 
@@ -263,7 +259,7 @@ impl NodeNotices {
                     "quorum-lock: node {}: release notices interrupted: {e}",
                     node.name
                 );
-                self.lose_subscriptions(false, now);
+                self.lose_subscriptions(node, false, now);
                 node.waiters.set_deaf(node.index, true);
                 // Try again on the next tick: most often the server is
                 // back at once (a dropped connection); if not, the failed
@@ -277,11 +273,11 @@ impl NodeNotices {
             }
         };
         let mut short = false;
+        let echoes = node.waiters.echoes();
         for key in arrived {
-            if let Some(n) = self.echoes.get_mut(&key[..])
-                && *n > 0
-            {
-                *n -= 1;
+            // The notice of this manager's own undo wakes nobody. (Echoes
+            // age on the real clock: notices arrive in real time.)
+            if echoes.swallow(node.index, &key, Instant::now()) {
                 continue;
             }
             short |= node.waiters.notify(&key, Some(node.index));
@@ -291,22 +287,18 @@ impl NodeNotices {
 
     /// Takes note of a release's answer: when others listen for this
     /// lock's notices (the count is of listeners for exactly its keys, see
-    /// [`Reply::Notified`]), the next `lock` of it here lets them go
-    /// first; when this node listens for a single lock's key too, its
-    /// notice is an echo to skip (the members of a set are not tracked as
-    /// echoes).
+    /// [`Reply::Notified`]; this node's own subscription to a single
+    /// lock's key is one of them), the next `lock` of it here lets them go
+    /// first. (Whether its notice wakes this manager's waiters is the
+    /// echoes' matter: only an undo's does not.)
     pub(super) fn note_release(&mut self, keys: &KeySet, reply: Reply, waiters: &Waiters) {
         let Reply::Notified(heard) = reply else {
             return;
         };
         let own = keys
             .single()
-            .and_then(|key| self.listening.get(key))
-            .cloned();
-        if let Some(key) = &own {
-            *self.echoes.entry(Arc::clone(key)).or_default() += 1;
-        }
-        if heard > u64::from(own.is_some()) {
+            .is_some_and(|key| self.listening.contains(key));
+        if heard > u64::from(own) {
             waiters.note_heard(keys);
         }
     }
