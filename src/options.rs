@@ -242,6 +242,17 @@ impl LockOptions {
     /// [`LockGuard::lost_signal`](crate::LockGuard::lost_signal) fires), or a bound is reached
     /// ([`max_hold`](Self::max_hold), [`max_extensions`](Self::max_extensions)).
     /// One timer thread per manager serves every such lock. Default: off.
+    ///
+    /// **Renewal stops after 10 minutes by default** ([`max_hold`](Self::max_hold)'s
+    /// default): a guard that a program forgot (leaked, or parked in a
+    /// struct that lives for ever) must not hold the lock for ever. The
+    /// lock then ends at its deadline, within one TTL; the guard's
+    /// [`lost_signal`](crate::LockGuard::lost_signal) fires at once with
+    /// the reason, and [`renewal_stopped`](crate::LockGuard::renewal_stopped)
+    /// says why. For
+    /// work that may take longer, set `max_hold` to its bound, or
+    /// `Duration::MAX` for none; [`with_lock`](crate::LockManager::with_lock)
+    /// renews without bound, since the closure's return ends the hold.
     #[must_use]
     pub fn auto_extend(mut self, on: bool) -> Self {
         self.auto_extend = on;
