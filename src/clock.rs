@@ -4,6 +4,19 @@
 //! [`Clock`], never on wall-clock time: a wall clock can jump, a monotonic
 //! clock only moves forward. Tests swap in a [`ManualClock`] to make drift
 //! and validity deterministic.
+//!
+//! The default clock also counts the time the host was **suspended** (a
+//! laptop's lid, a VM suspended by its hypervisor with the guest's
+//! knowledge): the servers' keys expire meanwhile, so a lock's validity
+//! must run out with them. `Instant` on Linux reads `CLOCK_MONOTONIC`,
+//! which stops during a suspend; [`MonotonicClock`] reads
+//! `CLOCK_BOOTTIME` there (see its docs for other platforms).
+//!
+//! Instants on the manager's clock are never handed to the OS as they
+//! are (a channel's deadline, a socket timeout, which count on
+//! `Instant::now`): after a suspend the two clocks differ by the time
+//! suspended. A wait for a moment on the manager's clock is turned into a
+//! duration when it starts ([`wake_at`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -61,12 +74,88 @@ fn system_since_epoch() -> Duration {
         .unwrap_or_default()
 }
 
-/// The operating system's monotonic clock ([`Instant::now`]). The default.
+/// The operating system's monotonic clock, counting the time the host
+/// was suspended. The default.
+///
+/// - **Linux, Android**: `CLOCK_BOOTTIME`. It moves as `CLOCK_MONOTONIC`
+///   (what [`Instant::now`] reads) while the host runs, and also counts
+///   the time it was suspended, as the servers' clocks do: after a
+///   suspend longer than a lock's validity, [`LockGuard::is_valid`](crate::LockGuard::is_valid)
+///   is false and auto-extension reports the lock lost, instead of
+///   reporting the validity left before the suspend.
+/// - **Elsewhere**: [`Instant::now`]. Windows' `QueryPerformanceCounter`
+///   counts suspended time; macOS' clock (`CLOCK_UPTIME_RAW`) does not,
+///   so there a suspend longer than the validity goes unnoticed, as it
+///   does in every peer library.
+///
+/// The instants it returns are `Instant`s placed at the first reading
+/// (the process's first) plus the `CLOCK_BOOTTIME` time since: they are
+/// comparable with each other, not with [`Instant::now`] once the host
+/// was suspended. A VM paused by its hypervisor without the guest knowing
+/// is seen by no guest clock: that is a process pause (docs/safety.md,
+/// assumption 1).
+///
+/// ```
+/// use quorum_lock::{Clock, MonotonicClock};
+///
+/// let clock = MonotonicClock;
+/// let (a, b) = (clock.now(), clock.now());
+/// assert!(b >= a);
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MonotonicClock;
 
 impl Clock for MonotonicClock {
     fn now(&self) -> Instant {
+        boot::now()
+    }
+}
+
+/// `CLOCK_BOOTTIME` as an `Instant` (see [`MonotonicClock`]).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod boot {
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    use nix::time::{ClockId, clock_gettime};
+
+    /// The first reading: an `Instant` and the `CLOCK_BOOTTIME` time
+    /// read with it (`None`: the kernel has no `CLOCK_BOOTTIME`, before
+    /// Linux 2.6.39, and `Instant` is used).
+    static ORIGIN: OnceLock<Option<(Instant, Duration)>> = OnceLock::new();
+
+    /// `CLOCK_BOOTTIME` now, if the kernel has it.
+    pub(super) fn boottime() -> Option<Duration> {
+        let ts = clock_gettime(ClockId::CLOCK_BOOTTIME).ok()?;
+        let secs = u64::try_from(ts.tv_sec()).ok()?;
+        let nanos = u32::try_from(ts.tv_nsec()).ok()?;
+        Some(Duration::new(secs, nanos))
+    }
+
+    pub(super) fn origin() -> Option<(Instant, Duration)> {
+        *ORIGIN.get_or_init(|| boottime().map(|boot| (Instant::now(), boot)))
+    }
+
+    /// The instant `boot` (a `CLOCK_BOOTTIME` reading) stands for, given
+    /// the first reading `origin`.
+    pub(super) fn instant_at(origin: (Instant, Duration), boot: Duration) -> Instant {
+        let (at, boot0) = origin;
+        at.checked_add(boot.saturating_sub(boot0)).unwrap_or(at)
+    }
+
+    pub(super) fn now() -> Instant {
+        match (origin(), boottime()) {
+            (Some(origin), Some(boot)) => instant_at(origin, boot),
+            _ => Instant::now(),
+        }
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+mod boot {
+    use std::time::Instant;
+
+    pub(super) fn now() -> Instant {
         Instant::now()
     }
 }
@@ -141,5 +230,45 @@ impl Clock for ManualClock {
     /// `false`: it moves only when told to.
     fn follows_real_time(&self) -> bool {
         false
+    }
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::*;
+
+    /// The default clock reads `CLOCK_BOOTTIME`: each reading lies
+    /// between the direct readings taken before and after it, placed on
+    /// the clock's origin.
+    #[test]
+    fn the_default_clock_advances_with_clock_boottime() {
+        let clock = MonotonicClock;
+        let _ = clock.now();
+        let origin = boot::origin().expect("this kernel has CLOCK_BOOTTIME");
+        for _ in 0..100 {
+            let before = boot::boottime().unwrap();
+            let now = clock.now();
+            let after = boot::boottime().unwrap();
+            assert!(
+                boot::instant_at(origin, before) <= now,
+                "behind CLOCK_BOOTTIME"
+            );
+            assert!(
+                now <= boot::instant_at(origin, after),
+                "ahead of CLOCK_BOOTTIME"
+            );
+        }
+    }
+
+    /// A suspend moves the boot time and not `CLOCK_MONOTONIC`: the
+    /// default clock's instant moves with it.
+    #[test]
+    fn a_suspend_moves_the_default_clocks_instants() {
+        let origin = (Instant::now(), Duration::from_secs(1_000));
+        let hour = Duration::from_secs(3_600);
+        let resumed = boot::instant_at(origin, Duration::from_secs(1_000) + hour);
+        assert_eq!(resumed - origin.0, hour);
+        // Never before the origin, even for a reading before it.
+        assert_eq!(boot::instant_at(origin, Duration::from_secs(1)), origin.0);
     }
 }

@@ -145,3 +145,54 @@ fn a_slow_round_waits_its_retry_delay_before_the_next() {
         "a slow round's grants woke it: {counters:?}"
     );
 }
+
+/// Issue 44: a host that sleeps. The manager's clock jumps past the
+/// lock's validity, as the default clock does across a suspend (it reads
+/// `CLOCK_BOOTTIME`, see `MonotonicClock`); the servers' keys expired
+/// meanwhile and another process took the lock. The guard must say it
+/// is no longer valid, and auto-extension must stop and report a loss,
+/// never extend (revive) a lock whose validity ran out.
+#[test]
+fn a_jump_past_the_validity_makes_the_guard_invalid_and_stops_renewal_as_a_loss() {
+    let clock = ManualClock::new();
+    let nodes: Vec<MemoryBackend> = (0..3)
+        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
+        .collect();
+    let manager = || {
+        LockManager::builder()
+            .nodes(nodes.iter().cloned())
+            .clock(Arc::new(clock.clone()))
+            .ttl(Duration::from_secs(3))
+            .restart_quarantine(false)
+            .retry(RetryPolicy::none())
+            .build()
+            .unwrap()
+    };
+    let (sleeper, other) = (manager(), manager());
+    let options = quorum_lock::LockOptions::new().auto_extend(true);
+    let guard = sleeper.lock_with("job", &options).unwrap();
+    let lost = guard.lost_signal();
+    assert!(guard.is_valid());
+    // The host sleeps for 10 s: past the 3 s TTL.
+    clock.advance(Duration::from_secs(10));
+    let taken = other
+        .try_lock("job")
+        .expect("the keys expired during the sleep");
+    assert!(sleeper.flush(Duration::from_secs(10)));
+    assert!(!guard.is_valid(), "valid after a sleep past its validity");
+    assert_eq!(guard.validity(), Duration::ZERO);
+    assert!(guard.check().is_err());
+    let notice = lost.recv_timeout(Duration::from_secs(10));
+    assert!(
+        matches!(notice, Some(quorum_lock::Error::Lost { .. })),
+        "auto-extension did not report the loss: {notice:?}"
+    );
+    // Renewal stopped: later extends never come, and the other holder
+    // keeps the keys.
+    let extensions = guard.extensions();
+    clock.advance(Duration::from_secs(2));
+    assert!(sleeper.flush(Duration::from_secs(10)));
+    assert_eq!(guard.extensions(), extensions);
+    assert!(taken.is_valid());
+    taken.release().unwrap();
+}
