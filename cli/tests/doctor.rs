@@ -7,63 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{code, output, stdout, tool_on};
+use common::{code, documented_line, no_scripts_line, output, stdout, tool_on, user_url};
 use quorum_lock::RedisBackend;
 use quorum_lock::backend::ServerVersion;
 use testkit::RedisServer;
-
-/// The documentation the line is read from (compiled in, so an edit of
-/// the docs rebuilds the test).
-const OPERATIONS: &str = include_str!("../../docs/operations.md");
-const PLACEHOLDER: &str = ">CHANGE-ME";
-const PASSWORD: &str = "doctor-test-pw";
-
-/// The one `ACL SETUSER` line between the `<name>` markers.
-fn acl_line(name: &str) -> &'static str {
-    let start = OPERATIONS.find(&format!("<!-- {name}: begin")).unwrap();
-    let end = start
-        + OPERATIONS[start..]
-            .find(&format!("<!-- {name}: end -->"))
-            .unwrap();
-    let lines: Vec<&str> = OPERATIONS[start..end]
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("ACL SETUSER"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    lines[0]
-}
-
-/// The documented user.
-fn documented_line() -> &'static str {
-    acl_line("acl-user")
-}
-
-/// The documented user denied `@scripting` (for Valkey 9.1).
-fn no_scripts_line() -> &'static str {
-    acl_line("acl-user-no-scripts")
-}
-
-/// Creates the user of `line` (its password replaced) on `server`, with
-/// the rights in `without` left out; its URL.
-fn user_url(server: &RedisServer, line: &str, without: &[&str]) -> String {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let user = words[2];
-    let password = format!(">{PASSWORD}");
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        if without.contains(word) {
-            continue;
-        }
-        cmd.arg(if *word == PLACEHOLDER {
-            password.as_str()
-        } else {
-            *word
-        });
-    }
-    let _: () = cmd.query(&mut server.conn()).unwrap();
-    format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", server.port())
-}
 
 /// The rights line and the findings of `doctor` for the node at `url`,
 /// with the prefix the documented key pattern covers.
@@ -289,3 +236,4 @@ fn an_evicting_policy_is_found_without_the_config_right() {
     assert_eq!(code(&out), 3, "{text}");
     assert!(text.contains("may evict"), "{text}");
 }
+
