@@ -39,7 +39,8 @@ Exit codes:
   126/127  the command could not be started / was not found
   status   0 held, 1 free, 3 split (the nodes that answered disagree), 69 unknown; when the
            read-write lock NAME has holders: 0 when either lock is held
-  doctor   0 every node ok, 1 warnings (a quorum still works), 3 no quorum
+  doctor   0 every node ok, 1 warnings (a quorum can vote now), 3 no quorum now (failing or
+           quarantined nodes)
   break    0 no node holds it any more, 1 not confirmed, 69 a node could not be read or cleared
   64       usage error (unknown flag, missing argument, malformed duration, an empty lock name;
            break without a terminal to ask on and without --force)

@@ -87,7 +87,14 @@ fn script_calls(server: &RedisServer) -> u64 {
     stats
         .lines()
         .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -103,7 +110,11 @@ fn a_node_that_refuses_extends_and_releases_is_named_once_each() {
     let can = {
         let node =
             quorum_lock::RedisBackend::open(&servers[2].url(), Duration::from_secs(2)).unwrap();
-        node.fetch_server_info().unwrap().version.unwrap().without_scripts()
+        node.fetch_server_info()
+            .unwrap()
+            .version
+            .unwrap()
+            .without_scripts()
     };
     let urls: Vec<String> = servers
         .iter()

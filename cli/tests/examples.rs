@@ -223,7 +223,11 @@ fn the_cron_line_runs_as_written_under_crons_environment() {
     let cron = block(&doc, "## Once per period: `--min-hold`", "cron");
     let entries: Vec<&str> = cron.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(entries.len(), 1, "one cron line: {cron}");
-    let command = entries[0].split_whitespace().skip(5).collect::<Vec<_>>().join(" ");
+    let command = entries[0]
+        .split_whitespace()
+        .skip(5)
+        .collect::<Vec<_>>()
+        .join(" ");
     let nodes = "redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379";
     assert!(command.contains(nodes), "{command}");
 
@@ -282,6 +286,8 @@ fn the_cron_line_runs_as_written_under_crons_environment() {
     assert_eq!(stderr(&out), "", "-q: {out:?}");
     // Where the manual's install puts it: the root stood in for above.
     let install = format!("cargo install --locked --root {root} quorum-lock-cli");
-    assert!(doc.contains(&install), "the manual installs with `{install}`");
+    assert!(
+        doc.contains(&install),
+        "the manual installs with `{install}`"
+    );
 }
-

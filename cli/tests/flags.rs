@@ -186,7 +186,10 @@ fn quorum_drift_and_ttl_errors_name_their_flags() {
 fn scripts_never_with_fencing_or_a_read_write_side_is_refused_before_any_node_is_contacted() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
-    let url = format!("redis://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let url = format!(
+        "redis://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
     for (flag, extra) in [
         ("--fencing", &["--fencing"][..]),
         ("--shared", &["--shared"]),
@@ -196,7 +199,7 @@ fn scripts_never_with_fencing_or_a_read_write_side_is_refused_before_any_node_is
         let mut args = vec!["--scripts", "never", "run"];
         args.extend(extra);
         args.extend(["job", "--", "true"]);
-        let out = output(&mut tool_on(&[url.clone()], &args));
+        let out = output(&mut tool_on(std::slice::from_ref(&url), &args));
         assert_eq!(code(&out), 78, "{extra:?}: {out:?}");
         let text = stderr(&out);
         assert!(

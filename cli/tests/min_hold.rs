@@ -49,7 +49,10 @@ fn a_short_job_keeps_the_lock_for_min_hold_and_a_late_second_run_is_refused() {
     assert_eq!(lines(&ran), ["A"], "the job ran once");
     // Held at least min-hold from when it was taken, and left to expire
     // near then (not a whole TTL later: the next period must find it free).
-    assert!(held_everywhere(&servers, b"job"), "not released before min-hold");
+    assert!(
+        held_everywhere(&servers, b"job"),
+        "not released before min-hold"
+    );
     for server in servers.iter() {
         let left = Duration::from_millis(server.pttl(b"job").try_into().unwrap());
         assert!(started.elapsed() + left >= min_hold, "{left:?}");

@@ -217,4 +217,3 @@ pub fn user_url(server: &RedisServer, line: &str, without: &[&str]) -> String {
     let _: () = cmd.query(&mut server.conn()).unwrap();
     format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", server.port())
 }
-
