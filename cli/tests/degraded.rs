@@ -138,7 +138,7 @@ fn a_node_that_refuses_extends_and_releases_is_named_once_each() {
     let child = tool_on(
         &urls,
         &[
-            "--prefix", "locks:", "run", "--ttl", "600ms", "job", "--", "sh", "-c", &body,
+            "--prefix", "locks:", "run", "--ttl", "1500ms", "job", "--", "sh", "-c", &body,
         ],
     )
     .stdout(Stdio::null())
@@ -153,7 +153,7 @@ fn a_node_that_refuses_extends_and_releases_is_named_once_each() {
         }));
         token.unwrap()
     };
-    // Three extends at least (one every 200 ms), each refused by the
+    // Three extends at least (one every 500 ms), each refused by the
     // third node.
     let before = script_calls(&servers[0]);
     assert!(
