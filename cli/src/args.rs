@@ -296,6 +296,21 @@ impl RunArgs {
         self.kill_after.unwrap_or(KILL_AFTER.min(self.ttl / 3))
     }
 
+    /// The flags given that need scripts on the servers: fencing and
+    /// either side of the read-write lock have no script-free form on any
+    /// server, so with `--scripts never` they could only fail on every
+    /// node.
+    pub(crate) fn needing_scripts(&self) -> Vec<&'static str> {
+        [
+            ("--fencing", self.fencing),
+            ("--shared", self.shared),
+            ("--exclusive", self.exclusive),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
     /// `--owner`, or its default: [`default_owner`] of the lock's name.
     pub(crate) fn owner(&self) -> String {
         self.owner

@@ -42,11 +42,15 @@ pub(crate) struct Checkup {
     pub(crate) verdict: Verdict,
     /// Its votes do not count yet (restart quarantine), but will.
     pub(crate) quarantined: bool,
+    /// How long its quarantine lasts, about (the longest of a cluster's
+    /// shards), when known.
+    pub(crate) quarantine_left: Option<Duration>,
     /// The server's `run_id`, to find one server under two names.
     pub(crate) run_id: Option<String>,
     pub(crate) facts: Vec<Fact>,
-    /// Why the verdict is not ok.
-    pub(crate) findings: Vec<String>,
+    /// Why the verdict is not ok, each with its own level, in the order
+    /// found.
+    pub(crate) findings: Vec<(Verdict, String)>,
 }
 
 impl Checkup {
@@ -54,6 +58,7 @@ impl Checkup {
         Self {
             verdict: Verdict::Ok,
             quarantined: false,
+            quarantine_left: None,
             run_id: None,
             facts: Vec::new(),
             findings: Vec::new(),
@@ -62,7 +67,36 @@ impl Checkup {
 
     pub(crate) fn note(&mut self, verdict: Verdict, finding: String) {
         self.verdict = self.verdict.max(verdict);
-        self.findings.push(finding);
+        self.findings.push((verdict, finding));
+    }
+
+    /// Whether a finding already fails the node.
+    pub(crate) fn failed(&self) -> bool {
+        self.verdict == Verdict::Fail
+    }
+
+    /// The findings below the verdict's level (each on a line of its own,
+    /// `warn: ...`), then the verdict's own: its level's findings, the
+    /// cause in one short line.
+    pub(crate) fn verdict_lines(&self) -> (Vec<String>, String) {
+        let lesser = self
+            .findings
+            .iter()
+            .filter(|(level, _)| *level < self.verdict)
+            .map(|(level, text)| format!("{}: {text}", level.as_str()))
+            .collect();
+        let causes: Vec<&str> = self
+            .findings
+            .iter()
+            .filter(|(level, _)| *level == self.verdict)
+            .map(|(_, text)| text.as_str())
+            .collect();
+        let verdict = if causes.is_empty() {
+            self.verdict.as_str().to_owned()
+        } else {
+            format!("{}: {}", self.verdict.as_str(), causes.join("; "))
+        };
+        (lesser, verdict)
     }
 
     pub(crate) fn fact(&mut self, label: &'static str, key: &'static str, value: Value) {

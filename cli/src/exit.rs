@@ -20,7 +20,8 @@ pub(crate) const OS_ERROR: u8 = 71;
 /// default of `run --lost-exit-code`; `EX_TEMPFAIL`).
 pub(crate) const LOST: u8 = 75;
 /// Configuration: values that cannot work together, such as `--ttl` above
-/// `--max-ttl` or not above `--node-timeout`, or a malformed node URL
+/// `--max-ttl` or not above `--node-timeout`, `--scripts never` with
+/// `--fencing`, `--shared` or `--exclusive`, or a malformed node URL
 /// (`EX_CONFIG`).
 pub(crate) const CONFIG: u8 = 78;
 /// 128 + N: the command (or, while waiting for the lock, the tool) ended
@@ -38,7 +39,8 @@ Exit codes:
   126/127  the command could not be started / was not found
   status   0 held, 1 free, 3 split (the nodes that answered disagree), 69 unknown; when the
            read-write lock NAME has holders: 0 when either lock is held
-  doctor   0 every node ok, 1 warnings (a quorum still works), 3 no quorum
+  doctor   0 every node ok, 1 warnings (a quorum can vote now), 3 no quorum now (failing or
+           quarantined nodes)
   break    0 no node holds it any more, 1 not confirmed, 69 a node could not be read or cleared
   64       usage error (unknown flag, missing argument, malformed duration, an empty lock name;
            break without a terminal to ask on and without --force)
@@ -46,7 +48,7 @@ Exit codes:
            run --exclusive: its claim was lost while it waited for readers (not started)
   71       the operating system failed the tool (a thread, the random source, waitpid)
   78       configuration error (--ttl above --max-ttl or not above --node-timeout, a bad node URL,
-           --quorum below a majority)";
+           --quorum below a majority, --scripts never with --fencing, --shared or --exclusive)";
 
 /// The exit code for a library error that is not the lock's answer.
 pub(crate) fn for_error(e: &Error) -> u8 {

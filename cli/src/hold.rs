@@ -5,7 +5,10 @@
 //! Never released early: extended while more than one TTL is left, then
 //! extended once more with a TTL that ends it just after the hold, and left
 //! to expire there (not a whole TTL later, where it could block the next
-//! period).
+//! period). The tool stays in the foreground until the hold has passed,
+//! as its manual says (a systemd oneshot unit, a CI step and whoever waits
+//! for the tool count on it): it exits at `until`, not at that last
+//! extend, up to one TTL earlier.
 
 use std::time::{Duration, Instant};
 
@@ -29,9 +32,10 @@ pub(crate) enum Cut {
 /// Keeps `held` until `until`, then leaves it to expire (the guard is
 /// forgotten, not released), shortly after `until`: the last extend's TTL
 /// is what is left of the hold plus its drift plus `slack` (the most an
-/// extend round takes: the node timeout). Returns early on a loss or a
-/// signal, with the time the lock has left: it is then left to expire at
-/// its deadline.
+/// extend round takes: the node timeout). Returns at `until`, not before
+/// (the lock needs no more extends after the last one, but the tool stays
+/// until the hold has passed), or early on a loss or a signal, with the
+/// time the lock has left: it is then left to expire at its deadline.
 pub(crate) fn hold(
     mut held: Held,
     until: Instant,
@@ -64,7 +68,23 @@ pub(crate) fn hold(
         }
         std::thread::sleep(crate::supervise::POLL);
     };
+    let result = result.and_then(|()| stay(until, signals));
     let left = held.deadline.saturating_duration_since(Instant::now());
     held.guard.forget();
     result.map_err(|cut| (cut, left))
+}
+
+/// Stays until `until` (the hold is covered: no more extends), unless a
+/// signal to the tool comes first.
+fn stay(until: Instant, signals: &Signals) -> Result<(), Cut> {
+    loop {
+        if let Some(signal) = signals.take().pop() {
+            return Err(Cut::Signal(signal));
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(crate::supervise::POLL));
+    }
 }

@@ -80,6 +80,16 @@ impl Node {
         )
     }
 
+    /// The ACL user the URL names, if it names one (otherwise the
+    /// server's `default` user).
+    pub(crate) fn user(&self) -> Option<String> {
+        let info = self.direct.as_str().into_connection_info().ok()?;
+        info.redis_settings()
+            .username()
+            .map(str::to_owned)
+            .filter(|user| !user.is_empty())
+    }
+
     /// The host of the server a direct connection reaches.
     pub(crate) fn seed_host(&self) -> String {
         let rest = self.direct.split_once("://").map_or("", |(_, rest)| rest);

@@ -38,6 +38,46 @@ pub(crate) struct Denied {
     pub(crate) wake_ups: Vec<&'static str>,
     /// The read-write lock's scripts (plain locks work without them).
     pub(crate) read_write: Vec<&'static str>,
+    /// Rights refused for the scratch key, not for the command: the ACL
+    /// user's key pattern does not cover the prefix (not missing rights).
+    pub(crate) key: Vec<&'static str>,
+    /// The first such refusal, as the server said it.
+    pub(crate) key_refusal: Option<String>,
+    /// Rights refused for the release channel, not for the command: the
+    /// user's channel pattern does not cover it.
+    pub(crate) channel: Vec<&'static str>,
+}
+
+impl Denied {
+    /// Files a refusal of `name`: by command (into `missing`), or by the
+    /// key or channel it was asked for (the ACL's patterns).
+    fn file(&mut self, missing: Missing, name: &'static str, error: &str) {
+        match refusal(error) {
+            Some(Refusal::Key) => {
+                self.key.push(name);
+                self.key_refusal.get_or_insert_with(|| error.to_owned());
+            }
+            Some(Refusal::Channel) => self.channel.push(name),
+            Some(Refusal::Command) => match missing {
+                Missing::Plain => self.plain.push(name),
+                Missing::Commands => self.commands.push(name),
+                Missing::Scripts => self.scripts.push(name),
+                Missing::WakeUps => self.wake_ups.push(name),
+                Missing::ReadWrite => self.read_write.push(name),
+            },
+            None => {}
+        }
+    }
+}
+
+/// Which list a right refused by command belongs to.
+#[derive(Clone, Copy)]
+enum Missing {
+    Plain,
+    Commands,
+    Scripts,
+    WakeUps,
+    ReadWrite,
 }
 
 /// The commands the read-write lock's scripts call, as the warning names
@@ -67,7 +107,8 @@ pub(crate) fn check(
 ) -> Rights {
     let token = "quorum-lock-doctor";
     let mut denied = Denied::default();
-    let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut denied.plain, name, cmd);
+    let mut attempt =
+        |name, cmd: &redis::Cmd| try_right(node, conn, &mut denied, Missing::Plain, name, cmd);
     attempt(
         "SET",
         redis::cmd("SET")
@@ -95,7 +136,14 @@ pub(crate) fn check(
             .arg("PX")
             .arg(5000)
             .clone();
-        try_right(node, conn, &mut denied.commands, "SET IFEQ", &extend);
+        try_right(
+            node,
+            conn,
+            &mut denied,
+            Missing::Commands,
+            "SET IFEQ",
+            &extend,
+        );
     }
     if commands_allowed && can.release {
         let valkey = version.is_some_and(|v| v.product == ServerProduct::Valkey);
@@ -110,7 +158,8 @@ pub(crate) fn check(
         try_right(
             node,
             conn,
-            &mut denied.commands,
+            &mut denied,
+            Missing::Commands,
             delete,
             cmd.arg("not-ours"),
         );
@@ -120,7 +169,7 @@ pub(crate) fn check(
         let _ = node.query::<redis::Value>(conn, redis::cmd("DEL").arg(key));
     } else {
         checked.push("SCRIPT LOAD, EVAL, EVALSHA, PEXPIRE, HSET, HGET, DEL");
-        denied.scripts = script_rights(node, conn, key, token);
+        script_rights(node, conn, &mut denied, key, token);
         let probe = redis::cmd("EVAL")
             .arg(READ_WRITE_PROBE)
             .arg(1)
@@ -129,18 +178,19 @@ pub(crate) fn check(
         try_right(
             node,
             conn,
-            &mut denied.read_write,
+            &mut denied,
+            Missing::ReadWrite,
             READ_WRITE_RIGHTS,
             &probe,
         );
-        if denied.read_write.is_empty() {
+        if denied.read_write.is_empty() && !denied.key.contains(&READ_WRITE_RIGHTS) {
             checked.push(READ_WRITE_RIGHTS);
         }
     }
-    denied.wake_ups = wake_ups(node, conn, key);
+    wake_ups(node, conn, &mut denied, key);
     // Last on this connection: a refused EXEC may leave it in MULTI.
-    transaction(node, conn, &mut denied.plain);
-    if denied.wake_ups.is_empty() {
+    transaction(node, conn, &mut denied);
+    if denied.wake_ups.is_empty() && denied.channel.is_empty() {
         checked.push(WAKE_UP_RIGHTS);
     }
     let by_commands = commands_allowed && can.release && can.extend && denied.commands.is_empty();
@@ -153,18 +203,18 @@ pub(crate) fn check(
 
 /// The scripts' rights, tried as the library runs them (the last one, the
 /// release script, removes the scratch `key`): the rights missing.
-fn script_rights(node: &Node, conn: &mut Connection, key: &str, token: &str) -> Vec<&'static str> {
-    let mut missing = Vec::new();
+fn script_rights(node: &Node, conn: &mut Connection, denied: &mut Denied, key: &str, token: &str) {
     // The digest as the server gives it (as the library takes it): no
     // SHA-1 in the client.
     let sha = node
         .query::<String>(conn, redis::cmd("SCRIPT").arg("LOAD").arg(RELEASE))
         .ok();
     if sha.is_none() {
-        missing.push("SCRIPT LOAD");
+        denied.scripts.push("SCRIPT LOAD");
     }
     let sha = sha.unwrap_or_default();
-    let mut attempt = |name, cmd: &redis::Cmd| try_right(node, conn, &mut missing, name, cmd);
+    let mut attempt =
+        |name, cmd: &redis::Cmd| try_right(node, conn, denied, Missing::Scripts, name, cmd);
     // The fence counters' commands, inside a script as the library runs
     // them, on a hash of the doctor's own (never the real counters, whose
     // fields must not be touched).
@@ -193,39 +243,42 @@ fn script_rights(node: &Node, conn: &mut Connection, key: &str, token: &str) -> 
         "EVAL",
         redis::cmd("EVAL").arg(RELEASE).arg(1).arg(key).arg(token),
     );
-    missing
+    // Without EVAL the commands inside the scripts were never reached:
+    // their rights are not known to be missing.
+    if denied.scripts.contains(&"EVAL") {
+        denied
+            .scripts
+            .retain(|name| !name.ends_with("(in scripts)"));
+    }
 }
 
 /// Inspection's `MULTI` block: an empty one, `DISCARD`ed if `EXEC` is
 /// refused.
-fn transaction(node: &Node, conn: &mut Connection, missing: &mut Vec<&'static str>) {
+fn transaction(node: &Node, conn: &mut Connection, denied: &mut Denied) {
     match node.query::<redis::Value>(conn, &redis::cmd("MULTI")) {
-        Err(e) if refused(&e) => missing.push("MULTI"),
-        Err(_) => {}
+        Err(e) => denied.file(Missing::Plain, "MULTI", &e),
         Ok(_) => {
             if let Err(e) = node.query::<redis::Value>(conn, &redis::cmd("EXEC")) {
-                if refused(&e) {
-                    missing.push("EXEC");
-                }
+                denied.file(Missing::Plain, "EXEC", &e);
                 let _ = node.query::<redis::Value>(conn, &redis::cmd("DISCARD"));
             }
         }
     }
 }
 
-/// Runs `cmd`; when the server refuses it for want of a right, adds
-/// `name` to `missing`.
+/// Runs `cmd`; when the server refuses it for want of a right, files
+/// `name` as denied: under `missing` when the command is refused, as a
+/// key's or channel's when the pattern is what refuses it.
 fn try_right(
     node: &Node,
     conn: &mut Connection,
-    missing: &mut Vec<&'static str>,
+    denied: &mut Denied,
+    missing: Missing,
     name: &'static str,
     cmd: &redis::Cmd,
 ) {
-    if let Err(e) = node.query::<redis::Value>(conn, cmd)
-        && refused(&e)
-    {
-        missing.push(name);
+    if let Err(e) = node.query::<redis::Value>(conn, cmd) {
+        denied.file(missing, name, &e);
     }
 }
 
@@ -239,39 +292,67 @@ const WAKE_UP_RIGHTS: &str = "PUBLISH, PUBSUB NUMSUB, SUBSCRIBE, UNSUBSCRIBE";
 /// whether a waiter listens), a waiter subscribes (on a connection of its
 /// own, as the library does: this one stays out of subscriber mode). The
 /// rights missing.
-fn wake_ups(node: &Node, conn: &mut Connection, key: &str) -> Vec<&'static str> {
+fn wake_ups(node: &Node, conn: &mut Connection, denied: &mut Denied, key: &str) {
     let channel = format!("{RELEASE_CHANNEL}{key}");
-    let mut missing = Vec::new();
     let publish = redis::cmd("PUBLISH").arg(&channel).arg("").clone();
-    try_right(node, conn, &mut missing, "PUBLISH", &publish);
+    try_right(node, conn, denied, Missing::WakeUps, "PUBLISH", &publish);
     let numsub = redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).clone();
-    try_right(node, conn, &mut missing, "PUBSUB NUMSUB", &numsub);
+    try_right(
+        node,
+        conn,
+        denied,
+        Missing::WakeUps,
+        "PUBSUB NUMSUB",
+        &numsub,
+    );
     let Ok((mut listener, _)) = node.connect() else {
-        return missing;
+        return;
     };
     match node.query::<redis::Value>(&mut listener, redis::cmd("SUBSCRIBE").arg(&channel)) {
-        Err(e) if refused(&e) => missing.push("SUBSCRIBE"),
-        Err(_) => {}
+        Err(e) => denied.file(Missing::WakeUps, "SUBSCRIBE", &e),
         Ok(_) => {
             if let Err(e) =
                 node.query::<redis::Value>(&mut listener, redis::cmd("UNSUBSCRIBE").arg(&channel))
-                && refused(&e)
             {
-                missing.push("UNSUBSCRIBE");
+                denied.file(Missing::WakeUps, "UNSUBSCRIBE", &e);
             }
         }
     }
-    missing
 }
 
-/// Whether an error says the user may not run the command, or not on
-/// these keys or channels (`NOPERM`: the redis crate writes `NoPerm`).
-fn refused(e: &str) -> bool {
+/// What the ACL refused.
+enum Refusal {
+    /// The command (or subcommand).
+    Command,
+    /// A key it was asked for: the user's key pattern.
+    Key,
+    /// A channel it was asked for: the user's channel pattern.
+    Channel,
+}
+
+/// What an error says the user may not do, if it is a refusal (`NOPERM`:
+/// the redis crate writes `NoPerm`).
+fn refusal(e: &str) -> Option<Refusal> {
     let e = e.to_ascii_lowercase();
     // A command the ACL denies inside a script is not a NOPERM reply but
-    // "ERR The user executing the script can't run this command ...".
-    e.contains("noperm")
+    // "ERR The user executing the script can't run this command ..." (or
+    // "can't access at least one of the keys ...").
+    let refused = e.contains("noperm")
         || e.contains("unknown command")
         || e.contains("can't run this command")
-        || e.contains("no permissions")
+        || e.contains("can't access")
+        || e.contains("no permissions");
+    if !refused {
+        return None;
+    }
+    // "no permissions to access one of the keys used as arguments"
+    // (Redis 7.0), "... to access a key" / "the 'k' key" (later ones).
+    let access = e.contains("access");
+    Some(if access && e.contains("channel") {
+        Refusal::Channel
+    } else if access && e.contains("key") {
+        Refusal::Key
+    } else {
+        Refusal::Command
+    })
 }

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use quorum_lock::{CancellationToken, LockManager, LockOptions, RetryPolicy};
+use quorum_lock::{CancellationToken, LockManager, LockOptions, RetryPolicy, Scripts};
 
 use crate::args::{Global, RunArgs, Side};
 use crate::child::{Child, Ended};
@@ -27,6 +27,18 @@ use crate::supervise::{Held, KILL_MARGIN, Outcome, Rest, Watch};
 use crate::wording;
 
 pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
+    // Found before any node is contacted: what the flags ask for cannot
+    // work on any server.
+    let needing = args.needing_scripts();
+    if global.scripts == Scripts::Never && !needing.is_empty() {
+        eprintln!(
+            "quorum-lock: invalid configuration: {flags} cannot work with --scripts never \
+             (fencing and the read-write lock have no script-free form on any server): leave \
+             out --scripts never, or {flags}",
+            flags = needing.join(" and ")
+        );
+        return exit::CONFIG;
+    }
     let locks = match global.manager(args.ttl, Some(args.owner())) {
         Ok(locks) => locks,
         Err(e) => {
@@ -159,7 +171,7 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> u8 {
             };
         }
     };
-    crate::notice::degraded_run(&locks, &args.name, global.node_timeout * 2);
+    held.notices = crate::notice::degraded_run(&locks, &args.name, global.node_timeout * 2);
     let watch = Watch {
         locks: &locks,
         signals: &signals,
@@ -229,7 +241,7 @@ fn finish(held: Held, outcome: Outcome, cx: &Context<'_>) -> u8 {
                 keep(held, &hold, ended, interrupted)
             }
             _ => {
-                if let Err(e) = held.guard.release() {
+                if let Err(e) = held.release() {
                     warn(&format!("releasing {}: {e}", args.name));
                 }
                 ended.code()

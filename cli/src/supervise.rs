@@ -14,6 +14,7 @@ use nix::sys::signal::Signal;
 use quorum_lock::{LockGuard, LockManager};
 
 use crate::child::{Child, Ended};
+use crate::notice::Notices;
 use crate::signals::Signals;
 
 /// Longest sleep between looks at the command, the signals and the lock.
@@ -34,6 +35,9 @@ pub(crate) struct Held {
     pub(crate) deadline: Instant,
     /// When the next regular extend is due.
     next_extend: Instant,
+    /// What has been said of the nodes (a node that fails an extend or
+    /// the release is named once).
+    pub(crate) notices: Notices,
 }
 
 impl Held {
@@ -45,6 +49,21 @@ impl Held {
             ttl,
             deadline,
             next_extend: now + ttl / 3,
+            notices: Notices::quiet(),
+        }
+    }
+
+    /// Releases the lock; names the nodes that failed to (their copies
+    /// stay until they expire). The error of a release no quorum
+    /// answered.
+    pub(crate) fn release(self) -> Result<(), String> {
+        let ttl = self.guard.ttl();
+        match self.guard.release() {
+            Ok(report) => {
+                self.notices.released(&report, ttl);
+                Ok(())
+            }
+            Err(e) => Err(crate::wording::flags(&e.to_string())),
         }
     }
 
@@ -60,6 +79,7 @@ impl Held {
             Ok(validity) => {
                 self.deadline = begun + validity;
                 self.next_extend = begun + self.ttl / 3;
+                self.notices.extended(locks);
                 Ok(())
             }
             Err(e) => Err(crate::wording::flags(&e.to_string())),

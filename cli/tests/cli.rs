@@ -323,10 +323,11 @@ fn doctor_sees_healthy_down_and_quarantined_nodes() {
         cmd.args(["--nodes", &urls, "doctor"]).args(extra);
         output(&mut cmd)
     };
-    // Freshly started servers are quarantined (max_ttl 60 s): a warning.
+    // Freshly started servers are quarantined (max_ttl 60 s): each node
+    // warns, and none can vote yet: no quorum now (exit 3).
     let fresh = doctor(&[]);
     let text = String::from_utf8_lossy(&fresh.stdout);
-    assert_eq!(code(&fresh), 1, "{text}");
+    assert_eq!(code(&fresh), 3, "{text}");
     assert!(text.contains("quarantined for about"), "{text}");
     // With a 1 s max_ttl they are out of quarantine within a few seconds.
     let healthy = || doctor(&["--max-ttl", "1s"]);

@@ -5,10 +5,13 @@
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use common::{BIN, code, output, stderr, stdout, tool_on};
-use testkit::{RedisServer, RedisServers};
+use common::{
+    BIN, HANG, code, documented_line, output, stderr, stdout, tool_on, user_url, wait_output,
+};
+use testkit::{RedisServer, RedisServers, TempDir, wait_until};
 
 #[test]
 fn a_run_without_a_node_names_it_unless_quiet() {
@@ -75,4 +78,115 @@ fn one_server_under_two_names_is_caught_by_run_and_doctor() {
     let text = stdout(&doctor);
     assert!(text.contains("same server as"), "{text}");
     assert_ne!(code(&doctor), 0, "{text}");
+}
+
+/// Calls of the scripts (`EVAL`, `EVALSHA`) `server` has run so far
+/// (`INFO commandstats`): on Redis 7 every extend and release is one.
+fn script_calls(server: &RedisServer) -> u64 {
+    let stats: String = server.cmd(redis::cmd("INFO").arg("commandstats"));
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// A node that grants acquires but refuses every extend and release (an
+/// ACL user with `SET` and `GET` but no scripts, on a server whose
+/// extend and release are scripts): the lock rests on the other nodes,
+/// and `run` says so once for the extends and once for the release,
+/// naming the node and the server's reason, never the password or the
+/// token.
+#[test]
+fn a_node_that_refuses_extends_and_releases_is_named_once_each() {
+    let servers = RedisServers::start(3);
+    let can = {
+        let node =
+            quorum_lock::RedisBackend::open(&servers[2].url(), Duration::from_secs(2)).unwrap();
+        node.fetch_server_info()
+            .unwrap()
+            .version
+            .unwrap()
+            .without_scripts()
+    };
+    let urls: Vec<String> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, server)| {
+            let without: &[&str] = if i == 2 {
+                &["+eval", "+evalsha", "+script|load"]
+            } else {
+                &[]
+            };
+            user_url(server, documented_line(), without)
+        })
+        .collect();
+    let dir = TempDir::new("quorum-lock-cli");
+    let done = dir.path().join("done");
+    // Runs until the test says so (bounded: 30 s at most).
+    let body = format!(
+        "i=0; while [ ! -f {done} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+        done = done.display()
+    );
+    let child = tool_on(
+        &urls,
+        &[
+            "--prefix", "locks:", "run", "--ttl", "1500ms", "job", "--", "sh", "-c", &body,
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let token = {
+        let mut token = None;
+        assert!(wait_until(HANG, || {
+            token = servers[0].get(b"locks:job");
+            token.is_some()
+        }));
+        token.unwrap()
+    };
+    // Three extends at least (one every 500 ms), each refused by the
+    // third node.
+    let before = script_calls(&servers[0]);
+    assert!(
+        wait_until(HANG, || script_calls(&servers[0]) >= before + 3),
+        "no extends"
+    );
+    std::fs::write(&done, "").unwrap();
+    let out = wait_output(child);
+    assert_eq!(code(&out), 0, "{out:?}");
+    let text = stderr(&out);
+    let port = format!(":{}/", servers[2].port());
+    let named: Vec<&str> = text.lines().filter(|l| l.contains(&port)).collect();
+    if can.extend && can.release {
+        // The server does both without a script: nothing to say.
+        assert!(named.is_empty(), "{text}");
+        return;
+    }
+    let extends: Vec<&&str> = named.iter().filter(|l| l.contains("extend")).collect();
+    let releases: Vec<&&str> = named.iter().filter(|l| l.contains("release")).collect();
+    assert_eq!(extends.len(), 1, "the extends' failure said once: {text}");
+    assert_eq!(releases.len(), 1, "the release's failure said once: {text}");
+    for line in extends.iter().chain(&releases) {
+        assert!(line.contains("NOPERM"), "the reason: {text}");
+    }
+    for (i, server) in servers.iter().enumerate() {
+        if i != 2 {
+            assert!(
+                !text.contains(&format!(":{}/", server.port())),
+                "only the failing node is named: {text}"
+            );
+        }
+    }
+    let token = String::from_utf8_lossy(&token).into_owned();
+    assert!(!text.contains(&token), "no token: {text}");
+    assert!(!text.contains(common::PASSWORD), "no password: {text}");
 }

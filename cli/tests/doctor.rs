@@ -7,63 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{code, output, stdout, tool_on};
+use common::{code, documented_line, no_scripts_line, output, stdout, tool_on, user_url};
 use quorum_lock::RedisBackend;
 use quorum_lock::backend::ServerVersion;
 use testkit::RedisServer;
-
-/// The documentation the line is read from (compiled in, so an edit of
-/// the docs rebuilds the test).
-const OPERATIONS: &str = include_str!("../../docs/operations.md");
-const PLACEHOLDER: &str = ">CHANGE-ME";
-const PASSWORD: &str = "doctor-test-pw";
-
-/// The one `ACL SETUSER` line between the `<name>` markers.
-fn acl_line(name: &str) -> &'static str {
-    let start = OPERATIONS.find(&format!("<!-- {name}: begin")).unwrap();
-    let end = start
-        + OPERATIONS[start..]
-            .find(&format!("<!-- {name}: end -->"))
-            .unwrap();
-    let lines: Vec<&str> = OPERATIONS[start..end]
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("ACL SETUSER"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    lines[0]
-}
-
-/// The documented user.
-fn documented_line() -> &'static str {
-    acl_line("acl-user")
-}
-
-/// The documented user denied `@scripting` (for Valkey 9.1).
-fn no_scripts_line() -> &'static str {
-    acl_line("acl-user-no-scripts")
-}
-
-/// Creates the user of `line` (its password replaced) on `server`, with
-/// the rights in `without` left out; its URL.
-fn user_url(server: &RedisServer, line: &str, without: &[&str]) -> String {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let user = words[2];
-    let password = format!(">{PASSWORD}");
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        if without.contains(word) {
-            continue;
-        }
-        cmd.arg(if *word == PLACEHOLDER {
-            password.as_str()
-        } else {
-            *word
-        });
-    }
-    let _: () = cmd.query(&mut server.conn()).unwrap();
-    format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", server.port())
-}
 
 /// The rights line and the findings of `doctor` for the node at `url`,
 /// with the prefix the documented key pattern covers.
@@ -288,4 +235,134 @@ fn an_evicting_policy_is_found_without_the_config_right() {
     let text = stdout(&out);
     assert_eq!(code(&out), 3, "{text}");
     assert!(text.contains("may evict"), "{text}");
+}
+
+/// The one `verdict:` line of a node in `text`.
+fn verdict_line(text: &str) -> &str {
+    let verdicts: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("verdict:"))
+        .collect();
+    assert_eq!(verdicts.len(), 1, "one verdict: {text}");
+    verdicts[0]
+}
+
+/// The documented ACL user with `--prefix` forgotten: every right is
+/// there, but its key pattern does not cover the keys. Named as such (the
+/// pattern, when the user may read it, and the prefix), not as missing
+/// rights an operator would add in vain.
+#[test]
+fn a_key_pattern_that_misses_the_prefix_is_named_not_taken_for_missing_rights() {
+    let server = RedisServer::start();
+    let url = user_url(&server, documented_line(), &[]);
+    let out = output(&mut tool_on(&[url], &["--max-ttl", "1s", "doctor"]));
+    let text = stdout(&out);
+    assert_eq!(code(&out), 3, "{text}");
+    assert!(!text.contains("missing ACL rights"), "{text}");
+    let verdict = verdict_line(&text);
+    assert!(verdict.contains("key pattern"), "{text}");
+    assert!(verdict.contains("--prefix"), "{text}");
+    // A user allowed to read its own ACL: its pattern is named.
+    let line = format!("{} +acl|getuser", documented_line()).replace(" locker ", " reader ");
+    let url = user_url(&server, &line, &[]);
+    let out = output(&mut tool_on(&[url], &["--max-ttl", "1s", "doctor"]));
+    let text = stdout(&out);
+    assert!(verdict_line(&text).contains("~locks:*"), "{text}");
+}
+
+/// A user without the scripts' rights on a server whose extend and
+/// release are scripts (Redis 7): locks are taken there but never
+/// extended nor released. One verdict says that, short, without the
+/// false "plain locks work" nor "a lock cannot be taken here", and
+/// without the probe's whole report.
+#[test]
+fn a_user_without_eval_gets_one_short_true_verdict() {
+    let server = RedisServer::start();
+    let url = user_url(
+        &server,
+        documented_line(),
+        &["+eval", "+evalsha", "+script|load"],
+    );
+    let (code, text) = doctor(&url);
+    let verdict = verdict_line(&text);
+    assert!(!verdict.contains("plain locks work"), "{text}");
+    assert!(!verdict.contains("cannot be taken"), "{text}");
+    assert!(!verdict.contains("0/1 nodes granted"), "no report: {text}");
+    assert!(
+        verdict.len() <= 300,
+        "short: {} chars: {text}",
+        verdict.len()
+    );
+    assert!(verdict.contains("EVAL"), "the cause: {text}");
+    if !server_version(&server).without_scripts().extend {
+        assert!(verdict.contains("verdict: fail"), "{text}");
+        assert!(verdict.contains("extend"), "{text}");
+        assert_eq!(code, 3, "{text}");
+    }
+}
+
+/// The documented user may not run `CONFIG GET`: the memory policy and
+/// the persistence come from `INFO`, and "verdict: ok" is earned. A user
+/// who may read neither gets "unknown" with a warning naming the right.
+#[test]
+fn the_memory_policy_and_persistence_come_from_info() {
+    let server = RedisServer::start();
+    let url = user_url(&server, documented_line(), &[]);
+    let doctor = || {
+        output(std::process::Command::new(common::BIN).args([
+            "--nodes",
+            &url,
+            "--prefix",
+            "locks:",
+            "--max-ttl",
+            "1s",
+            "doctor",
+        ]))
+    };
+    assert!(
+        testkit::wait_until(common::HANG, || !stdout(&doctor())
+            .contains("quarantine left")),
+        "the quarantine never ended"
+    );
+    let out = doctor();
+    let text = stdout(&out);
+    assert!(text.contains("  maxmemory-policy: noeviction"), "{text}");
+    let persistence = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("persistence:"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(!persistence.contains("unknown"), "{text}");
+    assert!(persistence.contains("appendonly no"), "{text}");
+    assert_eq!(verdict_line(&text).trim(), "verdict: ok", "{text}");
+    assert_eq!(code(&out), 0, "{text}");
+    // Neither INFO nor CONFIG GET: unknown, and a warning naming a right.
+    let blind = user_url(
+        &server,
+        &documented_line().replace(" locker ", " blind "),
+        &["+info"],
+    );
+    let (_, text) = self::doctor(&blind);
+    assert!(text.contains("maxmemory-policy: unknown"), "{text}");
+    let verdict = verdict_line(&text);
+    assert!(verdict.contains("verdict: warn"), "{text}");
+    assert!(text.contains("+info"), "names the right: {text}");
+}
+
+/// Servers started a moment before are all in restart quarantine: none
+/// can vote yet, so no lock can be taken now. A deploy gate must not read
+/// that as "works": exit 3, as for no quorum, saying when it ends.
+#[test]
+fn doctor_exits_3_while_too_few_nodes_are_out_of_quarantine() {
+    let servers = testkit::RedisServers::start(3);
+    let out = output(std::process::Command::new(common::BIN).args([
+        "--nodes",
+        &servers.urls().join(","),
+        "doctor",
+    ]));
+    let text = stdout(&out);
+    assert_eq!(code(&out), 3, "{text}");
+    let summary = text.lines().last().unwrap_or_default();
+    assert!(summary.contains("0 of 3 nodes can vote now"), "{text}");
+    assert!(summary.contains("NO QUORUM"), "{text}");
+    assert!(summary.contains("quarantine ends in about"), "{text}");
 }

@@ -143,6 +143,14 @@ fn the_systemd_units_exec_start_runs_as_written() {
             log = log.display()
         ),
     );
+    // The tool where the manual's install puts it, under a temporary
+    // directory standing in for the install root.
+    let installed = argv[0]
+        .strip_prefix("/usr/local/bin/")
+        .unwrap_or_else(|| panic!("the tool by its installed path: {exec}"));
+    let program = dir.path().join("usr/local/bin").join(installed);
+    std::fs::create_dir_all(program.parent().unwrap()).unwrap();
+    symlink(BIN, &program).unwrap();
     let nodes = servers.urls().join(",");
     let voting = || {
         let doctor = output(Command::new(BIN).args(["--nodes", &nodes, "doctor"]));
@@ -153,7 +161,7 @@ fn the_systemd_units_exec_start_runs_as_written() {
         "the servers' quarantine never ended"
     );
     let unit_run = || {
-        Command::new(argv[0])
+        Command::new(&program)
             .args(&argv[1..])
             .env("PATH", path_with(&bin))
             .env("QUORUM_LOCK_NODES", &nodes)
@@ -175,4 +183,112 @@ fn the_systemd_units_exec_start_runs_as_written() {
     let first = wait_output(first);
     assert_eq!(code(&first), 0, "{first:?}");
     assert_eq!(lines(&log), ["start", "end"], "the job ran once");
+}
+
+/// The pids whose parent is `pid` (from `/proc/*/stat`).
+fn children(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: comm may hold spaces, not ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// The cron line of "Once per period", run as cron runs it: its command
+/// (the line less the five schedule fields) by `/bin/sh -c` in cron's
+/// environment (`env -i PATH=/usr/bin:/bin`, as Debian's cron gives
+/// jobs). The binary is where the manual's install puts it, under a
+/// temporary directory standing in for the install root (`/usr/local`),
+/// and the nodes are the harness' servers instead of 10.0.0.x; the rest
+/// is the manual's line. The job runs, and the tool stays in the
+/// foreground for the hold (SIGTERM then ends it, quietly under `-q`,
+/// with the job's status).
+#[test]
+fn the_cron_line_runs_as_written_under_crons_environment() {
+    let doc = manual();
+    let root = "/usr/local";
+    let cron = block(&doc, "## Once per period: `--min-hold`", "cron");
+    let entries: Vec<&str> = cron.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(entries.len(), 1, "one cron line: {cron}");
+    let command = entries[0]
+        .split_whitespace()
+        .skip(5)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let nodes = "redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379";
+    assert!(command.contains(nodes), "{command}");
+
+    let servers = RedisServers::start(3);
+    let dir = TempDir::new("quorum-lock-cli");
+    let stand_in = format!("{}{root}", dir.path().display());
+    let bin = PathBuf::from(format!("{stand_in}/bin"));
+    std::fs::create_dir_all(&bin).unwrap();
+    symlink(BIN, bin.join("quorum-lock")).unwrap();
+    let log = dir.path().join("runs");
+    executable(
+        &bin.join("sync-invoices"),
+        &format!("echo \"ran with PATH=$PATH\" >> {}", log.display()),
+    );
+    let command = command
+        .replace(nodes, &servers.urls().join(","))
+        .replace(&format!("{root}/bin/"), &format!("{stand_in}/bin/"));
+    // The unit does not switch restart quarantine off, and neither does
+    // the cron line: the servers first serve longer than --max-ttl.
+    let urls = servers.urls().join(",");
+    let voting = || {
+        let doctor = output(Command::new(BIN).args(["--nodes", &urls, "doctor"]));
+        stdout(&doctor).contains("3 of 3 nodes can vote now")
+    };
+    assert!(
+        wait_until(Duration::from_secs(150), voting),
+        "the servers' quarantine never ended"
+    );
+    let shell = Command::new("/bin/sh")
+        .args(["-c", &command])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("SHELL", "/bin/sh")
+        .env("HOME", dir.path())
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sh = shell.id();
+    let _leftover = common::Leftover(sh);
+    // Until the job ran, or the shell ended (`quorum-lock: not found`).
+    wait_until(HANG, || !lines(&log).is_empty() || !common::running(sh));
+    if lines(&log).is_empty() {
+        let out = wait_output(shell);
+        panic!("the job did not run: {out:?}\n  {command}");
+    }
+    assert_eq!(lines(&log), ["ran with PATH=/usr/bin:/bin"]);
+    // Held for --min-hold 9m: the tool is still in the foreground.
+    let tool = children(sh);
+    let _tools: Vec<common::Leftover> = tool.iter().map(|&pid| common::Leftover(pid)).collect();
+    assert_eq!(tool.len(), 1, "the tool under sh: {tool:?}");
+    common::send("TERM", &tool[0].to_string());
+    let out = wait_output(shell);
+    assert_eq!(code(&out), 0, "the job's status: {out:?}");
+    assert_eq!(stderr(&out), "", "-q: {out:?}");
+    // Where the manual's install puts it: the root stood in for above.
+    let install = format!("cargo install --locked --root {root} quorum-lock-cli");
+    assert!(
+        doc.contains(&install),
+        "the manual installs with `{install}`"
+    );
 }

@@ -178,3 +178,37 @@ fn quorum_drift_and_ttl_errors_name_their_flags() {
         assert!(!text.contains("max_ttl"), "{text}");
     }
 }
+
+/// `--scripts never` with what has no script-free form (fencing, either
+/// side of the read-write lock) is a configuration error found before
+/// any node is contacted, naming the flags.
+#[test]
+fn scripts_never_with_fencing_or_a_read_write_side_is_refused_before_any_node_is_contacted() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!(
+        "redis://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    for (flag, extra) in [
+        ("--fencing", &["--fencing"][..]),
+        ("--shared", &["--shared"]),
+        ("--exclusive", &["--exclusive"]),
+        ("--fencing", &["--exclusive", "--fencing"]),
+    ] {
+        let mut args = vec!["--scripts", "never", "run"];
+        args.extend(extra);
+        args.extend(["job", "--", "true"]);
+        let out = output(&mut tool_on(std::slice::from_ref(&url), &args));
+        assert_eq!(code(&out), 78, "{extra:?}: {out:?}");
+        let text = stderr(&out);
+        assert!(
+            text.contains(flag) && text.contains("--scripts never"),
+            "{extra:?}: {text}"
+        );
+        assert!(
+            listener.accept().is_err(),
+            "{extra:?}: a node was contacted: {text}"
+        );
+    }
+}

@@ -148,8 +148,9 @@ pub(super) fn check(node: &Node, global: &Global, drift: Duration) -> Checkup {
             }
         };
         c.quarantined |= shard.quarantined;
-        for finding in shard.findings {
-            c.note(shard.verdict, format!("shard {address}: {finding}"));
+        c.quarantine_left = c.quarantine_left.max(shard.quarantine_left);
+        for (level, finding) in shard.findings {
+            c.note(level, format!("shard {address}: {finding}"));
         }
         seen.push(format!("{address} {}", shard.verdict.as_str()));
     }

@@ -15,15 +15,19 @@
 //! lock through the library. A plain URL to a cluster member fails, naming
 //! the `redis+cluster://` URL to use instead (`server.rs`).
 //!
-//! One verdict line per node (`ok`, `warn`, `fail`). One server listed
-//! under two names (the same `run_id`) fails from its second name on: it
-//! would cast one vote, not two. Exit codes: 0 every node ok; 1 some node
-//! warns or fails but a quorum of nodes can vote; 3 fewer than a quorum
-//! can; 78 for a malformed node URL.
+//! One verdict line per node (`ok`, `warn`, `fail`), with the cause of
+//! its level in a few words; findings of a lesser level on lines of their
+//! own above it, each said once (details, such as the probe lock's
+//! per-node report, are in the facts). One server listed under two names
+//! (the same `run_id`) fails from its second name on: it would cast one
+//! vote, not two. Exit codes: 0 every node ok; 1 some node warns or fails
+//! but a quorum of nodes can vote now; 3 fewer than a quorum can vote
+//! now (failing, or in restart quarantine: the summary says when that
+//! ends); 78 for a malformed node URL.
 
 use std::time::Duration;
 
-use quorum_lock::report::NodeOutcome;
+use quorum_lock::report::{NodeOutcome, Round};
 use quorum_lock::{LockManager, RetryPolicy};
 
 use crate::args::{DoctorArgs, Global};
@@ -79,14 +83,30 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
         .iter()
         .filter(|c| c.verdict != Verdict::Fail)
         .count();
+    // Among the usable nodes only: a node that fails does not count as
+    // usable, in quarantine or not.
+    let mut quarantines: Vec<Option<Duration>> = checkups
+        .iter()
+        .filter(|c| c.quarantined && c.verdict != Verdict::Fail)
+        .map(|c| c.quarantine_left)
+        .collect();
+    let in_quarantine = quarantines.len();
+    let voting = usable - in_quarantine;
     let all_ok = checkups.iter().all(|c| c.verdict == Verdict::Ok);
+    // No lock can be taken now without a quorum of voting nodes, whatever
+    // the reason: a deploy gate must not read that as "works".
     let code = if all_ok {
         0
-    } else if usable >= quorum {
+    } else if voting >= quorum {
         1
     } else {
         3
     };
+    // When enough quarantines end for a quorum: the k-th soonest.
+    quarantines.sort_unstable();
+    let quorum_at = (usable >= quorum && voting < quorum)
+        .then(|| quarantines.get(quorum - voting - 1).copied().flatten())
+        .flatten();
     if args.json {
         let per_node = nodes
             .iter()
@@ -108,7 +128,7 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
                         _ => None,
                     }))
                     .collect();
-                let findings = c.findings.iter().map(|f| f.clone().into()).collect();
+                let findings = c.findings.iter().map(|(_, f)| f.clone().into()).collect();
                 Json::Obj(vec![
                     ("node", node.name.clone().into()),
                     ("verdict", c.verdict.as_str().into()),
@@ -117,11 +137,16 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
                 ])
             })
             .collect();
-        let out = Json::Obj(vec![
+        let mut summary = vec![
             ("quorum", quorum.into()),
             ("usable", usable.into()),
-            ("nodes", Json::Arr(per_node)),
-        ]);
+            ("voting_now", voting.into()),
+        ];
+        if let Some(at) = quorum_at {
+            summary.push(("quorum_in_ms", Json::millis(at)));
+        }
+        summary.push(("nodes", Json::Arr(per_node)));
+        let out = Json::Obj(summary);
         println!("{out}");
     } else {
         for (node, c) in nodes.iter().zip(&checkups) {
@@ -133,29 +158,26 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
                     Value::Secs(secs) => println!("  {}: {secs} s", fact.label),
                 }
             }
-            let why = if c.findings.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", c.findings.join("; "))
-            };
-            println!("  verdict: {}{why}", c.verdict.as_str());
+            let (lesser, verdict) = c.verdict_lines();
+            for finding in lesser {
+                println!("  {finding}");
+            }
+            println!("  verdict: {verdict}");
         }
-        // Among the usable nodes only: a node that fails does not count
-        // as usable, in quarantine or not.
-        let in_quarantine = checkups
-            .iter()
-            .filter(|c| c.quarantined && c.verdict != Verdict::Fail)
-            .count();
-        let now = usable - in_quarantine;
-        let verdict = if now >= quorum {
-            "locks work"
+        let verdict = if voting >= quorum {
+            "locks work".to_owned()
+        } else if let Some(at) = quorum_at {
+            format!(
+                "NO QUORUM until the quarantine ends in about {:.1} s (then locks work)",
+                at.as_secs_f64()
+            )
         } else if usable >= quorum {
-            "locks work once the quarantine ends"
+            "NO QUORUM until the quarantine ends".to_owned()
         } else {
-            "NO QUORUM"
+            "NO QUORUM".to_owned()
         };
         println!(
-            "{now} of {} nodes can vote now ({in_quarantine} in quarantine), {quorum} needed: {verdict}",
+            "{voting} of {} nodes can vote now ({in_quarantine} in quarantine), {quorum} needed: {verdict}",
             nodes.len()
         );
     }
@@ -209,11 +231,40 @@ fn check_probe_lock(node: &Node, global: &Global, c: &mut Checkup) {
         Err(e) => {
             let why = crate::wording::flags(&e.to_string());
             c.text("probe lock", "probe_lock", format!("refused: {why}"));
-            c.note(
-                Verdict::Fail,
-                format!("a lock cannot be taken here, so it does not vote: {why}"),
-            );
+            // A cause found above explains it already (the details are in
+            // the fact): said once.
+            if !c.failed() {
+                c.note(Verdict::Fail, probe_failure(&e));
+            }
         }
+    }
+}
+
+/// What a refused probe lock means, by the round that failed, with the
+/// node's reason (not the whole report).
+fn probe_failure(error: &quorum_lock::Error) -> String {
+    let Some(report) = error.report() else {
+        return format!(
+            "the probe lock failed: {}",
+            crate::wording::flags(&error.to_string())
+        );
+    };
+    let what = match report.round() {
+        Round::Acquire => "a lock cannot be taken here, so it does not vote",
+        Round::Extend => "a lock taken here cannot be extended, so it does not vote",
+        Round::Release => "a lock taken here cannot be released",
+        _ => "the probe lock failed",
+    };
+    let cause = report.nodes().iter().find_map(|n| match n.outcome() {
+        NodeOutcome::Failed(e) => Some(e.reason(n.node())),
+        NodeOutcome::TimedOut => Some("timed out".to_owned()),
+        NodeOutcome::Down => Some("marked down".to_owned()),
+        NodeOutcome::Refused => Some("the key is held by another token".to_owned()),
+        _ => None,
+    });
+    match cause {
+        Some(cause) => format!("{what}: {}", crate::wording::flags(&cause)),
+        None => format!("{what}: {}", crate::wording::flags(&error.to_string())),
     }
 }
 

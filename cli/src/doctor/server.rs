@@ -118,6 +118,7 @@ fn check_identity(
         if !global.no_restart_quarantine && credited < quarantine {
             let left = quarantine - credited;
             c.quarantined = true;
+            c.quarantine_left = Some(left);
             c.fact(
                 "quarantine left",
                 "quarantine_left_ms",
@@ -146,20 +147,85 @@ fn check_identity(
     }
 }
 
-/// Persistence and memory policy, when CONFIG is allowed.
-fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Checkup) {
-    let get = |conn: &mut Connection, name: &str| -> Result<String, String> {
-        let pair: Vec<String> = node.query(conn, redis::cmd("CONFIG").arg("GET").arg(name))?;
-        Ok(pair.get(1).cloned().unwrap_or_default())
+/// The memory policy: its name, the `maxmemory` limit when known, and
+/// where they were read.
+struct Policy {
+    name: String,
+    limit: Option<u64>,
+}
+
+/// The memory policy from `CONFIG GET`, else from `INFO memory` (the
+/// documented user may not run `CONFIG GET`; `INFO` gives both fields).
+fn read_policy(node: &Node, conn: &mut Connection) -> Result<Policy, (String, String)> {
+    let config = config_get(node, conn, "maxmemory-policy").map(|name| Policy {
+        limit: config_get(node, conn, "maxmemory")
+            .ok()
+            .and_then(|m| m.parse().ok()),
+        name,
+    });
+    let config_error = match config {
+        Ok(policy) => return Ok(policy),
+        Err(e) => e,
     };
-    match get(conn, "maxmemory-policy") {
-        Ok(policy) => {
+    match node.query::<String>(conn, redis::cmd("INFO").arg("memory")) {
+        Ok(info) => match info_field(&info, "maxmemory_policy") {
+            Some(name) => Ok(Policy {
+                name: name.to_owned(),
+                limit: info_field(&info, "maxmemory").and_then(|m| m.parse().ok()),
+            }),
+            None => Err((
+                config_error,
+                "INFO memory has no maxmemory_policy".to_owned(),
+            )),
+        },
+        Err(e) => Err((config_error, e)),
+    }
+}
+
+/// `appendonly` and `appendfsync` from `CONFIG GET`, else `appendonly`
+/// from `INFO persistence` (`aof_enabled`; `INFO` does not show
+/// `appendfsync`: `None`).
+fn read_persistence(
+    node: &Node,
+    conn: &mut Connection,
+) -> Result<(String, Option<String>), (String, String)> {
+    let config = config_get(node, conn, "appendonly")
+        .and_then(|aof| Ok((aof, Some(config_get(node, conn, "appendfsync")?))));
+    let config_error = match config {
+        Ok(found) => return Ok(found),
+        Err(e) => e,
+    };
+    match node.query::<String>(conn, redis::cmd("INFO").arg("persistence")) {
+        Ok(info) => match info_field(&info, "aof_enabled") {
+            Some("1") => Ok(("yes".to_owned(), None)),
+            Some("0") => Ok(("no".to_owned(), None)),
+            _ => Err((
+                config_error,
+                "INFO persistence has no aof_enabled".to_owned(),
+            )),
+        },
+        Err(e) => Err((config_error, e)),
+    }
+}
+
+/// `CONFIG GET name`'s value.
+fn config_get(node: &Node, conn: &mut Connection, name: &str) -> Result<String, String> {
+    let pair: Vec<String> = node.query(conn, redis::cmd("CONFIG").arg("GET").arg(name))?;
+    Ok(pair.get(1).cloned().unwrap_or_default())
+}
+
+/// Persistence and memory policy, from `CONFIG GET` or else `INFO`; a
+/// warning naming the right to add when neither tells.
+fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Checkup) {
+    let mut unknown = Vec::new();
+    match read_policy(node, conn) {
+        Ok(Policy {
+            name: policy,
+            limit,
+        }) => {
             if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
                 // As the library judges it: a limit and an evicting
                 // policy; without a limit nothing is evicted yet.
-                let limit = get(conn, "maxmemory")
-                    .ok()
-                    .and_then(|m| m.parse::<u64>().ok());
                 let (verdict, finding) = match limit {
                     Some(limit) if limit > 0 && global.accept_eviction_risk => (
                         Verdict::Warn,
@@ -189,17 +255,24 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
             }
             c.text("maxmemory-policy", "maxmemory_policy", policy);
         }
-        Err(e) => c.text(
-            "maxmemory-policy",
-            "maxmemory_policy",
-            format!("unknown ({e})"),
-        ),
+        Err((config, info)) => {
+            c.text(
+                "maxmemory-policy",
+                "maxmemory_policy",
+                format!("unknown (CONFIG GET: {config}; INFO: {info})"),
+            );
+            unknown.push("maxmemory-policy");
+        }
     }
-    match (get(conn, "appendonly"), get(conn, "appendfsync")) {
-        (Ok(aof), Ok(fsync)) => {
-            let durable = aof == "yes" && fsync == "always";
+    match read_persistence(node, conn) {
+        Ok((aof, fsync)) => {
+            let durable = aof == "yes" && fsync.as_deref() == Some("always");
+            let fsync_unknown = aof == "yes" && fsync.is_none();
             let meaning = if durable {
                 "keys survive a crash: restarts are safe even without quarantine"
+            } else if fsync_unknown && global.no_restart_quarantine {
+                "whether keys survive a crash depends on appendfsync, which INFO does not show: \
+                 add +config|get to the user to know it"
             } else if global.no_restart_quarantine {
                 "a crash forgets keys and quarantine is off: a restart can let two holders in"
             } else {
@@ -208,13 +281,36 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
             if !durable && global.no_restart_quarantine {
                 c.note(Verdict::Warn, meaning.to_owned());
             }
+            let settings = match (fsync, aof.as_str()) {
+                (Some(fsync), _) => format!("appendonly {aof}, appendfsync {fsync}"),
+                // Without the log appendfsync does not matter.
+                (None, "no") => "appendonly no (INFO)".to_owned(),
+                (None, _) => format!("appendonly {aof} (INFO; appendfsync not shown)"),
+            };
             c.text(
                 "persistence",
                 "persistence",
-                format!("appendonly {aof}, appendfsync {fsync}: {meaning}"),
+                format!("{settings}: {meaning}"),
             );
         }
-        (Err(e), _) | (_, Err(e)) => c.text("persistence", "persistence", format!("unknown ({e})")),
+        Err((config, info)) => {
+            c.text(
+                "persistence",
+                "persistence",
+                format!("unknown (CONFIG GET: {config}; INFO: {info})"),
+            );
+            unknown.push("persistence");
+        }
+    }
+    if !unknown.is_empty() {
+        c.note(
+            Verdict::Warn,
+            format!(
+                "{} unknown: neither INFO nor CONFIG GET is allowed; add +info to the user \
+                 (docs/operations.md, Access rights)",
+                unknown.join(" and ")
+            ),
+        );
     }
 }
 
@@ -224,9 +320,14 @@ fn check_config(node: &Node, conn: &mut Connection, global: &Global, c: &mut Che
 /// needed everywhere: one missing fails the node. A missing script right
 /// fails it too where locks need scripts: with `--scripts always`, or a
 /// server (`version`) without the commands for release and extend (or
-/// of unknown version). On a server whose own commands do them, it is a
+/// of unknown version): locks are taken there (`SET NX`) but never
+/// extended nor released. On a server whose own commands do them, it is a
 /// warning: fenced locks fail there. With `--scripts never` the scripts'
 /// rights are not asked for, and the commands are the only way.
+///
+/// A refusal for the key (the ACL user's key pattern does not cover the
+/// prefix) is not a missing right: it is named as the pattern and the
+/// prefix, and so is a channel pattern that misses the release channel.
 fn check_rights(
     node: &Node,
     conn: &mut Connection,
@@ -238,6 +339,35 @@ fn check_rights(
     let key = format!("{prefix}quorum-lock:doctor:{}", std::process::id());
     let mut rights = rights::check(node, conn, &key, global.scripts, version);
     let denied = &rights.denied;
+    if !denied.key.is_empty() || !denied.channel.is_empty() {
+        let (keys, channels) = acl_patterns(node, conn);
+        if !denied.key.is_empty() {
+            let refusal = denied.key_refusal.as_deref().unwrap_or("refused");
+            c.note(
+                Verdict::Fail,
+                format!(
+                    "the ACL user's key pattern {} does not cover --prefix {prefix:?} (the key \
+                     {key} is refused: {refusal}): give --prefix a prefix the pattern covers, or \
+                     widen the pattern",
+                    keys.as_deref()
+                        .unwrap_or("(not shown: ACL GETUSER is not allowed)")
+                ),
+            );
+        }
+        if !denied.channel.is_empty() {
+            c.note(
+                Verdict::Warn,
+                format!(
+                    "the ACL user's channel pattern {} does not cover \
+                     {RELEASE_CHANNEL}{prefix}*: release notices (wake-ups) are off on this node, \
+                     waiters retry on their timer",
+                    channels
+                        .as_deref()
+                        .unwrap_or("(not shown: ACL GETUSER is not allowed)")
+                ),
+            );
+        }
+    }
     let all: Vec<&str> = denied
         .plain
         .iter()
@@ -245,15 +375,31 @@ fn check_rights(
         .chain(&denied.scripts)
         .copied()
         .collect();
+    let scripts_needed = !rights.by_commands && global.scripts != Scripts::Never;
     if all.is_empty() {
-        c.text(
-            "rights",
-            "rights",
-            format!("{}: ok", rights.checked.join(", ")),
+        if denied.key.is_empty() {
+            c.text(
+                "rights",
+                "rights",
+                format!("{}: ok", rights.checked.join(", ")),
+            );
+        }
+    } else if !denied.plain.is_empty() {
+        c.note(
+            Verdict::Fail,
+            format!("missing ACL rights for {}", all.join(", ")),
         );
-    } else if !denied.plain.is_empty()
-        || (!rights.by_commands && (global.scripts == Scripts::Never || !denied.scripts.is_empty()))
-    {
+    } else if scripts_needed && !denied.scripts.is_empty() {
+        let server = version.map_or_else(|| "this server".to_owned(), |v| v.to_string());
+        c.note(
+            Verdict::Fail,
+            format!(
+                "missing ACL rights for {}: {server} extends and releases locks by script, so \
+                 locks are taken here but never extended nor released",
+                all.join(", ")
+            ),
+        );
+    } else if !rights.by_commands && global.scripts == Scripts::Never {
         c.note(
             Verdict::Fail,
             format!("missing ACL rights for {}", all.join(", ")),
@@ -285,12 +431,14 @@ fn check_rights(
             ),
         );
     }
-    if !rights.denied.read_write.is_empty() {
+    // Without EVAL the read-write lock's probe could not tell its own
+    // rights: the scripts' finding says it all.
+    if !rights.denied.read_write.is_empty() && !rights.denied.scripts.contains(&"EVAL") {
         c.note(
             Verdict::Warn,
             format!(
                 "missing ACL rights for {}: the read-write lock (run --shared, --exclusive) \
-                 fails on this node; plain locks work (docs/operations.md, Access rights)",
+                 fails on this node (docs/operations.md, Access rights)",
                 rights.denied.read_write.join(", ")
             ),
         );
@@ -306,4 +454,48 @@ fn check_rights(
             ),
         );
     }
+}
+
+/// The key and channel patterns of the user `node` connects as (`ACL
+/// GETUSER`, when the user may run it: the documented user may not).
+fn acl_patterns(node: &Node, conn: &mut Connection) -> (Option<String>, Option<String>) {
+    let user = node.user().unwrap_or_else(|| "default".to_owned());
+    let Ok(redis::Value::Array(fields)) =
+        node.query::<redis::Value>(conn, redis::cmd("ACL").arg("GETUSER").arg(&user))
+    else {
+        return (None, None);
+    };
+    let text = |value: &redis::Value| -> Option<String> {
+        match value {
+            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            redis::Value::SimpleString(text) => Some(text.clone()),
+            redis::Value::Array(items) => {
+                let words: Vec<String> = items
+                    .iter()
+                    .filter_map(|item| match item {
+                        redis::Value::BulkString(bytes) => {
+                            Some(String::from_utf8_lossy(bytes).into_owned())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                Some(words.join(" "))
+            }
+            _ => None,
+        }
+    };
+    let field = |name: &str| {
+        fields
+            .chunks(2)
+            .find(|pair| pair.first().and_then(text).as_deref() == Some(name))
+            .and_then(|pair| pair.get(1).and_then(text))
+            .map(|value| {
+                if value.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    value
+                }
+            })
+    };
+    (field("keys"), field("channels"))
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use testkit::{RedisServers, wait_until};
+use testkit::{RedisServer, RedisServers, wait_until};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");
 /// Generous bound for something that must happen by itself (a hang
@@ -161,4 +161,59 @@ impl Drop for Leftover {
     fn drop(&mut self) {
         kill_leftover(self.0);
     }
+}
+
+// The ACL users of docs/operations.md, made on the harness' servers.
+
+/// The documentation the line is read from (compiled in, so an edit of
+/// the docs rebuilds the test).
+pub const OPERATIONS: &str = include_str!("../../../docs/operations.md");
+const PLACEHOLDER: &str = ">CHANGE-ME";
+pub const PASSWORD: &str = "acl-test-pw";
+
+/// The one `ACL SETUSER` line between the `<name>` markers.
+pub fn acl_line(name: &str) -> &'static str {
+    let start = OPERATIONS.find(&format!("<!-- {name}: begin")).unwrap();
+    let end = start
+        + OPERATIONS[start..]
+            .find(&format!("<!-- {name}: end -->"))
+            .unwrap();
+    let lines: Vec<&str> = OPERATIONS[start..end]
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("ACL SETUSER"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    lines[0]
+}
+
+/// The documented user.
+pub fn documented_line() -> &'static str {
+    acl_line("acl-user")
+}
+
+/// The documented user denied `@scripting` (for Valkey 9.1).
+pub fn no_scripts_line() -> &'static str {
+    acl_line("acl-user-no-scripts")
+}
+
+/// Creates the user of `line` (its password replaced) on `server`, with
+/// the rights in `without` left out; its URL.
+pub fn user_url(server: &RedisServer, line: &str, without: &[&str]) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let user = words[2];
+    let password = format!(">{PASSWORD}");
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        if without.contains(word) {
+            continue;
+        }
+        cmd.arg(if *word == PLACEHOLDER {
+            password.as_str()
+        } else {
+            *word
+        });
+    }
+    let _: () = cmd.query(&mut server.conn()).unwrap();
+    format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", server.port())
 }
