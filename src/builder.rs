@@ -15,7 +15,7 @@ use crate::manager::LockManager;
 use crate::options::RetryPolicy;
 use crate::owner;
 use crate::redlock::{Config, Core, Rounds, check_ttl, drift};
-use crate::resource::{FENCES, MAX_RESOURCE_LEN, crate_key};
+use crate::resource::{FENCES, MAX_RESOURCE_LEN, PROBE, crate_key};
 
 /// Default lock TTL.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -383,6 +383,7 @@ impl LockManagerBuilder {
         let owner = self.owner.unwrap_or_else(owner::default_label);
         owner::check_label(&owner).map_err(config_err)?;
         let fence_counters = crate_key(&self.prefix, FENCES);
+        let rights_key = crate_key(&self.prefix, PROBE);
         let config = Config {
             ttl,
             max_ttl,
@@ -440,6 +441,7 @@ impl LockManagerBuilder {
             drain_wait,
             clock: Arc::clone(&config.clock),
             fence_counters,
+            rights_key,
             accept_eviction: self.accept_eviction_risk,
             value_suffix: owner::value_suffix(&owner),
         };

@@ -71,6 +71,23 @@ pub enum Error {
         /// The resource, as given (lossy UTF-8).
         resource: String,
     },
+    /// From a readiness check
+    /// ([`LockManager::check_ready`](crate::LockManager::check_ready),
+    /// [`check_ready_all`](crate::LockManager::check_ready_all)): its
+    /// probe lock was taken, kept and released by a quorum, but not
+    /// every node serves locks as the check requires. For
+    /// `check_ready`, a node's access rules refuse what locks need
+    /// ([`NodeState::Refuses`](crate::health::NodeState::Refuses)): a
+    /// configuration fault that does not pass by itself, and leaves every
+    /// lock resting on the other nodes. For `check_ready_all`, also a node
+    /// down, quarantined or failing. Locks work meanwhile, with less
+    /// margin: fix the nodes named. Not retryable (no lock was refused).
+    Degraded {
+        /// Each node that falls short, and why (one line).
+        reason: String,
+        /// Per-node outcomes of the probe lock's release.
+        report: Box<Report>,
+    },
     /// The process could not provide what a lock needs: a thread could not
     /// be started, or the operating system's random source failed. Not a
     /// mistake in the input; it may pass once the system recovers.
@@ -106,6 +123,12 @@ impl Error {
         matches!(self, Self::Deadlock { .. })
     }
 
+    /// A readiness check found a node that falls short
+    /// ([`Error::Degraded`]).
+    pub fn is_degraded(&self) -> bool {
+        matches!(self, Self::Degraded { .. })
+    }
+
     /// Bad input or configuration ([`Error::InvalidArgument`],
     /// [`Error::Config`]): retrying will not help.
     pub fn is_invalid(&self) -> bool {
@@ -130,7 +153,8 @@ impl Error {
         match self {
             Self::Contended { report }
             | Self::NoQuorum { report }
-            | Self::ValidityExpired { report } => Some(report),
+            | Self::ValidityExpired { report }
+            | Self::Degraded { report, .. } => Some(report),
             Self::Lost { report, .. } => report.as_deref(),
             Self::InvalidArgument { .. }
             | Self::Config { .. }
@@ -178,6 +202,10 @@ impl fmt::Display for Error {
                 "deadlock: this thread already holds the lock on {} through this manager \
                  (locks are not reentrant: release or drop that guard first)",
                 crate::report::Shortened(resource)
+            ),
+            Self::Degraded { reason, report } => write!(
+                f,
+                "not every node serves locks: {reason} (the probe lock: {report})"
             ),
             Self::Runtime { reason } => write!(f, "runtime failure: {reason}"),
         }

@@ -19,7 +19,10 @@ use crate::report::human;
 /// screen.
 ///
 /// ```
-/// use quorum_lock::health::NodeState;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use quorum_lock::backend::OpKind;
+/// use quorum_lock::health::{LockOp, NodeState};
 /// use quorum_lock::{LockManager, MemoryBackend};
 ///
 /// let nodes: Vec<MemoryBackend> = (0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))).collect();
@@ -29,6 +32,36 @@ use crate::report::human;
 /// assert_eq!(health.locks.acquired, 1);
 /// assert!(health.nodes.iter().all(|n| n.state == NodeState::Up));
 /// println!("{health}");
+///
+/// // A node whose access rules refuse every extend and release (as an
+/// // ACL user without scripts on Redis 7, where both are scripts): locks
+/// // still work on the other two, but the node is not shown as up, nor
+/// // counted as voting, and the readiness check names it.
+/// nodes[2].set_denied(Some(Arc::new(|op| !matches!(op.kind, OpKind::Acquire { .. }))));
+/// let mut guard = locks.try_lock("job")?;
+/// guard.extend(Duration::from_secs(10))?; // two of three: a quorum
+/// guard.release()?;
+/// locks.flush(Duration::from_secs(5)); // every node's answer read and judged
+/// let health = locks.health();
+/// assert!(matches!(
+///     &health.nodes[2].state,
+///     NodeState::Refuses { ops, .. } if ops == &[LockOp::Extend, LockOp::Release]
+/// ));
+/// assert_eq!(health.voting(), 2);
+/// assert!(health.has_quorum());
+/// // "mem-2: refuses what locks need (extend, release), not voting: ..."
+/// println!("{health}");
+/// let not_ready = locks.check_ready().unwrap_err();
+/// assert!(not_ready.is_degraded(), "{not_ready}");
+///
+/// // Fixed: the node's thread tries again every second, and it votes.
+/// nodes[2].set_denied(None);
+/// let up = (0..50).any(|_| {
+///     std::thread::sleep(Duration::from_millis(100));
+///     locks.health().nodes[2].state == NodeState::Up
+/// });
+/// assert!(up, "{}", locks.health());
+/// assert_eq!(locks.check_ready_all()?.granted(), 3);
 /// # Ok::<(), quorum_lock::Error>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -43,7 +76,9 @@ pub struct Health {
 }
 
 impl Health {
-    /// Nodes whose votes count right now.
+    /// Nodes whose votes count right now: those [`NodeState::Up`]. A node
+    /// that answers but refuses what locks need
+    /// ([`NodeState::Refuses`]) is not one of them.
     pub fn voting(&self) -> usize {
         self.nodes
             .iter()
@@ -51,7 +86,9 @@ impl Health {
             .count()
     }
 
-    /// Whether enough nodes vote for a lock to be possible at all.
+    /// Whether enough nodes vote for a lock to be possible at all (and
+    /// kept: a node that takes locks but refuses to extend or release
+    /// them is not counted).
     pub fn has_quorum(&self) -> bool {
         self.voting() >= self.quorum
     }
@@ -131,14 +168,64 @@ pub enum NodeState {
     /// its vote until that is fixed. It is asked again every second while
     /// no operation goes to it, and votes again once it serves. (A failure
     /// tied to one key, such as an ACL key pattern's `NOPERM`, does not
-    /// make a node unusable: see
-    /// [`LockManager::check_ready`](crate::LockManager::check_ready).)
+    /// make a node unusable; one that covers the manager's own keys makes
+    /// it [`Refuses`](Self::Refuses).)
     Unusable {
         /// What kind of failure.
         kind: BackendErrorKind,
         /// Why, in one line naming the node (its last refusal).
         reason: String,
     },
+    /// It answers, but its access rules refuse operations that every
+    /// lock needs (`BackendErrorKind::Denied`, Redis' `NOPERM`): an ACL
+    /// user without the scripting commands (on Redis 7 every extend and
+    /// release is a script, so each lock rests on the other nodes after
+    /// its first extend, and its release leaves the key here until its
+    /// TTL), or whose key pattern misses the manager's prefix (every
+    /// operation refused). It does not count as voting.
+    ///
+    /// How it is judged: an operation refused with `Denied` makes the
+    /// node's thread try the three operations of a plain lock (acquire,
+    /// extend, release) on a key of the crate's own under the manager's
+    /// prefix (`<prefix>{quorum-lock}:probe:<random>`, a new name and
+    /// token each time, a TTL of one millisecond). A refusal there holds for
+    /// every lock of this manager: it is no resource's, so it is the
+    /// node's. A refusal tied to one resource's key (a key pattern that
+    /// covers the prefix but not that name) leaves the try clean, and the
+    /// node up. While it refuses, the node is tried again every second
+    /// (whether or not locks use it), and it is up again at the first try
+    /// that its server lets through.
+    Refuses {
+        /// The operations it refused at the last try, in the order
+        /// acquire, extend, release.
+        ops: Vec<LockOp>,
+        /// Why, in the server's words, without the node's name or any
+        /// credential.
+        reason: String,
+    },
+}
+
+/// An operation every lock needs of a node, as
+/// [`NodeState::Refuses`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum LockOp {
+    /// Take the lock's key (`SET NX PX`).
+    Acquire,
+    /// Prolong it while it holds the lock's token (compare-and-pexpire).
+    Extend,
+    /// Delete it while it holds the lock's token (compare-and-delete).
+    Release,
+}
+
+impl fmt::Display for LockOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Acquire => "acquire",
+            Self::Extend => "extend",
+            Self::Release => "release",
+        })
+    }
 }
 
 impl fmt::Display for NodeState {
@@ -164,6 +251,16 @@ impl fmt::Display for NodeState {
             }
             Self::Replica => f.write_str("a replica now (grants do not count)"),
             Self::Unusable { reason, .. } => write!(f, "unusable: {reason}"),
+            Self::Refuses { ops, reason } => {
+                f.write_str("refuses what locks need (")?;
+                for (i, op) in ops.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{op}")?;
+                }
+                write!(f, "), not voting: {reason}")
+            }
         }
     }
 }

@@ -73,7 +73,7 @@ impl NodeOutcome {
     }
 
     /// The outcome in words, for the line of `node` in a report.
-    fn describe(&self, op: Round, node: &str) -> String {
+    pub(crate) fn describe(&self, op: Round, node: &str) -> String {
         match (self, op) {
             (Self::Granted, Round::Acquire) => "acquired".into(),
             (Self::Granted, Round::Extend) => "extended".into(),

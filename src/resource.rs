@@ -52,6 +52,11 @@ pub(crate) const FENCES: &str = "fences";
 /// `<prefix>{quorum-lock}:ready:<random>` (see `ready.rs`).
 pub(crate) const READY: &str = "ready";
 
+/// The names of the keys a node's thread takes to try what locks need
+/// on a node whose access rules refused an operation:
+/// `<prefix>{quorum-lock}:probe:<random>` (see `engine/rights.rs`).
+pub(crate) const PROBE: &str = "probe";
+
 /// The key on the nodes of the crate's own `name`, for a manager with
 /// `prefix`: `<prefix>{quorum-lock}:<name>`.
 pub(crate) fn crate_key(prefix: &[u8], name: &str) -> Vec<u8> {

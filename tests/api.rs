@@ -201,3 +201,43 @@ fn retries_are_bounded_and_counted() {
         "a zero wait budget allows one attempt"
     );
 }
+
+/// In this crate `try_` means one attempt (`try_lock`, `try_read`,
+/// `try_write`, `try_acquire`): `try_with_lock` on a held lock fails after
+/// one attempt with the default options (which wait up to 60 s) and
+/// with options that ask for retries, and its work never runs. Counted
+/// by the error's report, not by time.
+#[test]
+fn try_with_lock_makes_one_attempt() {
+    let nodes = nodes(3);
+    // The manager's default retry policy: wait up to 60 s.
+    let locks = LockManager::builder()
+        .nodes(nodes.iter().cloned())
+        .build()
+        .unwrap();
+    let holder = builder(&nodes).build().unwrap();
+    let held = holder.try_lock("r").unwrap();
+    let retrying = LockOptions::new().retry(RetryPolicy::new().attempts(5).delay(Duration::ZERO));
+    for options in [LockOptions::new(), retrying] {
+        let mut ran = false;
+        let result: Result<u32, Error> = locks.try_with_lock("r", &options, |_| {
+            ran = true;
+            Ok(1)
+        });
+        let err = match result {
+            Ok(v) => panic!(
+                "try_with_lock ({options:?}) waited for the lock held elsewhere (until its TTL \
+                 ran out) and ran the work: Ok({v})"
+            ),
+            Err(e) => e,
+        };
+        assert!(err.is_contended(), "{err}");
+        assert_eq!(
+            err.report().unwrap().attempts(),
+            1,
+            "try_with_lock made more than one attempt ({options:?}): {err}"
+        );
+        assert!(!ran, "the work ran without the lock");
+    }
+    held.release().unwrap();
+}

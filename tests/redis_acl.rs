@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use quorum_lock::backend::Probe;
+use quorum_lock::health::{LockOp, NodeState};
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{Error, LockGuard, LockManager, LockOptions, RedisBackend, RetryPolicy};
 use testkit::{RedisServer, RedisServers, wait_until};
@@ -332,13 +333,14 @@ fn the_documented_acl_user_wakes_a_waiter_on_release() {
 }
 
 /// The documented user with the prefix forgotten: its key pattern denies
-/// every lock's key (`NOPERM`), a failure tied to keys, not to the nodes.
-/// `health()` keeps counting the nodes (another manager, or other keys,
-/// may use them), and the readiness check, whose probe lock lives under
-/// the configured prefix, says "not ready", naming `NOPERM`. With the
-/// prefix, the same check says ready.
+/// every lock's key (`NOPERM`), and the crate's own keys under the
+/// (empty) prefix too, so the nodes refuse what every lock of this
+/// manager needs, not one resource's: `health()` shows each node as
+/// refusing, counts none of them as voting, and the readiness check,
+/// whose probe lock lives under the configured prefix, says "not ready",
+/// naming `NOPERM`. With the prefix, the same check says ready.
 #[test]
-fn a_key_pattern_that_misses_the_prefix_is_not_ready_but_keeps_the_nodes() {
+fn a_key_pattern_that_misses_the_prefix_refuses_on_every_node_and_is_not_ready() {
     let servers = servers_with_user();
     let forgot_prefix = LockManager::builder()
         .redis_nodes(servers.iter().map(user_url))
@@ -354,9 +356,15 @@ fn a_key_pattern_that_misses_the_prefix_is_not_ready_but_keeps_the_nodes() {
     assert!(forgot_prefix.flush(Duration::from_secs(5)));
     let health = forgot_prefix.health();
     assert!(
-        health.has_quorum() && health.voting() == 3,
-        "a key-tied failure takes no node away: {health}"
+        !health.has_quorum() && health.voting() == 0,
+        "no node serves this manager's locks: {health}"
     );
+    for node in &health.nodes {
+        assert!(
+            matches!(&node.state, NodeState::Refuses { ops, .. } if ops.len() == 3),
+            "{health}"
+        );
+    }
     let not_ready = forgot_prefix.check_ready().unwrap_err();
     assert!(not_ready.to_string().contains("NOPERM"), "{not_ready}");
 
@@ -379,6 +387,63 @@ fn a_key_pattern_that_misses_the_prefix_is_not_ready_but_keeps_the_nodes() {
             server.describe()
         );
     }
+}
+
+/// Issue 43 §3: one node of three reached through the documented user,
+/// whose key pattern (`~locks:*`) misses the manager's prefix (`app:`):
+/// the node fails every operation (`NOPERM` on every key under the
+/// prefix, the crate's own included) while the other two grant. `health()`
+/// must not show that node as up nor count it as voting, and
+/// `check_ready()` must say that a node refuses.
+#[test]
+fn a_node_whose_key_pattern_misses_the_prefix_is_not_up_nor_ready() {
+    let servers = servers_with_user();
+    let urls = vec![user_url(&servers[0]), servers[1].url(), servers[2].url()];
+    let locks = LockManager::builder()
+        .redis_nodes(&urls)
+        .unwrap()
+        .prefix("app:")
+        .ttl(TTL)
+        .max_ttl(TTL)
+        .node_timeout(Duration::from_millis(500))
+        .retry(RetryPolicy::none())
+        .restart_quarantine(false)
+        .build()
+        .unwrap();
+    let mut guard = locks.try_lock("job").unwrap();
+    guard.extend(TTL).unwrap();
+    let report = guard.release().unwrap();
+    assert_eq!(report.granted(), 2, "{report}");
+    assert!(locks.flush(Duration::from_secs(5)), "the rounds settle");
+    let health = locks.health();
+    match &health.nodes[0].state {
+        NodeState::Refuses { ops, reason } => {
+            assert_eq!(
+                ops,
+                &[LockOp::Acquire, LockOp::Extend, LockOp::Release],
+                "{health}"
+            );
+            assert!(
+                // Redis 7: "... access one of the keys ...", Valkey: "... a key".
+                reason.contains("NOPERM") && reason.contains("key"),
+                "{reason}"
+            );
+        }
+        other => panic!("node 0 is {other}, expected it to refuse\n{health}"),
+    }
+    assert_eq!(health.voting(), 2, "{health}");
+    assert!(health.has_quorum(), "the other two still vote: {health}");
+    for text in [health.to_string(), format!("{health:?}")] {
+        assert!(!text.contains(PASSWORD), "{text}");
+    }
+    let not_ready = locks.check_ready().unwrap_err();
+    assert!(not_ready.is_degraded(), "{not_ready}");
+    let message = not_ready.to_string();
+    assert!(
+        message.contains(&health.nodes[0].name) && message.contains("NOPERM"),
+        "{message}"
+    );
+    assert!(!message.contains(PASSWORD), "{message}");
 }
 
 /// The read-write lock through the documented user: its scripts' sorted

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use quorum_lock::backend::BackendErrorKind;
-use quorum_lock::health::{Health, NodeState};
+use quorum_lock::health::{Health, LockOp, NodeState};
 use quorum_lock::{LockManager, RetryPolicy, Scripts};
 use testkit::fake_server::{Behavior, FakeServer};
 use testkit::{RedisServer, RedisServers, connect, wait_until};
@@ -207,4 +207,93 @@ fn a_user_who_cannot_extend_is_not_ready() {
             .unwrap();
         assert!(keys.is_empty(), "{}: {keys:?}", server.describe());
     }
+}
+
+/// Creates user `name` (password `pw`, every key and channel) with no
+/// right but `rights` on `server`.
+fn create_user(server: &RedisServer, name: &str, rights: &[&str]) {
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER")
+        .arg(name)
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("&*")
+        .arg("-@all");
+    for right in rights {
+        acl.arg(*right);
+    }
+    let _: () = acl.query(&mut connect(&server.url())).unwrap();
+}
+
+/// Issue 43 §3: one node of three reached through a user who may `SET`
+/// and `GET` but run no script. On Redis 7 every extend and release is a
+/// script, so the node grants every acquire and refuses every extend and
+/// release (`NOPERM`): each lock rests on a bare quorum after its first
+/// extend, and its release leaves the key there until its TTL. `health()`
+/// must not show that node as up nor count it as voting, and
+/// `check_ready()` must say that a node refuses.
+#[test]
+fn a_node_that_refuses_extends_and_releases_is_not_up_nor_ready() {
+    let servers = RedisServers::start(3);
+    create_user(&servers[0], "noscript", &["+set", "+get"]);
+    let urls = vec![
+        format!("redis://noscript:pw@127.0.0.1:{}/0", servers[0].port()),
+        servers[1].url(),
+        servers[2].url(),
+    ];
+    let locks = manager(&urls);
+    let mut guard = locks.try_lock("job").unwrap();
+    guard.extend(TTL).unwrap();
+    let report = guard.release().unwrap();
+    assert_eq!(report.granted(), 2, "{report}");
+    assert!(locks.flush(FLUSH), "the rounds settle");
+    let health = locks.health();
+    match &health.nodes[0].state {
+        NodeState::Refuses { ops, reason } => {
+            assert_eq!(ops, &[LockOp::Extend, LockOp::Release], "{health}");
+            assert!(
+                reason.contains("NOPERM") && reason.contains("eval"),
+                "{reason}"
+            );
+        }
+        other => panic!("node 0 is {other}, expected it to refuse\n{health}"),
+    }
+    assert_eq!(health.voting(), 2, "{health}");
+    assert!(health.has_quorum(), "the other two still vote: {health}");
+    let text = health.to_string();
+    assert!(text.contains("2 of 3 nodes voting"), "{health}");
+    assert!(
+        text.contains("refuses what locks need (extend, release)"),
+        "{health}"
+    );
+    for text in [text, format!("{health:?}")] {
+        assert!(!text.contains(":pw@"), "{text}");
+    }
+    let not_ready = locks.check_ready().unwrap_err();
+    assert!(not_ready.is_degraded(), "{not_ready}");
+    let message = not_ready.to_string();
+    assert!(
+        message.contains(&health.nodes[0].name) && message.contains("NOPERM"),
+        "{message}"
+    );
+    assert!(
+        locks.check_ready_all().unwrap_err().is_degraded(),
+        "every node is required"
+    );
+
+    // The operator gives the user every right: the node votes again with
+    // no call of the user's (it is tried again every second).
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("noscript")
+        .arg("+@all")
+        .query(&mut connect(&servers[0].url()))
+        .unwrap();
+    assert!(
+        wait_until(COME_BACK, || locks.health().nodes[0].state == NodeState::Up),
+        "fixed, but not up: {}",
+        locks.health()
+    );
+    assert_eq!(locks.check_ready_all().unwrap().granted(), 3);
 }

@@ -62,7 +62,14 @@ fn assert_no_keys_left(managers: &[&LockManager], servers: &[RedisServer]) {
         assert!(m.flush(FLUSH), "flush did not finish in {FLUSH:?}");
     }
     for s in servers {
-        let keys = s.keys();
+        // Not the key of a manager's own try of what locks need
+        // (`{quorum-lock}:probe:*`), which lives a millisecond on a node
+        // that refuses releases (here: `Scripts::Never` on Redis 7).
+        let keys: Vec<Vec<u8>> = s
+            .keys()
+            .into_iter()
+            .filter(|k| !k.starts_with(b"{quorum-lock}:probe:"))
+            .collect();
         assert!(
             keys.is_empty(),
             "{} still holds {:?}",

@@ -27,7 +27,10 @@ pub enum BackendErrorKind {
     Auth,
     /// The server's access rules deny this command, key or channel to the
     /// authenticated user (Redis `NOPERM`): tied to what was asked (an ACL
-    /// key pattern denies some keys, not all), not to the node.
+    /// key pattern denies some keys, not all), not to the node. The engine
+    /// then tries what every lock needs on a key of the crate's own: a
+    /// node that denies it there is shown as
+    /// [`NodeState::Refuses`](crate::health::NodeState::Refuses).
     Denied,
     /// The node's configuration is wrong (malformed URL, TLS mismatch, a
     /// database index the server does not have).

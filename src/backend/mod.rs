@@ -16,7 +16,7 @@
 //!   [`ServerInfo`], [`Holding`], [`BackendError`], [`BackendErrorKind`].
 //! * One op at a time, for tests and tools: [`run`], [`acquire`],
 //!   [`release`], [`extend`], [`acquire_fenced`], [`raise_fence`].
-//! * The in-memory node's test knobs' types: [`CallHook`],
+//! * The in-memory node's test knobs' types: [`CallHook`], [`DenyRule`],
 //!   [`UptimeReport`].
 //!
 //! # A node's state lags a round decided at a quorum
@@ -59,7 +59,7 @@ pub use self::answers::{Answers, InFlight};
 pub use self::error::{BackendError, BackendErrorKind};
 pub use self::holding::{Holding, MAX_INSPECTED_VALUE};
 pub use self::keyset::KeySet;
-pub use self::memory::{CallHook, UptimeReport};
+pub use self::memory::{CallHook, DenyRule, UptimeReport};
 #[cfg(feature = "redis")]
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::{NoticeWaker, ReleaseListener};

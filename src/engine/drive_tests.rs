@@ -98,6 +98,7 @@ fn engine(wires: &[Wire], quorum: usize) -> Engine {
         drain_wait: Duration::from_secs(10),
         clock: Arc::new(MonotonicClock),
         fence_counters: b"{quorum-lock}:fences".to_vec(),
+        rights_key: b"{quorum-lock}:probe".to_vec(),
         accept_eviction: false,
         value_suffix: Box::default(),
     };

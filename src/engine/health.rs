@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use super::retries::{RetryRelease, push_bounded};
 use crate::backend::{BackendError, KeySet};
-use crate::health::{NodeHealth, NodeState};
+use crate::health::{LockOp, NodeHealth, NodeState};
 use crate::token::Token;
 
 /// The node's vitals. The down flag is read on every round; the rest only
@@ -42,6 +42,9 @@ pub(super) struct Status {
     pub(super) down_since: Option<Instant>,
     /// Every operation of its last round trip was refused, node-wide.
     pub(super) refusing: Option<BackendError>,
+    /// The operations every lock needs that its access rules refuse on
+    /// the crate's own keys (see `rights.rs`), with the first refusal.
+    pub(super) refuses_locks: Option<(Vec<LockOp>, BackendError)>,
     pub(super) next_probe: Option<Instant>,
     /// On the manager's clock.
     pub(super) quarantined_until: Option<Instant>,
@@ -142,6 +145,11 @@ impl Vitals {
             NodeState::Unusable {
                 kind: error.kind(),
                 reason: error.to_string(),
+            }
+        } else if let Some((ops, error)) = status.refuses_locks.clone() {
+            NodeState::Refuses {
+                ops,
+                reason: error.reason(name),
             }
         } else if let Some(owner) = status.duplicate_of {
             NodeState::DuplicateOf(names.get(owner).cloned().unwrap_or_default())

@@ -21,6 +21,7 @@ mod node;
 mod pending;
 mod refusal;
 mod retries;
+mod rights;
 mod settings_look;
 mod waiters;
 mod worker;
@@ -167,6 +168,9 @@ pub(crate) struct Settings {
     /// The key of every node's fence counters (in the crate's reserved
     /// namespace: `<prefix>{quorum-lock}:fences`).
     pub(crate) fence_counters: Vec<u8>,
+    /// What the keys of a try of a node's rights start with (in the
+    /// crate's reserved namespace: `<prefix>{quorum-lock}:probe`).
+    pub(crate) rights_key: Vec<u8>,
     /// Count grants of servers that may evict lock keys.
     pub(crate) accept_eviction: bool,
     /// What follows the token in every stored value (the owner label).
@@ -188,6 +192,7 @@ impl Engine {
             drain_wait,
             clock,
             fence_counters,
+            rights_key,
             accept_eviction,
             value_suffix,
         } = settings;
@@ -202,6 +207,7 @@ impl Engine {
             registry: Registry::default(),
             names: backends.iter().map(|b| b.describe()).collect(),
             fence_counters: Arc::from(fence_counters),
+            rights_key: Arc::from(rights_key),
             accept_eviction,
             value_suffix,
         });

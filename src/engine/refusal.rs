@@ -15,6 +15,8 @@
 //!
 //! A failure tied to one key or command (an ACL key pattern's `NOPERM`,
 //! `WRONGTYPE`) says nothing of the node: it never makes a node unusable.
+//! (A `NOPERM` that holds on the crate's own keys makes it refuse what
+//! locks need: `rights.rs`.)
 
 use std::time::{Duration, Instant};
 

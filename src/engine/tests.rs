@@ -32,6 +32,7 @@ fn settings(wait: Duration) -> Settings {
         drain_wait: wait,
         clock: Arc::new(MonotonicClock),
         fence_counters: b"{quorum-lock}:fences".to_vec(),
+        rights_key: b"{quorum-lock}:probe".to_vec(),
         accept_eviction: false,
         value_suffix: Box::default(),
     }

@@ -295,6 +295,12 @@ fn run_jobs(state: &mut NodeState, batch: &mut Vec<Job>) {
         }
     }
     run_ops(state, &mut items, &mut replies);
+    if !acks.is_empty() {
+        // A refusal among the answers just read asked for a try of the
+        // node's rights: made before the barrier is answered, so `flush`
+        // returns with its verdict in `health()`.
+        state.try_rights_if_due(Instant::now());
+    }
     for ack in acks {
         let _ = ack.send(());
     }

@@ -38,6 +38,7 @@ pub(crate) fn rounds(nodes: &[MemoryBackend], clock: &ManualClock) -> Rounds {
         drain_wait: timeout,
         clock: clock.clone(),
         fence_counters: crate::resource::crate_key(b"", crate::resource::FENCES),
+        rights_key: crate::resource::crate_key(b"", crate::resource::PROBE),
         accept_eviction: false,
         value_suffix: Box::default(),
     };

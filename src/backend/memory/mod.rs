@@ -52,6 +52,10 @@ pub enum UptimeReport {
 /// A hook run before each operation: see [`MemoryBackend::set_hook`].
 pub type CallHook = Arc<dyn Fn(&Op<'_>) + Send + Sync>;
 
+/// Which operations a node's access rules refuse: see
+/// [`MemoryBackend::set_denied`].
+pub type DenyRule = Arc<dyn Fn(&Op<'_>) -> bool + Send + Sync>;
+
 /// One in-process lock server with the semantics of a Redis master (`SET NX
 /// PX`, compare-and-delete, compare-and-pexpire) and faults a test can drive.
 ///
@@ -122,6 +126,7 @@ impl MemoryBackend {
                     generation: 0,
                     started_at,
                     hook: None,
+                    denied: None,
                     uptime_report: UptimeReport::Exact,
                     wall_steps: Duration::ZERO,
                     wall_start_secs: 0,
@@ -260,6 +265,29 @@ impl MemoryBackend {
         self.inner.state.lock().hook = hook;
     }
 
+    /// Refuses the operations `rule` picks, unapplied, as a server's
+    /// access rules would (`BackendErrorKind::Denied`, as Redis'
+    /// `NOPERM`), or none with `None`: e.g. every extend and release, as
+    /// an ACL user without scripts on Redis 7, or every op on keys
+    /// outside a key pattern. The identity probe is not refused.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use quorum_lock::backend::{self, BackendErrorKind, OpKind};
+    /// use quorum_lock::MemoryBackend;
+    ///
+    /// let node = MemoryBackend::new("mem-0");
+    /// node.set_denied(Some(Arc::new(|op| !matches!(op.kind, OpKind::Acquire { .. }))));
+    /// assert!(backend::acquire(&node, b"job", b"token-a", Duration::from_secs(1))?);
+    /// let refused = backend::release(&node, b"job", b"token-a").unwrap_err();
+    /// assert_eq!(refused.kind(), BackendErrorKind::Denied);
+    /// # Ok::<(), quorum_lock::backend::BackendError>(())
+    /// ```
+    pub fn set_denied(&self, rule: Option<DenyRule>) {
+        self.inner.state.lock().denied = rule;
+    }
+
     /// The token holding lock `key`, if it is held and unexpired.
     pub fn holder(&self, key: &[u8]) -> Option<Vec<u8>> {
         let now = self.inner.clock.now();
@@ -331,10 +359,15 @@ impl MemoryBackend {
 
     fn apply(&self, op: &Op<'_>) -> Result<Reply, BackendError> {
         self.inner.operations.fetch_add(1, Ordering::Relaxed);
-        let hook = self.inner.state.lock().hook.clone();
+        let (hook, denied) = {
+            let state = self.inner.state.lock();
+            (state.hook.clone(), state.denied.clone())
+        };
         if let Some(hook) = hook {
             hook(op);
         }
+        // Outside the node's lock, as the hook: a rule may call the node.
+        let refused = denied.is_some_and(|rule| rule(op));
         let now = self.inner.clock.now();
         let mut state = self.inner.state.lock();
         if state.down {
@@ -348,6 +381,12 @@ impl MemoryBackend {
             return Err(BackendError::new(
                 BackendErrorKind::Other,
                 "injected failure",
+            ));
+        }
+        if refused {
+            return Err(BackendError::new(
+                BackendErrorKind::Denied,
+                format!("{}: NOPERM (injected)", self.inner.name),
             ));
         }
         let answer = state.apply(op, now);

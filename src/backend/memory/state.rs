@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::notices::Inbox;
-use super::{CallHook, UptimeReport};
+use super::{CallHook, DenyRule, UptimeReport};
 use crate::backend::{
     BackendError, BackendErrorKind, Holding, KeySet, NoticeWaker, Op, OpKind, Reply,
 };
@@ -51,6 +51,8 @@ pub(super) struct State {
     pub(super) generation: u64,
     pub(super) started_at: Instant,
     pub(super) hook: Option<CallHook>,
+    /// The operations refused as by access rules.
+    pub(super) denied: Option<DenyRule>,
     pub(super) uptime_report: UptimeReport,
     /// Forward steps of the node's wall clock so far.
     pub(super) wall_steps: Duration,

@@ -67,8 +67,10 @@ impl Inner {
     /// An op that needs a script on a node where scripts are forbidden
     /// ([`Scripts::Never`]): refused before anything is sent. `Denied`:
     /// tied to this op, as an ACL's refusal of a command is (the node
-    /// still serves what it can do without a script, and votes for it);
-    /// and permanent, so a waiting lock fails at once.
+    /// still serves what it can do without a script, and votes for it;
+    /// where it cannot extend or release without one, `health()` shows
+    /// it refusing what locks need); and permanent, so a waiting lock
+    /// fails at once.
     pub(super) fn needs_script(&self, version: Option<ServerVersion>, needs: &str) -> BackendError {
         let server = version.map_or_else(
             || "the server (its version unknown: INFO refused)".to_owned(),

@@ -32,6 +32,7 @@ mod io;
 mod judge;
 mod notices;
 mod publish;
+mod rights;
 mod shards;
 
 use std::sync::Arc;
@@ -51,6 +52,7 @@ use super::identity::{Identity, Registry};
 use super::liveness::{Change, Liveness};
 use super::refusal::{self, Refusal};
 use super::retries::RetryList;
+use super::rights::Rights;
 use super::settings_look::SettingsLook;
 use super::waiters::Waiters;
 use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, KeySet, Reply, Sources};
@@ -76,6 +78,9 @@ pub(crate) struct Shared {
     pub(crate) release_retry_window: Duration,
     /// The key of the fence counters' hash on every node.
     pub(crate) fence_counters: Arc<[u8]>,
+    /// What the keys of a try of a node's rights start with
+    /// (`<prefix>{quorum-lock}:probe`; see `rights.rs`).
+    pub(crate) rights_key: Arc<[u8]>,
     /// What follows the token in every value stored: the owner label
     /// (src/owner.rs), or nothing.
     pub(crate) value_suffix: Box<[u8]>,
@@ -104,6 +109,8 @@ pub(crate) struct NodeState {
     liveness: Liveness,
     /// Whether it refuses this client as a whole, and when to ask again.
     refusal: Refusal,
+    /// Whether its access rules refuse what locks need, and when to try.
+    rights: Rights,
     /// The node's subscription to release notices.
     notices: NodeNotices,
     /// When to read the server's settings while locks may be held on it
@@ -134,6 +141,7 @@ impl NodeState {
             retries: RetryList::new(shared.release_retry_window, now),
             liveness: Liveness::default(),
             refusal: Refusal::default(),
+            rights: Rights::default(),
             notices: NodeNotices::default(),
             settings_look: SettingsLook::new(shared.release_retry_window),
             publish: Publisher::new(name.to_owned(), health),
@@ -156,17 +164,23 @@ impl NodeState {
     }
 
     /// When [`timer_fired`](Self::timer_fired) next has something to do:
-    /// a probe while down, release retries while up, a look at the notices
-    /// or the server's settings; `None`: nothing until the next job.
+    /// a probe while down, release retries, a recheck or a try of its
+    /// rights while up, a look at the notices or the server's settings;
+    /// `None`: nothing until the next job.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         // While down only the probe is due; the releases wait for it.
-        let (work, recheck) = match self.liveness.probe_at() {
-            Some(at) => (Some(at), None),
-            None => (self.retries.next_wake(), self.refusal.recheck_at()),
+        let (work, recheck, rights) = match self.liveness.probe_at() {
+            Some(at) => (Some(at), None, None),
+            None => (
+                self.retries.next_wake(),
+                self.refusal.recheck_at(),
+                self.rights.try_at(),
+            ),
         };
         [
             work,
             recheck,
+            rights,
             self.notices.next_wake(),
             self.settings_look.next_wake(),
         ]
@@ -190,10 +204,21 @@ impl NodeState {
         if !self.liveness.is_down() && self.refusal.recheck_due(now) {
             self.recheck(now);
         }
+        self.try_rights_if_due(now);
         if !self.liveness.is_down() && self.settings_look.due(now) {
             self.look_at_settings(now);
         }
         self.listen(now)
+    }
+
+    /// Tries what locks need on the node when an operation refused by
+    /// its access rules asked for it (see `rights.rs`). Also run before a
+    /// barrier is answered, so that `flush` returns with the verdict on
+    /// the refusals it waited for.
+    pub(crate) fn try_rights_if_due(&mut self, now: Instant) {
+        if !self.liveness.is_down() && self.rights.try_due(now) {
+            self.try_rights(now);
+        }
     }
 
     /// The watched keys may have changed: subscribes for them now (before
@@ -385,6 +410,7 @@ impl NodeState {
         self.announce_liveness(change, cause, now);
         let refusal = self.refusal.on_round_trip(results, now);
         self.announce_refusal(refusal);
+        self.rights.on_round_trip(results, now);
     }
 
     /// Asks a node that refused every operation (and gets none now)

@@ -20,6 +20,7 @@ fn shared(clock: &ManualClock, quarantine: Option<Duration>) -> Arc<Shared> {
         names: vec!["node-0".to_owned()],
         release_retry_window: WINDOW,
         fence_counters: Arc::from(&b"{quorum-lock}:fences"[..]),
+        rights_key: Arc::from(&b"{quorum-lock}:probe"[..]),
         value_suffix: Box::default(),
         accept_eviction: false,
         waiters: Arc::new(Waiters::new(1, 1)),
@@ -320,4 +321,76 @@ fn a_cluster_nodes_shards_are_judged_one_by_one() {
         "{:?}",
         shown()
     );
+}
+
+/// An op refused by the node's access rules makes the timer try what
+/// locks need on a key of the crate's own (one round trip): a refusal
+/// tied to one resource's key leaves the try clean and the node up;
+/// refused there too, the node refuses what locks need (published for
+/// `health()`, the ops named). While it refuses it is tried every
+/// second, without lock traffic, and the fix is found by the next try.
+#[test]
+fn a_denial_is_tried_on_the_crates_own_key_and_judged_there() {
+    use crate::backend::{BackendErrorKind, OpKind};
+    use crate::engine::rights::RETRY;
+    use crate::health::{LockOp, NodeState as Shown};
+
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let t0 = Instant::now();
+    let (mut state, health) = node_state(&node, shared(&clock, None), t0);
+    let names = vec!["node-0".to_owned()];
+    let shown = |at| {
+        health
+            .snapshot("node-0", &names, at, clock.now(), false)
+            .state
+    };
+    // One resource's key is refused (a key pattern that misses it).
+    node.set_denied(Some(Arc::new(|op| op.keys.contains(b"secret"))));
+    let refused = round_trip(&mut state, vec![acquire("secret", token())], t0);
+    assert!(
+        matches!(&refused[0], NodeOutcome::Failed(e) if e.kind() == BackendErrorKind::Denied),
+        "{refused:?}"
+    );
+    assert_eq!(state.poll_timeout(), Some(t0), "a try is due at once");
+    let calls = node.round_trips();
+    let _ = state.timer_fired(t0);
+    assert_eq!(node.round_trips(), calls + 1, "the try is one round trip");
+    assert_eq!(shown(t0), Shown::Up, "the refusal was the resource's");
+    assert_eq!(node.key_count(), 0, "the try's release removed its key");
+    assert_eq!(state.poll_timeout(), None, "nothing to try again");
+
+    // Every extend and release refused, as an ACL user without scripts
+    // on Redis 7.
+    node.set_denied(Some(Arc::new(|op| {
+        !matches!(op.kind, OpKind::Acquire { .. })
+    })));
+    let t1 = t0 + RETRY;
+    let held = token();
+    let ttl = Duration::from_secs(30);
+    round_trip(
+        &mut state,
+        vec![acquire("k", held), item(Action::Extend { ttl }, "k", held)],
+        t1,
+    );
+    let _ = state.timer_fired(t1);
+    match shown(t1) {
+        Shown::Refuses { ops, reason } => {
+            assert_eq!(ops, [LockOp::Extend, LockOp::Release]);
+            assert!(reason.contains("NOPERM"), "{reason}");
+        }
+        other => panic!("expected it to refuse, got {other}"),
+    }
+    assert!(
+        state.poll_timeout().is_some_and(|at| at <= t1 + RETRY),
+        "tried again within a second"
+    );
+    // Fixed: not tried before the second is up, then found at once.
+    node.set_denied(None);
+    let calls = node.round_trips();
+    let _ = state.timer_fired(t1 + RETRY / 2);
+    assert_eq!(node.round_trips(), calls, "no try before it is due");
+    assert!(matches!(shown(t1), Shown::Refuses { .. }));
+    let _ = state.timer_fired(t1 + RETRY);
+    assert_eq!(shown(t1 + RETRY), Shown::Up);
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::backend::BackendError;
 use crate::engine::health::Vitals;
 use crate::engine::identity::{Identity, Standing};
+use crate::engine::rights::Refused;
 
 /// One node's published status, and what was last announced of it.
 pub(super) struct Publisher {
@@ -82,6 +83,32 @@ impl Publisher {
     pub(super) fn serving_again(&self) {
         log::info!("quorum-lock: node {} serves again", self.name);
         self.health.update(|s| s.refusing = None);
+    }
+
+    /// Its access rules refuse what locks need, on the crate's own keys
+    /// (see `rights.rs`): not voting until a try finds them let through.
+    pub(super) fn refuses_locks(&self, refused: Refused) {
+        let ops: Vec<String> = refused.ops.iter().map(ToString::to_string).collect();
+        log::warn!(
+            "quorum-lock: node {} refuses what locks need ({}) on the manager's own keys: {}; \
+             every lock rests on the other nodes, and it does not count as voting until that \
+             is fixed; trying it again every {:?}",
+            self.name,
+            ops.join(", "),
+            refused.error.reason(&self.name),
+            crate::engine::rights::RETRY
+        );
+        self.health
+            .update(|s| s.refuses_locks = Some((refused.ops, refused.error)));
+    }
+
+    /// A node that refused what locks need lets every one through again.
+    pub(super) fn serves_locks_again(&self) {
+        log::info!(
+            "quorum-lock: node {} lets what locks need through again: it votes",
+            self.name
+        );
+        self.health.update(|s| s.refuses_locks = None);
     }
 
     /// A probe failed.
