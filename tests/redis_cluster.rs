@@ -6,13 +6,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use quorum_lock::backend::{self, Backend, KeySet, Op};
+use quorum_lock::backend::{self, Backend, KeySet, Op, Reply};
 use quorum_lock::health::NodeState;
 use quorum_lock::report::NodeOutcome;
-use quorum_lock::{LockManager, LockOptions, RedisClusterBackend, RetryPolicy};
-use testkit::{RedisCluster, RedisServer, wait_until};
+use quorum_lock::{Error, LockManager, LockOptions, RedisClusterBackend, RetryPolicy};
+use testkit::scripted::{bulk, error};
+use testkit::{RedisCluster, RedisServer, ScriptedServer, wait_until};
 
 const TTL: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -567,4 +570,235 @@ fn valkey_9_without_lua_a_cluster_and_redis_7_make_one_lock() {
         !scripts_run(&no_lua),
         "a script ran on the server without Lua"
     );
+}
+
+/// Issue 44, item 1: a replica added to a shard (a scale-out) after a
+/// manager last read its slot map. The manager `early` locks and releases
+/// `job` on a cluster without replicas, and stays idle for max TTL + 0.7
+/// s (its background look at the settings, which reads the map, stops
+/// max TTL after its last grant); then a replica is added to the master
+/// of `job` and synced, and stalled (SIGSTOP). `fresh`, which reads the
+/// map now, is refused ("0 of 1 acknowledged"); so must `early` be,
+/// whose map still says that shard has no replica: a hold counts only
+/// once every replica the master has acknowledged it. Once the replica
+/// is back, `early` locks again (it read the map again).
+#[test]
+fn a_replica_added_while_a_manager_was_idle_is_waited_for() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let max_ttl = Duration::from_secs(1);
+    let seed = cluster.seed_url();
+    let short = || {
+        LockManager::builder()
+            .redis_nodes([&seed])
+            .unwrap()
+            .ttl(max_ttl)
+            .max_ttl(max_ttl)
+            .node_timeout(Duration::from_millis(500))
+            .retry(RetryPolicy::none())
+            .restart_quarantine(false)
+            .build()
+            .unwrap()
+    };
+    let early = short();
+    early.try_lock("job").unwrap().release().unwrap();
+    let last_grant = Instant::now();
+    assert!(early.flush(TIMEOUT));
+    // The schedule itself: early idle past max TTL after its last grant
+    // (no look at its settings since), before the replica exists.
+    std::thread::sleep(
+        (last_grant + max_ttl + Duration::from_millis(700))
+            .saturating_duration_since(Instant::now()),
+    );
+    let master = cluster.server_for_key(b"job").port();
+    cluster.add_replica(master);
+    let replica = cluster
+        .replica_of(cluster.server_for_key(b"job"))
+        .expect("the replica added");
+    // A master makes a new replication history when its first replica
+    // attaches: early's next batch sees it, and its grants there wait out
+    // the forget window (max TTL + drift). That reads no slot map.
+    let seen = early.try_lock("job");
+    assert!(seen.is_err(), "a new history is withheld: {seen:?}");
+    assert!(early.flush(TIMEOUT), "early's attempt undone");
+    let up = || matches!(early.health().nodes[0].state, NodeState::Up);
+    assert!(
+        wait_until(Duration::from_secs(10), up),
+        "{:?}",
+        early.health()
+    );
+
+    let fresh = short();
+    replica.pause();
+    let fresh_try = fresh.try_lock("job");
+    assert!(fresh.flush(TIMEOUT), "fresh's attempt undone");
+    let early_try = early.try_lock("job");
+    replica.resume();
+    let refused = fresh_try.expect_err("fresh: granted without the stalled replica");
+    assert!(
+        refused.to_string().contains("0 of 1 acknowledged"),
+        "fresh: {refused}"
+    );
+    match early_try {
+        Ok(guard) => panic!(
+            "early: granted with {:?} left, though the replica added to the shard \
+             (stalled) never acknowledged it",
+            guard.validity(),
+        ),
+        Err(e) => assert!(e.to_string().contains("0 of 1 acknowledged"), "early: {e}"),
+    }
+    assert!(early.flush(TIMEOUT), "early's attempt undone");
+    let taken = || match early.try_lock("job") {
+        Ok(guard) => {
+            assert!(
+                holds(replica_get(replica, b"job"), guard.token().as_bytes()),
+                "the replica has it"
+            );
+            guard.release().unwrap();
+            true
+        }
+        Err(_) => false,
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), taken),
+        "early never locked again once the replica was back"
+    );
+}
+
+/// The `CLUSTER SLOTS` reply of a cluster whose one master, at
+/// `127.0.0.1:port`, serves every slot.
+fn one_master_map(port: u16) -> Vec<u8> {
+    let id = "0123456789abcdef0123456789abcdef01234567";
+    [
+        b"*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n".as_slice(),
+        &bulk(b"127.0.0.1"),
+        format!(":{port}\r\n").as_bytes(),
+        &bulk(id.as_bytes()),
+    ]
+    .concat()
+}
+
+/// Issue 44, item 2: a batch whose acquire of `job` its master answers
+/// with `ASK` (the slot migrating, the key not there) and whose release
+/// of the same token, right behind it, with `MOVED` (the migration's
+/// last `SETSLOT .. NODE` landed between the two). A real master gives
+/// this pair only under a race, so the old master here is a scripted
+/// fake member, and the new one a real redis-server. Both ops must run
+/// at the new master in the batch's order: the acquire, then its
+/// release. Run the other way round, the release finds nothing and the
+/// acquire then holds the key for its whole TTL with a released token.
+#[test]
+fn an_ask_then_a_moved_in_one_batch_run_in_the_batchs_order() {
+    let new_master = RedisServer::start();
+    let to = new_master.port();
+    let own_port = Arc::new(AtomicU16::new(0));
+    let maps = Arc::new(AtomicUsize::new(0));
+    let old_master = {
+        let (own_port, maps) = (Arc::clone(&own_port), Arc::clone(&maps));
+        ScriptedServer::start(move |words| {
+            let name = String::from_utf8_lossy(&words[0]).to_ascii_uppercase();
+            match name.as_str() {
+                // The map first says the slot is here, then (read again
+                // after the MOVED) that it is at the new master.
+                "CLUSTER" => match maps.fetch_add(1, Ordering::SeqCst) {
+                    0 => one_master_map(own_port.load(Ordering::SeqCst)),
+                    _ => one_master_map(to),
+                },
+                "INFO" => bulk(
+                    b"# Server\r\nredis_version:7.0.15\r\n\
+                      run_id:fa4efa4efa4efa4efa4efa4efa4efa4efa4efa4e\r\n\
+                      uptime_in_seconds:100000\r\n# Replication\r\nrole:master\r\n\
+                      connected_slaves:0\r\n",
+                ),
+                "SCRIPT" => bulk(b"0123456789abcdef0123456789abcdef01234567"),
+                "SET" => error(&format!("ASK 0 127.0.0.1:{to}")),
+                "EVALSHA" | "EVAL" => error(&format!("MOVED 0 127.0.0.1:{to}")),
+                "PING" => b"+PONG\r\n".to_vec(),
+                "WAIT" => b":0\r\n".to_vec(),
+                _ => error("ERR not scripted"),
+            }
+        })
+    };
+    own_port.store(old_master.port(), Ordering::SeqCst);
+    let node = RedisClusterBackend::open(
+        &format!("redis+cluster://127.0.0.1:{}", old_master.port()),
+        TIMEOUT,
+    )
+    .unwrap();
+    let (key, mine) = (KeySet::one("job"), token(7));
+    let ops = [Op::acquire(&key, &mine, TTL), Op::release(&key, &mine)];
+    let answers = backend::run(&node, &ops);
+    let heard: Vec<String> = old_master
+        .heard()
+        .iter()
+        .map(|w| String::from_utf8_lossy(&w[0]).to_ascii_uppercase())
+        .collect();
+    assert!(
+        heard.iter().any(|c| c == "SET") && heard.iter().any(|c| c.starts_with("EVAL")),
+        "the old master was sent both: {heard:?}"
+    );
+    assert_eq!(
+        new_master.get(b"job"),
+        None,
+        "the key is held by a released token at the new master: {answers:?}"
+    );
+    assert!(
+        matches!(answers.results()[0], Ok(Reply::Yes)),
+        "the acquire ran at the new master: {answers:?}"
+    );
+    assert!(
+        answers.results()[1].as_ref().is_ok_and(|r| r.is_yes()),
+        "its release ran there after it: {answers:?}"
+    );
+}
+
+/// Issue 44, item 3: a read-write lock's keys are `{name}{quorum-lock}:..`,
+/// so that both hash to the slot of its name; a name that starts with
+/// `}` makes that hash tag empty, each key is then hashed whole, and they
+/// land in two slots, where every call on a cluster node fails with
+/// `CROSSSLOT`. Such a name is refused at `rw_lock()`, before any node is
+/// contacted; names with braces elsewhere keep both keys in one slot and
+/// work through the cluster.
+#[test]
+fn a_rw_lock_named_with_a_leading_brace_is_refused_before_any_node() {
+    let cluster = RedisCluster::start(3, 0);
+    let locks = manager(&[cluster.seed_url()]);
+    let keyslot = |key: &[u8]| -> i64 {
+        cluster.masters()[0].cmd(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+    };
+    match locks.rw_lock("}job") {
+        Err(Error::InvalidArgument { reason }) => {
+            assert!(
+                reason.contains('}') && reason.contains("slot"),
+                "says why: {reason}"
+            );
+        }
+        Ok(rw) => {
+            let (readers, writer) = rw.keys();
+            panic!(
+                "accepted: its keys {} and {} are in slots {} and {}, and a read through \
+                 the cluster gave: {:?}",
+                String::from_utf8_lossy(readers),
+                String::from_utf8_lossy(writer),
+                keyslot(readers),
+                keyslot(writer),
+                rw.try_read().map(|g| g.release())
+            );
+        }
+        Err(other) => panic!("refused, but not as an invalid argument: {other}"),
+    }
+    for name in ["a}b", "{tag}x", "x{", "{}", "{"] {
+        let rw = locks.rw_lock(name).unwrap();
+        let (readers, writer) = rw.keys();
+        assert_eq!(keyslot(readers), keyslot(writer), "{name}: one slot");
+        let reader = rw
+            .try_read()
+            .unwrap_or_else(|e| panic!("{name}: a read: {e}"));
+        reader.release().unwrap();
+        let writer = rw
+            .try_write()
+            .unwrap_or_else(|e| panic!("{name}: a write: {e}"));
+        writer.release().unwrap();
+    }
+    assert!(locks.flush(TIMEOUT));
+    assert!(cluster.keys_everywhere().is_empty(), "left behind");
 }

@@ -181,6 +181,10 @@ impl Sent {
             };
             let sub = part.ops(ops);
             let got = flight.finish(&sub);
+            if part.shard.replicas_differ() {
+                // A replica added or gone since the map was read.
+                cluster.state.lock().stale = true;
+            }
             let server = got.server().cloned().map(Arc::new);
             for (&i, result) in part.indices.iter().zip(got.into_results()) {
                 match &result {

@@ -14,8 +14,10 @@ use crate::backend::{BackendError, BackendErrorKind};
 impl RedisBackend {
     /// The server at `host:port` with this backend's settings (user,
     /// password, TLS, timeout, scripts) and a pool of its own, whose
-    /// acquires, extends and fence raises count only when `replicas`
-    /// replicas acknowledge them (`WAIT`, in the same pipeline), and whose
+    /// acquires, extends and fence raises count only when every replica
+    /// of the master acknowledged them: the `replicas` the slot map lists
+    /// and as many as the master counts (`INFO replication` and `WAIT`, in
+    /// the same pipeline: `confirm.rs`), and whose
     /// releases by `DELIFEQ` / `DELEX` are announced whenever they delete
     /// (the cluster carries a `PUBLISH` to every node's subscribers, which
     /// the shard's `PUBSUB NUMSUB` cannot count).
@@ -93,6 +95,16 @@ impl RedisBackend {
     /// How many replicas must acknowledge a hold ([`shard_at`](Self::shard_at)).
     pub(crate) fn replicas(&self) -> usize {
         self.inner.replicas
+    }
+
+    /// Whether the master, asked with a hold, counted another number of
+    /// replicas than [`replicas`](Self::replicas) (the slot map's): the
+    /// map is out of date, and is to be read again. Taken: the next call
+    /// says `false` until a batch sees it again.
+    pub(crate) fn replicas_differ(&self) -> bool {
+        self.inner
+            .replicas_differ
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The host and port this backend connects to (`None` for a Unix
