@@ -664,17 +664,18 @@ fn a_replica_added_while_a_manager_was_idle_is_waited_for() {
     );
 }
 
-/// The `CLUSTER SLOTS` reply of a cluster whose one master, at
-/// `127.0.0.1:port`, serves every slot.
-fn one_master_map(port: u16) -> Vec<u8> {
+/// A `CLUSTER SLOTS` reply: each (first slot, last slot, port of its
+/// master at 127.0.0.1), no replicas.
+fn slot_map_of(ranges: &[(u16, u16, u16)]) -> Vec<u8> {
     let id = "0123456789abcdef0123456789abcdef01234567";
-    [
-        b"*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n".as_slice(),
-        &bulk(b"127.0.0.1"),
-        format!(":{port}\r\n").as_bytes(),
-        &bulk(id.as_bytes()),
-    ]
-    .concat()
+    let mut reply = format!("*{}\r\n", ranges.len()).into_bytes();
+    for (start, end, port) in ranges {
+        reply.extend_from_slice(format!("*3\r\n:{start}\r\n:{end}\r\n*3\r\n").as_bytes());
+        reply.extend_from_slice(&bulk(b"127.0.0.1"));
+        reply.extend_from_slice(format!(":{port}\r\n").as_bytes());
+        reply.extend_from_slice(&bulk(id.as_bytes()));
+    }
+    reply
 }
 
 /// Issue 44, item 2: a batch whose acquire of `job` its master answers
@@ -690,35 +691,7 @@ fn one_master_map(port: u16) -> Vec<u8> {
 fn an_ask_then_a_moved_in_one_batch_run_in_the_batchs_order() {
     let new_master = RedisServer::start();
     let to = new_master.port();
-    let own_port = Arc::new(AtomicU16::new(0));
-    let maps = Arc::new(AtomicUsize::new(0));
-    let old_master = {
-        let (own_port, maps) = (Arc::clone(&own_port), Arc::clone(&maps));
-        ScriptedServer::start(move |words| {
-            let name = String::from_utf8_lossy(&words[0]).to_ascii_uppercase();
-            match name.as_str() {
-                // The map first says the slot is here, then (read again
-                // after the MOVED) that it is at the new master.
-                "CLUSTER" => match maps.fetch_add(1, Ordering::SeqCst) {
-                    0 => one_master_map(own_port.load(Ordering::SeqCst)),
-                    _ => one_master_map(to),
-                },
-                "INFO" => bulk(
-                    b"# Server\r\nredis_version:7.0.15\r\n\
-                      run_id:fa4efa4efa4efa4efa4efa4efa4efa4efa4efa4e\r\n\
-                      uptime_in_seconds:100000\r\n# Replication\r\nrole:master\r\n\
-                      connected_slaves:0\r\n",
-                ),
-                "SCRIPT" => bulk(b"0123456789abcdef0123456789abcdef01234567"),
-                "SET" => error(&format!("ASK 0 127.0.0.1:{to}")),
-                "EVALSHA" | "EVAL" => error(&format!("MOVED 0 127.0.0.1:{to}")),
-                "PING" => b"+PONG\r\n".to_vec(),
-                "WAIT" => b":0\r\n".to_vec(),
-                _ => error("ERR not scripted"),
-            }
-        })
-    };
-    own_port.store(old_master.port(), Ordering::SeqCst);
+    let old_master = scripted_old_master(to, to, slot_map_of(&[(0, 16383, to)]));
     let node = RedisClusterBackend::open(
         &format!("redis+cluster://127.0.0.1:{}", old_master.port()),
         TIMEOUT,
@@ -727,15 +700,7 @@ fn an_ask_then_a_moved_in_one_batch_run_in_the_batchs_order() {
     let (key, mine) = (KeySet::one("job"), token(7));
     let ops = [Op::acquire(&key, &mine, TTL), Op::release(&key, &mine)];
     let answers = backend::run(&node, &ops);
-    let heard: Vec<String> = old_master
-        .heard()
-        .iter()
-        .map(|w| String::from_utf8_lossy(&w[0]).to_ascii_uppercase())
-        .collect();
-    assert!(
-        heard.iter().any(|c| c == "SET") && heard.iter().any(|c| c.starts_with("EVAL")),
-        "the old master was sent both: {heard:?}"
-    );
+    assert_sent_both(&old_master);
     assert_eq!(
         new_master.get(b"job"),
         None,
@@ -748,6 +713,96 @@ fn an_ask_then_a_moved_in_one_batch_run_in_the_batchs_order() {
     assert!(
         answers.results()[1].as_ref().is_ok_and(|r| r.is_yes()),
         "its release ran there after it: {answers:?}"
+    );
+}
+
+/// The same pair, when the map read again after the `MOVED` names
+/// another master than the `ASK` did: the release is not sent there
+/// (it would run before the acquire it undoes, or beside it), and fails
+/// as "maybe applied" (the engine sends a failed release again later).
+#[test]
+fn an_op_behind_an_asked_op_of_its_slot_is_not_sent_elsewhere() {
+    let (asked, elsewhere) = (RedisServer::start(), RedisServer::start());
+    // `foo` is in slot 12182: at `elsewhere` in the map read again.
+    let later = slot_map_of(&[(0, 8191, asked.port()), (8192, 16383, elsewhere.port())]);
+    let old_master = scripted_old_master(asked.port(), elsewhere.port(), later);
+    let node = RedisClusterBackend::open(
+        &format!("redis+cluster://127.0.0.1:{}", old_master.port()),
+        TIMEOUT,
+    )
+    .unwrap();
+    let (key, mine) = (KeySet::one("foo"), token(8));
+    let ops = [Op::acquire(&key, &mine, TTL), Op::release(&key, &mine)];
+    let answers = backend::run(&node, &ops);
+    assert_sent_both(&old_master);
+    assert!(
+        matches!(answers.results()[0], Ok(Reply::Yes)),
+        "the acquire ran where it was asked to: {answers:?}"
+    );
+    assert!(holds(asked.get(b"foo"), &mine), "at the asked master");
+    let failed = answers.results()[1]
+        .as_ref()
+        .expect_err("the release was sent elsewhere");
+    assert!(
+        failed.to_string().contains("overtake"),
+        "says why: {failed}"
+    );
+    let sent: i64 = elsewhere.cmd(&redis::cmd("DBSIZE"));
+    assert_eq!(sent, 0, "nothing reached the other master");
+    let stats: String = elsewhere.cmd(redis::cmd("INFO").arg("commandstats"));
+    assert!(
+        !stats.contains("cmdstat_eval"),
+        "no release ran there: {stats}"
+    );
+}
+
+/// A scripted cluster member that serves every slot until asked for its
+/// map a second time, which is then `later`; it answers a `SET` with
+/// `ASK` to `ask_to` and a script with `MOVED` to `moved_to` (a
+/// migration's last step between the two commands).
+fn scripted_old_master(ask_to: u16, moved_to: u16, later: Vec<u8>) -> ScriptedServer {
+    let own_port = Arc::new(AtomicU16::new(0));
+    let maps = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let (own_port, maps) = (Arc::clone(&own_port), Arc::clone(&maps));
+        ScriptedServer::start(move |words| {
+            let name = String::from_utf8_lossy(&words[0]).to_ascii_uppercase();
+            match name.as_str() {
+                // The map first says every slot is here, then (read
+                // again after the MOVED) `later`.
+                "CLUSTER" => match maps.fetch_add(1, Ordering::SeqCst) {
+                    0 => slot_map_of(&[(0, 16383, own_port.load(Ordering::SeqCst))]),
+                    _ => later.clone(),
+                },
+                "INFO" => bulk(
+                    b"# Server\r\nredis_version:7.0.15\r\n\
+                      run_id:fa4efa4efa4efa4efa4efa4efa4efa4efa4efa4e\r\n\
+                      uptime_in_seconds:100000\r\n# Replication\r\nrole:master\r\n\
+                      connected_slaves:0\r\n",
+                ),
+                "SCRIPT" => bulk(b"0123456789abcdef0123456789abcdef01234567"),
+                "SET" => error(&format!("ASK 0 127.0.0.1:{ask_to}")),
+                "EVALSHA" | "EVAL" => error(&format!("MOVED 0 127.0.0.1:{moved_to}")),
+                "PING" => b"+PONG\r\n".to_vec(),
+                "WAIT" => b":0\r\n".to_vec(),
+                _ => error("ERR not scripted"),
+            }
+        })
+    };
+    own_port.store(server.port(), Ordering::SeqCst);
+    server
+}
+
+/// The scripted old master was sent the acquire and the release.
+fn assert_sent_both(old_master: &ScriptedServer) {
+    let heard: Vec<String> = old_master
+        .heard()
+        .iter()
+        .map(|w| String::from_utf8_lossy(&w[0]).to_ascii_uppercase())
+        .collect();
+    assert!(
+        heard.iter().any(|c| c == "SET") && heard.iter().any(|c| c.starts_with("EVAL")),
+        "the old master was sent both: {heard:?}"
     );
 }
 

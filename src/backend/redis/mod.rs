@@ -390,7 +390,7 @@ impl Backend for RedisBackend {
     /// (expired in between), is a refusal; a key of another type gives
     /// [`BackendErrorKind::WrongType`].
     fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
-        flight::send(&self.inner, ops)
+        flight::send(&self.inner, ops, self.inner.deadline())
     }
 
     /// Every call shares one deadline of the configured timeout (DNS
