@@ -857,3 +857,105 @@ fn a_rw_lock_named_with_a_leading_brace_is_refused_before_any_node() {
     assert!(locks.flush(TIMEOUT));
     assert!(cluster.keys_everywhere().is_empty(), "left behind");
 }
+
+/// The slot of a key without a hash tag: CRC16 (XMODEM) modulo 16384.
+fn slot_of(key: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in key {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// Issue 44, item 3: `call_timeout` bounds a cluster call whatever the
+/// number of masters. A scripted seed maps slots 0-2047 to itself and
+/// the rest to six masters that never answer (blackholes). A batch with
+/// a key on each of those six ends within the bound (its shards share
+/// one timeout, not one each); so does a batch whose op the seed answers
+/// with `MOVED`, whose map read then finds the seed refusing and asks
+/// every master known, each of which never answers.
+#[test]
+fn a_cluster_call_ends_within_its_call_timeout() {
+    let timeout = Duration::from_millis(200);
+    let silent: Vec<testkit::Blackhole> = (0..6).map(|_| testkit::Blackhole::start()).collect();
+    let own_port = Arc::new(AtomicU16::new(0));
+    let mut ranges = vec![(0, 2047, 0)];
+    ranges.extend(
+        silent
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (2048 + 2048 * i as u16, 2048 * (i as u16 + 2) - 1, b.port())),
+    );
+    let seed = {
+        let (own_port, ranges) = (Arc::clone(&own_port), ranges.clone());
+        let maps = AtomicUsize::new(0);
+        ScriptedServer::start(move |words| {
+            let name = String::from_utf8_lossy(&words[0]).to_ascii_uppercase();
+            match name.as_str() {
+                "CLUSTER" if maps.fetch_add(1, Ordering::SeqCst) == 0 => {
+                    let mut map = ranges.clone();
+                    map[0].2 = own_port.load(Ordering::SeqCst);
+                    slot_map_of(&map)
+                }
+                "CLUSTER" => error("ERR no slot map here any more"),
+                "INFO" => bulk(
+                    b"# Server\r\nredis_version:7.0.15\r\n\
+                      run_id:5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed\r\n\
+                      uptime_in_seconds:100000\r\n# Replication\r\nrole:master\r\n\
+                      connected_slaves:0\r\n",
+                ),
+                "SET" => error("MOVED 0 127.0.0.1:1"),
+                _ => error("ERR not scripted"),
+            }
+        })
+    };
+    own_port.store(seed.port(), Ordering::SeqCst);
+    let node = RedisClusterBackend::open(
+        &format!("redis+cluster://127.0.0.1:{}", seed.port()),
+        timeout,
+    )
+    .unwrap();
+    let bound = node.call_timeout().expect("a bound");
+    // One key in each range, the seed's first.
+    let keys: Vec<KeySet> = ranges
+        .iter()
+        .map(|&(start, end, _)| {
+            let key = (0..10_000)
+                .map(|n| format!("k{n}"))
+                .find(|k| (start..=end).contains(&slot_of(k.as_bytes())))
+                .expect("a key in every range");
+            KeySet::one(key)
+        })
+        .collect();
+    let mine = token(9);
+    let silent_ops: Vec<Op<'_>> = keys[1..]
+        .iter()
+        .map(|k| Op::acquire(k, &mine, TTL))
+        .collect();
+    let started = Instant::now();
+    let answers = backend::run(&node, &silent_ops);
+    let took = started.elapsed();
+    assert!(
+        answers.results().iter().all(Result::is_err),
+        "nobody answered: {answers:?}"
+    );
+    assert!(
+        took <= bound + Duration::from_millis(150),
+        "six silent masters: {took:?}, over the call's bound {bound:?}"
+    );
+    let started = Instant::now();
+    let answers = backend::run(&node, &[Op::acquire(&keys[0], &mine, TTL)]);
+    let took = started.elapsed();
+    assert!(answers.results()[0].is_err(), "{answers:?}");
+    assert!(
+        took <= bound + Duration::from_millis(150),
+        "a map read over six silent masters: {took:?}, over the call's bound {bound:?}"
+    );
+}
