@@ -36,7 +36,7 @@
 
 mod flight;
 mod router;
-mod slot;
+pub(crate) mod slot;
 mod topology;
 
 use std::fmt;
