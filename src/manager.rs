@@ -71,7 +71,7 @@ impl LockManager {
 
     /// How long a call waits when neither its options nor its retry
     /// policy set a limit: `max_ttl` plus its drift allowance plus
-    /// [`DEFAULT_WAIT_MARGIN`], and at least 60 seconds (62.6 s with the
+    /// 2 s (for the jitter and one more attempt), and at least 60 seconds (62.6 s with the
     /// default `max_ttl` of 60 s). So a default [`lock`](Self::lock)
     /// outlasts both a lock whose holder crashed (it has expired by then)
     /// and a restart quarantine (servers started a moment before the call

@@ -34,11 +34,36 @@ use crate::waiting::{Tried, Waiting};
 
 /// What the lock's two keys add to its name: `{name}` first, so that on a
 /// cluster node both keys hash to the slot of the name (unless the prefix
-/// has a hash tag of its own, which then decides for both), then the
+/// has a hash tag of its own, which then decides for both; a name whose
+/// tag would be empty is refused: `split_by_a_cluster`), then the
 /// crate's mark and the role. The readers' suffix sorts before the
 /// writer's.
 const READERS: &[u8] = b"}{quorum-lock}:readers";
 const WRITER: &[u8] = b"}{quorum-lock}:writer";
+
+/// Why a cluster would put the lock's two keys in two slots, if it
+/// would: `readers` is the readers' key (after the manager's prefix,
+/// `prefix_len` bytes). The keys are `<prefix>{<name>}{quorum-lock}:..`,
+/// alike up to the `}` after the name, so their hash tag (the bytes
+/// between the first `{` and the first `}` after it) is the same, and so
+/// is their slot, unless that tag is empty: each whole key is then
+/// hashed. That happens when the first `{` is followed at once by `}`:
+/// a name that starts with `}` (the first `{` being the one before the
+/// name), or a prefix whose own first `{` is followed by `}`.
+fn split_by_a_cluster(readers: &[u8], prefix_len: usize) -> Option<String> {
+    let open = readers.iter().position(|&b| b == b'{')?;
+    if readers.get(open + 1) != Some(&b'}') {
+        return None;
+    }
+    let whose = if open < prefix_len {
+        "the manager's prefix, whose first `{` is followed by `}`"
+    } else {
+        "a name that starts with `}`"
+    };
+    Some(format!(
+        "the read-write lock's keys would have an empty hash tag (`{{}}`), from {whose}: a          Redis cluster would then hash each key whole and put the two in different slots,          where no call can take them together; name the lock without a leading `}}` (and          give the prefix no `{{}}`)"
+    ))
+}
 
 /// Shared readers or one exclusive writer of one name, across every
 /// process that uses the same nodes. Made by [`LockManager::rw_lock`].
@@ -112,10 +137,20 @@ impl LockManager {
     /// denied ([`Scripts::Never`](crate::Scripts::Never), an ACL without
     /// `@scripting`) each of its calls fails at once, naming why.
     ///
+    /// On a Redis or Valkey cluster node both keys live in the slot of
+    /// `{name}` (the hash tag: the text between the first `{` and the
+    /// first `}` after it), whatever braces the name holds, unless that
+    /// tag would be empty: a name that starts with `}` (or a prefix whose
+    /// first `{` is followed by `}`) would put the two keys in two slots,
+    /// and is refused on every manager, so that a name means the same
+    /// lock on every kind of node.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for an empty name, one that contains
-    /// `{quorum-lock}`, or one whose keys would be over
+    /// `{quorum-lock}`, one that starts with `}` (or any name under a
+    /// prefix whose first `{` is followed by `}`: the keys' hash tag
+    /// would be empty), or one whose keys would be over
     /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes. No node is
     /// contacted.
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> Result<RwLock> {
@@ -140,7 +175,11 @@ impl LockManager {
             });
         }
         let rounds = self.core().rounds();
+        let unprefixed = readers.len();
         let (readers, writer) = (rounds.key_for(&readers), rounds.key_for(&writer));
+        if let Some(reason) = split_by_a_cluster(&readers, readers.len() - unprefixed) {
+            return Err(Error::InvalidArgument { reason });
+        }
         let pair = KeySet::read_write(&readers, &writer).ok_or_else(|| Error::InvalidArgument {
             reason: "the read-write lock's two keys are the same".into(),
         })?;
@@ -384,5 +423,65 @@ impl RwLock {
                 writer_here: true,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::MemoryBackend;
+
+    fn manager(prefix: &str) -> LockManager {
+        LockManager::builder()
+            .node(MemoryBackend::new("a"))
+            .prefix(prefix)
+            .build()
+            .unwrap()
+    }
+
+    /// Every name, under every prefix, is either refused before any node
+    /// is contacted or has its two keys in one slot of a cluster.
+    #[test]
+    fn a_name_keeps_both_keys_in_one_slot_or_is_refused() {
+        let names = [
+            "job", "}job", "}", "{", "{}", "}{", "a}b", "{a}b", "a{b", "{}x", "x{}", "}}", "{{",
+            "a{}", "{tag}x", "}{x}",
+        ];
+        let mut refused = Vec::new();
+        for prefix in ["", "app:", "app{", "app{}", "app{t}", "app}", "{", "}"] {
+            let locks = manager(prefix);
+            for name in names {
+                match locks.rw_lock(name) {
+                    Ok(rw) => {
+                        let (readers, writer) = rw.keys();
+                        #[cfg(feature = "redis")]
+                        {
+                            use crate::backend::cluster::slot::{hash_tag, slot_of};
+                            assert_eq!(slot_of(readers), slot_of(writer), "{prefix} {name}");
+                            assert_ne!(hash_tag(readers), readers, "{prefix} {name}");
+                        }
+                        assert!(split_by_a_cluster(readers, prefix.len()).is_none());
+                    }
+                    Err(Error::InvalidArgument { reason }) => {
+                        assert!(reason.contains("hash tag"), "{prefix} {name}: {reason}");
+                        refused.push(format!("{prefix}|{name}"));
+                    }
+                    Err(e) => panic!("{prefix} {name}: {e}"),
+                }
+            }
+        }
+        // A leading `}` under a prefix without `{`, and every name under
+        // a prefix whose first `{` is followed by `}`.
+        let expected: Vec<String> = ["", "app:", "app}", "}"]
+            .iter()
+            .flat_map(|p| ["}job", "}", "}{", "}}", "}{x}"].map(|n| format!("{p}|{n}")))
+            .chain(names.map(|n| format!("app{{}}|{n}")))
+            .collect();
+        let mut expected = expected;
+        expected.sort();
+        refused.sort();
+        assert_eq!(refused, expected);
     }
 }

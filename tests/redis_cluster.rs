@@ -6,13 +6,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use quorum_lock::backend::{self, Backend, KeySet, Op};
+use quorum_lock::backend::{self, Backend, KeySet, Op, Reply};
 use quorum_lock::health::NodeState;
 use quorum_lock::report::NodeOutcome;
-use quorum_lock::{LockManager, LockOptions, RedisClusterBackend, RetryPolicy};
-use testkit::{RedisCluster, RedisServer, wait_until};
+use quorum_lock::{Error, LockManager, LockOptions, RedisClusterBackend, RetryPolicy};
+use testkit::scripted::{bulk, error};
+use testkit::{RedisCluster, RedisServer, ScriptedServer, wait_until};
 
 const TTL: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -566,5 +569,393 @@ fn valkey_9_without_lua_a_cluster_and_redis_7_make_one_lock() {
     assert!(
         !scripts_run(&no_lua),
         "a script ran on the server without Lua"
+    );
+}
+
+/// Issue 44, item 1: a replica added to a shard (a scale-out) after a
+/// manager last read its slot map. The manager `early` locks and releases
+/// `job` on a cluster without replicas, and stays idle for max TTL + 0.7
+/// s (its background look at the settings, which reads the map, stops
+/// max TTL after its last grant); then a replica is added to the master
+/// of `job` and synced, and stalled (SIGSTOP). `fresh`, which reads the
+/// map now, is refused ("0 of 1 acknowledged"); so must `early` be,
+/// whose map still says that shard has no replica: a hold counts only
+/// once every replica the master has acknowledged it. Once the replica
+/// is back, `early` locks again (it read the map again).
+#[test]
+fn a_replica_added_while_a_manager_was_idle_is_waited_for() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let max_ttl = Duration::from_secs(1);
+    let seed = cluster.seed_url();
+    let short = || {
+        LockManager::builder()
+            .redis_nodes([&seed])
+            .unwrap()
+            .ttl(max_ttl)
+            .max_ttl(max_ttl)
+            .node_timeout(Duration::from_millis(500))
+            .retry(RetryPolicy::none())
+            .restart_quarantine(false)
+            .build()
+            .unwrap()
+    };
+    let early = short();
+    early.try_lock("job").unwrap().release().unwrap();
+    let last_grant = Instant::now();
+    assert!(early.flush(TIMEOUT));
+    // The schedule itself: early idle past max TTL after its last grant
+    // (no look at its settings since), before the replica exists.
+    std::thread::sleep(
+        (last_grant + max_ttl + Duration::from_millis(700))
+            .saturating_duration_since(Instant::now()),
+    );
+    let master = cluster.server_for_key(b"job").port();
+    cluster.add_replica(master);
+    let replica = cluster
+        .replica_of(cluster.server_for_key(b"job"))
+        .expect("the replica added");
+    // A master makes a new replication history when its first replica
+    // attaches: early's next batch sees it, and its grants there wait out
+    // the forget window (max TTL + drift). That reads no slot map.
+    let seen = early.try_lock("job");
+    assert!(seen.is_err(), "a new history is withheld: {seen:?}");
+    assert!(early.flush(TIMEOUT), "early's attempt undone");
+    let up = || matches!(early.health().nodes[0].state, NodeState::Up);
+    assert!(
+        wait_until(Duration::from_secs(10), up),
+        "{:?}",
+        early.health()
+    );
+
+    let fresh = short();
+    replica.pause();
+    let fresh_try = fresh.try_lock("job");
+    assert!(fresh.flush(TIMEOUT), "fresh's attempt undone");
+    let early_try = early.try_lock("job");
+    replica.resume();
+    let refused = fresh_try.expect_err("fresh: granted without the stalled replica");
+    assert!(
+        refused.to_string().contains("0 of 1 acknowledged"),
+        "fresh: {refused}"
+    );
+    match early_try {
+        Ok(guard) => panic!(
+            "early: granted with {:?} left, though the replica added to the shard \
+             (stalled) never acknowledged it",
+            guard.validity(),
+        ),
+        Err(e) => assert!(e.to_string().contains("0 of 1 acknowledged"), "early: {e}"),
+    }
+    assert!(early.flush(TIMEOUT), "early's attempt undone");
+    let taken = || match early.try_lock("job") {
+        Ok(guard) => {
+            assert!(
+                holds(replica_get(replica, b"job"), guard.token().as_bytes()),
+                "the replica has it"
+            );
+            guard.release().unwrap();
+            true
+        }
+        Err(_) => false,
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), taken),
+        "early never locked again once the replica was back"
+    );
+}
+
+/// A `CLUSTER SLOTS` reply: each (first slot, last slot, port of its
+/// master at 127.0.0.1), no replicas.
+fn slot_map_of(ranges: &[(u16, u16, u16)]) -> Vec<u8> {
+    let id = "0123456789abcdef0123456789abcdef01234567";
+    let mut reply = format!("*{}\r\n", ranges.len()).into_bytes();
+    for (start, end, port) in ranges {
+        reply.extend_from_slice(format!("*3\r\n:{start}\r\n:{end}\r\n*3\r\n").as_bytes());
+        reply.extend_from_slice(&bulk(b"127.0.0.1"));
+        reply.extend_from_slice(format!(":{port}\r\n").as_bytes());
+        reply.extend_from_slice(&bulk(id.as_bytes()));
+    }
+    reply
+}
+
+/// Issue 44, item 2: a batch whose acquire of `job` its master answers
+/// with `ASK` (the slot migrating, the key not there) and whose release
+/// of the same token, right behind it, with `MOVED` (the migration's
+/// last `SETSLOT .. NODE` landed between the two). A real master gives
+/// this pair only under a race, so the old master here is a scripted
+/// fake member, and the new one a real redis-server. Both ops must run
+/// at the new master in the batch's order: the acquire, then its
+/// release. Run the other way round, the release finds nothing and the
+/// acquire then holds the key for its whole TTL with a released token.
+#[test]
+fn an_ask_then_a_moved_in_one_batch_run_in_the_batchs_order() {
+    let new_master = RedisServer::start();
+    let to = new_master.port();
+    let old_master = scripted_old_master(to, to, slot_map_of(&[(0, 16383, to)]));
+    let node = RedisClusterBackend::open(
+        &format!("redis+cluster://127.0.0.1:{}", old_master.port()),
+        TIMEOUT,
+    )
+    .unwrap();
+    let (key, mine) = (KeySet::one("job"), token(7));
+    let ops = [Op::acquire(&key, &mine, TTL), Op::release(&key, &mine)];
+    let answers = backend::run(&node, &ops);
+    assert_sent_both(&old_master);
+    assert_eq!(
+        new_master.get(b"job"),
+        None,
+        "the key is held by a released token at the new master: {answers:?}"
+    );
+    assert!(
+        matches!(answers.results()[0], Ok(Reply::Yes)),
+        "the acquire ran at the new master: {answers:?}"
+    );
+    assert!(
+        answers.results()[1].as_ref().is_ok_and(|r| r.is_yes()),
+        "its release ran there after it: {answers:?}"
+    );
+}
+
+/// The same pair, when the map read again after the `MOVED` names
+/// another master than the `ASK` did: the release is not sent there
+/// (it would run before the acquire it undoes, or beside it), and fails
+/// as "maybe applied" (the engine sends a failed release again later).
+#[test]
+fn an_op_behind_an_asked_op_of_its_slot_is_not_sent_elsewhere() {
+    let (asked, elsewhere) = (RedisServer::start(), RedisServer::start());
+    // `foo` is in slot 12182: at `elsewhere` in the map read again.
+    let later = slot_map_of(&[(0, 8191, asked.port()), (8192, 16383, elsewhere.port())]);
+    let old_master = scripted_old_master(asked.port(), elsewhere.port(), later);
+    let node = RedisClusterBackend::open(
+        &format!("redis+cluster://127.0.0.1:{}", old_master.port()),
+        TIMEOUT,
+    )
+    .unwrap();
+    let (key, mine) = (KeySet::one("foo"), token(8));
+    let ops = [Op::acquire(&key, &mine, TTL), Op::release(&key, &mine)];
+    let answers = backend::run(&node, &ops);
+    assert_sent_both(&old_master);
+    assert!(
+        matches!(answers.results()[0], Ok(Reply::Yes)),
+        "the acquire ran where it was asked to: {answers:?}"
+    );
+    assert!(holds(asked.get(b"foo"), &mine), "at the asked master");
+    let failed = answers.results()[1]
+        .as_ref()
+        .expect_err("the release was sent elsewhere");
+    assert!(
+        failed.to_string().contains("overtake"),
+        "says why: {failed}"
+    );
+    let sent: i64 = elsewhere.cmd(&redis::cmd("DBSIZE"));
+    assert_eq!(sent, 0, "nothing reached the other master");
+    let stats: String = elsewhere.cmd(redis::cmd("INFO").arg("commandstats"));
+    assert!(
+        !stats.contains("cmdstat_eval"),
+        "no release ran there: {stats}"
+    );
+}
+
+/// A scripted cluster member that serves every slot until asked for its
+/// map a second time, which is then `later`; it answers a `SET` with
+/// `ASK` to `ask_to` and a script with `MOVED` to `moved_to` (a
+/// migration's last step between the two commands).
+fn scripted_old_master(ask_to: u16, moved_to: u16, later: Vec<u8>) -> ScriptedServer {
+    let own_port = Arc::new(AtomicU16::new(0));
+    let maps = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let (own_port, maps) = (Arc::clone(&own_port), Arc::clone(&maps));
+        ScriptedServer::start(move |words| {
+            let name = String::from_utf8_lossy(&words[0]).to_ascii_uppercase();
+            match name.as_str() {
+                // The map first says every slot is here, then (read
+                // again after the MOVED) `later`.
+                "CLUSTER" => match maps.fetch_add(1, Ordering::SeqCst) {
+                    0 => slot_map_of(&[(0, 16383, own_port.load(Ordering::SeqCst))]),
+                    _ => later.clone(),
+                },
+                "INFO" => bulk(
+                    b"# Server\r\nredis_version:7.0.15\r\n\
+                      run_id:fa4efa4efa4efa4efa4efa4efa4efa4efa4efa4e\r\n\
+                      uptime_in_seconds:100000\r\n# Replication\r\nrole:master\r\n\
+                      connected_slaves:0\r\n",
+                ),
+                "SCRIPT" => bulk(b"0123456789abcdef0123456789abcdef01234567"),
+                "SET" => error(&format!("ASK 0 127.0.0.1:{ask_to}")),
+                "EVALSHA" | "EVAL" => error(&format!("MOVED 0 127.0.0.1:{moved_to}")),
+                "PING" => b"+PONG\r\n".to_vec(),
+                "WAIT" => b":0\r\n".to_vec(),
+                _ => error("ERR not scripted"),
+            }
+        })
+    };
+    own_port.store(server.port(), Ordering::SeqCst);
+    server
+}
+
+/// The scripted old master was sent the acquire and the release.
+fn assert_sent_both(old_master: &ScriptedServer) {
+    let heard: Vec<String> = old_master
+        .heard()
+        .iter()
+        .map(|w| String::from_utf8_lossy(&w[0]).to_ascii_uppercase())
+        .collect();
+    assert!(
+        heard.iter().any(|c| c == "SET") && heard.iter().any(|c| c.starts_with("EVAL")),
+        "the old master was sent both: {heard:?}"
+    );
+}
+
+/// Issue 44, item 3: a read-write lock's keys are `{name}{quorum-lock}:..`,
+/// so that both hash to the slot of its name; a name that starts with
+/// `}` makes that hash tag empty, each key is then hashed whole, and they
+/// land in two slots, where every call on a cluster node fails with
+/// `CROSSSLOT`. Such a name is refused at `rw_lock()`, before any node is
+/// contacted; names with braces elsewhere keep both keys in one slot and
+/// work through the cluster.
+#[test]
+fn a_rw_lock_named_with_a_leading_brace_is_refused_before_any_node() {
+    let cluster = RedisCluster::start(3, 0);
+    let locks = manager(&[cluster.seed_url()]);
+    let keyslot = |key: &[u8]| -> i64 {
+        cluster.masters()[0].cmd(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+    };
+    match locks.rw_lock("}job") {
+        Err(Error::InvalidArgument { reason }) => {
+            assert!(
+                reason.contains('}') && reason.contains("slot"),
+                "says why: {reason}"
+            );
+        }
+        Ok(rw) => {
+            let (readers, writer) = rw.keys();
+            panic!(
+                "accepted: its keys {} and {} are in slots {} and {}, and a read through \
+                 the cluster gave: {:?}",
+                String::from_utf8_lossy(readers),
+                String::from_utf8_lossy(writer),
+                keyslot(readers),
+                keyslot(writer),
+                rw.try_read().map(|g| g.release())
+            );
+        }
+        Err(other) => panic!("refused, but not as an invalid argument: {other}"),
+    }
+    for name in ["a}b", "{tag}x", "x{", "{}", "{"] {
+        let rw = locks.rw_lock(name).unwrap();
+        let (readers, writer) = rw.keys();
+        assert_eq!(keyslot(readers), keyslot(writer), "{name}: one slot");
+        let reader = rw
+            .try_read()
+            .unwrap_or_else(|e| panic!("{name}: a read: {e}"));
+        reader.release().unwrap();
+        let writer = rw
+            .try_write()
+            .unwrap_or_else(|e| panic!("{name}: a write: {e}"));
+        writer.release().unwrap();
+    }
+    assert!(locks.flush(TIMEOUT));
+    assert!(cluster.keys_everywhere().is_empty(), "left behind");
+}
+
+/// The slot of a key without a hash tag: CRC16 (XMODEM) modulo 16384.
+fn slot_of(key: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in key {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// Issue 44, item 3: `call_timeout` bounds a cluster call whatever the
+/// number of masters. A scripted seed maps slots 0-2047 to itself and
+/// the rest to six masters that never answer (blackholes). A batch with
+/// a key on each of those six ends within the bound (its shards share
+/// one timeout, not one each); so does a batch whose op the seed answers
+/// with `MOVED`, whose map read then finds the seed refusing and asks
+/// every master known, each of which never answers.
+#[test]
+fn a_cluster_call_ends_within_its_call_timeout() {
+    let timeout = Duration::from_millis(200);
+    let silent: Vec<testkit::Blackhole> = (0..6).map(|_| testkit::Blackhole::start()).collect();
+    let own_port = Arc::new(AtomicU16::new(0));
+    let mut ranges = vec![(0, 2047, 0)];
+    ranges.extend(
+        silent
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (2048 + 2048 * i as u16, 2048 * (i as u16 + 2) - 1, b.port())),
+    );
+    let seed = {
+        let (own_port, ranges) = (Arc::clone(&own_port), ranges.clone());
+        let maps = AtomicUsize::new(0);
+        ScriptedServer::start(move |words| {
+            let name = String::from_utf8_lossy(&words[0]).to_ascii_uppercase();
+            match name.as_str() {
+                "CLUSTER" if maps.fetch_add(1, Ordering::SeqCst) == 0 => {
+                    let mut map = ranges.clone();
+                    map[0].2 = own_port.load(Ordering::SeqCst);
+                    slot_map_of(&map)
+                }
+                "CLUSTER" => error("ERR no slot map here any more"),
+                "INFO" => bulk(
+                    b"# Server\r\nredis_version:7.0.15\r\n\
+                      run_id:5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed\r\n\
+                      uptime_in_seconds:100000\r\n# Replication\r\nrole:master\r\n\
+                      connected_slaves:0\r\n",
+                ),
+                "SET" => error("MOVED 0 127.0.0.1:1"),
+                _ => error("ERR not scripted"),
+            }
+        })
+    };
+    own_port.store(seed.port(), Ordering::SeqCst);
+    let node = RedisClusterBackend::open(
+        &format!("redis+cluster://127.0.0.1:{}", seed.port()),
+        timeout,
+    )
+    .unwrap();
+    let bound = node.call_timeout().expect("a bound");
+    // One key in each range, the seed's first.
+    let keys: Vec<KeySet> = ranges
+        .iter()
+        .map(|&(start, end, _)| {
+            let key = (0..10_000)
+                .map(|n| format!("k{n}"))
+                .find(|k| (start..=end).contains(&slot_of(k.as_bytes())))
+                .expect("a key in every range");
+            KeySet::one(key)
+        })
+        .collect();
+    let mine = token(9);
+    let silent_ops: Vec<Op<'_>> = keys[1..]
+        .iter()
+        .map(|k| Op::acquire(k, &mine, TTL))
+        .collect();
+    let started = Instant::now();
+    let answers = backend::run(&node, &silent_ops);
+    let took = started.elapsed();
+    assert!(
+        answers.results().iter().all(Result::is_err),
+        "nobody answered: {answers:?}"
+    );
+    assert!(
+        took <= bound + Duration::from_millis(150),
+        "six silent masters: {took:?}, over the call's bound {bound:?}"
+    );
+    let started = Instant::now();
+    let answers = backend::run(&node, &[Op::acquire(&keys[0], &mine, TTL)]);
+    let took = started.elapsed();
+    assert!(answers.results()[0].is_err(), "{answers:?}");
+    assert!(
+        took <= bound + Duration::from_millis(150),
+        "a map read over six silent masters: {took:?}, over the call's bound {bound:?}"
     );
 }

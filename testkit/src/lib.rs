@@ -8,6 +8,7 @@
 //! * [`RedisCluster`]: a cluster of such servers (masters, replicas,
 //!   failover) on loopback.
 //! * [`fake_server`]: hostile servers that answer with what no Redis sends.
+//! * [`scripted`]: a fake server whose every answer the test writes.
 //! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, retarget).
 //! * [`blackhole`]: a listener that accepts and never reads nor answers.
 //! * [`faces`]: memory nodes seen through a changed face.
@@ -30,6 +31,7 @@ pub mod proxy;
 mod redis_cluster;
 mod report;
 pub mod rng;
+pub mod scripted;
 pub mod server;
 mod wait;
 
@@ -38,6 +40,7 @@ pub use counted::CountedNotices;
 pub use redis_cluster::RedisCluster;
 pub use report::said_of;
 pub use rng::Rng;
+pub use scripted::ScriptedServer;
 pub use server::{
     RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port, wheel_server,
 };

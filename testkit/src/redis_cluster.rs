@@ -28,13 +28,31 @@ fn agrees(done: impl FnMut() -> bool) -> bool {
     wait_until_with(AGREE, POLL, || false, done)
 }
 
-/// A cluster of `masters` masters with `replicas` replicas each.
+/// A cluster of `masters` masters with `replicas` replicas each (and
+/// the replicas [`add_replica`](RedisCluster::add_replica) added since).
 #[derive(Debug)]
 pub struct RedisCluster {
     servers: Vec<RedisServer>,
-    replicas: usize,
     /// The TLS certificate the members share (removed on drop).
     _certs: Option<TempDir>,
+}
+
+/// The arguments of every member (a cluster bus port of its own).
+fn member_args(bus: &str) -> Vec<&str> {
+    vec![
+        "--cluster-enabled",
+        "yes",
+        "--cluster-port",
+        bus,
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+        // A replica's first sync waits this long (5 s by
+        // default) for other replicas to share it.
+        "--repl-diskless-sync-delay",
+        "0",
+    ]
 }
 
 impl RedisCluster {
@@ -68,20 +86,7 @@ impl RedisCluster {
         let servers: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
                 let bus = free_port().to_string();
-                let mut args = vec![
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-port",
-                    &bus,
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    // A replica's first sync waits this long (5 s by
-                    // default) for other replicas to share it.
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ];
+                let mut args = member_args(&bus);
                 if tls {
                     args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
                     args.extend(["--tls-cert-file", &cert, "--tls-key-file", &key]);
@@ -94,7 +99,6 @@ impl RedisCluster {
             .collect();
         let cluster = Self {
             servers,
-            replicas,
             _certs: certs,
         };
         cluster.join(masters);
@@ -143,22 +147,62 @@ impl RedisCluster {
     }
 
     /// Whether every live node says the cluster is ok and shows every slot
-    /// served by `masters` masters (in one range or more each), each with
-    /// its replicas in sync.
+    /// served by `masters` masters (in one range or more each), every
+    /// other live server listed as a replica of one of them, in sync.
     fn agreed(&self, masters: usize) -> bool {
+        let running = self.servers.iter().filter(|s| s.is_running()).count();
         self.servers.iter().filter(|s| s.is_running()).all(|s| {
             let info: String = s.cmd(redis::cmd("CLUSTER").arg("INFO"));
             let shards = slot_map(s);
+            // Each master once (a master of several ranges lists its
+            // replicas in each).
+            let mut by_master: Vec<(u16, usize)> = shards.iter().map(|r| (r.2, r.3)).collect();
+            by_master.sort_unstable();
+            by_master.dedup();
             info.contains("cluster_state:ok")
                 && shards.iter().map(|r| r.1 - r.0 + 1).sum::<usize>() == SLOTS
-                && {
-                    let mut ports: Vec<u16> = shards.iter().map(|r| r.2).collect();
-                    ports.sort_unstable();
-                    ports.dedup();
-                    ports.len() == masters
-                }
-                && shards.iter().all(|r| r.3 == self.replicas)
+                && by_master.len() == masters
+                && by_master.iter().map(|m| m.1).sum::<usize>() + masters == running
         }) && self.replicas_in_sync()
+    }
+
+    /// Starts one more server, joins it to the cluster as a replica of
+    /// `master` (`CLUSTER MEET`, `CLUSTER REPLICATE`), and waits until its
+    /// first sync is done and every node lists it in `CLUSTER SLOTS`: a
+    /// shard scaled out. Returns its port. Panics (naming the step) when
+    /// that does not happen within 30 s. Not for a TLS cluster.
+    pub fn add_replica(&mut self, master: u16) -> u16 {
+        assert!(self._certs.is_none(), "add_replica: not for a TLS cluster");
+        let masters = self.masters().len();
+        let bus = free_port().to_string();
+        let replica = RedisServer::start_with(&member_args(&bus));
+        let port = replica.port();
+        let _: () = self.any_running().cmd(
+            redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(port)
+                .arg(&bus),
+        );
+        self.servers.push(replica);
+        let n = self.servers.iter().filter(|s| s.is_running()).count();
+        let met = || {
+            self.servers.iter().filter(|s| s.is_running()).all(|s| {
+                let nodes: String = s.cmd(redis::cmd("CLUSTER").arg("NODES"));
+                nodes.lines().count() == n && !nodes.contains("handshake")
+            })
+        };
+        assert!(agrees(met), "the new member :{port} never met the cluster");
+        let id: String = self.by_port(master).cmd(redis::cmd("CLUSTER").arg("MYID"));
+        let _: () = self
+            .by_port(port)
+            .cmd(redis::cmd("CLUSTER").arg("REPLICATE").arg(id));
+        assert!(
+            agrees(|| self.agreed(masters)),
+            "the new replica :{port} of :{master} never synced: {}",
+            self.servers[0].cmd::<String>(redis::cmd("CLUSTER").arg("NODES"))
+        );
+        port
     }
 
     /// Whether every replica has finished its first sync.

@@ -4,20 +4,27 @@
 //! * **Routing**: the slot map comes from `CLUSTER SLOTS` (asked of the
 //!   seed, or of any master known before), read at the first batch, at
 //!   the batch after a master was out of reach (a failover may have moved
-//!   its slots), and again when a server answers `MOVED` (the op did not
-//!   run there): the ops it refused go to the new master once, in their
-//!   order, within the call. `ASK` (a slot being migrated, the key not
-//!   on its old master) is followed once too: the ops go to the importing
-//!   master, each command after `ASKING` (`redis/asking.rs`).
+//!   its slots) or counted other replicas than the map, and again when a
+//!   server answers `MOVED` (the op did not run there). `ASK` (a slot
+//!   being migrated, the key not on its old master) names the importing
+//!   master, which serves the key after `ASKING` (`redis/asking.rs`).
+//!   The redirected ops of a batch are followed once, within the call:
+//!   each at its new master, the ops bound for one master in one
+//!   pipeline in the batch's order, whatever mix of `MOVED` and `ASK`
+//!   brought them (an op never overtakes an earlier op of its slot).
+//! * **A bounded call**: every call ends by one deadline, four node
+//!   timeouts from its start ([`Backend::call_timeout`]).
 //! * **Identity per shard**: each shard master answers with its own
 //!   identity ([`Answers::per_answer`]), so the engine judges each grant
 //!   by the server that gave it: a restarted master's grants wait out the
 //!   restart quarantine, the other shards' grants still count.
-//! * **Replicas**: a hold (acquire, extend, fence raise) on a shard with
-//!   replicas counts only when every replica the cluster lists for it
-//!   acknowledged the write (`WAIT`, in the same pipeline, within the
-//!   timeout): a replica promoted by a failover then holds the key. A
-//!   shard whose replicas do not all answer grants nothing.
+//! * **Replicas**: a hold (acquire, extend, fence raise) counts only
+//!   when every replica of its shard acknowledged the write: as many as
+//!   the master itself counts when it wrote it (`INFO replication`) and
+//!   as the cluster lists (`WAIT`, in the same pipeline, within the
+//!   timeout), however old the slot map: a replica promoted by a failover
+//!   then holds the key. A shard whose replicas do not all answer grants
+//!   nothing.
 //! * **One slot per op**: a lock on several keys needs them in one slot
 //!   (a common hash tag); a lock's fence counters live in its slot
 //!   (`<prefix>{<tag>}{quorum-lock}:fences`, `counter_in_slot`).
@@ -29,7 +36,7 @@
 
 mod flight;
 mod router;
-mod slot;
+pub(crate) mod slot;
 mod topology;
 
 use std::fmt;
@@ -44,8 +51,8 @@ use crate::backend::{
 };
 use crate::{RedisBackend, Scripts};
 
-use self::flight::ClusterFlight;
-use self::router::{Cluster, State};
+use self::flight::{CALL_TIMEOUTS, ClusterFlight};
+use self::router::{Cluster, MAP_READ_TIMEOUTS, State};
 
 /// The URL schemes of a cluster node.
 const SCHEMES: [(&str, &str); 2] = [
@@ -148,18 +155,21 @@ impl Backend for RedisClusterBackend {
 
     /// Reads the slot map if it has none (or it is stale), sends each
     /// shard its ops in one pipeline, and returns; [`InFlight::finish`]
-    /// reads them, and follows a `MOVED` (after reading the map again) or
-    /// an `ASK` once.
+    /// reads them, and follows the redirects once (`MOVED` after reading
+    /// the map again, `ASK`), in the batch's order.
     fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
         Box::new(ClusterFlight::send(Arc::clone(&self.inner), ops))
     }
 
-    /// A slot map read and one batch (each within the timeout); a
-    /// redirect is followed only while the first timeout is not spent (a
-    /// `MOVED`: the map and the batch again; an `ASK`: one batch): at
-    /// most four timeouts in all.
+    /// Four timeouts: every call ends by one deadline that far from its
+    /// start. Within it, a slot map read (the seed, then every master
+    /// known, each at most one timeout, all at most two) and one batch
+    /// (its shards' round trips share one timeout); only when a redirect
+    /// came within the first timeout, the map again (after a `MOVED`) and
+    /// the redirected ops at their new masters (one batch), each step cut
+    /// at the deadline.
     fn call_timeout(&self) -> Option<Duration> {
-        Some(self.inner.seed.timeout().saturating_mul(4))
+        Some(self.inner.seed.timeout().saturating_mul(CALL_TIMEOUTS))
     }
 
     fn probe(&self) -> Option<&dyn Probe> {
@@ -187,7 +197,9 @@ impl Probe for RedisClusterBackend {
     /// identity of each shard that gave them, which is what grants are
     /// judged by.
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
-        let topology = self.inner.topology(true)?;
+        let topology = self
+            .inner
+            .topology(true, self.inner.deadline_in(MAP_READ_TIMEOUTS))?;
         let range = topology.range_of(0).ok_or_else(|| {
             self.inner
                 .error(BackendErrorKind::Unreachable, "no master serves slot 0")
@@ -199,7 +211,9 @@ impl Probe for RedisClusterBackend {
 impl Inspect for RedisClusterBackend {
     /// Asks the master of the key's slot.
     fn inspect(&self, key: &[u8]) -> Result<Option<Holding>, BackendError> {
-        let topology = self.inner.topology(false)?;
+        let topology = self
+            .inner
+            .topology(false, self.inner.deadline_in(MAP_READ_TIMEOUTS))?;
         let shard = self.inner.master_of(slot::slot_of(key), &topology)?;
         Inspect::inspect(&shard, key)
     }

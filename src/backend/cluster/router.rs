@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -33,9 +34,29 @@ pub(super) struct State {
     pub(super) shards: HashMap<(String, u16), RedisBackend>,
 }
 
+/// The most a slot map read takes, in node timeouts: each server asked
+/// (the seed, then the masters known) at most one, all of them together
+/// at most this many.
+pub(super) const MAP_READ_TIMEOUTS: u32 = 2;
+
 impl Cluster {
+    /// `timeouts` node timeouts from now.
+    pub(super) fn deadline_in(&self, timeouts: u32) -> Instant {
+        let now = Instant::now();
+        let span = self.seed.timeout().saturating_mul(timeouts);
+        now.checked_add(span)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400))
+    }
+
     /// The slot map: the one read before, unless `fresh` or there is none.
-    pub(super) fn topology(&self, fresh: bool) -> Result<Arc<Topology>, BackendError> {
+    /// A read asks the seed, then every master known before, each for at
+    /// most one node timeout, and ends by [`MAP_READ_TIMEOUTS`] from now
+    /// or by `until`, whichever comes first.
+    pub(super) fn topology(
+        &self,
+        fresh: bool,
+        until: Instant,
+    ) -> Result<Arc<Topology>, BackendError> {
         let known = {
             let state = self.state.lock();
             match &state.topology {
@@ -43,13 +64,24 @@ impl Cluster {
                 _ => state.shards.values().cloned().collect::<Vec<_>>(),
             }
         };
+        let until = until.min(self.deadline_in(MAP_READ_TIMEOUTS));
         // The seed first, then any master known before (the seed may be
         // the server that failed).
         let mut last = None;
         for server in std::iter::once(&self.seed).chain(&known) {
+            if Instant::now() >= until {
+                last = Some(self.error(
+                    BackendErrorKind::Timeout,
+                    &format!(
+                        "the slot map (CLUSTER SLOTS) was not read in time{}",
+                        last.map_or_else(String::new, |e: BackendError| format!(": {e}"))
+                    ),
+                ));
+                break;
+            }
             let asked = server.host_port().map_or("", |(host, _)| host);
             let read = server
-                .command(redis::cmd("CLUSTER").arg("SLOTS"))
+                .command_by(redis::cmd("CLUSTER").arg("SLOTS"), until)
                 .and_then(|reply| {
                     Topology::parse(&reply, asked).map_err(|why| {
                         BackendError::new(

@@ -48,13 +48,12 @@ impl Topology {
         Ok(Self { ranges })
     }
 
-    /// The replicas listed for the master at `host:port`, if the map
-    /// lists that master.
-    pub(crate) fn replicas_of(&self, host: &str, port: u16) -> Option<usize> {
+    /// A range of the master at `host:port` (with the replicas listed
+    /// for it), if the map lists that master.
+    pub(crate) fn master(&self, host: &str, port: u16) -> Option<&Range> {
         self.ranges
             .iter()
             .find(|r| r.host == host && r.port == port)
-            .map(|r| r.replicas)
     }
 
     /// The range that holds `slot`, if some master serves it.

@@ -26,7 +26,7 @@ use redis::Value;
 use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
-use super::confirm::{pack_wait, replicas_confirmed, writes_a_hold};
+use super::confirm::{Confirmation, writes_a_hold};
 use super::forms::{self, Bad, Form, Pending, Said, Scripts, form_of, script_for};
 use super::frame::value_text;
 use super::info::Ask;
@@ -60,7 +60,8 @@ pub(super) struct FirstSent {
     sent: Vec<(usize, Form)>,
     /// Replies to read.
     expected: usize,
-    /// A `WAIT` for the replicas followed the ops (`Inner::replicas`).
+    /// The master's count of its replicas and a `WAIT` for them followed
+    /// the ops (a cluster shard's batch that writes a hold: `confirm.rs`).
     confirm: bool,
 }
 
@@ -149,10 +150,9 @@ impl Inner {
             self.pack_op(&ops[i], form, ttls[i], digests.as_deref(), &mut buf);
             expected += form.replies(&ops[i]);
         }
-        let confirm = self.replicas > 0 && sent.iter().any(|&(i, _)| writes_a_hold(&ops[i]));
+        let confirm = self.cluster_shard && sent.iter().any(|&(i, _)| writes_a_hold(&ops[i]));
         if confirm {
-            pack_wait(self.replicas, deadline, &mut buf);
-            expected += 1;
+            expected += self.pack_confirm(deadline, &mut buf);
         }
         c.conn
             .send(&buf, deadline)
@@ -188,8 +188,8 @@ impl Inner {
     }
 
     /// The rounds of [`finish_batch`](Self::finish_batch): fills `results`
-    /// and `server`, and says how many replicas the `WAIT`s confirmed
-    /// (`None`: no `WAIT` was sent).
+    /// and `server`, and says what the replicas confirmed (`None`: no
+    /// confirmation was asked).
     #[allow(clippy::too_many_arguments)] // the batch's state, passed through
     fn read_rounds(
         &self,
@@ -200,7 +200,7 @@ impl Inner {
         results: &mut [Option<Result<Reply, BackendError>>],
         server: &mut Option<ServerInfo>,
         deadline: Instant,
-    ) -> Result<Option<usize>, Failure> {
+    ) -> Result<Option<Confirmation>, Failure> {
         let FirstSent {
             ask,
             load_scripts,
@@ -230,7 +230,7 @@ impl Inner {
             .iter()
             .map(|&(i, form)| self.first_answer(&ops[i], form, &mut replies))
             .collect();
-        let mut confirmed = confirm.then(|| replicas_confirmed(replies.next()));
+        let mut confirmed = confirm.then(|| self.read_confirm(&mut replies));
         let rerun_from = firsts
             .iter()
             .position(|f| matches!(f, First::Rerun))
@@ -283,8 +283,7 @@ impl Inner {
                 .iter()
                 .any(|((i, _), f)| matches!(f, Followup::Rerun(_)) && writes_a_hold(&ops[*i]));
         if confirm_again {
-            pack_wait(self.replicas, deadline, &mut buf);
-            expected += 1;
+            expected += self.pack_confirm(deadline, &mut buf);
         }
         let replies = c
             .conn
@@ -319,8 +318,8 @@ impl Inner {
             });
         }
         if confirm_again {
-            let again = replicas_confirmed(replies.next());
-            confirmed = confirmed.map(|before| before.min(again));
+            let again = self.read_confirm(&mut replies);
+            confirmed = confirmed.map(|before| before.and(again));
         }
         Ok(confirmed)
     }

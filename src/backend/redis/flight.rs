@@ -18,13 +18,13 @@ use crate::backend::{Answers, BackendError, BackendErrorKind, InFlight, Op, Repl
 const MAX_TTL_MS: u64 = 1 << 53;
 
 /// Writes the pipeline for `ops` on a pooled connection and returns; the
-/// answers are read by [`InFlight::finish`], bounded by the same deadline
-/// (one node timeout from now). A stale pooled connection (closed by the
-/// server before anything was read) is retried once on a fresh one,
-/// within that deadline, as a whole batch.
-pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>]) -> Box<dyn InFlight> {
+/// answers are read by [`InFlight::finish`], bounded by the same
+/// `deadline` (one node timeout from now, or sooner for a cluster's
+/// call). A stale pooled connection (closed by the server before
+/// anything was read) is retried once on a fresh one, within that
+/// deadline, as a whole batch.
+pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>], deadline: Instant) -> Box<dyn InFlight> {
     let inner = Arc::clone(inner);
-    let deadline = inner.deadline();
     let (mut results, ttls) = checked_ttls(ops);
     if results.iter().all(Option::is_some) {
         return Box::new(inner.answers(results, None));

@@ -142,8 +142,13 @@ struct Inner {
     /// server of its own.
     replicas: usize,
     /// A cluster's shard: its `PUBLISH` reaches the subscribers of every
-    /// node, which its `PUBSUB NUMSUB` does not count (`forms.rs`).
+    /// node, which its `PUBSUB NUMSUB` does not count (`forms.rs`); its
+    /// holds count only once every replica of the master has them
+    /// (`confirm.rs`).
     cluster_shard: bool,
+    /// The master counted another number of replicas than `replicas`
+    /// (`confirm.rs`): the slot map that said it is out of date.
+    replicas_differ: AtomicBool,
 }
 
 impl Inner {
@@ -162,6 +167,7 @@ impl Inner {
             commands_refused: AtomicBool::new(false),
             replicas: self.replicas,
             cluster_shard: self.cluster_shard,
+            replicas_differ: AtomicBool::new(false),
         }
     }
 }
@@ -281,6 +287,7 @@ impl RedisBackend {
                 commands_refused: AtomicBool::new(false),
                 replicas: 0,
                 cluster_shard: false,
+                replicas_differ: AtomicBool::new(false),
             }),
         })
     }
@@ -383,7 +390,7 @@ impl Backend for RedisBackend {
     /// (expired in between), is a refusal; a key of another type gives
     /// [`BackendErrorKind::WrongType`].
     fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
-        flight::send(&self.inner, ops)
+        flight::send(&self.inner, ops, self.inner.deadline())
     }
 
     /// Every call shares one deadline of the configured timeout (DNS

@@ -1,21 +1,25 @@
 //! What a cluster node (`backend/cluster`) needs of a `RedisBackend`:
 //! one backend per shard master, made from the seed's settings, whose
 //! holds count only once the shard's replicas have them; and one plain
-//! command (`CLUSTER SLOTS`).
+//! command (`CLUSTER SLOTS`); each, for a cluster's call bounded as a
+//! whole, also ended by a deadline of the caller's.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use redis::Value;
 
 use super::transport::Target;
-use super::{Inner, RedisBackend};
-use crate::backend::{BackendError, BackendErrorKind};
+use super::{Inner, RedisBackend, flight};
+use crate::backend::{BackendError, BackendErrorKind, InFlight, Op};
 
 impl RedisBackend {
     /// The server at `host:port` with this backend's settings (user,
     /// password, TLS, timeout, scripts) and a pool of its own, whose
-    /// acquires, extends and fence raises count only when `replicas`
-    /// replicas acknowledge them (`WAIT`, in the same pipeline), and whose
+    /// acquires, extends and fence raises count only when every replica
+    /// of the master acknowledged them: the `replicas` the slot map lists
+    /// and as many as the master counts (`INFO replication` and `WAIT`, in
+    /// the same pipeline: `confirm.rs`), and whose
     /// releases by `DELIFEQ` / `DELEX` are announced whenever they delete
     /// (the cluster carries a `PUBLISH` to every node's subscribers, which
     /// the shard's `PUBSUB NUMSUB` cannot count).
@@ -79,6 +83,13 @@ impl RedisBackend {
         })
     }
 
+    /// [`Backend::send`](crate::backend::Backend::send), every round
+    /// trip of the batch ended by `until` when that comes before the
+    /// timeout does: for a cluster's call, bounded as a whole.
+    pub(crate) fn send_by(&self, ops: &[Op<'_>], until: Instant) -> Box<dyn InFlight> {
+        flight::send(&self.inner, ops, self.inner.deadline().min(until))
+    }
+
     /// The same server, every command sent after `ASKING` (a connection
     /// of its own): for the ops a cluster redirected with `ASK` to this
     /// master, which is importing their slot.
@@ -93,6 +104,16 @@ impl RedisBackend {
     /// How many replicas must acknowledge a hold ([`shard_at`](Self::shard_at)).
     pub(crate) fn replicas(&self) -> usize {
         self.inner.replicas
+    }
+
+    /// Whether the master, asked with a hold, counted another number of
+    /// replicas than [`replicas`](Self::replicas) (the slot map's): the
+    /// map is out of date, and is to be read again. Taken: the next call
+    /// says `false` until a batch sees it again.
+    pub(crate) fn replicas_differ(&self) -> bool {
+        self.inner
+            .replicas_differ
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The host and port this backend connects to (`None` for a Unix
@@ -114,8 +135,22 @@ impl RedisBackend {
     ///
     /// The server out of reach, or its error reply.
     pub(crate) fn command(&self, cmd: &redis::Cmd) -> Result<Value, BackendError> {
+        self.command_by(cmd, self.inner.deadline())
+    }
+
+    /// [`command`](Self::command), ended by `until` when that comes
+    /// before the timeout does.
+    ///
+    /// # Errors
+    ///
+    /// The server out of reach (also: `until` passed), or its error reply.
+    pub(crate) fn command_by(
+        &self,
+        cmd: &redis::Cmd,
+        until: Instant,
+    ) -> Result<Value, BackendError> {
         let inner = &*self.inner;
-        let deadline = inner.deadline();
+        let deadline = inner.deadline().min(until);
         let mut buf = Vec::new();
         cmd.write_packed_command(&mut buf);
         let reply = inner.with_conn(deadline, |c| {
