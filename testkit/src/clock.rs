@@ -60,6 +60,18 @@ impl ClockOffset {
         }
     }
 
+    /// `nanos` ahead (negative: behind).
+    pub const fn from_nanos(nanos: i64) -> Self {
+        Self { nanos }
+    }
+
+    /// This offset moved by `by` (saturating).
+    pub fn plus(self, by: Self) -> Self {
+        Self {
+            nanos: self.nanos.saturating_add(by.nanos),
+        }
+    }
+
     /// Signed nanoseconds (positive: ahead).
     pub fn as_nanos(self) -> i64 {
         self.nanos
@@ -236,6 +248,7 @@ mod tests {
         );
         assert_eq!(behind.magnitude(), Duration::from_millis(8));
         assert_eq!(ahead.apply(0), 1_500_000_000);
+        assert_eq!(ahead.plus(behind), ClockOffset::from_nanos(1_492_000_000));
     }
 
     /// A C program that prints every clock the shim steps (and one it

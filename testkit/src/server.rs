@@ -297,12 +297,7 @@ impl RedisServer {
     /// The offset last set by [`set_clock_offset`](Self::set_clock_offset)
     /// (zero at start).
     pub fn clock_offset(&self) -> ClockOffset {
-        let nanos = self.offset.load(Ordering::SeqCst);
-        if nanos >= 0 {
-            ClockOffset::ahead(Duration::from_nanos(nanos.unsigned_abs()))
-        } else {
-            ClockOffset::behind(Duration::from_nanos(nanos.unsigned_abs()))
-        }
+        ClockOffset::from_nanos(self.offset.load(Ordering::SeqCst))
     }
 
     /// The server's `TIME`, as Unix nanoseconds.
