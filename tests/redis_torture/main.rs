@@ -85,12 +85,15 @@ use quorum_lock::{LockGuard, LockManager, RetryPolicy};
 use testkit::proxy::Proxy;
 use testkit::{RedisCluster, RedisServers, Rng};
 
+mod arms;
 mod checker;
 #[cfg(test)]
 mod checker_tests;
 mod clients;
+mod clock_steps;
 mod config;
 mod faults;
+mod partitions;
 mod recorder;
 mod rw;
 mod rw_checker;
