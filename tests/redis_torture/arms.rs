@@ -241,6 +241,17 @@ impl ArmVerdict {
         self.overlaps.beyond + self.fenced_overlaps.beyond
     }
 
+    /// Exposures that let a second holder in: of the plain resource, of
+    /// the fenced one, and in all.
+    pub(crate) fn exposures_hit(&self) -> (usize, usize, usize) {
+        let count = |hit: &[bool]| hit.iter().filter(|h| **h).count();
+        (
+            count(&self.overlaps.hit),
+            count(&self.fenced_overlaps.hit),
+            self.overlaps.hit.len(),
+        )
+    }
+
     /// Prints the figures every arm has.
     pub(crate) fn print(&self, label: &str, record: &ArmRecord, started: Instant) {
         let (o, fo, l, fe) = (
@@ -256,7 +267,8 @@ impl ArmVerdict {
              {}, releases without quorum {})\n\
              \x20 overlaps within the assumptions {} (fenced resource {}); beyond them {} \
              (fenced resource {}; longest {:.1?}; a holder from before a step valid for up to \
-             {:.1?} after another got the lock)\n\
+             {:.1?} after another got the lock; steps beyond the assumptions that let a second \
+             holder in: {} of {} on the plain resource, {} on the fenced one)\n\
              \x20 unfenced counter {} of {} writes: lost {} = by late writers {} + within \
              validity {} ({} interfering writes: {} beyond the assumptions, {} within)\n\
              \x20 fenced: increments attempted {}, accepted {}, stale writes refused {} (after \
@@ -276,6 +288,9 @@ impl ArmVerdict {
             fo.beyond,
             o.longest_beyond.max(fo.longest_beyond),
             o.longest_two_valid.max(fo.longest_two_valid),
+            self.exposures_hit().0,
+            self.exposures_hit().2,
+            self.exposures_hit().1,
             l.counter,
             l.writes,
             l.total,

@@ -353,6 +353,9 @@ pub(crate) struct OverlapVerdict {
     /// the first other holder got the lock (two valid holders, whoever
     /// the second one was at each moment).
     pub(crate) longest_two_valid: Duration,
+    /// Per exposure: whether it explains some overlap (its step let a
+    /// second holder in).
+    pub(crate) hit: Vec<bool>,
     pub(crate) first_within: Option<(Window, Window)>,
     pub(crate) first_beyond: Option<(Window, Window)>,
 }
@@ -360,7 +363,10 @@ pub(crate) struct OverlapVerdict {
 /// [`count_overlaps`]' pairs, each classified by `exposures`.
 pub(crate) fn classify_overlaps(windows: &mut [Window], exposures: &[Exposure]) -> OverlapVerdict {
     windows.sort_by_key(|w| w.start);
-    let mut v = OverlapVerdict::default();
+    let mut v = OverlapVerdict {
+        hit: vec![false; exposures.len()],
+        ..OverlapVerdict::default()
+    };
     for (i, a) in windows.iter().enumerate() {
         let mut overtaken = false;
         for b in &windows[i + 1..] {
@@ -370,7 +376,8 @@ pub(crate) fn classify_overlaps(windows: &mut [Window], exposures: &[Exposure]) 
             if a.client == b.client || b.start >= b.end {
                 continue;
             }
-            if exposures.iter().any(|e| e.explains(a, b)) {
+            if let Some(e) = exposures.iter().position(|e| e.explains(a, b)) {
+                v.hit[e] = true;
                 if !overtaken {
                     // Sorted by start: the first other holder of `a`'s time.
                     overtaken = true;

@@ -341,6 +341,12 @@ fn an_overlap_of_a_holder_from_before_a_step_beyond_the_assumptions_is_expected(
     assert_eq!((v.within, v.beyond), (0, 1));
     assert_eq!(v.longest_beyond, Duration::from_millis(40));
     assert_eq!(v.longest_two_valid, Duration::from_millis(40));
+    // The step at 50 ms explains it; one at 500 ms explains nothing.
+    let v = classify_overlaps(
+        &mut windows,
+        &[exposure(t0, 50, 1000), exposure(t0, 500, 1000)],
+    );
+    assert_eq!(v.hit, [true, false]);
     // Two short holders one after the other during holder 1's 200 ms
     // after the step: two overlaps of 10 ms, two valid holders for 140.
     let mut windows = [
