@@ -5,11 +5,14 @@
 //!   `QUORUM_LOCK_SERVER=valkey`) on free loopback ports: kill -9, SIGSTOP,
 //!   restart in place, TLS. Every server is killed on drop, and a missing
 //!   binary fails the test loudly: these tests are never skipped.
+//! * [`clock`]: stepped server clocks (an `LD_PRELOAD` shim built with
+//!   `cc`), for [`RedisServer::start_with_clock`].
 //! * [`RedisCluster`]: a cluster of such servers (masters, replicas,
 //!   failover) on loopback.
 //! * [`fake_server`]: hostile servers that answer with what no Redis sends.
 //! * [`scripted`]: a fake server whose every answer the test writes.
-//! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, retarget).
+//! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, cuts that
+//!   drop or hold each direction, retarget).
 //! * [`blackhole`]: a listener that accepts and never reads nor answers.
 //! * [`faces`]: memory nodes seen through a changed face.
 //! * [`acceptor`]: the one loopback accept loop the three above run on.
@@ -23,6 +26,7 @@
 
 pub mod acceptor;
 pub mod blackhole;
+pub mod clock;
 pub mod commandstats;
 mod counted;
 pub mod faces;

@@ -12,8 +12,10 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::clock::{self, ClockOffset};
 
 /// How long a starting server may take to answer `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -209,6 +211,11 @@ pub struct RedisServer {
     port: u16,
     tls_port: Option<u16>,
     args: Vec<String>,
+    /// The offset file of the clock shim, for a server started with
+    /// [`start_with_clock`](Self::start_with_clock) (kept across restarts).
+    clock: Option<PathBuf>,
+    /// The offset last written there, in nanoseconds.
+    offset: AtomicI64,
     dir: TempDir,
 }
 
@@ -223,7 +230,87 @@ impl RedisServer {
     pub fn start_with(extra: &[&str]) -> Self {
         let dir = TempDir::new("quorum-lock-redis");
         let args: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
-        Self::start_in(ServerKind::chosen(), dir, args, None).unwrap_or_else(|e| panic!("{e}"))
+        Self::start_in(ServerKind::chosen(), dir, args, None, None)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A server without persistence whose clocks can be stepped: it runs
+    /// with the clock shim ([`crate::clock`]) preloaded, at offset zero
+    /// (see [`set_clock_offset`](Self::set_clock_offset)); restarts keep
+    /// the shim and the offset. Fails the test when the shim cannot be
+    /// built (no `cc`) or the server binary did not load it (a statically
+    /// linked binary ignores `LD_PRELOAD`).
+    pub fn start_with_clock() -> Self {
+        let shim = clock::shim();
+        let dir = TempDir::new("quorum-lock-redis-clock");
+        let file = dir.path().join("clock-offset");
+        clock::write_offset(&file, ClockOffset::ZERO);
+        let server = Self::start_in(ServerKind::chosen(), dir, Vec::new(), None, Some(file))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            clock::loaded_in(server.pid()),
+            "{} did not load the clock shim {} (LD_PRELOAD): the clock-step tests need a \
+             dynamically linked server binary",
+            server.describe(),
+            shim.display()
+        );
+        server
+    }
+
+    /// Steps the server's clocks to `offset` from the real ones: its wall
+    /// clock and its monotonic clock move together, forward or back, by
+    /// the difference from the offset before. Returns once the server
+    /// reads the new offset: its `TIME`, read after the shim's re-read
+    /// interval ([`clock::REREAD`]), is checked to lie between the real
+    /// times before and after the call, moved by `offset` (a few
+    /// milliseconds of slack for rounding), and read again (bounded) while
+    /// it does not. Only for a server from
+    /// [`start_with_clock`](Self::start_with_clock).
+    pub fn set_clock_offset(&self, offset: ClockOffset) {
+        let file = self
+            .clock
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} was not started with its clock shim", self.describe()));
+        clock::write_offset(file, offset);
+        self.offset.store(offset.as_nanos(), Ordering::SeqCst);
+        let slack = 2_000_000; // TIME has microseconds; the real clock is read around it
+        let mut last = (0, 0, 0);
+        for _ in 0..50 {
+            std::thread::sleep(clock::REREAD + Duration::from_millis(1));
+            let before = clock::unix_nanos();
+            let seen = self.time();
+            let after = clock::unix_nanos();
+            if (offset.apply(before) - slack..=offset.apply(after) + slack).contains(&seen) {
+                return;
+            }
+            last = (before, seen, after);
+        }
+        panic!(
+            "{} does not read its clock offset {offset}: TIME {} between real {} and {}",
+            self.describe(),
+            last.1,
+            last.0,
+            last.2
+        );
+    }
+
+    /// The offset last set by [`set_clock_offset`](Self::set_clock_offset)
+    /// (zero at start).
+    pub fn clock_offset(&self) -> ClockOffset {
+        ClockOffset::from_nanos(self.offset.load(Ordering::SeqCst))
+    }
+
+    /// The server's `TIME`, as Unix nanoseconds.
+    pub fn time(&self) -> i128 {
+        let reply: Vec<String> = self.cmd(&redis::cmd("TIME"));
+        clock::time_reply_nanos(&reply)
+    }
+
+    /// The real time (Unix nanoseconds) and the server's `TIME` read just
+    /// after it.
+    pub fn time_now(&self) -> (i128, i128) {
+        let real = clock::unix_nanos();
+        (real, self.time())
     }
 
     /// [`start`](Self::start), but a server that will not come up (every
@@ -231,7 +318,7 @@ impl RedisServer {
     /// a panic, for the benchmark. A missing binary still panics.
     pub fn try_start() -> Result<Self, String> {
         let dir = TempDir::new("quorum-lock-redis");
-        Self::start_in(ServerKind::chosen(), dir, Vec::new(), None)
+        Self::start_in(ServerKind::chosen(), dir, Vec::new(), None, None)
     }
 
     /// A server without persistence run by `binary` (of `kind`), whatever
@@ -242,7 +329,7 @@ impl RedisServer {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
-            match spawn(kind, Some(binary), port, &args, dir.path()) {
+            match spawn(kind, Some(binary), port, &args, dir.path(), None) {
                 Ok(child) => {
                     return Self {
                         kind,
@@ -251,6 +338,8 @@ impl RedisServer {
                         port,
                         tls_port: None,
                         args: std::mem::take(&mut args),
+                        clock: None,
+                        offset: AtomicI64::new(0),
                         dir,
                     };
                 }
@@ -265,6 +354,7 @@ impl RedisServer {
         dir: TempDir,
         mut args: Vec<String>,
         tls: Option<()>,
+        clock: Option<PathBuf>,
     ) -> Result<Self, String> {
         let mut last_error = String::new();
         let base_len = args.len();
@@ -275,7 +365,7 @@ impl RedisServer {
             if let Some(tls_port) = tls_port {
                 args.extend(["--tls-port".to_owned(), tls_port.to_string()]);
             }
-            match spawn(kind, None, port, &args, dir.path()) {
+            match spawn(kind, None, port, &args, dir.path(), clock.as_deref()) {
                 Ok(child) => {
                     return Ok(Self {
                         kind,
@@ -284,6 +374,8 @@ impl RedisServer {
                         port,
                         tls_port,
                         args,
+                        clock,
+                        offset: AtomicI64::new(0),
                         dir,
                     });
                 }
@@ -328,7 +420,8 @@ impl RedisServer {
             .into_iter()
             .chain(extra.iter().map(|a| (*a).to_owned()))
             .collect();
-        Self::start_in(ServerKind::Redis, dir, args, Some(())).unwrap_or_else(|e| panic!("{e}"))
+        Self::start_in(ServerKind::Redis, dir, args, Some(()), None)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `rediss://127.0.0.1:<tls port>/0#insecure` (the certificate is
@@ -400,7 +493,15 @@ impl RedisServer {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let binary = self.binary.as_deref();
-            match spawn(self.kind, binary, self.port, &self.args, self.dir.path()) {
+            let clock = self.clock.as_deref();
+            match spawn(
+                self.kind,
+                binary,
+                self.port,
+                &self.args,
+                self.dir.path(),
+                clock,
+            ) {
                 Ok(child) => {
                     self.child = Some(child);
                     return;
@@ -517,6 +618,14 @@ impl RedisServers {
         }
     }
 
+    /// `n` servers, each started like
+    /// [`RedisServer::start_with_clock`]: their clocks can be stepped.
+    pub fn start_with_clock(n: usize) -> Self {
+        Self {
+            servers: (0..n).map(|_| RedisServer::start_with_clock()).collect(),
+        }
+    }
+
     /// Their URLs, in order.
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(RedisServer::url).collect()
@@ -561,13 +670,15 @@ fn signal(pid: u32, name: &str) {
 }
 
 /// Starts the server on `port` and waits until it answers `PING`. `Err`
-/// when it exits early (e.g. the port was taken) or never answers.
+/// when it exits early (e.g. the port was taken) or never answers. With
+/// `clock` (an offset file), the clock shim is preloaded and reads it.
 fn spawn(
     kind: ServerKind,
     own: Option<&Path>,
     port: u16,
     extra: &[String],
     dir: &Path,
+    clock: Option<&Path>,
 ) -> Result<Child, String> {
     let name = kind.name();
     let log = dir.join("redis.log");
@@ -595,6 +706,11 @@ fn spawn(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    if let Some(file) = clock {
+        command
+            .env("LD_PRELOAD", clock::shim())
+            .env(clock::CLOCK_FILE_ENV, file);
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => panic!("cannot run {name} ({}): {e}", binary.display()),

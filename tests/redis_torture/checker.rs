@@ -313,3 +313,124 @@ pub(crate) fn check_inspections(sights: &[Sight], windows: &[Window]) -> Inspect
     }
     out
 }
+
+/// A stretch of a run beyond the assumptions of docs/safety.md: at `at` a
+/// clock step left some holder's keys on fewer than a quorum of nodes
+/// whose clocks did not jump forward past the drift allowance (a majority
+/// stepped forward, or one node while the lock was on a bare quorum).
+/// A holder that began before `at` may then lose its keys early, until
+/// `until` (the step plus `max_ttl` and the drift allowance: every key set
+/// before the step is gone by then).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Exposure {
+    pub(crate) at: Instant,
+    pub(crate) until: Instant,
+}
+
+impl Exposure {
+    /// Whether this step explains an overlap between `earlier` (the holder
+    /// that began first) and `later`: `earlier` began before the step,
+    /// `later` after it, before the exposure ended.
+    fn explains(&self, earlier: &Window, later: &Window) -> bool {
+        earlier.start < self.at && self.at <= later.start && later.start < self.until
+    }
+
+    /// Whether `t` lies in the exposure.
+    fn covers(&self, t: Instant) -> bool {
+        self.at <= t && t < self.until
+    }
+}
+
+/// Overlaps split by the assumptions: those an [`Exposure`] explains
+/// (expected, counted) and the others (violations: the verdict is strict
+/// within the assumptions).
+#[derive(Debug, Default)]
+pub(crate) struct OverlapVerdict {
+    pub(crate) within: u64,
+    pub(crate) beyond: u64,
+    pub(crate) longest_beyond: Duration,
+    /// The longest time a holder from before a step stayed valid after
+    /// the first other holder got the lock (two valid holders, whoever
+    /// the second one was at each moment).
+    pub(crate) longest_two_valid: Duration,
+    /// Per exposure: whether it explains some overlap (its step let a
+    /// second holder in).
+    pub(crate) hit: Vec<bool>,
+    pub(crate) first_within: Option<(Window, Window)>,
+    pub(crate) first_beyond: Option<(Window, Window)>,
+}
+
+/// [`count_overlaps`]' pairs, each classified by `exposures`.
+pub(crate) fn classify_overlaps(windows: &mut [Window], exposures: &[Exposure]) -> OverlapVerdict {
+    windows.sort_by_key(|w| w.start);
+    let mut v = OverlapVerdict {
+        hit: vec![false; exposures.len()],
+        ..OverlapVerdict::default()
+    };
+    for (i, a) in windows.iter().enumerate() {
+        let mut overtaken = false;
+        for b in &windows[i + 1..] {
+            if b.start >= a.end {
+                break;
+            }
+            if a.client == b.client || b.start >= b.end {
+                continue;
+            }
+            if let Some(e) = exposures.iter().position(|e| e.explains(a, b)) {
+                v.hit[e] = true;
+                if !overtaken {
+                    // Sorted by start: the first other holder of `a`'s time.
+                    overtaken = true;
+                    v.longest_two_valid = v.longest_two_valid.max(a.end - b.start);
+                }
+                v.beyond += 1;
+                v.longest_beyond = v.longest_beyond.max(a.end.min(b.end) - b.start);
+                v.first_beyond.get_or_insert((*a, *b));
+            } else {
+                v.within += 1;
+                v.first_within.get_or_insert((*a, *b));
+            }
+        }
+    }
+    v
+}
+
+/// Updates of the unfenced counter lost between writers both within their
+/// validity ([`lost_updates`]' "within validity" interferences), split:
+/// explained by an [`Exposure`] (the overwritten write came after its
+/// step, the write over it before it ended), or not. (explained,
+/// unexplained, the first unexplained pair.)
+pub(crate) fn classify_losses(
+    resource: &Resource,
+    exposures: &[Exposure],
+) -> (u64, u64, Option<(Write, Write)>) {
+    let writes = &resource.writes;
+    let (mut explained, mut unexplained, mut first) = (0, 0, None);
+    for (i, write) in writes.iter().enumerate() {
+        let between = &writes[write.read_seq.min(i)..i];
+        if between.is_empty() || write.late() || between.iter().any(Write::late) {
+            continue;
+        }
+        if exposures
+            .iter()
+            .any(|e| e.at <= between[0].at && write.at < e.until)
+        {
+            explained += 1;
+        } else {
+            unexplained += 1;
+            first.get_or_insert((between[0], *write));
+        }
+    }
+    (explained, unexplained, first)
+}
+
+/// Fenced writes refused while their writer was still within its claimed
+/// validity (a newer holder had used the register: two valid holders),
+/// split: made during an [`Exposure`] (fencing doing its job beyond the
+/// assumptions), or not. (explained, unexplained.)
+pub(crate) fn classify_refusals(writes: &[FencedWrite], exposures: &[Exposure]) -> (u64, u64) {
+    let refused = writes.iter().filter(|w| w.replaced.is_none() && !w.late());
+    let (explained, unexplained): (Vec<&FencedWrite>, Vec<&FencedWrite>) =
+        refused.partition(|w| exposures.iter().any(|e| e.covers(w.at)));
+    (explained.len() as u64, unexplained.len() as u64)
+}

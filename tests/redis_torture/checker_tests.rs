@@ -5,7 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::checker::{check_inspections, count_overlaps, fenced_figures, lost_updates};
+use crate::checker::{
+    Exposure, check_inspections, classify_losses, classify_overlaps, classify_refusals,
+    count_overlaps, fenced_figures, lost_updates,
+};
 use crate::clients::Family;
 use crate::recorder::{FencedWrite, Resource, Seen, Sight, Window, Write};
 
@@ -315,4 +318,105 @@ fn a_holder_after_the_named_one_let_go_or_after_the_time_left_is_fine() {
     // A sight no window of its owner covers is not checked.
     let lone = [sight(t0, 7, 100, 110, 500)];
     assert_eq!(check_inspections(&lone, &windows).checked, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Within or beyond the assumptions (the clock-step arm)
+
+/// A step at `at_ms` beyond the assumptions, exposing holders until
+/// `until_ms`.
+fn exposure(t0: Instant, at_ms: u64, until_ms: u64) -> Exposure {
+    Exposure {
+        at: at(t0, at_ms),
+        until: at(t0, until_ms),
+    }
+}
+
+#[test]
+fn an_overlap_of_a_holder_from_before_a_step_beyond_the_assumptions_is_expected() {
+    let t0 = Instant::now();
+    // Holder 1 began before the step at 50 ms; holder 2 after it.
+    let mut windows = [window(t0, 1, 0, 100), window(t0, 2, 60, 160)];
+    let v = classify_overlaps(&mut windows, &[exposure(t0, 50, 1000)]);
+    assert_eq!((v.within, v.beyond), (0, 1));
+    assert_eq!(v.longest_beyond, Duration::from_millis(40));
+    assert_eq!(v.longest_two_valid, Duration::from_millis(40));
+    // The step at 50 ms explains it; one at 500 ms explains nothing.
+    let v = classify_overlaps(
+        &mut windows,
+        &[exposure(t0, 50, 1000), exposure(t0, 500, 1000)],
+    );
+    assert_eq!(v.hit, [true, false]);
+    // Two short holders one after the other during holder 1's 200 ms
+    // after the step: two overlaps of 10 ms, two valid holders for 140.
+    let mut windows = [
+        window(t0, 1, 0, 200),
+        window(t0, 2, 60, 70),
+        window(t0, 3, 80, 90),
+    ];
+    let v = classify_overlaps(&mut windows, &[exposure(t0, 50, 1000)]);
+    assert_eq!((v.within, v.beyond), (0, 2));
+    assert_eq!(v.longest_beyond, Duration::from_millis(10));
+    assert_eq!(v.longest_two_valid, Duration::from_millis(140));
+    assert!(v.first_beyond.is_some() && v.first_within.is_none());
+}
+
+#[test]
+fn an_overlap_no_step_explains_is_a_violation() {
+    let t0 = Instant::now();
+    let pair = || [window(t0, 1, 0, 100), window(t0, 2, 60, 160)];
+    // No step at all; both holders began after the step; both before it;
+    // the later one after the exposure ended.
+    for exposures in [
+        vec![],
+        vec![exposure(t0, 0, 1000)],
+        vec![exposure(t0, 70, 1000)],
+        vec![exposure(t0, 10, 55)],
+    ] {
+        let v = classify_overlaps(&mut pair(), &exposures);
+        assert_eq!((v.within, v.beyond), (1, 0), "{exposures:?}");
+        let (a, b) = v.first_within.expect("the violating pair");
+        assert_eq!((a.client, b.client), (1, 2));
+    }
+}
+
+#[test]
+fn a_loss_within_validity_is_explained_only_inside_an_exposure() {
+    let t0 = Instant::now();
+    // Client 1 reads 0, client 2 writes 1 at 60, client 1 writes 1 over it
+    // at 90: both within their validity.
+    let resource = Resource {
+        value: 1,
+        writes: vec![
+            write(t0, 2, 0, (0, 0), (60, 500)),
+            write(t0, 1, 0, (0, 1), (90, 500)),
+        ],
+    };
+    assert_eq!(classify_losses(&resource, &[exposure(t0, 50, 1000)]).0, 1);
+    let (explained, unexplained, first) = classify_losses(&resource, &[exposure(t0, 70, 1000)]);
+    assert_eq!((explained, unexplained), (0, 1));
+    assert_eq!(first.map(|(a, b)| (a.client, b.client)), Some((2, 1)));
+    // A late writer's loss is not a lock's: left to `lost_updates`.
+    let late = Resource {
+        value: 1,
+        writes: vec![
+            write(t0, 2, 0, (0, 0), (60, 500)),
+            write(t0, 1, 0, (0, 1), (90, 80)),
+        ],
+    };
+    let (explained, unexplained, first) = classify_losses(&late, &[]);
+    assert_eq!((explained, unexplained), (0, 0));
+    assert!(first.is_none());
+}
+
+#[test]
+fn a_fenced_write_refused_within_validity_is_explained_only_inside_an_exposure() {
+    let t0 = Instant::now();
+    let writes = [
+        fenced_write(t0, 5, (3, None), (100, 200)), // refused, valid, exposed
+        fenced_write(t0, 6, (3, None), (300, 400)), // refused, valid, not exposed
+        fenced_write(t0, 7, (3, None), (120, 110)), // refused after its deadline: stale
+        fenced_write(t0, 8, (3, Some(3)), (130, 400)), // accepted
+    ];
+    assert_eq!(classify_refusals(&writes, &[exposure(t0, 50, 250)]), (1, 1));
 }

@@ -248,7 +248,9 @@ pub(crate) fn wait_until(shared: &Shared, limit: Duration, done: impl FnMut() ->
 }
 
 /// Locks with the family's options, `resource` alone or together with
-/// `side` (as a set, without fencing); counts failures.
+/// `side` (as a set, without fencing); counts failures. While the gate is
+/// closed ([`Shared::quiet`]) it naps instead and returns `None`. A guard
+/// returned counts as active until its hold calls [`Shared::done`].
 pub(crate) fn acquire(
     id: usize,
     locks: &LockManager,
@@ -257,6 +259,12 @@ pub(crate) fn acquire(
     options: &LockOptions,
     shared: &Shared,
 ) -> Option<LockGuard> {
+    shared.active.fetch_add(1, Ordering::SeqCst);
+    if shared.gate.load(Ordering::SeqCst) {
+        shared.done();
+        nap(shared, OPENING_POLL);
+        return None;
+    }
     let taken = match side {
         Some(side) => locks
             .lock_all([resource, side], &options.clone().fencing(false))
@@ -265,6 +273,9 @@ pub(crate) fn acquire(
             }),
         None => locks.lock_with(resource, options),
     };
+    if taken.is_err() {
+        shared.done();
+    }
     match taken {
         Ok(guard) => Some(guard),
         Err(e) if e.is_retryable() => {
@@ -289,7 +300,7 @@ pub(crate) fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &
             Family::Plain => (
                 LockOptions::new(),
                 HoldPlan {
-                    stall: every(holds, STALL_EVERY, id),
+                    stall: !shared.quick_holds && every(holds, STALL_EVERY, id),
                     ..HoldPlan::short(spec.family, holds, rng.millis(1, 5))
                 },
             ),
@@ -352,7 +363,7 @@ pub(crate) fn client(id: usize, spec: ClientSpec, locks: &LockManager, shared: &
         if shared.exercised(spec.family) {
             // The plain hold that opens the run stalls: every run has a
             // late writer, and the others compete meanwhile.
-            plan.stall |= spec.family == Family::Plain;
+            plan.stall |= spec.family == Family::Plain && !shared.quick_holds;
         }
         if let Some(group) = spec.group {
             let dropped = shared.dropped_tokens[group].lock().unwrap();
@@ -447,7 +458,7 @@ pub(crate) fn fenced_client(
             continue;
         };
         let first = !shared.fenced_opened.swap(true, Ordering::SeqCst);
-        let pause = first || every(holds, FENCED_PAUSE_EVERY, id);
+        let pause = !shared.quick_holds && (first || every(holds, FENCED_PAUSE_EVERY, id));
         fenced_hold(id, guard, shared, &mut register, &mut rng, (holds, pause));
         holds += 1;
     }
@@ -482,8 +493,9 @@ pub(crate) fn fenced_hold(
         "client {id}: fence {fence} out of range"
     );
     let mut claim = observe(&guard, false).unwrap_or(start);
-    let long =
-        shared.want_long_hold.swap(false, Ordering::Relaxed) || every(turn, LONG_HOLD_EVERY, id);
+    let long = !shared.quick_holds
+        && (shared.want_long_hold.swap(false, Ordering::Relaxed)
+            || every(turn, LONG_HOLD_EVERY, id));
     let planned_end = if long {
         claim
             .checked_sub(LONG_HOLD_MARGIN)
@@ -557,6 +569,7 @@ pub(crate) fn fenced_hold(
     if guard.release().is_err() {
         counts.failed_releases.fetch_add(1, Ordering::Relaxed);
     }
+    shared.done();
 }
 
 /// The critical section: read-modify-write steps on the shared counter,
@@ -583,8 +596,9 @@ pub(crate) fn hold(
     // schedule (the thread descheduled right after `lock` returned).
     let mut claim = observe(&guard, plan.via_check).unwrap_or(start);
     let mut seen = Seen::Acquired;
-    let long = shared.want_long_hold.swap(false, Ordering::Relaxed)
-        || every(plan.turn, LONG_HOLD_EVERY, id);
+    let long = !shared.quick_holds
+        && (shared.want_long_hold.swap(false, Ordering::Relaxed)
+            || every(plan.turn, LONG_HOLD_EVERY, id));
     let planned_end = if plan.auto {
         start + plan.length
     } else if long {
@@ -705,4 +719,5 @@ pub(crate) fn hold(
             counts.failed_releases.fetch_add(1, Ordering::Relaxed);
         }
     }
+    shared.done();
 }

@@ -163,7 +163,13 @@ pub(crate) fn env_u64(name: &str) -> Option<u64> {
 }
 
 pub(crate) fn run_secs() -> u64 {
-    env_u64("QUORUM_LOCK_TORTURE_SECS").unwrap_or(DEFAULT_SECS)
+    arm_secs(DEFAULT_SECS)
+}
+
+/// Seconds of a run whose default is `default` (an arm's own), unless
+/// `QUORUM_LOCK_TORTURE_SECS` says.
+pub(crate) fn arm_secs(default: u64) -> u64 {
+    env_u64("QUORUM_LOCK_TORTURE_SECS").unwrap_or(default)
 }
 
 pub(crate) fn seed() -> u64 {

@@ -58,7 +58,13 @@
 //!   restarts and freezes of one node at a time) and the read-write lock
 //!   (`rw.rs`: readers and fenced writers under this fault schedule,
 //!   checked for exclusion, fence order and no overtaking of a writer
-//!   whose intent is on a quorum, `rw_checker.rs`).
+//!   whose intent is on a quorum, `rw_checker.rs`), the clock steps
+//!   (`clock_steps.rs`: servers' wall and monotonic clocks stepped forward
+//!   and back, within and past the drift allowance, each step classified
+//!   within or beyond the assumptions of docs/safety.md) and the
+//!   partitions (`partitions.rs`: links cut through the proxies, one
+//!   direction or both, dropped or held, then healed); the last two share
+//!   `arms.rs`.
 //! * Quarantine costs nothing per request: `INFO` runs once per connection.
 //!
 //! Each randomized run lasts [`DEFAULT_SECS`] seconds; set
@@ -85,12 +91,15 @@ use quorum_lock::{LockGuard, LockManager, RetryPolicy};
 use testkit::proxy::Proxy;
 use testkit::{RedisCluster, RedisServers, Rng};
 
+mod arms;
 mod checker;
 #[cfg(test)]
 mod checker_tests;
 mod clients;
+mod clock_steps;
 mod config;
 mod faults;
+mod partitions;
 mod recorder;
 mod rw;
 mod rw_checker;

@@ -248,6 +248,13 @@ pub(crate) struct Shared {
     /// then every shared-manager hold is auto-extended.
     pub(crate) watchdog_seen: AtomicBool,
     pub(crate) counts: Counts,
+    /// Holds neither stall, pause nor last long (the clock-step arm, which
+    /// waits for every holder to finish before each step).
+    pub(crate) quick_holds: bool,
+    /// While set, clients start no lock call ([`Shared::quiet`]).
+    pub(crate) gate: AtomicBool,
+    /// Lock calls in progress plus holds not ended yet.
+    pub(crate) active: AtomicUsize,
 }
 
 impl Shared {
@@ -267,7 +274,35 @@ impl Shared {
             fenced_opened: AtomicBool::new(false),
             watchdog_seen: AtomicBool::new(false),
             counts: Counts::default(),
+            quick_holds: false,
+            gate: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
         }
+    }
+
+    /// Closes the gate and waits (at most `limit`) until no lock call is
+    /// in progress and no hold is left: nobody holds, nobody is about to.
+    /// Whether that happened. A client counts itself active before it
+    /// looks at the gate, and the gate is closed before the count is read
+    /// (both `SeqCst`), so no lock call can start unseen.
+    pub(crate) fn quiet(&self, limit: Duration) -> bool {
+        self.gate.store(true, Ordering::SeqCst);
+        testkit::wait_until_with(
+            limit,
+            Duration::from_millis(1),
+            || false,
+            || self.active.load(Ordering::SeqCst) == 0,
+        )
+    }
+
+    /// Lets the clients lock again.
+    pub(crate) fn open_gate(&self) {
+        self.gate.store(false, Ordering::SeqCst);
+    }
+
+    /// A hold (or a lock call that failed) is over.
+    pub(crate) fn done(&self) {
+        self.active.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Whether a client of `family` may try to lock [`RESOURCE`] now: the
