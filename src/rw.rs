@@ -20,6 +20,10 @@
 //! no reader is left (`OpKind::Admit`, which also sets the key's expiry
 //! anew, as an extend): its validity counts from that round. docs/safety.md
 //! carries the argument; `src/redlock/checks/rw.rs` explores it.
+//!
+//! A read guard's lease holds `Hold::Reader`, a write guard's
+//! `Hold::Writer` (`src/engine/hold.rs`): the engine makes each side's
+//! ops from that, and refuses what a side has no op for.
 
 use std::time::Instant;
 
@@ -458,10 +462,11 @@ mod tests {
             for name in names {
                 match locks.rw_lock(name) {
                     Ok(rw) => {
-                        let (readers, writer) = rw.keys();
+                        let readers = rw.keys().0;
                         #[cfg(feature = "redis")]
                         {
                             use crate::backend::cluster::slot::{hash_tag, slot_of};
+                            let writer = rw.keys().1;
                             assert_eq!(slot_of(readers), slot_of(writer), "{prefix} {name}");
                             assert_ne!(hash_tag(readers), readers, "{prefix} {name}");
                         }
