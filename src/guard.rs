@@ -136,14 +136,14 @@ impl LockGuard {
     /// [`resource`](Self::resource). A guard of several resources gives
     /// the first of its [`keys`](Self::keys).
     pub fn key(&self) -> &[u8] {
-        self.lease().keys.first()
+        self.lease().hold.keys().first()
     }
 
     /// The keys on the nodes, one per resource, in the order of
     /// [`resources`](Self::resources): each is the manager's prefix (if
     /// any) followed by the resource.
     pub fn keys(&self) -> &[Vec<u8>] {
-        self.lease().keys.as_slice()
+        self.lease().hold.keys().as_slice()
     }
 
     /// This acquisition's token.

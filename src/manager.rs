@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::KeySet;
+use crate::engine::Hold;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::health::Health;
@@ -194,8 +195,8 @@ impl LockManager {
         options: &LockOptions,
         made: &mut u32,
     ) -> Result<LockGuard> {
-        let keys = self.core.rounds().keys_for(resources);
-        self.take_as(resources, &keys, options, made)
+        let lock = self.core.rounds().lock_on(resources);
+        self.take_as(resources, &lock, options, made)
     }
 
     /// The TTL a call with `options` asks for, checked: not zero, not over
@@ -217,14 +218,14 @@ impl LockManager {
         Ok(ttl)
     }
 
-    /// [`take_keys`](Self::take_keys) of the lock whose keys on the nodes
-    /// are `keys`, named `resources` in its reports and guard (a
-    /// read-write lock's writer takes its writer key under the lock's
-    /// name).
+    /// [`take_keys`](Self::take_keys) of `hold` (a lock on its keys, or a
+    /// read-write lock's writer, which takes its writer's key as a lock),
+    /// named `resources` in its reports and guard (the writer: under the
+    /// read-write lock's name).
     pub(crate) fn take_as(
         &self,
         resources: &KeySet,
-        keys: &KeySet,
+        hold: &Hold,
         options: &LockOptions,
         made: &mut u32,
     ) -> Result<LockGuard> {
@@ -236,11 +237,11 @@ impl LockManager {
         waiting.check_cancelled()?;
         if waiting.single_attempt() {
             waiting.attempt();
-            let lease = match rounds.acquire_once(resources, keys, ttl, fenced) {
+            let lease = match rounds.acquire_once(resources, hold, ttl, fenced) {
                 // As `Mutex::try_lock` on a mutex this thread holds: the
                 // answer stays `Contended`, but it says who holds it.
                 Err(Error::Contended { mut report })
-                    if rounds.owners().held_by_me(keys, rounds.now()) =>
+                    if rounds.owners().held_by_me(hold, rounds.now()) =>
                 {
                     report.held_here = true;
                     return Err(Error::Contended { report });
@@ -253,7 +254,7 @@ impl LockManager {
         // A call that would wait for a lock this thread holds would wait
         // for itself. (One attempt cannot deadlock: it reports what the
         // servers say, as `Mutex::try_lock` does on a mutex its thread holds.)
-        if rounds.owners().held_by_me(keys, rounds.now()) {
+        if rounds.owners().held_by_me(hold, rounds.now()) {
             return Err(Error::Deadlock {
                 resource: resources.to_string(),
             });
@@ -266,7 +267,7 @@ impl LockManager {
         // into a guard drops it, which passes the turn to the next waiter.
         let line = rounds
             .local()
-            .wait_turn(keys, want, waiting.deadline(), waiting.alarm());
+            .wait_turn(hold, want, waiting.deadline(), waiting.alarm());
         let turn = match line {
             Turn::Mine(turn) => turn,
             Turn::Handed(lease, turn) => {
@@ -276,7 +277,7 @@ impl LockManager {
             Turn::TimedOut => {
                 // One honest attempt, so the error carries a real report.
                 waiting.attempt();
-                let guard = self.guard(rounds.acquire_once(resources, keys, ttl, fenced)?);
+                let guard = self.guard(rounds.acquire_once(resources, hold, ttl, fenced)?);
                 return self.deliver(guard, ttl, options, &waiting);
             }
             Turn::Cancelled => return Err(waiting.cancelled()),
@@ -293,11 +294,12 @@ impl LockManager {
         let alarm = waiting.alarm().receiver();
         let watch = waiting
             .next_delay()
-            .and_then(|pause| rounds.yield_to_waiters(keys, pause, Some(alarm)));
+            .and_then(|pause| rounds.yield_to_waiters(hold, pause, Some(alarm)));
         let mut turn = Some(turn);
-        let listen = || Some(keys.clone());
+        // Wake-ups: the release of what it waits for.
+        let listen = || Some(hold.announced_on().clone());
         waiting.until_done(rounds, listen, watch, |waiting| {
-            let lease = match Tried::of(rounds.acquire_once(resources, keys, ttl, fenced))? {
+            let lease = match Tried::of(rounds.acquire_once(resources, hold, ttl, fenced))? {
                 Tried::Done(lease) => lease,
                 Tried::Again(error, at_most) => return Ok(Tried::Again(error, at_most)),
             };
@@ -384,8 +386,8 @@ impl LockManager {
     /// turn it is: a measure of local contention.
     pub fn local_waiters(&self, resource: impl AsRef<[u8]>) -> usize {
         let rounds = self.core.rounds();
-        let keys = rounds.keys_for(&KeySet::one(resource));
-        rounds.local().waiting(&keys)
+        let lock = rounds.lock_on(&KeySet::one(resource));
+        rounds.local().waiting(&lock)
     }
 
     /// A snapshot of the nodes (state, round-trip time, last error,

@@ -192,8 +192,8 @@ impl LockManager {
         ]
         .concat();
         let resources = KeySet::one(name);
-        let keys = rounds.keys_for(&resources);
-        let lease = rounds.acquire_once(&resources, &keys, self.ttl(), false)?;
+        let lock = rounds.lock_on(&resources);
+        let lease = rounds.acquire_once(&resources, &lock, self.ttl(), false)?;
         let extended = rounds.extend(&lease, self.ttl());
         let released = rounds.release(&lease, None);
         let report = extended.and(released)?;

@@ -20,10 +20,15 @@
 //! no reader is left (`OpKind::Admit`, which also sets the key's expiry
 //! anew, as an extend): its validity counts from that round. docs/safety.md
 //! carries the argument; `src/redlock/checks/rw.rs` explores it.
+//!
+//! A read guard's lease holds `Hold::Reader`, a write guard's
+//! `Hold::Writer` (`src/engine/hold.rs`): the engine makes each side's
+//! ops from that, and refuses what a side has no op for.
 
 use std::time::Instant;
 
 use crate::backend::KeySet;
+use crate::engine::{Hold, Pair};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::{LockManager, outcome};
@@ -118,13 +123,15 @@ pub struct RwLock {
     locks: LockManager,
     /// The name, as given, for the guards' and reports' resource.
     name: KeySet,
-    /// The lock's two keys on the nodes (readers, writer).
-    pair: KeySet,
-    /// The writer's key on the nodes, as a plain lock's.
-    writer: KeySet,
-    /// The readers' key on the nodes, as a set of one (what a waiting
-    /// writer listens to).
-    readers: KeySet,
+    /// The lock's two keys on the nodes, by role: a waiting reader
+    /// listens for the writer's key's release, a waiting writer for the
+    /// readers'.
+    pair: Pair,
+    /// What a read guard holds: its entry among the readers.
+    reader: Hold,
+    /// What a write guard holds: the writer's key, taken as a lock (its
+    /// intent) and admitted.
+    writer: Hold,
 }
 
 impl LockManager {
@@ -180,15 +187,15 @@ impl LockManager {
         if let Some(reason) = split_by_a_cluster(&readers, readers.len() - unprefixed) {
             return Err(Error::InvalidArgument { reason });
         }
-        let pair = KeySet::read_write(&readers, &writer).ok_or_else(|| Error::InvalidArgument {
+        let pair = Pair::new(&readers, &writer).ok_or_else(|| Error::InvalidArgument {
             reason: "the read-write lock's two keys are the same".into(),
         })?;
         Ok(RwLock {
             locks: self.clone(),
             name: KeySet::one(name),
+            reader: Hold::Reader(pair.clone()),
+            writer: Hold::Writer(pair.clone()),
             pair,
-            writer: KeySet::one(writer),
-            readers: KeySet::one(readers),
         })
     }
 }
@@ -201,7 +208,7 @@ impl RwLock {
 
     /// Its two keys on the nodes: the readers' and the writer's.
     pub fn keys(&self) -> (&[u8], &[u8]) {
-        (self.readers.first(), self.writer.first())
+        (self.pair.readers().first(), self.pair.writer().first())
     }
 
     /// Takes the read side, waiting while a writer holds or waits for the
@@ -261,15 +268,15 @@ impl RwLock {
         }
         // A reader this thread holds keeps a writer's intent waiting, so
         // a wait behind that intent would wait for itself.
-        let reading_here = rounds.owners().held_by_me(&self.pair, now);
+        let reading_here = rounds.owners().held_by_me(&self.reader, now);
         // Wake-ups, as a lock's waiter: the writer's release.
-        let listen = || Some(self.writer.clone());
+        let listen = || Some(self.pair.writer().clone());
         waiting.until_done(rounds, listen, None, |waiting| {
-            let error = if rounds.intents().pending(&self.writer) {
+            let error = if rounds.intents().pending(self.pair.writer()) {
                 // A writer of this manager is on its way: stand back.
                 self.local_writer_waits()
             } else {
-                match Tried::of(rounds.acquire_once(&self.name, &self.pair, ttl, false))? {
+                match Tried::of(rounds.acquire_once(&self.name, &self.reader, ttl, false))? {
                     Tried::Done(lease) => {
                         let guard = locks.guard(lease);
                         return locks.deliver(guard, ttl, options, waiting).map(Tried::Done);
@@ -348,26 +355,26 @@ impl RwLock {
         let rounds = locks.core().rounds();
         let mut waiting = Waiting::new(options, locks.retry(), locks.default_wait(), admissions);
         waiting.check_cancelled()?;
-        if rounds.owners().held_by_me(&self.pair, rounds.now()) {
+        if rounds.owners().held_by_me(&self.reader, rounds.now()) {
             return Err(self.deadlock());
         }
         // From here until this call returns, this manager's readers of the
         // lock stand back.
-        let _intent = rounds.intents().announce(&self.writer);
+        let _intent = rounds.intents().announce(self.pair.writer());
         // The intent: the writer's key as a plain lock, with this call's
         // budget; auto-extension starts only once admitted.
         let intent_options = options.clone().auto_extend(false);
         let mut guard = locks.take_as(&self.name, &self.writer, &intent_options, intent_rounds)?;
         // Listen for readers' releases; never pause past the moment the
         // intent needs its extend.
-        let listen = || Some(self.readers.clone());
+        let listen = || Some(self.pair.readers().clone());
         waiting.until_done(rounds, listen, None, |_| {
             // Keep the intent: the admission sets the key's expiry only
             // where it admits.
             if guard.validity() < ttl / 2 {
                 guard.extend(ttl)?;
             }
-            let report = match rounds.admit(guard.lease(), &self.pair)? {
+            let report = match rounds.admit(guard.lease())? {
                 Admission::Admitted => return Ok(Tried::Done(())),
                 Admission::NotYet(report) => report,
             };
@@ -455,13 +462,11 @@ mod tests {
             for name in names {
                 match locks.rw_lock(name) {
                     Ok(rw) => {
-                        // The writer's key is only compared through the
-                        // cluster backend's slot function (feature `redis`).
-                        #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
-                        let (readers, writer) = rw.keys();
+                        let readers = rw.keys().0;
                         #[cfg(feature = "redis")]
                         {
                             use crate::backend::cluster::slot::{hash_tag, slot_of};
+                            let writer = rw.keys().1;
                             assert_eq!(slot_of(readers), slot_of(writer), "{prefix} {name}");
                             assert_ne!(hash_tag(readers), readers, "{prefix} {name}");
                         }

@@ -218,8 +218,8 @@ impl Semaphore {
         let rounds = self.locks.core().rounds();
         let now = rounds.now();
         (0..self.permits).all(|slot| {
-            let keys = rounds.keys_for(&KeySet::one(self.slot_resource(slot)));
-            rounds.owners().held_by_me(&keys, now)
+            let slot = rounds.lock_on(&KeySet::one(self.slot_resource(slot)));
+            rounds.owners().held_by_me(&slot, now)
         })
     }
 

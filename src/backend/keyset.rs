@@ -16,7 +16,9 @@ pub const MAX_SET_SIZE: usize = 64;
 /// key; a backend runs an op on a set of several keys as one atomic step on
 /// all of them (see [`OpKind`](super::OpKind)). The constructors keep the
 /// invariants, so no other value exists. Cheap to clone (one reference
-/// count); equal, and hashed alike, when the keys are.
+/// count); equal, and hashed alike, when the keys are: a set is its keys
+/// and nothing more (what a lock does with them is its op's
+/// [`OpKind`](super::OpKind)).
 ///
 /// The crate also keeps a lock's resource names (its keys before the
 /// manager's prefix) in one; [`Display`](fmt::Display) shows a set of one
@@ -39,18 +41,6 @@ pub const MAX_SET_SIZE: usize = 64;
 pub struct KeySet {
     /// Sorted, distinct, 1 to [`MAX_SET_SIZE`] keys.
     keys: Arc<[Vec<u8>]>,
-    /// What the keys are to each other.
-    roles: Roles,
-}
-
-/// What the keys of a set are to each other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Roles {
-    /// Keys of one lock, taken as one (a single lock, or `lock_all`'s).
-    Lock,
-    /// A read-write lock's two keys: the set of its readers (at this index
-    /// of the sorted keys) and its writer's key (the other one).
-    ReadWrite { readers: u8 },
 }
 
 impl KeySet {
@@ -58,33 +48,6 @@ impl KeySet {
     pub fn one(key: impl AsRef<[u8]>) -> Self {
         Self {
             keys: Arc::from([key.as_ref().to_vec()]),
-            roles: Roles::Lock,
-        }
-    }
-
-    /// A read-write lock's two keys: the set of its `readers` and its
-    /// `writer`'s key (`None` when they are the same). Its ops are the
-    /// read-write kinds ([`OpKind::ReadAcquire`](super::OpKind::ReadAcquire)
-    /// and the others), which name each key by its role.
-    pub(crate) fn read_write(readers: &[u8], writer: &[u8]) -> Option<Self> {
-        let (keys, at): ([Vec<u8>; 2], u8) = match readers.cmp(writer) {
-            std::cmp::Ordering::Less => ([readers.to_vec(), writer.to_vec()], 0),
-            std::cmp::Ordering::Greater => ([writer.to_vec(), readers.to_vec()], 1),
-            std::cmp::Ordering::Equal => return None,
-        };
-        Some(Self {
-            keys: Arc::from(keys),
-            roles: Roles::ReadWrite { readers: at },
-        })
-    }
-
-    /// The readers' key and the writer's, for a read-write lock's keys.
-    pub(crate) fn read_write_roles(&self) -> Option<(&[u8], &[u8])> {
-        match (self.roles, &self.keys[..]) {
-            (Roles::ReadWrite { readers: 0 }, [r, w]) | (Roles::ReadWrite { .. }, [w, r]) => {
-                Some((r, w))
-            }
-            _ => None,
         }
     }
 
@@ -107,7 +70,6 @@ impl KeySet {
         }
         Some(Self {
             keys: sorted.into_iter().collect(),
-            roles: Roles::Lock,
         })
     }
 
@@ -160,10 +122,9 @@ impl KeySet {
         if prefix.is_empty() {
             return self.clone();
         }
-        // A common prefix keeps the order, so the roles carry over too.
+        // A common prefix keeps the order and the distinctness.
         Self {
             keys: self.keys.iter().map(|k| [prefix, k].concat()).collect(),
-            roles: self.roles,
         }
     }
 }
@@ -237,27 +198,5 @@ mod tests {
         assert_eq!(prefixed.as_slice(), [&b"p:a"[..], b"p:b"]);
         assert_eq!(one.prefixed(b"").single(), Some(&b"job"[..]));
         assert_eq!(KeySet::one(b"\xff").to_string(), "\u{fffd}");
-    }
-
-    #[test]
-    fn a_read_write_pair_names_each_key_by_its_role() {
-        for (readers, writer) in [("a:r", "a:w"), ("b:w", "b:r")] {
-            let pair = KeySet::read_write(readers.as_bytes(), writer.as_bytes()).unwrap();
-            let roles = pair.read_write_roles().unwrap();
-            assert_eq!(roles, (readers.as_bytes(), writer.as_bytes()));
-            let prefixed = pair.prefixed(b"p:");
-            let (r, w) = prefixed.read_write_roles().unwrap();
-            assert_eq!(
-                (r, w),
-                (
-                    &[b"p:", readers.as_bytes()].concat()[..],
-                    &[b"p:", writer.as_bytes()].concat()[..]
-                )
-            );
-            // Not the plain lock on the same two keys.
-            assert_ne!(pair, KeySet::new([readers, writer]).unwrap());
-        }
-        assert!(KeySet::read_write(b"k", b"k").is_none());
-        assert!(KeySet::one("k").read_write_roles().is_none());
     }
 }

@@ -20,7 +20,9 @@ pub const MAX_READERS: u32 = 1024;
 /// several resources at once
 /// ([`LockManager::lock_all`](crate::LockManager::lock_all)). A backend
 /// runs an op on several keys as one atomic step on all of them: every
-/// key or none (see each [`OpKind`]).
+/// key or none (see each [`OpKind`]). A read-write lock's op is on one of
+/// its two keys, and names the other by its role (see
+/// [`OpKind::ReadAcquire`]).
 ///
 /// Made by its constructors ([`Op::acquire`] and the others); a backend
 /// reads its fields. `#[non_exhaustive]`, as [`OpKind`] and [`Reply`]
@@ -39,7 +41,8 @@ pub const MAX_READERS: u32 = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Op<'a> {
-    /// The lock's keys (one, or several taken as one).
+    /// The lock's keys (one, or several taken as one); for a read-write
+    /// lock's kind, the one key its variant names.
     pub keys: &'a KeySet,
     /// Our token: the value the keys hold while the lock is ours.
     pub token: &'a [u8],
@@ -108,67 +111,66 @@ pub enum OpKind<'a> {
         /// The value the counter must reach.
         fence: u64,
     },
-    /// Enter a read-write lock as one of its readers
-    /// ([`RwLock`](crate::RwLock)): the keys are the lock's two, `readers`
-    /// and `writer`. On the server's clock, in one atomic step: refuse
+    /// Enter a read-write lock ([`RwLock`](crate::RwLock)) as one of its
+    /// readers. Its keys, each named once by its role: [`Op::keys`] is
+    /// the lock's **readers' key** (one key), `writer` the lock's
+    /// **writer's key**. On the server's clock, in one atomic step: refuse
     /// while `writer` exists ([`Reply::HeldBy`] its value, or
     /// [`Reply::No`]); drop the readers whose expiry has passed; refuse
     /// ([`Reply::No`]) when [`MAX_READERS`](crate::MAX_READERS) remain;
-    /// else add the token to `readers` with its own expiry `ttl` from now
-    /// (the set itself lives as long as its last reader) and answer
-    /// [`Reply::Yes`] ([`Reply::AlreadyOurs`] when the token was already
-    /// there).
+    /// else add the token to the readers with its own expiry `ttl` from
+    /// now (the readers' key itself lives as long as its last reader) and
+    /// answer [`Reply::Yes`] ([`Reply::AlreadyOurs`] when the token was
+    /// already there).
     ReadAcquire {
         /// This reader's expiry.
         ttl: Duration,
-        /// The set of readers (a sorted set scored by expiry, on Redis).
-        readers: &'a [u8],
-        /// The writer's key: a plain lock key, while a writer waits or holds.
+        /// The writer's key: a plain lock key, while a writer waits or
+        /// holds. Read, never written.
         writer: &'a [u8],
     },
-    /// Set this reader's expiry to `ttl` from now, only while its entry in
-    /// `readers` is there and has not expired; never adds one.
+    /// Set this reader's expiry to `ttl` from now, only while its entry
+    /// among the readers is there and has not expired; never adds one.
+    /// [`Op::keys`] is the lock's **readers' key**.
     ReadExtend {
         /// New expiry, from now.
         ttl: Duration,
-        /// The set of readers.
-        readers: &'a [u8],
     },
-    /// Remove this reader from `readers`, announcing the release on the
-    /// key's channel as [`Release`](Self::Release) does.
-    ReadRelease {
-        /// The set of readers.
-        readers: &'a [u8],
-    },
-    /// Admit the writer: only while `writer` holds the token and no reader
-    /// of `readers` is left (those whose expiry has passed do not count),
-    /// set `writer`'s expiry to `ttl` from now and answer [`Reply::Yes`];
-    /// else change nothing and answer [`Reply::No`] (or
-    /// [`Reply::HeldBy`], with the time the last reader has left).
+    /// Remove this reader from the readers, announcing the release on the
+    /// key's channel as [`Release`](Self::Release) does. [`Op::keys`] is
+    /// the lock's **readers' key**.
+    ReadRelease,
+    /// Admit the writer. Its keys, each named once by its role:
+    /// [`Op::keys`] is the lock's **writer's key** (a plain lock key,
+    /// taken with [`Acquire`](Self::Acquire)), `readers` the lock's
+    /// **readers' key**. Only while the writer's key holds the token and
+    /// no reader is left among `readers` (those whose expiry has passed
+    /// do not count), set the writer's key's expiry to `ttl` from now and
+    /// answer [`Reply::Yes`]; else change nothing and answer
+    /// [`Reply::No`] (or [`Reply::HeldBy`], with the time the last reader
+    /// has left).
     Admit {
         /// New expiry of the writer's key, from now.
         ttl: Duration,
-        /// The set of readers.
+        /// The readers' key. Read, never written.
         readers: &'a [u8],
-        /// The writer's key.
-        writer: &'a [u8],
     },
 }
 
 impl OpKind<'_> {
     /// Whether the kind gives a lock up (a release, or a reader's).
     pub fn is_release(self) -> bool {
-        matches!(self, Self::Release | Self::ReadRelease { .. })
+        matches!(self, Self::Release | Self::ReadRelease)
     }
 
-    /// Whether the kind is a read-write lock's (its keys are the lock's
-    /// readers and writer).
+    /// Whether the kind is a read-write lock's (each names which of the
+    /// lock's two keys [`Op::keys`] is).
     pub fn is_read_write(self) -> bool {
         matches!(
             self,
             Self::ReadAcquire { .. }
                 | Self::ReadExtend { .. }
-                | Self::ReadRelease { .. }
+                | Self::ReadRelease
                 | Self::Admit { .. }
         )
     }
@@ -225,10 +227,52 @@ impl<'a> Op<'a> {
         }
     }
 
-    /// An op of a read-write lock: `kind` is one of the read-write kinds
-    /// ([`OpKind::is_read_write`]), `keys` the lock's readers and writer.
-    pub(crate) fn read_write(keys: &'a KeySet, token: &'a [u8], kind: OpKind<'a>) -> Self {
-        Self { keys, token, kind }
+    /// A reader's entry for `token` among `readers` (a read-write lock's
+    /// readers' key), while `writer` (its writer's key) is absent.
+    pub(crate) fn read_acquire(
+        readers: &'a KeySet,
+        token: &'a [u8],
+        ttl: Duration,
+        writer: &'a [u8],
+    ) -> Self {
+        Self {
+            keys: readers,
+            token,
+            kind: OpKind::ReadAcquire { ttl, writer },
+        }
+    }
+
+    /// An extend of the reader `token`'s entry among `readers`.
+    pub(crate) fn read_extend(readers: &'a KeySet, token: &'a [u8], ttl: Duration) -> Self {
+        Self {
+            keys: readers,
+            token,
+            kind: OpKind::ReadExtend { ttl },
+        }
+    }
+
+    /// A release of the reader `token`'s entry among `readers`.
+    pub(crate) fn read_release(readers: &'a KeySet, token: &'a [u8]) -> Self {
+        Self {
+            keys: readers,
+            token,
+            kind: OpKind::ReadRelease,
+        }
+    }
+
+    /// The admission of the writer holding `writer` (a read-write lock's
+    /// writer's key) with `token`, while no reader is left in `readers`.
+    pub(crate) fn admit(
+        writer: &'a KeySet,
+        token: &'a [u8],
+        ttl: Duration,
+        readers: &'a [u8],
+    ) -> Self {
+        Self {
+            keys: writer,
+            token,
+            kind: OpKind::Admit { ttl, readers },
+        }
     }
 
     /// The expiry the op sets, for the kinds that set one.
@@ -240,7 +284,7 @@ impl<'a> Op<'a> {
             | OpKind::ReadAcquire { ttl, .. }
             | OpKind::ReadExtend { ttl, .. }
             | OpKind::Admit { ttl, .. } => Some(ttl),
-            OpKind::Release | OpKind::RaiseFence { .. } | OpKind::ReadRelease { .. } => None,
+            OpKind::Release | OpKind::RaiseFence { .. } | OpKind::ReadRelease => None,
         }
     }
 }

@@ -160,7 +160,7 @@ pub fn unsupported<B: Backend + ?Sized>(backend: &B, op: &Op<'_>) -> BackendErro
         (OpKind::RaiseFence { .. }, true) => "fence raise of several keys (lock_all)",
         (OpKind::ReadAcquire { .. }, _) => "read-write lock's reader acquire",
         (OpKind::ReadExtend { .. }, _) => "read-write lock's reader extend",
-        (OpKind::ReadRelease { .. }, _) => "read-write lock's reader release",
+        (OpKind::ReadRelease, _) => "read-write lock's reader release",
         (OpKind::Admit { .. }, _) => "read-write lock's writer admission",
     };
     BackendError::new(

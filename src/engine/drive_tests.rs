@@ -105,12 +105,12 @@ fn engine(wires: &[Wire], quorum: usize) -> Engine {
     Engine::start(backends, settings).unwrap()
 }
 
-fn acquire<'a>(keys: &'a KeySet, token: Token) -> Request<'a> {
+fn acquire<'a>(hold: &'a Hold, token: Token) -> Request<'a> {
     Request {
         action: Action::Acquire {
             ttl: Duration::from_secs(30),
         },
-        keys,
+        hold,
         token,
     }
 }
@@ -123,7 +123,7 @@ const SLOW: Duration = Duration::from_millis(1500);
 fn a_round_decided_without_a_slow_node_leaves_its_answer_to_the_node_thread() {
     let wires = wires([SLOW, Duration::ZERO, Duration::ZERO], SLOW * 2, false);
     let engine = engine(&wires, 2);
-    let key = KeySet::one("k");
+    let key = Hold::Lock(KeySet::one("k"));
     let gather = Gather::UntilDecided { quorum: 2 };
     let outcomes = engine.round(
         &acquire(&key, Token::random().unwrap()),
@@ -159,7 +159,7 @@ fn a_caller_that_gives_up_at_its_deadline_leaves_no_key_behind() {
     let wait = Duration::from_millis(100);
     let wires = wires([SLOW; 3], wait, true);
     let engine = engine(&wires, 2);
-    let key = KeySet::one("k");
+    let key = Hold::Lock(KeySet::one("k"));
     let token = Token::random().unwrap();
     let gather = Gather::UntilDecided { quorum: 2 };
     let pending = engine.scatter(&acquire(&key, token), wait, Direct::IdleNodes, gather);
@@ -172,7 +172,7 @@ fn a_caller_that_gives_up_at_its_deadline_leaves_no_key_behind() {
     assert!(engine.flush(Duration::from_secs(30)));
     for (i, wire) in wires.iter().enumerate() {
         assert_eq!(
-            wire.node.holder(key.first()),
+            wire.node.holder(key.keys().first()),
             None,
             "node {i} kept the key: its release overtook the late acquire"
         );

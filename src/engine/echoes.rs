@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::backend::{KeySet, Reply};
+use super::hold::Hold;
+use crate::backend::Reply;
 use crate::token::Token;
 
 /// The longest an undo's echo is waited for: an undo answers within its
@@ -56,8 +57,9 @@ pub(crate) struct Echoes {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Undos queued and not answered yet, by node and token: their keys.
-    undos: HashMap<(usize, Token), (KeySet, Instant)>,
+    /// Undos queued and not answered yet, by node and token: what each
+    /// gives up.
+    undos: HashMap<(usize, Token), (Hold, Instant)>,
     /// Per node and announced key.
     keys: HashMap<(usize, Box<[u8]>), Count>,
 }
@@ -99,19 +101,12 @@ impl Heard {
     }
 }
 
-/// The keys whose channels a release of `keys` announces on: every
-/// member of a lock or set; a reader's release only the readers' key.
-fn announced(keys: &KeySet) -> Vec<&[u8]> {
-    match keys.read_write_roles() {
-        Some((readers, _)) => vec![readers],
-        None => keys.iter().collect(),
-    }
-}
-
 impl Echoes {
-    /// Registers the undo of `token` on `keys`, about to be queued to
-    /// `node`.
-    pub(crate) fn expect(&self, node: usize, keys: &KeySet, token: Token, now: Instant) {
+    /// Registers the undo of `token` on `hold`, about to be queued to
+    /// `node`: its notices come on the keys its release announces on
+    /// ([`Hold::announced_on`]: every member of a lock or set, a reader's
+    /// readers' key).
+    pub(crate) fn expect(&self, node: usize, hold: &Hold, token: Token, now: Instant) {
         let mut inner = self.inner.lock();
         inner.prune(now);
         if inner.undos.len() >= MAX_ECHOES || inner.keys.len() >= MAX_ECHOES {
@@ -120,7 +115,7 @@ impl Echoes {
         if inner.undos.contains_key(&(node, token)) {
             return;
         }
-        for key in announced(keys) {
+        for key in hold.announced_on().iter() {
             let count = inner
                 .keys
                 .entry((node, Box::from(key)))
@@ -128,7 +123,7 @@ impl Echoes {
             count.pending = count.pending.saturating_add(1);
             count.at = now;
         }
-        inner.undos.insert((node, token), (keys.clone(), now));
+        inner.undos.insert((node, token), (hold.clone(), now));
     }
 
     /// Takes in the answer of `node` to a release of `token` on `keys`.
@@ -146,11 +141,11 @@ impl Echoes {
         if heard == Heard::Unknown {
             return Vec::new();
         }
-        let Some((keys, _)) = inner.undos.remove(&(node, token)) else {
+        let Some((hold, _)) = inner.undos.remove(&(node, token)) else {
             return Vec::new();
         };
         let mut handed = Vec::new();
-        for key in announced(&keys) {
+        for key in hold.announced_on().iter() {
             let slot = (node, Box::from(key));
             let Some(count) = inner.keys.get_mut(&slot) else {
                 continue;
@@ -257,13 +252,15 @@ impl Count {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::KeySet;
+    use crate::engine::hold::Pair;
 
     fn token() -> Token {
         Token::random().unwrap()
     }
 
-    fn key(name: &[u8]) -> KeySet {
-        KeySet::one(name)
+    fn key(name: &[u8]) -> Hold {
+        Hold::Lock(KeySet::one(name))
     }
 
     #[test]
@@ -321,12 +318,27 @@ mod tests {
     fn a_sets_undo_echoes_on_every_member() {
         let echoes = Echoes::default();
         let now = Instant::now();
-        let set = KeySet::new([b"a".to_vec(), b"b".to_vec()]).unwrap();
+        let set = Hold::Lock(KeySet::new([b"a".to_vec(), b"b".to_vec()]).unwrap());
         let undo = token();
         echoes.expect(2, &set, undo, now);
         assert!(echoes.answered(2, undo, Heard::Announced, now).is_empty());
         assert!(echoes.swallow(2, b"a", now));
         assert!(echoes.swallow(2, b"b", now));
+        assert_eq!(echoes.awaited(), (0, 0));
+    }
+
+    /// A reader's undo announces on the readers' key only: the writer's
+    /// key is not its to release.
+    #[test]
+    fn a_readers_undo_echoes_on_the_readers_key_only() {
+        let echoes = Echoes::default();
+        let now = Instant::now();
+        let pair = Pair::new(b"x:readers", b"x:writer").unwrap();
+        let undo = token();
+        echoes.expect(0, &Hold::Reader(pair), undo, now);
+        assert!(!echoes.swallow(0, b"x:writer", now), "the writer's key");
+        assert!(echoes.swallow(0, b"x:readers", now));
+        assert!(echoes.answered(0, undo, Heard::Announced, now).is_empty());
         assert_eq!(echoes.awaited(), (0, 0));
     }
 

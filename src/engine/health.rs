@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::hold::Hold;
 use super::retries::{RetryRelease, push_bounded};
-use crate::backend::{BackendError, KeySet};
+use crate::backend::BackendError;
 use crate::health::{LockOp, NodeHealth, NodeState};
 use crate::token::Token;
 
@@ -71,8 +72,8 @@ impl Vitals {
     /// connection attempt; the worker sends it once a probe finds the node
     /// back. Returns `false` if the node came back meanwhile (the caller
     /// then queues the release as usual; a second release is harmless).
-    pub(crate) fn park(&self, keys: &KeySet, token: Token) -> bool {
-        if push_bounded(&mut self.parked.lock(), keys, token, Instant::now()) {
+    pub(crate) fn park(&self, hold: &Hold, token: Token) -> bool {
+        if push_bounded(&mut self.parked.lock(), hold, token, Instant::now()) {
             self.note_abandoned(1);
         }
         self.is_down()

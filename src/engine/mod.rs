@@ -14,6 +14,7 @@ mod echoes;
 mod forgets;
 mod gate;
 mod health;
+mod hold;
 mod identity;
 mod inspect;
 mod liveness;
@@ -35,6 +36,7 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 pub(crate) use self::action::{Action, Direct, Gather, Request};
 pub(crate) use self::forgets::Forgets;
 use self::health::Vitals;
+pub(crate) use self::hold::{Hold, Pair};
 #[cfg(not(test))]
 use self::identity::Registry;
 pub(crate) use self::pending::Pending;
@@ -119,7 +121,7 @@ impl Node {
     /// A release for a node marked down is parked (no wake-up, no
     /// connection attempt) until it is back. Whether it was parked.
     fn park_release(&self, req: &Request<'_>) -> bool {
-        let parked = self.health.is_down() && self.health.park(req.keys, req.token);
+        let parked = self.health.is_down() && self.health.park(req.hold, req.token);
         if parked {
             log::debug!(
                 "quorum-lock: node {} is down: release parked until it is back",
@@ -137,11 +139,11 @@ fn recoveries(backend: &dyn Backend) -> u64 {
 }
 
 impl Request<'_> {
-    /// One node's operation, owning its keys.
+    /// One node's operation, owning its hold.
     fn item(&self) -> Item {
         Item {
             action: self.action,
-            keys: self.keys.clone(),
+            hold: self.hold.clone(),
             token: self.token,
         }
     }
@@ -378,20 +380,20 @@ impl Engine {
         round
     }
 
-    /// Queues a release of `keys` on every node (down or not) and returns
+    /// Queues a release of `hold` on every node (down or not) and returns
     /// at once. Each release runs after whatever was queued before it.
-    pub(crate) fn release_detached(&self, keys: &KeySet, token: Token) {
-        self.release_detached_where(keys, token, &vec![true; self.nodes.len()]);
+    pub(crate) fn release_detached(&self, hold: &Hold, token: Token) {
+        self.release_detached_where(hold, token, &vec![true; self.nodes.len()]);
     }
 
     /// [`release_detached`](Self::release_detached) on the nodes where
     /// `reached` is true: those that an attempt's acquire may have reached
     /// ([`Pending::reached`]). A node that never got the acquire needs no
     /// release.
-    pub(crate) fn release_detached_where(&self, keys: &KeySet, token: Token, reached: &[bool]) {
+    pub(crate) fn release_detached_where(&self, hold: &Hold, token: Token, reached: &[bool]) {
         let req = Request {
             action: Action::Release,
-            keys,
+            hold,
             token,
         };
         for (node, _) in self.nodes.iter().zip(reached).filter(|(_, r)| **r) {
@@ -406,13 +408,13 @@ impl Engine {
     /// The undo of a failed attempt: [`release_detached_where`](Self::release_detached_where),
     /// registered first as this manager's own (see `echoes.rs`), so that
     /// its release notice wakes none of this manager's waiters.
-    pub(crate) fn undo_where(&self, keys: &KeySet, token: Token, reached: &[bool]) {
+    pub(crate) fn undo_where(&self, hold: &Hold, token: Token, reached: &[bool]) {
         let echoes = self.shared.waiters.echoes();
         let now = Instant::now();
         for (index, _) in reached.iter().enumerate().filter(|(_, r)| **r) {
-            echoes.expect(index, keys, token, now);
+            echoes.expect(index, hold, token, now);
         }
-        self.release_detached_where(keys, token, reached);
+        self.release_detached_where(hold, token, reached);
     }
 
     /// Waits until every node has run everything queued before this call,
@@ -435,10 +437,10 @@ impl Engine {
         watch
     }
 
-    /// Whether the last release of `keys` here, a moment ago, was heard
+    /// Whether the last release of `hold` here, a moment ago, was heard
     /// by another process waiting for it (forgotten once asked).
-    pub(crate) fn others_waited(&self, keys: &KeySet) -> bool {
-        self.shared.waiters.take_heard(keys)
+    pub(crate) fn others_waited(&self, hold: &Hold) -> bool {
+        self.shared.waiters.take_heard(hold)
     }
 
     /// Queues a barrier (that first subscribes, with `listen`) to every

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::backend::KeySet;
+use super::hold::Hold;
 use crate::token::Token;
 
 /// How often releases that could not reach the node are sent again.
@@ -26,7 +26,8 @@ const MAX_KEPT: usize = 10_000;
 /// One release kept for another try.
 #[derive(Debug)]
 pub(super) struct RetryRelease {
-    pub(super) keys: KeySet,
+    /// What the release gives up (its op: `Action::Release` on it).
+    pub(super) hold: Hold,
     pub(super) token: Token,
     /// When it was first due: it is dropped once the window has passed.
     since: Instant,
@@ -36,7 +37,7 @@ pub(super) struct RetryRelease {
 /// Whether one was dropped.
 pub(super) fn push_bounded(
     list: &mut VecDeque<RetryRelease>,
-    keys: &KeySet,
+    hold: &Hold,
     token: Token,
     now: Instant,
 ) -> bool {
@@ -45,7 +46,7 @@ pub(super) fn push_bounded(
         list.pop_front();
     }
     list.push_back(RetryRelease {
-        keys: keys.clone(),
+        hold: hold.clone(),
         token,
         since: now,
     });
@@ -80,8 +81,8 @@ impl RetryList {
     }
 
     /// Keeps a release. Whether the oldest was dropped for it.
-    pub(super) fn keep(&mut self, keys: &KeySet, token: Token, now: Instant) -> bool {
-        push_bounded(&mut self.list, keys, token, now)
+    pub(super) fn keep(&mut self, hold: &Hold, token: Token, now: Instant) -> bool {
+        push_bounded(&mut self.list, hold, token, now)
     }
 
     /// Takes the releases parked while the node was down; they go with the
@@ -127,6 +128,7 @@ impl RetryList {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::KeySet;
 
     fn token() -> Token {
         Token::random().unwrap_or_else(|e| panic!("random: {e}"))
@@ -138,7 +140,7 @@ mod tests {
         let window = Duration::from_secs(10);
         let mut list = RetryList::new(window, t0);
         assert_eq!(list.next_wake(), None, "nothing kept: nothing to wake for");
-        let key = KeySet::one("k");
+        let key = Hold::Lock(KeySet::one("k"));
         list.keep(&key, token(), t0);
         list.keep(&key, token(), t0 + Duration::from_secs(5));
         assert!(list.due(t0));
@@ -160,7 +162,7 @@ mod tests {
     fn the_list_is_bounded_and_parked_releases_go_one_period_later() {
         let t0 = Instant::now();
         let mut list = RetryList::new(Duration::from_secs(60), t0);
-        let key = KeySet::one("k");
+        let key = Hold::Lock(KeySet::one("k"));
         let dropped = (0..=MAX_KEPT)
             .filter(|_| list.keep(&key, token(), t0))
             .count();

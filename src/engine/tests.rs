@@ -47,7 +47,7 @@ fn a_stalled_node_refuses_past_the_queue_bound() {
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
     let wait = Duration::from_millis(50);
     let engine = Engine::start(backends, settings(wait)).unwrap();
-    let key = KeySet::one("k");
+    let key = Hold::Lock(KeySet::one("k"));
     let token = Token::random().unwrap();
     // One job is taken by the (stalled) node thread, the rest wait.
     for _ in 0..=MAX_QUEUED {
@@ -57,7 +57,7 @@ fn a_stalled_node_refuses_past_the_queue_bound() {
         action: Action::Acquire {
             ttl: Duration::from_secs(1),
         },
-        keys: &key,
+        hold: &key,
         token,
     };
     let outcomes = engine.round(&acquire, Gather::All, wait, Direct::Never);
@@ -80,13 +80,13 @@ fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(node.clone())];
     let wait = Duration::from_millis(50);
     let engine = Engine::start(backends, settings(wait)).unwrap();
-    let (key, filler) = (KeySet::one("k"), KeySet::one("f"));
+    let (key, filler) = (Hold::Lock(KeySet::one("k")), Hold::Lock(KeySet::one("f")));
     let token = Token::random().unwrap();
     let acquire = |key| Request {
         action: Action::Acquire {
             ttl: Duration::from_secs(60),
         },
-        keys: key,
+        hold: key,
         token,
     };
     drop(engine.scatter(&acquire(&key), wait, Direct::Never, Gather::All));

@@ -42,6 +42,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::echoes::Echoes;
+use super::hold::Hold;
 use crate::backend::KeySet;
 
 /// How long a release that others listened for is remembered: the
@@ -68,8 +69,8 @@ pub(crate) struct Waiters {
     /// thread compares it with the one it last subscribed for.
     generation: AtomicU64,
     /// Locks whose last release here was heard by another process, and
-    /// when.
-    heard: Mutex<HashMap<KeySet, Instant>>,
+    /// when: by what the released lease held.
+    heard: Mutex<HashMap<Hold, Instant>>,
     /// This manager's undos, whose notices wake nobody.
     echoes: Echoes,
 }
@@ -384,24 +385,24 @@ impl Waiters {
         news
     }
 
-    /// Remembers that a release of `keys` here was heard by others.
-    pub(super) fn note_heard(&self, keys: &KeySet) {
+    /// Remembers that a release of `hold` here was heard by others.
+    pub(super) fn note_heard(&self, hold: &Hold) {
         let now = Instant::now();
         let mut heard = self.heard.lock();
         if heard.len() >= MAX_HEARD {
             heard.retain(|_, at| now.saturating_duration_since(*at) < HEARD_FOR);
         }
-        if heard.len() < MAX_HEARD || heard.contains_key(keys) {
-            heard.insert(keys.clone(), now);
+        if heard.len() < MAX_HEARD || heard.contains_key(hold) {
+            heard.insert(hold.clone(), now);
         }
     }
 
-    /// Whether the last release of `keys` here, less than [`HEARD_FOR`]
+    /// Whether the last release of `hold` here, less than [`HEARD_FOR`]
     /// ago, was heard by others; forgets it either way.
-    pub(crate) fn take_heard(&self, keys: &KeySet) -> bool {
+    pub(crate) fn take_heard(&self, hold: &Hold) -> bool {
         self.heard
             .lock()
-            .remove(keys)
+            .remove(hold)
             .is_some_and(|at| at.elapsed() < HEARD_FOR)
     }
 }

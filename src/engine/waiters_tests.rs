@@ -193,13 +193,13 @@ fn the_threshold_stays_above_what_an_undo_can_reach() {
 #[test]
 fn heard_releases_are_remembered_briefly_and_boundedly() {
     let waiters = Waiters::new(3, 2);
-    let key = KeySet::one("k");
+    let key = Hold::Lock(KeySet::one("k"));
     assert!(!waiters.take_heard(&key));
     waiters.note_heard(&key);
     assert!(waiters.take_heard(&key));
     assert!(!waiters.take_heard(&key), "taken once");
     for i in 0..MAX_HEARD * 2 {
-        waiters.note_heard(&KeySet::one(i.to_string()));
+        waiters.note_heard(&Hold::Lock(KeySet::one(i.to_string())));
     }
     assert!(waiters.heard.lock().len() <= MAX_HEARD);
 }

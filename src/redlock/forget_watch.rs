@@ -153,5 +153,5 @@ pub(super) fn after_loss(
         );
     }
     drop(state);
-    local.nudge(&lease.keys);
+    local.nudge(&lease.hold);
 }

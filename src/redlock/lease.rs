@@ -1,4 +1,4 @@
-//! The [`Lease`]: what a held lock is on the servers (keys, token) and its
+//! The [`Lease`]: what a held lock is on the servers (its hold, token) and its
 //! state (deadline, TTL, the nodes that support it, lost, finished) as a
 //! closed state machine with named transitions, shared by the guard, the
 //! rounds that extend and release it, the watchdog, and the forget watch.
@@ -13,6 +13,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::support::Support;
 use super::verdict::{ExtendVerdict, begin_cap, sets_deadline};
 use crate::backend::KeySet;
+use crate::engine::Hold;
 use crate::error::Error;
 use crate::token::Token;
 
@@ -20,8 +21,9 @@ use crate::token::Token;
 pub(crate) struct Lease {
     /// The resources as the caller named them (one, or a set's).
     pub(crate) resources: KeySet,
-    /// Their keys on the nodes (the prefix, then each resource).
-    pub(crate) keys: KeySet,
+    /// What it holds on the nodes: a lock on their keys (the prefix, then
+    /// each resource), or a read-write lock's side.
+    pub(crate) hold: Hold,
     pub(crate) token: Token,
     /// The fencing token, when the lock was acquired with fencing. A fence
     /// is at least 1 (`next_fence`), so `NonZeroU64` leaves 0 free to mean
@@ -172,7 +174,7 @@ pub(crate) struct Handed {
 impl Lease {
     pub(crate) fn new(
         resources: KeySet,
-        keys: KeySet,
+        hold: Hold,
         token: Token,
         ttl: Duration,
         deadline: Instant,
@@ -182,7 +184,7 @@ impl Lease {
         debug_assert_ne!(fence, Some(0), "a fence is at least 1");
         Self {
             resources,
-            keys,
+            hold,
             token,
             fence: fence.and_then(NonZeroU64::new),
             state: Mutex::new(LeaseState::new(ttl, deadline, support)),

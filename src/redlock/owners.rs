@@ -19,19 +19,21 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::lease::Lease;
-use crate::backend::KeySet;
+use crate::engine::Hold;
 
-/// The live guards of one manager, by key and acquiring thread.
+/// The live guards of one manager, by what they hold and the acquiring
+/// thread.
 #[derive(Debug, Default)]
 pub(crate) struct Owners {
-    /// The leases of the live guards each (key, thread) took.
+    /// The leases of the live guards each (member, thread) took.
     held: Mutex<HashMap<Holder, Leases>>,
 }
 
-/// One key (a set of one) and the thread that took a guard for it.
-type Holder = (KeySet, ThreadId);
+/// One member of a hold ([`Hold::members`]: a key of a lock, or a
+/// read-write lock's side) and the thread that took a guard for it.
+type Holder = (Hold, ThreadId);
 
-/// The leases of the live guards one (key, thread) took: one, unless the
+/// The leases of the live guards one (member, thread) took: one, unless the
 /// thread locked again after its earlier lock expired. The one is kept in
 /// the map's entry itself, so a held lock costs no allocation here (a
 /// `Vec` of one was a 32-byte allocation per held lock, issue 30).
@@ -78,12 +80,13 @@ impl Leases {
 }
 
 impl Owners {
-    /// Whether the current thread holds a live guard for any of `keys`
-    /// whose lock is still valid at `now` (on the manager's clock).
-    pub(crate) fn held_by_me(&self, keys: &KeySet, now: Instant) -> bool {
+    /// Whether the current thread holds a live guard for any member of
+    /// `hold` ([`Hold::members`]) whose lock is still valid at `now` (on
+    /// the manager's clock).
+    pub(crate) fn held_by_me(&self, hold: &Hold, now: Instant) -> bool {
         let me = thread::current().id();
         let held = self.held.lock();
-        members(keys).any(|member| {
+        hold.members().any(|member| {
             held.get(&(member, me)).is_some_and(|leases| {
                 leases.iter().filter_map(Weak::upgrade).any(|lease| {
                     let state = lease.state();
@@ -114,7 +117,7 @@ impl Owners {
     pub(crate) fn own(self: &Arc<Self>, lease: Arc<Lease>) -> Owned {
         let thread = thread::current().id();
         let mut held = self.held.lock();
-        for member in members(&lease.keys) {
+        for member in lease.hold.members() {
             let mine = Arc::downgrade(&lease);
             match held.entry((member, thread)) {
                 Entry::Occupied(mut leases) => leases.get_mut().push(mine),
@@ -130,20 +133,6 @@ impl Owners {
             thread,
         }
     }
-}
-
-/// The keys a lease holds, each as a set of one: a single lock's, or
-/// each member's of a set (a thread that holds a set holds each of its
-/// resources, and waiting for one of them, alone or in another set, would
-/// wait for itself).
-fn members(keys: &KeySet) -> impl Iterator<Item = KeySet> + '_ {
-    // No allocation for a single lock: the hot path. A read-write lock's
-    // keys are one member: a reader holds neither key as a lock (a thread
-    // holding a reader does not hold the writer's key).
-    let whole = keys.len() == 1 || keys.read_write_roles().is_some();
-    let single = whole.then(|| keys.clone());
-    let set = (!whole).then(|| keys.iter().map(KeySet::one));
-    single.into_iter().chain(set.into_iter().flatten())
 }
 
 /// One live guard's entry in [`Owners`], and its lease (the guard's: one
@@ -166,7 +155,7 @@ impl Owned {
 impl Drop for Owned {
     fn drop(&mut self) {
         let mut held = self.owners.held.lock();
-        for member in members(&self.lease.keys) {
+        for member in self.lease.hold.members() {
             let entry = (member, self.thread);
             if let Some(leases) = held.get_mut(&entry)
                 && leases.remove(&self.lease)
@@ -181,6 +170,8 @@ impl Drop for Owned {
 mod tests {
     use std::time::Duration;
 
+    use crate::backend::KeySet;
+    use crate::engine::Pair;
     use crate::redlock::owners::*;
     use crate::redlock::support::Support;
     use crate::token::Token;
@@ -190,7 +181,7 @@ mod tests {
         let ttl = Duration::from_secs(1);
         Arc::new(Lease::new(
             KeySet::one("r"),
-            KeySet::one(key),
+            Hold::Lock(KeySet::one(key)),
             token,
             ttl,
             deadline,
@@ -205,10 +196,10 @@ mod tests {
         let now = Instant::now();
         let later = now + Duration::from_secs(1);
         let (r, s) = (lease("r", later), lease("s", later));
-        let key = r.keys.clone();
+        let key = r.hold.clone();
         let owned = owners.own(Arc::clone(&r));
         assert!(owners.held_by_me(&key, now));
-        assert!(!owners.held_by_me(&s.keys, now));
+        assert!(!owners.held_by_me(&s.hold, now));
         assert!(!owners.held_by_me(&key, later), "expired: holds nothing");
         let other = Arc::clone(&owners);
         let k = key.clone();
@@ -229,13 +220,13 @@ mod tests {
     }
 
     #[test]
-    fn a_reader_holds_its_read_write_pair_and_not_the_writers_key() {
+    fn a_reader_holds_its_side_and_not_the_writers_nor_a_key() {
         let owners = Arc::new(Owners::default());
         let now = Instant::now();
-        let pair = KeySet::read_write(b"x:readers", b"x:writer").unwrap();
+        let pair = Pair::new(b"x:readers", b"x:writer").unwrap();
         let reader = Arc::new(Lease::new(
             KeySet::one("x"),
-            pair.clone(),
+            Hold::Reader(pair.clone()),
             Token::random().unwrap(),
             Duration::from_secs(1),
             now + Duration::from_secs(1),
@@ -243,12 +234,17 @@ mod tests {
             None,
         ));
         let _owned = owners.own(reader);
-        assert!(owners.held_by_me(&pair, now), "the reader");
+        assert!(
+            owners.held_by_me(&Hold::Reader(pair.clone()), now),
+            "the reader"
+        );
         // Split into its keys, a reader would count as the writer's lock
         // (and a thread's second reader would be a deadlock).
-        assert!(!owners.held_by_me(&KeySet::one("x:writer"), now));
-        assert!(!owners.held_by_me(&KeySet::one("x:readers"), now));
-        let plain = KeySet::new(["x:readers", "x:writer"]).unwrap();
+        assert!(!owners.held_by_me(&Hold::Writer(pair), now), "the writer");
+        let lock = |k: &str| Hold::Lock(KeySet::one(k));
+        assert!(!owners.held_by_me(&lock("x:writer"), now));
+        assert!(!owners.held_by_me(&lock("x:readers"), now));
+        let plain = Hold::Lock(KeySet::new(["x:readers", "x:writer"]).unwrap());
         assert!(!owners.held_by_me(&plain, now), "not the plain set");
     }
 

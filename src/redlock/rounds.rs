@@ -29,7 +29,7 @@ use super::validity::drift;
 use super::verdict::{AcquireVerdict, Votes, acquire_verdict, undo_where};
 use crate::backend::KeySet;
 use crate::clock::Clock;
-use crate::engine::{Action, Direct, Engine, Gather, Request};
+use crate::engine::{Action, Direct, Engine, Gather, Hold, Request};
 use crate::error::{Error, Result};
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
 use crate::token::Token;
@@ -165,15 +165,23 @@ impl Rounds {
         resources.prefixed(&self.config.prefix)
     }
 
-    /// One Redlock attempt: vote, then keep the lock only with a quorum and
-    /// a positive validity; otherwise release on every node. With
-    /// `fenced`, the granting nodes also read their fence counters, and the
-    /// lock is kept only once a quorum has acknowledged the new fence
-    /// within the validity (see [`super::fencing`]).
+    /// What a lock on `resources` holds on the nodes: their keys
+    /// ([`keys_for`](Self::keys_for)), taken as one lock.
+    pub(crate) fn lock_on(&self, resources: &KeySet) -> Hold {
+        Hold::Lock(self.keys_for(resources))
+    }
+
+    /// One Redlock attempt at `hold`: vote, then keep the lock only with
+    /// a quorum and a positive validity; otherwise release on every node.
+    /// With `fenced`, the granting nodes also read their fence counters,
+    /// and the lock is kept only once a quorum has acknowledged the new
+    /// fence within the validity (see [`super::fencing`]).
+    /// (A fenced reader has no op: every node refuses it, see
+    /// `Action::op`; `RwLock` never asks for one.)
     pub(crate) fn acquire_once(
         &self,
         resources: &KeySet,
-        keys: &KeySet,
+        hold: &Hold,
         ttl: Duration,
         fenced: bool,
     ) -> Result<Arc<Lease>> {
@@ -189,7 +197,7 @@ impl Rounds {
             } else {
                 Action::Acquire { ttl }
             },
-            keys,
+            hold,
             token,
         };
         // The caller drives the round on every idle node (no thread
@@ -221,10 +229,10 @@ impl Rounds {
         let undo = |report: &Report| undo_where(&reached, report.nodes.iter().map(|n| &n.outcome));
         if let AcquireVerdict::Granted { deadline } = verdict {
             let fence = if fenced {
-                match self.fence(keys, token, reads, deadline) {
+                match self.fence(hold, token, reads, deadline) {
                     Ok(fence) => Some(fence),
                     Err(error) => {
-                        self.engine.undo_where(keys, token, &undo(&report));
+                        self.engine.undo_where(hold, token, &undo(&report));
                         let error = error.into_error(report, self.engine.node_names());
                         self.counters.note_failed_attempt(&error);
                         return Err(error);
@@ -237,7 +245,7 @@ impl Rounds {
             let support = Support::of_grants(&epochs, granted);
             let lease = Lease::new(
                 resources.clone(),
-                keys.clone(),
+                hold.clone(),
                 token,
                 ttl,
                 deadline,
@@ -250,7 +258,7 @@ impl Rounds {
         // Give up on this attempt everywhere it may have landed: the nodes
         // that granted, failed or have not answered (any of them may hold
         // our token), not those that said the key is another token's.
-        self.engine.undo_where(keys, token, &undo(&report));
+        self.engine.undo_where(hold, token, &undo(&report));
         let report = Box::new(report);
         let error = match verdict {
             AcquireVerdict::TooSlow => Error::ValidityExpired { report },
@@ -266,7 +274,7 @@ impl Rounds {
     /// `deadline`. On failure the caller releases everywhere.
     fn fence(
         &self,
-        keys: &KeySet,
+        hold: &Hold,
         token: Token,
         reads: Vec<u64>,
         deadline: Instant,
@@ -277,7 +285,7 @@ impl Rounds {
         let wait = self.config.node_timeout.min(left);
         let request = Request {
             action: Action::RaiseFence(fence),
-            keys,
+            hold,
             token,
         };
         let quorum = self.config.quorum;
@@ -333,7 +341,7 @@ impl Rounds {
         let start = self.now();
         let request = Request {
             action: Action::Release,
-            keys: &lease.keys,
+            hold: &lease.hold,
             token: lease.token,
         };
         lease.state().finish();
@@ -362,7 +370,7 @@ impl Rounds {
     pub(crate) fn release_detached(&self, lease: &Lease) {
         let mut state = lease.state();
         state.finish();
-        self.engine.release_detached(&lease.keys, lease.token);
+        self.engine.release_detached(&lease.hold, lease.token);
     }
 
     /// A dropped guard that holds the local turn: hands the lock itself to
@@ -399,7 +407,7 @@ impl Rounds {
         let handed = lease.state().hand_over(self.now(), want.ttl)?;
         let renamed = Lease::new(
             lease.resources.clone(),
-            lease.keys.clone(),
+            lease.hold.clone(),
             lease.token,
             handed.ttl,
             handed.deadline,

@@ -67,8 +67,8 @@ fn cluster(clock: &ManualClock) -> (Vec<MemoryBackend>, Rounds, Rounds) {
 
 pub(crate) fn lock(rounds: &Rounds) -> Option<Arc<Lease>> {
     let resources = KeySet::one("r");
-    let keys = rounds.keys_for(&resources);
-    rounds.acquire_once(&resources, &keys, LONG, false).ok()
+    let lock = rounds.lock_on(&resources);
+    rounds.acquire_once(&resources, &lock, LONG, false).ok()
 }
 
 /// The lease's remaining validity on `rounds`' clock (zero once lost).

@@ -34,13 +34,14 @@ use parking_lot::Mutex;
 use super::lease::Lease;
 use super::line::{Given, Grant, Holder, Line, Waiter, Want};
 pub(crate) use super::streak::Streak;
-use crate::backend::KeySet;
 use crate::canary::{self, Canary};
 use crate::cancel::Alarm;
 use crate::clock::{Clock, wake_at};
+use crate::engine::Hold;
 
-/// The lines, one per lock (by its keys: one resource's, or a set's) that
-/// some thread of this manager is holding or contending for.
+/// The lines, one per lock (by what it holds: one resource's key, a set's
+/// keys, a read-write lock's writer) that some thread of this manager is
+/// holding or contending for.
 ///
 /// Lock order: the lines' lock before a lease's; never the other way
 /// round (`Rounds::lose` lets go of the lease before it nudges the line).
@@ -57,7 +58,7 @@ pub(crate) struct LocalQueue {
 
 #[derive(Debug, Default)]
 pub(super) struct Lines {
-    pub(super) by_key: HashMap<KeySet, Line>,
+    pub(super) by_key: HashMap<Hold, Line>,
     /// Ids of waiters and turns, unique for the queue's life: a stale
     /// ticket never matches the holder of a line made again later.
     next_id: u64,
@@ -84,7 +85,7 @@ pub(crate) enum Turn {
 #[derive(Debug)]
 pub(crate) struct Ticket {
     queue: Arc<LocalQueue>,
-    key: KeySet,
+    key: Hold,
     pub(super) id: u64,
     streak: Streak,
     /// Passed already (by `pass_with`): `Drop` does nothing more.
@@ -136,7 +137,7 @@ impl LocalQueue {
     /// (`checks/line/`) runs these very steps in every order.
     pub(crate) fn wait_turn(
         self: &Arc<Self>,
-        key: &KeySet,
+        key: &Hold,
         want: Want,
         deadline: Option<Instant>,
         alarm: &Alarm,
@@ -186,7 +187,7 @@ impl LocalQueue {
     /// The first step: the turn at once when nobody holds the line for
     /// `key`, else a place at the back of it (and the channel on which the
     /// turn, or a nudge to look again, will come).
-    pub(super) fn join(self: &Arc<Self>, key: &KeySet, want: Want) -> Joined {
+    pub(super) fn join(self: &Arc<Self>, key: &Hold, want: Want) -> Joined {
         let mut lines = self.lines.lock();
         let id = lines.next_id;
         lines.next_id += 1;
@@ -207,7 +208,7 @@ impl LocalQueue {
 
     /// Under the lines' lock: the grant if it came; else, for the first
     /// waiter, the turn if the holder's lock is over, or when to look again.
-    pub(super) fn look(&self, key: &KeySet, id: u64, grant: &Receiver<Grant>) -> Look {
+    pub(super) fn look(&self, key: &Hold, id: u64, grant: &Receiver<Grant>) -> Look {
         let mut lines = self.lines.lock();
         while let Ok(message) = grant.try_recv() {
             if let Grant::Given(given) = message {
@@ -265,14 +266,14 @@ impl LocalQueue {
         }
     }
 
-    pub(super) fn turn(self: &Arc<Self>, key: &KeySet, id: u64, given: Given) -> Turn {
+    pub(super) fn turn(self: &Arc<Self>, key: &Hold, id: u64, given: Given) -> Turn {
         match given {
             Given::Turn(streak) => Turn::Mine(self.ticket(key, id, streak)),
             Given::Lock(streak, lease) => Turn::Handed(lease, self.ticket(key, id, streak)),
         }
     }
 
-    fn ticket(self: &Arc<Self>, key: &KeySet, id: u64, streak: Streak) -> Ticket {
+    fn ticket(self: &Arc<Self>, key: &Hold, id: u64, streak: Streak) -> Ticket {
         Ticket {
             queue: Arc::clone(self),
             key: key.clone(),
@@ -287,7 +288,7 @@ impl LocalQueue {
     /// turn, or a lock, is never lost).
     pub(super) fn leave_line(
         self: &Arc<Self>,
-        key: &KeySet,
+        key: &Hold,
         id: u64,
         grant: &Receiver<Grant>,
         outcome: Turn,
@@ -311,7 +312,7 @@ impl LocalQueue {
     }
 
     /// Threads waiting in line for `key` (not counting the turn-holder).
-    pub(crate) fn waiting(&self, key: &KeySet) -> usize {
+    pub(crate) fn waiting(&self, key: &Hold) -> usize {
         self.lines
             .lock()
             .by_key
@@ -321,7 +322,7 @@ impl LocalQueue {
 
     /// Tells the first waiter for `key` to look at the holder again (its
     /// lock was lost). Call without holding any lease's lock.
-    pub(crate) fn nudge(&self, key: &KeySet) {
+    pub(crate) fn nudge(&self, key: &Hold) {
         if let Some(line) = self.lines.lock().by_key.get(key) {
             line.nudge_first();
         }
@@ -334,7 +335,7 @@ impl LocalQueue {
     /// sent). Returns whether the lock was handed over.
     fn offer_lock(
         &self,
-        key: &KeySet,
+        key: &Hold,
         id: u64,
         streak: Streak,
         offer: impl FnOnce(&Want) -> Option<Arc<Lease>>,
@@ -361,7 +362,7 @@ impl LocalQueue {
     /// the lock was handed over.
     fn pass_with(
         &self,
-        key: &KeySet,
+        key: &Hold,
         id: u64,
         streak: Streak,
         offer: impl FnOnce(Option<&Want>) -> Option<Arc<Lease>>,

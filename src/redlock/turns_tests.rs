@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::backend::KeySet;
 use crate::clock::ManualClock;
 use crate::redlock::streak::MAX_STREAK;
 use crate::redlock::support::Support;
@@ -15,15 +16,15 @@ const WANT: Want = Want {
     fenced: false,
 };
 
-fn key(k: &str) -> KeySet {
-    KeySet::one(k)
+fn key(k: &str) -> Hold {
+    Hold::Lock(KeySet::one(k))
 }
 
 fn queue(clock: &ManualClock) -> Arc<LocalQueue> {
     Arc::new(LocalQueue::new(Arc::new(clock.clone())))
 }
 
-fn wait(queue: &Arc<LocalQueue>, k: &KeySet, deadline: Option<Instant>) -> Turn {
+fn wait(queue: &Arc<LocalQueue>, k: &Hold, deadline: Option<Instant>) -> Turn {
     queue.wait_turn(k, WANT, deadline, &Alarm::new(None))
 }
 
@@ -35,7 +36,7 @@ fn mine(turn: Turn) -> Ticket {
 }
 
 /// Waits (bounded) until `n` threads wait in line for `k`.
-fn until_waiting(queue: &LocalQueue, k: &KeySet, n: usize) {
+fn until_waiting(queue: &LocalQueue, k: &Hold, n: usize) {
     let end = Instant::now() + Duration::from_secs(30);
     while queue.waiting(k) != n {
         assert!(Instant::now() < end, "never {n} in line");
@@ -43,7 +44,7 @@ fn until_waiting(queue: &LocalQueue, k: &KeySet, n: usize) {
     }
 }
 
-fn lease(k: &KeySet, deadline: Instant) -> Arc<Lease> {
+fn lease(k: &Hold, deadline: Instant) -> Arc<Lease> {
     let token = Token::random().unwrap();
     Arc::new(Lease::new(
         KeySet::one("r"),

@@ -41,6 +41,7 @@ use crossbeam_channel::{Receiver, Select};
 use super::counters::Event;
 use super::rounds::Rounds;
 use crate::backend::KeySet;
+use crate::engine::Hold;
 use crate::engine::{HolderNews, Watch};
 
 /// Why [`Rounds::wait_for_release`] returned.
@@ -228,21 +229,22 @@ impl Rounds {
         woken
     }
 
-    /// The fairness rule: when this manager's last release of `key`, a
+    /// The fairness rule: when this manager's last release of `hold`, a
     /// moment ago, was heard by other processes waiting for it, let them
-    /// go first: listen, and wait for a notice (the next holder's release)
+    /// go first: listen (on the keys its release announces on), and wait
+    /// for a notice (the next holder's release)
     /// or `delay`, before the first attempt. Returns the wait when it
     /// waited, for the attempts that follow.
     pub(crate) fn yield_to_waiters<T>(
         &self,
-        keys: &KeySet,
+        hold: &Hold,
         delay: Duration,
         interrupt: Option<&Receiver<T>>,
     ) -> Option<ReleaseWait> {
-        if !self.engine().others_waited(keys) {
+        if !self.engine().others_waited(hold) {
             return None;
         }
-        let mut wait = self.watch(keys);
+        let mut wait = self.watch(hold.announced_on());
         self.counters().note(Event::Yielded);
         self.wait_for_release(&mut wait, after(delay), interrupt);
         Some(wait)

@@ -140,7 +140,22 @@ impl Cluster {
                 ),
             ));
         }
-        if let Some(other) = op.keys.iter().map(slot_of).find(|&s| s != slot) {
+        // A read-write lock's op names its other key by its role: the
+        // script takes both, so both live in the op's slot.
+        let named = match op.kind {
+            OpKind::ReadAcquire { writer: other, .. } | OpKind::Admit { readers: other, .. } => {
+                Some(other)
+            }
+            OpKind::Acquire { .. }
+            | OpKind::AcquireFenced { .. }
+            | OpKind::Extend { .. }
+            | OpKind::Release
+            | OpKind::RaiseFence { .. }
+            | OpKind::ReadExtend { .. }
+            | OpKind::ReadRelease => None,
+        };
+        let keys = op.keys.iter().chain(named);
+        if let Some(other) = keys.map(slot_of).find(|&s| s != slot) {
             return Err(self.error(
                 BackendErrorKind::Other,
                 &format!(

@@ -7,22 +7,27 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::state::{Entry, State, Value, wrong_type};
-use crate::backend::{BackendError, BackendErrorKind, MAX_READERS, OpKind, Reply};
+use crate::backend::{BackendError, BackendErrorKind, MAX_READERS, Op, OpKind, Reply};
 
 impl State {
-    /// `kind`, a read-write lock's op, for `token` at `now`.
+    /// `op`, a read-write lock's, at `now`: on its one key (`op.keys`,
+    /// the readers' or the writer's, as its kind says), naming the other
+    /// by its role.
     pub(super) fn apply_read_write(
         &mut self,
-        token: &[u8],
-        kind: OpKind<'_>,
+        op: &Op<'_>,
         now: Instant,
     ) -> Result<Reply, BackendError> {
-        match kind {
-            OpKind::ReadAcquire {
-                ttl,
-                readers,
-                writer,
-            } => {
+        let Some(key) = op.keys.single() else {
+            return Err(BackendError::new(
+                BackendErrorKind::Protocol,
+                "a read-write lock's operation is on one key",
+            ));
+        };
+        let token = op.token;
+        match op.kind {
+            OpKind::ReadAcquire { ttl, writer } => {
+                let readers = key;
                 if let Some(entry) = self.live(writer, now) {
                     let held = entry
                         .token()
@@ -43,7 +48,8 @@ impl State {
                 self.settle(readers);
                 Ok(Reply::Yes)
             }
-            OpKind::ReadExtend { ttl, readers } => {
+            OpKind::ReadExtend { ttl } => {
+                let readers = key;
                 let expires_at = after(now, ttl)?;
                 let set = self.readers(readers, now)?;
                 let Some(expiry) = set.get_mut(token) else {
@@ -53,7 +59,8 @@ impl State {
                 self.settle(readers);
                 Ok(Reply::Yes)
             }
-            OpKind::ReadRelease { readers } => {
+            OpKind::ReadRelease => {
+                let readers = key;
                 let set = self.readers(readers, now)?;
                 if set.remove(token).is_none() {
                     return Ok(Reply::No);
@@ -64,11 +71,8 @@ impl State {
                     heard => Reply::Notified(heard),
                 })
             }
-            OpKind::Admit {
-                ttl,
-                readers,
-                writer,
-            } => {
+            OpKind::Admit { ttl, readers } => {
+                let writer = key;
                 let expires_at = after(now, ttl)?;
                 let ours = match self.live(writer, now) {
                     None => false,
@@ -97,7 +101,11 @@ impl State {
                 }
                 Ok(Reply::Yes)
             }
-            _ => Err(BackendError::new(
+            OpKind::Acquire { .. }
+            | OpKind::AcquireFenced { .. }
+            | OpKind::Extend { .. }
+            | OpKind::Release
+            | OpKind::RaiseFence { .. } => Err(BackendError::new(
                 BackendErrorKind::Protocol,
                 "not a read-write lock's operation",
             )),

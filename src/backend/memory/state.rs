@@ -88,6 +88,15 @@ pub(super) fn wrong_type(key: &[u8], what: &str) -> BackendError {
     )
 }
 
+/// The error of a read-write lock's kind where a lock's is run (never:
+/// `State::apply` runs those apart).
+fn not_a_lock_kind(kind: OpKind<'_>) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Protocol,
+        format!("{kind:?} is a read-write lock's operation, not a lock's"),
+    )
+}
+
 impl State {
     /// The node's wall clock at `now` (an arbitrary epoch: the node's
     /// creation, plus the phase), with every step so far.
@@ -154,7 +163,7 @@ impl State {
     /// the set scripts do (all or nothing).
     pub(super) fn apply(&mut self, op: &Op<'_>, now: Instant) -> Result<Reply, BackendError> {
         if op.kind.is_read_write() {
-            return self.apply_read_write(op.token, op.kind, now);
+            return self.apply_read_write(op, now);
         }
         match op.keys.single() {
             Some(key) => self.apply_one(key, op.token, op.kind, now),
@@ -212,8 +221,11 @@ impl State {
                 self.expire(key, ttl, now)?;
                 Reply::Yes
             }
-            // A read-write lock's kinds, named by their roles.
-            _ => self.apply_read_write(token, kind, now)?,
+            // A read-write lock's kinds: `apply` runs them apart.
+            OpKind::ReadAcquire { .. }
+            | OpKind::ReadExtend { .. }
+            | OpKind::ReadRelease
+            | OpKind::Admit { .. } => return Err(not_a_lock_kind(kind)),
         })
     }
 
@@ -276,7 +288,10 @@ impl State {
                     (true, heard) => Reply::Notified(heard),
                 }
             }
-            _ => self.apply_read_write(token, kind, now)?,
+            OpKind::ReadAcquire { .. }
+            | OpKind::ReadExtend { .. }
+            | OpKind::ReadRelease
+            | OpKind::Admit { .. } => return Err(not_a_lock_kind(kind)),
         })
     }
 

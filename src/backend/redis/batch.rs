@@ -435,13 +435,16 @@ impl Inner {
         let Op { keys, token, kind } = *op;
         let ttl_arg = || ttl_ms.to_string().into_bytes();
         // The lock's keys, then the fence counters' hash when the script
-        // reads it (the last of `KEYS`); a read-write lock's keys in the
-        // order of their roles in the script.
+        // reads it (the last of `KEYS`); a read-write lock's two keys in
+        // the order of their roles in its script: the op's own key (the
+        // readers', or the writer's for the admission), then the other.
         let (script_keys, args): (Vec<&[u8]>, [Vec<u8>; 2]) = match kind {
-            OpKind::Acquire { .. } | OpKind::Extend { .. } => {
+            OpKind::Acquire { .. } | OpKind::Extend { .. } | OpKind::ReadExtend { .. } => {
                 (keys.iter().collect(), [token.to_vec(), ttl_arg()])
             }
-            OpKind::Release => (keys.iter().collect(), [token.to_vec(), vec![]]),
+            OpKind::Release | OpKind::ReadRelease => {
+                (keys.iter().collect(), [token.to_vec(), vec![]])
+            }
             OpKind::AcquireFenced { counter, .. } => (
                 keys.iter().chain([counter]).collect(),
                 [token.to_vec(), ttl_arg()],
@@ -450,14 +453,14 @@ impl Inner {
                 keys.iter().chain([counter]).collect(),
                 [token.to_vec(), fence.to_string().into_bytes()],
             ),
-            OpKind::ReadAcquire {
-                readers, writer, ..
-            } => (vec![readers, writer], [token.to_vec(), ttl_arg()]),
-            OpKind::ReadExtend { readers, .. } => (vec![readers], [token.to_vec(), ttl_arg()]),
-            OpKind::ReadRelease { readers } => (vec![readers], [token.to_vec(), vec![]]),
-            OpKind::Admit {
-                readers, writer, ..
-            } => (vec![writer, readers], [token.to_vec(), ttl_arg()]),
+            OpKind::ReadAcquire { writer, .. } => (
+                keys.iter().chain([writer]).collect(),
+                [token.to_vec(), ttl_arg()],
+            ),
+            OpKind::Admit { readers, .. } => (
+                keys.iter().chain([readers]).collect(),
+                [token.to_vec(), ttl_arg()],
+            ),
         };
         let mut cmd = match digests {
             Some(digests) => {

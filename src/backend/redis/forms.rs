@@ -174,7 +174,7 @@ pub(super) fn script_for(op: &Op<'_>) -> Option<Script> {
         OpKind::RaiseFence { .. } => Some(Script::RaiseFenceAll),
         OpKind::ReadAcquire { .. } => Some(Script::ReadAcquire),
         OpKind::ReadExtend { .. } => Some(Script::ReadExtend),
-        OpKind::ReadRelease { .. } => Some(Script::ReadRelease),
+        OpKind::ReadRelease => Some(Script::ReadRelease),
         OpKind::Admit { .. } => Some(Script::Admit),
     }
 }

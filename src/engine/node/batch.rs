@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::io::{self, Results};
-use crate::backend::{BackendError, BackendErrorKind, InFlight, KeySet, Op, Reply};
-use crate::engine::action::Action;
+use crate::backend::{BackendError, BackendErrorKind, InFlight, Op, Reply, Sources};
+use crate::engine::action::{Action, Impossible};
+use crate::engine::hold::Hold;
 use crate::engine::identity::Standing;
 use crate::owner;
 use crate::report::NodeOutcome;
@@ -23,12 +24,12 @@ use crate::token::{TOKEN_LEN, Token};
 /// that it granted, the fence counter it read.
 pub(crate) type Vote = (NodeOutcome, Option<u64>);
 
-/// One lock operation for a node: an action on one lock's keys with one
-/// token.
+/// One lock operation for a node: an action on what one lease holds,
+/// with one token.
 #[derive(Debug, Clone)]
 pub(crate) struct Item {
     pub(crate) action: Action,
-    pub(crate) keys: KeySet,
+    pub(crate) hold: Hold,
     pub(crate) token: Token,
 }
 
@@ -42,6 +43,8 @@ pub(crate) struct Batch {
     values: Vec<u8>,
     /// The key of the node's fence counters (empty when no op is fenced).
     counters: Arc<[u8]>,
+    /// Settled without the server (a node marked down): nothing is sent.
+    unsent: bool,
 }
 
 impl Batch {
@@ -61,6 +64,7 @@ impl Batch {
             } else {
                 Arc::from(&[][..])
             },
+            unsent: false,
         }
     }
 
@@ -70,6 +74,7 @@ impl Batch {
             items,
             values: Vec::new(),
             counters: Arc::from(&[][..]),
+            unsent: true,
         }
     }
 
@@ -77,15 +82,58 @@ impl Batch {
         &self.items
     }
 
-    /// The backend's ops: views of the batch's own data.
+    /// The backend's ops: views of the batch's own data, one per item
+    /// whose action has an op on its hold ([`Action::op`]). An item
+    /// without one is never sent: [`spread`](Self::spread) answers it
+    /// with its refusal.
     pub(super) fn ops(&self) -> Vec<Op<'_>> {
+        self.each_op().filter_map(Result::ok).collect()
+    }
+
+    /// Each item's op, or its refusal, in item order.
+    fn each_op(&self) -> impl Iterator<Item = Result<Op<'_>, Impossible>> {
         let len = self.values.len().checked_div(self.items.len()).unwrap_or(0);
         self.items
             .iter()
             .zip(self.values.chunks(len.max(1)))
-            .map(|(item, value)| item.action.op(&item.keys, value, &self.counters))
-            .collect()
+            .map(|(item, value)| item.action.op(&item.hold, value, &self.counters))
     }
+
+    /// One result per item from `answers`, the backend's to
+    /// [`ops`](Self::ops): each item that had no op fails with its
+    /// refusal, from no known server, in its place.
+    pub(super) fn spread(&self, answers: Results) -> Results {
+        // The usual batch: every item sent, nothing to make (no allocation).
+        if self.each_op().all(|op| op.is_ok()) {
+            return answers;
+        }
+        let refused: Vec<Option<Impossible>> = self.each_op().map(Result::err).collect();
+        let (results, sources) = answers;
+        let mut results = results.into_iter();
+        let spread = refused.iter().map(|refused| match refused {
+            Some(impossible) => Err(impossible.error()),
+            None => results.next().unwrap_or_else(|| Err(missing())),
+        });
+        let spread = spread.collect();
+        let sources = match sources {
+            Sources::One(server) => Sources::One(server),
+            Sources::Each(servers) => {
+                let mut servers = servers.into_iter();
+                let each = refused.iter().map(|refused| match refused {
+                    Some(_) => None,
+                    None => servers.next().flatten(),
+                });
+                Sources::Each(each.collect())
+            }
+        };
+        (spread, sources)
+    }
+}
+
+/// A result the backend did not give (`io` makes every batch's results
+/// as many as its ops, so never).
+fn missing() -> BackendError {
+    BackendError::new(BackendErrorKind::Protocol, "no result for this op")
 }
 
 /// A batch sent to the node (or settled without it: a node marked down),
@@ -126,7 +174,12 @@ impl Sent {
             in_flight,
             started,
         } = self;
-        let answers = in_flight.map(|in_flight| io::finish(in_flight, &batch.ops()));
+        let answers = match in_flight {
+            Some(in_flight) => Some(io::finish(in_flight, &batch.ops())),
+            None if batch.unsent => None,
+            // Nothing to send: every item was refused (`Batch::spread`).
+            None => Some((Vec::new(), Sources::One(None))),
+        };
         Arrived {
             batch,
             answers,
@@ -135,7 +188,8 @@ impl Sent {
     }
 }
 
-/// A batch whose answers were read (`None`: settled without the server).
+/// A batch whose answers were read, one per op sent (`None`: settled
+/// without the server); `Batch::spread` makes them one per item.
 pub(crate) struct Arrived {
     pub(super) batch: Batch,
     pub(super) answers: Option<Results>,
@@ -223,4 +277,54 @@ fn already_ours() -> BackendError {
         "the key already held this attempt's token: the same server as another configured \
          node (one server casts one vote)",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::{KeySet, OpKind, ServerInfo};
+
+    /// An item whose action has no op on its hold is not among the ops
+    /// sent, and its refusal takes its place among the answers and the
+    /// servers that gave them.
+    #[test]
+    fn a_refused_item_takes_its_place_among_the_answers_and_their_servers() {
+        let (token, ttl) = (Token::random().unwrap(), Duration::from_secs(1));
+        let hold = Hold::Lock(KeySet::one("k"));
+        let item = |action| Item {
+            action,
+            hold: hold.clone(),
+            token,
+        };
+        let items = vec![
+            item(Action::Acquire { ttl }),
+            item(Action::Admit { ttl }),
+            item(Action::Release),
+        ];
+        let batch = Batch::new(items, b"", &Arc::from(&b"c"[..]));
+        let kinds: Vec<OpKind<'_>> = batch.ops().iter().map(|op| op.kind).collect();
+        assert_eq!(kinds, [OpKind::Acquire { ttl }, OpKind::Release]);
+        let server = Some(Arc::new(ServerInfo::default()));
+        let answers = (
+            vec![Ok(Reply::Yes), Ok(Reply::No)],
+            Sources::Each(vec![server.clone(), server]),
+        );
+        let (results, sources) = batch.spread(answers);
+        assert!(
+            matches!(
+                &results[..],
+                [Ok(Reply::Yes), Err(e), Ok(Reply::No)] if e.kind() == BackendErrorKind::Other
+            ),
+            "{results:?}"
+        );
+        let Sources::Each(servers) = sources else {
+            panic!("one server per answer");
+        };
+        let known: Vec<bool> = servers.iter().map(Option::is_some).collect();
+        assert_eq!(known, [true, false, true]);
+    }
 }

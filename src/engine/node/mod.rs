@@ -48,6 +48,7 @@ use super::action::Action;
 use super::echoes::Heard;
 use super::forgets::Forgets;
 use super::health::Vitals;
+use super::hold::Hold;
 use super::identity::{Identity, Registry};
 use super::liveness::{Change, Liveness};
 use super::refusal::{self, Refusal};
@@ -55,7 +56,7 @@ use super::retries::RetryList;
 use super::rights::Rights;
 use super::settings_look::SettingsLook;
 use super::waiters::Waiters;
-use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, KeySet, Reply, Sources};
+use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, Reply, Sources};
 use crate::clock::Clock;
 use crate::report::NodeOutcome;
 use crate::token::Token;
@@ -256,7 +257,7 @@ impl NodeState {
     pub(crate) fn begin(&mut self, items: Vec<Item>, now: Instant) -> Sent {
         if self.liveness.is_down() {
             for item in items.iter().filter(|i| i.action == Action::Release) {
-                self.keep(&item.keys, item.token, now);
+                self.keep(&item.hold, item.token, now);
             }
             return Sent::new(Batch::unsent(items), None, now);
         }
@@ -265,7 +266,8 @@ impl NodeState {
             &self.shared.value_suffix,
             &self.shared.fence_counters,
         );
-        let in_flight = (!batch.items().is_empty()).then(|| io::send(&*self.backend, &batch.ops()));
+        let ops = batch.ops();
+        let in_flight = (!ops.is_empty()).then(|| io::send(&*self.backend, &ops));
         Sent::new(batch, in_flight, now)
     }
 
@@ -279,14 +281,19 @@ impl NodeState {
             answers,
             started,
         } = arrived;
-        let Some((results, sources)) = answers else {
+        let Some(answers) = answers else {
             // Settled without the server: the node is down.
             return vec![(NodeOutcome::Down, None); batch.items().len()];
         };
-        let took = now.saturating_duration_since(started);
-        self.publish.vitals().note_latency(took);
-        crate::metrics::round_trip(self.publish.name(), took);
-        self.note_health(&results, now);
+        if !answers.0.is_empty() {
+            let took = now.saturating_duration_since(started);
+            self.publish.vitals().note_latency(took);
+            crate::metrics::round_trip(self.publish.name(), took);
+            self.note_health(&answers.0, now);
+        }
+        // One result per item: an item whose action has no op on its hold
+        // was never sent, and fails (`Action::op`).
+        let (results, sources) = batch.spread(answers);
         let mut holds = false;
         let mut votes = Vec::with_capacity(results.len());
         match sources {
@@ -356,7 +363,7 @@ impl NodeState {
                     // Any error (a timeout, a reset mid-request, `LOADING`,
                     // `BUSY`, a script error, an ACL refusal an operator may
                     // fix) leaves the acquire it undoes possibly in place.
-                    self.keep(&item.keys, item.token, now);
+                    self.keep(&item.hold, item.token, now);
                 }
                 let waiters = &self.shared.waiters;
                 // An undo's answer says whether its echo is still to come
@@ -371,25 +378,25 @@ impl NodeState {
                     waiters.notify(&key, Some(self.index));
                 }
                 if let Ok(reply) = result {
-                    self.notices.note_release(&item.keys, *reply, waiters);
+                    self.notices.note_release(&item.hold, *reply, waiters);
                 }
             }
-            // An admission refused while readers are in says who is
-            // last to leave, as an acquire refused says who holds the key.
             Action::Acquire { .. } | Action::AcquireFenced { .. } | Action::Admit { .. } => {
+                let (taken, read) = item.action.told_waiters(&item.hold);
                 match result {
                     // Who holds the lock, for the waiters' early wake-ups.
                     Ok(Reply::HeldBy { digest, expires_in }) => {
-                        let expires = expires_in.and_then(|left| now.checked_add(left));
-                        self.shared
-                            .waiters
-                            .note_holder(&item.keys, self.index, *digest, expires);
+                        if let Some(keys) = taken {
+                            let expires = expires_in.and_then(|left| now.checked_add(left));
+                            let waiters = &self.shared.waiters;
+                            waiters.note_holder(keys, self.index, *digest, expires);
+                        }
                     }
                     // The key was free here: as good as a notice of its
                     // release, for a waiter this node may not have been
                     // listening for yet (`note_free`).
                     Ok(reply) if reply.is_yes() => {
-                        self.shared.waiters.note_free(&item.keys, self.index);
+                        self.shared.waiters.note_free(read, self.index);
                     }
                     _ => {}
                 }
@@ -489,9 +496,9 @@ impl NodeState {
     }
 
     /// Adds a release to the retry list (bounded: the oldest go first).
-    fn keep(&mut self, keys: &KeySet, token: Token, now: Instant) {
+    fn keep(&mut self, hold: &Hold, token: Token, now: Instant) {
         let vitals = self.publish.vitals();
-        if self.retries.keep(keys, token, now) {
+        if self.retries.keep(hold, token, now) {
             vitals.note_abandoned(1);
         }
         vitals.note_retrying(self.retries.len());
@@ -524,7 +531,7 @@ impl NodeState {
             .pending()
             .map(|r| Item {
                 action: Action::Release,
-                keys: r.keys.clone(),
+                hold: r.hold.clone(),
                 token: r.token,
             })
             .collect();
@@ -533,8 +540,9 @@ impl NodeState {
             &self.shared.value_suffix,
             &self.shared.fence_counters,
         );
-        let (results, _) = io::call(&*self.backend, &batch.ops());
-        self.note_health(&results, now);
+        let answers = io::call(&*self.backend, &batch.ops());
+        self.note_health(&answers.0, now);
+        let (results, _) = batch.spread(answers);
         let unknown = results
             .iter()
             .map(|r| r.as_ref().is_err_and(release_outcome_unknown));

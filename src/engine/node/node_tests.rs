@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
+use crate::backend::KeySet;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::ManualClock;
 use crate::engine::liveness::{FIRST_BACKOFF, MAX_BACKOFF};
@@ -38,7 +39,7 @@ fn node_state(node: &MemoryBackend, shared: Arc<Shared>, now: Instant) -> (NodeS
 fn item(action: Action, key: &str, token: Token) -> Item {
     Item {
         action,
-        keys: KeySet::one(key),
+        hold: Hold::Lock(KeySet::one(key)),
         token,
     }
 }
@@ -393,4 +394,38 @@ fn a_denial_is_tried_on_the_crates_own_key_and_judged_there() {
     assert!(matches!(shown(t1), Shown::Refuses { .. }));
     let _ = state.timer_fired(t1 + RETRY);
     assert_eq!(shown(t1 + RETRY), Shown::Up);
+}
+
+/// An action with no op on its hold (an admission of a plain lock) is
+/// never sent, nor turned into another op: it fails in its place, the
+/// other items of its batch go out and are answered in order, and a batch
+/// of nothing else costs no call and says nothing of the node's health.
+#[test]
+fn an_item_without_an_op_fails_in_its_place_and_is_never_sent() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let t0 = Instant::now();
+    let (mut state, health) = node_state(&node, shared(&clock, None), t0);
+    let held = token();
+    let ttl = Duration::from_secs(30);
+    let admit = || item(Action::Admit { ttl }, "k", held);
+    let items = vec![acquire("k", held), admit(), release("k", held)];
+    let votes = round_trip(&mut state, items, t0);
+    assert!(
+        matches!(
+            &votes[..],
+            [NodeOutcome::Granted, NodeOutcome::Failed(e), NodeOutcome::Granted]
+                if e.message().contains("no operation Admit")
+        ),
+        "{votes:?}"
+    );
+    assert_eq!(node.operations(), 2, "the admission was not sent");
+    let calls = node.round_trips();
+    let alone = round_trip(&mut state, vec![admit(), admit()], t0);
+    assert!(
+        alone.iter().all(|v| matches!(v, NodeOutcome::Failed(_))),
+        "{alone:?}"
+    );
+    assert_eq!(node.round_trips(), calls, "nothing to send: no call");
+    assert!(!state.is_down() && !health.is_down());
 }

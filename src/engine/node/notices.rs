@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::io;
-use crate::backend::{Backend, KeySet, NoticeWaker, ReleaseListener, Reply};
+use crate::backend::{Backend, NoticeWaker, ReleaseListener, Reply};
+use crate::engine::hold::Hold;
 use crate::engine::waiters::Waiters;
 
 /// How long a node thread waits for a job before it looks for release
@@ -285,21 +286,23 @@ impl NodeNotices {
         short
     }
 
-    /// Takes note of a release's answer: when others listen for this
-    /// lock's notices (the count is of listeners for exactly its keys, see
-    /// [`Reply::Notified`]; this node's own subscription to a single
-    /// lock's key is one of them), the next `lock` of it here lets them go
-    /// first. (Whether its notice wakes this manager's waiters is the
-    /// echoes' matter: only an undo's does not.)
-    pub(super) fn note_release(&mut self, keys: &KeySet, reply: Reply, waiters: &Waiters) {
+    /// Takes note of a release's answer: when others listen for the
+    /// notices of what `hold` held (the count is of listeners for exactly
+    /// the keys its release announces on, see [`Reply::Notified`]; this
+    /// node's own subscription to a single key is one of them), the next
+    /// `lock` of it here lets them go first. (Whether its notice wakes
+    /// this manager's waiters is the echoes' matter: only an undo's does
+    /// not.)
+    pub(super) fn note_release(&mut self, hold: &Hold, reply: Reply, waiters: &Waiters) {
         let Reply::Notified(heard) = reply else {
             return;
         };
-        let own = keys
+        let own = hold
+            .announced_on()
             .single()
             .is_some_and(|key| self.listening.contains(key));
         if heard > u64::from(own) {
-            waiters.note_heard(keys);
+            waiters.note_heard(hold);
         }
     }
 }

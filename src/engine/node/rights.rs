@@ -11,6 +11,7 @@ use super::batch::{Batch, Item};
 use super::io;
 use crate::backend::{BackendError, BackendErrorKind, KeySet};
 use crate::engine::action::Action;
+use crate::engine::hold::Hold;
 use crate::engine::rights::{Change, TRIED, TRY_TTL};
 use crate::health::LockOp;
 use crate::token::{Token, random_u64};
@@ -25,7 +26,7 @@ impl NodeState {
             Ok(token) => {
                 let name = format!("{:016x}", random_u64());
                 let key = [&self.shared.rights_key[..], b":", name.as_bytes()].concat();
-                let keys = KeySet::one(key);
+                let hold = Hold::Lock(KeySet::one(key));
                 let items = TRIED
                     .iter()
                     .map(|op| Item {
@@ -34,7 +35,7 @@ impl NodeState {
                             LockOp::Extend => Action::Extend { ttl: TRY_TTL },
                             LockOp::Release => Action::Release,
                         },
-                        keys: keys.clone(),
+                        hold: hold.clone(),
                         token,
                     })
                     .collect();
@@ -43,7 +44,7 @@ impl NodeState {
                     &self.shared.value_suffix,
                     &self.shared.fence_counters,
                 );
-                io::call(&*self.backend, &batch.ops()).0
+                batch.spread(io::call(&*self.backend, &batch.ops())).0
             }
             // No randomness for a token: no try, no verdict.
             Err(reason) => vec![Err(BackendError::new(BackendErrorKind::Other, reason))],

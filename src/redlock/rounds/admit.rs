@@ -7,7 +7,6 @@
 //! once readers have left.
 
 use super::Rounds;
-use crate::backend::KeySet;
 use crate::engine::{Action, Direct, Gather, Request};
 use crate::error::{Error, Result};
 use crate::redlock::counters::Event;
@@ -26,15 +25,16 @@ pub(crate) enum Admission {
 }
 
 impl Rounds {
-    /// One admission round for the writer's `lease`, whose lock's keys
-    /// (readers and writer) are `pair`. Sets the writer's key's expiry to
+    /// One admission round for the writer's `lease` (it holds a
+    /// read-write lock's writer, `Hold::Writer`: the admission is that
+    /// hold's alone, see `Action::op`). Sets the writer's key's expiry to
     /// the lease's TTL where a node admits it.
     ///
     /// # Errors
     ///
     /// [`Error::Lost`] when the intent is gone: the lease was lost,
     /// released, or its validity ran out before the round.
-    pub(crate) fn admit(&self, lease: &Lease, pair: &KeySet) -> Result<Admission> {
+    pub(crate) fn admit(&self, lease: &Lease) -> Result<Admission> {
         let config = &self.config;
         let mut state = lease.state();
         let ttl = state.ttl();
@@ -53,7 +53,7 @@ impl Rounds {
         };
         let request = Request {
             action: Action::Admit { ttl },
-            keys: pair,
+            hold: &lease.hold,
             token: lease.token,
         };
         let gather = Gather::UntilDecided {

@@ -82,7 +82,7 @@ impl Rounds {
         };
         let request = Request {
             action: Action::Extend { ttl },
-            keys: &lease.keys,
+            hold: &lease.hold,
             token: lease.token,
         };
         let wait = config.node_timeout.min(ticket.remaining());

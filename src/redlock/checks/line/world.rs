@@ -12,6 +12,7 @@ use crossbeam_channel::Receiver;
 
 use crate::backend::KeySet;
 use crate::clock::{Clock, ManualClock};
+use crate::engine::Hold;
 use crate::error::Error;
 use crate::redlock::lease::Lease;
 use crate::redlock::line::{Grant, Want};
@@ -81,7 +82,7 @@ pub(super) enum Step {
 pub(super) struct World {
     clock: ManualClock,
     queue: Arc<LocalQueue>,
-    key: KeySet,
+    key: Hold,
     specs: Vec<Spec>,
     phases: Vec<Phase>,
     /// Rounds each thread has begun.
@@ -121,7 +122,7 @@ impl World {
         Self {
             queue: Arc::new(LocalQueue::new(Arc::new(clock.clone()))),
             clock,
-            key: KeySet::one("r"),
+            key: Hold::Lock(KeySet::one("r")),
             specs: specs.to_vec(),
             phases: specs.iter().map(|_| Phase::Start).collect(),
             begun: vec![0; specs.len()],
@@ -283,7 +284,7 @@ impl World {
         self.check()
     }
 
-    fn begin(&mut self, i: usize, queue: &Arc<LocalQueue>, key: &KeySet, want: Want) -> Joined {
+    fn begin(&mut self, i: usize, queue: &Arc<LocalQueue>, key: &Hold, want: Want) -> Joined {
         self.begun[i] += 1;
         queue.join(key, want)
     }
