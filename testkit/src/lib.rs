@@ -11,6 +11,8 @@
 //! * [`scripted`]: a fake server whose every answer the test writes.
 //! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, retarget).
 //! * [`blackhole`]: a listener that accepts and never reads nor answers.
+//! * [`memory_nodes`] and its kin: in-memory clusters, and
+//!   [`builder_on`] a manager over them on a manual clock.
 //! * [`faces`]: memory nodes seen through a changed face.
 //! * [`acceptor`]: the one loopback accept loop the three above run on.
 //! * [`CountedNotices`]: any backend, its release listeners' polls counted.
@@ -27,6 +29,7 @@ pub mod commandstats;
 mod counted;
 pub mod faces;
 pub mod fake_server;
+mod memory;
 pub mod proxy;
 mod redis_cluster;
 mod report;
@@ -37,6 +40,7 @@ mod wait;
 
 pub use blackhole::Blackhole;
 pub use counted::CountedNotices;
+pub use memory::{builder_on, memory_nodes, memory_nodes_on, memory_nodes_with};
 pub use redis_cluster::RedisCluster;
 pub use report::said_of;
 pub use rng::Rng;
