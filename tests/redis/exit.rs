@@ -13,6 +13,8 @@ use testkit::RedisServers;
 use testkit::proxy::Proxy;
 
 const CHILD_ENV: &str = "QUORUM_LOCK_EXIT_TEST_NODES";
+/// The child's test by its full name in this binary (its module's path).
+const CHILD_TEST: &str = "exit::child_program";
 
 /// The child's `main`: does nothing unless run as the child.
 #[test]
@@ -55,7 +57,7 @@ fn a_program_that_returns_right_after_dropping_its_guard_leaves_no_key() {
     }
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_program", "--test-threads=1"])
+        .args(["--exact", CHILD_TEST, "--test-threads=1"])
         .env(CHILD_ENV, urls.join(","))
         .status()
         .unwrap();

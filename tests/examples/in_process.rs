@@ -4,13 +4,13 @@
 //! hand or need Redis; `cargo test` builds them all.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-#[path = "../examples/inspection.rs"]
+#[path = "../../examples/inspection.rs"]
 mod inspection;
-#[path = "../examples/semaphore.rs"]
+#[path = "../../examples/semaphore.rs"]
 mod semaphore;
-#[path = "../examples/sets.rs"]
+#[path = "../../examples/sets.rs"]
 mod sets;
-#[path = "../examples/worker_under_faults.rs"]
+#[path = "../../examples/worker_under_faults.rs"]
 mod worker_under_faults;
 
 #[test]

@@ -15,7 +15,7 @@ use testkit::{RedisServer, RedisServers, wait_until};
 
 /// The documentation the line is read from (compiled in, so an edit of
 /// the docs rebuilds the test).
-const OPERATIONS: &str = include_str!("../docs/operations.md");
+const OPERATIONS: &str = include_str!("../../docs/operations.md");
 const BEGIN: &str = "<!-- acl-user: begin";
 const END: &str = "<!-- acl-user: end -->";
 /// The password placeholder in the documented line.

@@ -15,7 +15,7 @@ use quorum_lock::report::NodeOutcome;
 use quorum_lock::{Error, LockManager, LockOptions, RedisBackend, RetryPolicy, Scripts};
 use testkit::{RedisServer, RedisServers};
 
-const OPERATIONS: &str = include_str!("../docs/operations.md");
+const OPERATIONS: &str = include_str!("../../docs/operations.md");
 const PASSWORD: &str = "no-lua-pw";
 const USER: &str = "locker";
 const PREFIX: &str = "locks:";
