@@ -17,6 +17,8 @@
 //! * [`acceptor`]: the one loopback accept loop the three above run on.
 //! * [`CountedNotices`]: any backend, its release listeners' polls counted.
 //! * [`rng`]: the one seedable generator, so a failing seed replays.
+//! * [`alone`]: a test alone in a process of its own (it counts the
+//!   process' threads, reads its memory, installs a global).
 //! * [`wait_until`]: bounded polling for what a test cannot be told about;
 //!   [`hold_settled`]: a lock every node has applied.
 //!
@@ -24,6 +26,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod acceptor;
+mod alone;
 pub mod blackhole;
 pub mod commandstats;
 mod counted;
@@ -38,6 +41,7 @@ pub mod scripted;
 pub mod server;
 mod wait;
 
+pub use alone::alone;
 pub use blackhole::Blackhole;
 pub use counted::CountedNotices;
 pub use memory::{builder_on, memory_nodes, memory_nodes_on, memory_nodes_with};
