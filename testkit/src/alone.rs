@@ -24,7 +24,7 @@ const ALONE_ENV: &str = "TESTKIT_ALONE";
 /// Elsewhere it runs the current test binary again with only `name`
 /// selected (the test's full name in its binary, `module::test`), one
 /// test thread and `TESTKIT_ALONE` set; waits for it; panics with its
-/// output unless that test ran and passed; and returns false, after which
+/// output (indented) unless that test ran and passed; and returns false, after which
 /// the test returns at once.
 ///
 /// A `name` that selects no test fails (the child would pass with no test
@@ -41,9 +41,16 @@ pub fn alone(name: &str) -> bool {
         .unwrap_or_else(|e| panic!("cannot run {} again: {e}", binary.display()));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // Indented, so that a script reading the parent's output for failed
+    // tests (scripts/test.sh) finds this test once, not twice.
+    let said: String = stdout
+        .lines()
+        .chain(stderr.lines())
+        .map(|line| format!("  | {line}\n"))
+        .collect();
     assert!(
         out.status.success() && stdout.contains("test result: ok. 1 passed"),
-        "{name}, alone in a process of its own ({}):\n{stdout}{stderr}",
+        "{name}, alone in a process of its own ({}):\n{said}",
         out.status
     );
     false
