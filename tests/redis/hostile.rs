@@ -20,7 +20,9 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Generous: 10x the node timeout.
 const BOUND: Duration = Duration::from_millis(1000);
 const TTL: Duration = Duration::from_secs(10);
-/// RSS growth allowed over a whole hostile exchange.
+/// RSS growth allowed over a whole hostile exchange. (Each test that
+/// reads it runs alone in a process of its own, `testkit::alone`: another
+/// test's allocations would count.)
 const RSS_LIMIT_KB: u64 = 64 * 1024;
 
 fn token(n: u8) -> Vec<u8> {
@@ -106,6 +108,9 @@ fn hostile_calls(behavior: Behavior, kinds: &[BackendErrorKind]) -> Vec<BackendE
 
 #[test]
 fn garbage_reply_is_a_one_line_protocol_error() {
+    if !testkit::alone("hostile::garbage_reply_is_a_one_line_protocol_error") {
+        return;
+    }
     let errors = hostile_calls(Behavior::Garbage, &[BackendErrorKind::Protocol]);
     assert!(
         errors[0].to_string().contains("not a Redis reply"),
@@ -117,6 +122,9 @@ fn garbage_reply_is_a_one_line_protocol_error() {
 
 #[test]
 fn endless_reply_is_cut_off_at_the_size_cap() {
+    if !testkit::alone("hostile::endless_reply_is_cut_off_at_the_size_cap") {
+        return;
+    }
     let errors = hostile_calls(
         Behavior::Endless,
         &[BackendErrorKind::Protocol, BackendErrorKind::Timeout],
@@ -130,6 +138,9 @@ fn endless_reply_is_cut_off_at_the_size_cap() {
 
 #[test]
 fn trickling_reply_ends_by_the_deadline() {
+    if !testkit::alone("hostile::trickling_reply_ends_by_the_deadline") {
+        return;
+    }
     let errors = hostile_calls(
         Behavior::Trickle(Duration::from_millis(5)),
         &[BackendErrorKind::Timeout],
@@ -139,6 +150,9 @@ fn trickling_reply_ends_by_the_deadline() {
 
 #[test]
 fn huge_declared_array_is_refused_without_allocating() {
+    if !testkit::alone("hostile::huge_declared_array_is_refused_without_allocating") {
+        return;
+    }
     let errors = hostile_calls(Behavior::HugeArray, &[BackendErrorKind::Protocol]);
     assert!(
         errors[0].to_string().contains("99999999999"),
@@ -149,6 +163,9 @@ fn huge_declared_array_is_refused_without_allocating() {
 
 #[test]
 fn huge_declared_bulk_is_refused_without_allocating() {
+    if !testkit::alone("hostile::huge_declared_bulk_is_refused_without_allocating") {
+        return;
+    }
     let errors = hostile_calls(Behavior::HugeBulk, &[BackendErrorKind::Protocol]);
     assert!(
         errors[0].to_string().contains("99999999999"),
@@ -159,6 +176,9 @@ fn huge_declared_bulk_is_refused_without_allocating() {
 
 #[test]
 fn silent_peer_times_out_by_the_deadline() {
+    if !testkit::alone("hostile::silent_peer_times_out_by_the_deadline") {
+        return;
+    }
     hostile_calls(Behavior::Silent, &[BackendErrorKind::Timeout]);
 }
 
@@ -179,6 +199,9 @@ fn refused_port_is_unreachable_on_one_line() {
 /// hostile node is a minority), and each call ends within the bound.
 #[test]
 fn manager_with_one_hostile_node_still_locks_within_the_bound() {
+    if !testkit::alone("hostile::manager_with_one_hostile_node_still_locks_within_the_bound") {
+        return;
+    }
     let servers = RedisServers::start(2);
     for behavior in [
         Behavior::Garbage,

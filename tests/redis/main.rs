@@ -4,7 +4,9 @@
 //! module per area, as `src/` has them (the backend, the cluster backend,
 //! the manager and each kind of lock). `scripts/test.sh` runs this binary
 //! once more on each of three other servers (Valkey 8.1 and 9.1, Redis
-//! 8.2), as it does `redis_torture` and `redis_notice_threads`.
+//! 8.2), as it does `redis_torture`. A test that counts its process'
+//! threads or reads its peak memory (`notice_threads`, most of `hostile`)
+//! runs alone in a process of its own (`testkit::alone`).
 //!
 //! Needs the `redis` feature. Run one module with `cargo test --test redis
 //! acl::`, one test with `cargo test --test redis -- --exact
@@ -23,6 +25,7 @@ mod identity;
 mod inspect;
 mod lock;
 mod lock_all;
+mod notice_threads;
 mod readiness;
 mod restarts;
 mod rw;

@@ -1,6 +1,7 @@
 //! The `metrics` feature: a scripted run on in-memory nodes, recorded by a
 //! recorder of this test's own, checked name by name against what the run
-//! did and against `health()`. (One test: the recorder is global.)
+//! did and against `health()`. (One test, alone in a process of its own,
+//! `testkit::alone`: the recorder is global.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::collections::HashMap;
@@ -107,6 +108,9 @@ impl TestRecorder {
 
 #[test]
 fn a_scripted_run_records_the_documented_names_and_counts() {
+    if !testkit::alone("metrics::a_scripted_run_records_the_documented_names_and_counts") {
+        return;
+    }
     let recorder = TestRecorder::default();
     metrics::set_global_recorder(recorder.clone()).expect("the only recorder");
     let nodes: Vec<MemoryBackend> = (0..3)

@@ -1,7 +1,7 @@
 //! The release notices' reader threads against real `redis-server`s: one
 //! per subscriber connection (per manager and node) while a process
-//! waits, and none left once the manager is gone. Alone in its test
-//! binary, so no other test's threads are counted.
+//! waits, and none left once the manager is gone. Alone in a process of
+//! its own (`testkit::alone`), so no other test's threads are counted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::time::Duration;
@@ -33,6 +33,11 @@ fn manager(urls: &[String]) -> LockManager {
 
 #[test]
 fn a_reader_thread_per_subscribed_node_and_none_once_the_manager_is_gone() {
+    if !testkit::alone(
+        "notice_threads::a_reader_thread_per_subscribed_node_and_none_once_the_manager_is_gone",
+    ) {
+        return;
+    }
     let servers = RedisServers::start(3);
     let urls = servers.urls();
     let holder = manager(&urls);

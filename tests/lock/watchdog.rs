@@ -1,6 +1,7 @@
 //! One timer thread serves every auto-extended lock: 10,000 of them cost
-//! the node workers plus one thread, not a thread each. (Alone in its test
-//! binary, so no other test's threads are counted.)
+//! the node workers plus one thread, not a thread each. (Alone in a
+//! process of its own, `testkit::alone`, so no other test's threads are
+//! counted.)
 //!
 //! On an injected clock shared by the manager and the nodes: the renewals
 //! fall due when the test moves the clock, and no lock expires while a
@@ -27,6 +28,9 @@ fn threads() -> usize {
 
 #[test]
 fn ten_thousand_auto_extended_guards_share_one_timer_thread() {
+    if !testkit::alone("watchdog::ten_thousand_auto_extended_guards_share_one_timer_thread") {
+        return;
+    }
     const NODES: usize = 3;
     const LOCKS: usize = 10_000;
     const TTL: Duration = Duration::from_millis(1500);

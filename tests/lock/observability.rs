@@ -1,9 +1,9 @@
 //! What operators see: the events the library logs through the `log`
 //! facade, and `LockManager::health()` snapshots, for a node that goes down
 //! and comes back, a restart (quarantine in and out), a lost lock and a
-//! duplicate node. A capturing logger records every event of this test
-//! binary; each test looks only at the lines naming its own nodes (tests
-//! run in parallel).
+//! duplicate node. A capturing logger records every event of its process:
+//! each test runs alone in a process of its own (`testkit::alone`; the
+//! logger is global), and looks only at the lines naming its own nodes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -78,6 +78,9 @@ fn manager(nodes: &[MemoryBackend], clock: &ManualClock) -> LockManager {
 
 #[test]
 fn a_node_that_goes_down_and_comes_back() {
+    if !testkit::alone("observability::a_node_that_goes_down_and_comes_back") {
+        return;
+    }
     capture();
     let clock = ManualClock::new();
     let nodes = nodes("obs-down", &clock);
@@ -124,6 +127,10 @@ fn a_node_that_goes_down_and_comes_back() {
 /// are dropped when the node comes back, and said so once.
 #[test]
 fn releases_kept_past_max_ttl_are_dropped_not_said_to_be_sent() {
+    if !testkit::alone("observability::releases_kept_past_max_ttl_are_dropped_not_said_to_be_sent")
+    {
+        return;
+    }
     capture();
     let clock = ManualClock::new();
     let nodes = nodes("obs-parked", &clock);
@@ -169,6 +176,9 @@ fn releases_kept_past_max_ttl_are_dropped_not_said_to_be_sent() {
 
 #[test]
 fn a_restart_is_quarantined_and_its_end_announced() {
+    if !testkit::alone("observability::a_restart_is_quarantined_and_its_end_announced") {
+        return;
+    }
     capture();
     let clock = ManualClock::new();
     let nodes = nodes("obs-restart", &clock);
@@ -201,6 +211,9 @@ fn a_restart_is_quarantined_and_its_end_announced() {
 
 #[test]
 fn a_lost_lock_is_a_warning_and_counted() {
+    if !testkit::alone("observability::a_lost_lock_is_a_warning_and_counted") {
+        return;
+    }
     capture();
     let clock = ManualClock::new();
     let nodes = nodes("obs-lost", &clock);
@@ -228,6 +241,9 @@ fn a_lost_lock_is_a_warning_and_counted() {
 
 #[test]
 fn a_duplicate_node_is_reported() {
+    if !testkit::alone("observability::a_duplicate_node_is_reported") {
+        return;
+    }
     capture();
     let server = MemoryBackend::new("obs-dup-server");
     let locks = LockManager::builder()
@@ -264,6 +280,9 @@ fn url_port(locks: &LockManager) -> String {
 #[cfg(feature = "redis")]
 #[test]
 fn no_password_in_events() {
+    if !testkit::alone("observability::no_password_in_events") {
+        return;
+    }
     capture();
     let url = format!("redis://:obs-hunter2@127.0.0.1:{}", testkit::free_port());
     let locks = LockManager::builder()
