@@ -11,8 +11,8 @@
 //! * [`scripted`]: a fake server whose every answer the test writes.
 //! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, retarget).
 //! * [`blackhole`]: a listener that accepts and never reads nor answers.
-//! * [`memory_nodes`] and its kin: in-memory clusters, and
-//!   [`builder_on`] a manager over them on a manual clock.
+//! * [`memory_nodes`] and its kin: in-memory clusters; [`builder_on`]
+//!   and [`cluster_on`]: managers over them on a manual clock.
 //! * [`faces`]: memory nodes seen through a changed face.
 //! * [`acceptor`]: the one loopback accept loop the three above run on.
 //! * [`CountedNotices`]: any backend, its release listeners' polls counted.
@@ -44,7 +44,7 @@ mod wait;
 pub use alone::alone;
 pub use blackhole::Blackhole;
 pub use counted::CountedNotices;
-pub use memory::{builder_on, memory_nodes, memory_nodes_on, memory_nodes_with};
+pub use memory::{builder_on, cluster_on, memory_nodes, memory_nodes_on, memory_nodes_with};
 pub use redis_cluster::RedisCluster;
 pub use report::said_of;
 pub use rng::Rng;

@@ -1,5 +1,5 @@
 //! In-memory clusters: the nodes most of the library's tests lock on, and
-//! a manager over them on a manual clock.
+//! managers over them on a manual clock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +48,17 @@ pub fn builder_on(nodes: &[MemoryBackend], clock: &ManualClock) -> LockManagerBu
         .retry(RetryPolicy::none())
 }
 
+/// Three in-memory nodes on `clock` (`mem-0` to `mem-2`), and a manager
+/// over them from [`builder_on`] with `ttl`.
+pub fn cluster_on(clock: &ManualClock, ttl: Duration) -> (Vec<MemoryBackend>, LockManager) {
+    let nodes = memory_nodes_on(3, clock);
+    let locks = builder_on(&nodes, clock)
+        .ttl(ttl)
+        .build()
+        .expect("three memory nodes make a manager");
+    (nodes, locks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +77,9 @@ mod tests {
             .ttl(Duration::from_secs(10))
             .build()
             .unwrap();
+        let (three, other) = cluster_on(&clock, Duration::from_secs(10));
+        assert_eq!(three.len(), 3);
+        drop(other.try_lock("r").unwrap());
         let guard = locks.try_lock("r").unwrap();
         assert!(locks.flush(Duration::from_secs(10)));
         clock.advance(Duration::from_secs(11));

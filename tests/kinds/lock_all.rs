@@ -12,15 +12,10 @@ use quorum_lock::backend;
 use quorum_lock::{
     Error, LockManager, LockManagerBuilder, LockOptions, MAX_SET_SIZE, MemoryBackend, RetryPolicy,
 };
+use testkit::memory_nodes_with;
 
 const TTL: Duration = Duration::from_secs(10);
 const FLUSH: Duration = Duration::from_secs(5);
-
-fn nodes(name: &str) -> Vec<MemoryBackend> {
-    (0..3)
-        .map(|i| MemoryBackend::new(format!("{name}-{i}")))
-        .collect()
-}
 
 fn builder(nodes: &[MemoryBackend]) -> LockManagerBuilder {
     LockManager::builder()
@@ -37,7 +32,7 @@ fn once() -> LockOptions {
 
 #[test]
 fn a_set_holds_every_member_on_every_node_and_releases_them_together() {
-    let nodes = nodes("all-basic");
+    let nodes = memory_nodes_with("all-basic", 3, None);
     let locks = builder(&nodes).prefix("p:").build().unwrap();
     let guard = locks.lock_all(["b", "a", "b", "c"], &once()).unwrap();
     assert!(locks.flush(FLUSH));
@@ -60,7 +55,7 @@ fn a_set_holds_every_member_on_every_node_and_releases_them_together() {
 
 #[test]
 fn single_locks_and_overlapping_sets_contend_with_a_set_and_disjoint_ones_do_not() {
-    let nodes = nodes("all-contend");
+    let nodes = memory_nodes_with("all-contend", 3, None);
     let ours = builder(&nodes).build().unwrap();
     let theirs = builder(&nodes).build().unwrap();
     let set = ours.lock_all(["a", "b"], &once()).unwrap();
@@ -88,7 +83,7 @@ fn single_locks_and_overlapping_sets_contend_with_a_set_and_disjoint_ones_do_not
 
 #[test]
 fn a_node_where_one_member_is_taken_votes_no_and_writes_nothing() {
-    let nodes = nodes("all-partial");
+    let nodes = memory_nodes_with("all-partial", 3, None);
     backend::acquire(&nodes[0], b"b", b"someone-else", TTL).unwrap();
     let locks = builder(&nodes).build().unwrap();
     let guard = locks.lock_all(["a", "b"], &once()).unwrap();
@@ -116,7 +111,7 @@ fn a_node_where_one_member_is_taken_votes_no_and_writes_nothing() {
 
 #[test]
 fn a_set_extends_all_its_members_together() {
-    let nodes = nodes("all-extend");
+    let nodes = memory_nodes_with("all-extend", 3, None);
     let locks = builder(&nodes).build().unwrap();
     let mut guard = locks.lock_all(["x", "y"], &once()).unwrap();
     guard.extend(TTL * 3).unwrap();
@@ -136,7 +131,7 @@ fn a_set_extends_all_its_members_together() {
 
 #[test]
 fn overlapping_sets_from_many_threads_never_share_a_resource_and_all_finish() {
-    let nodes = nodes("all-threads");
+    let nodes = memory_nodes_with("all-threads", 3, None);
     let locks = builder(&nodes)
         .retry(
             RetryPolicy::new()
@@ -183,7 +178,7 @@ fn overlapping_sets_from_many_threads_never_share_a_resource_and_all_finish() {
 
 #[test]
 fn a_fenced_set_gets_one_fence_above_each_members_and_raises_them_all() {
-    let nodes = nodes("all-fenced");
+    let nodes = memory_nodes_with("all-fenced", 3, None);
     let locks = builder(&nodes).fencing(true).build().unwrap();
     let fenced = LockOptions::new().retry(RetryPolicy::none());
     // Each member has a history of its own: a is far ahead of b.
@@ -212,7 +207,7 @@ fn a_fenced_set_gets_one_fence_above_each_members_and_raises_them_all() {
 
 #[test]
 fn waiting_for_a_member_of_a_set_this_thread_holds_is_a_deadlock_error() {
-    let nodes = nodes("all-self");
+    let nodes = memory_nodes_with("all-self", 3, None);
     let locks = builder(&nodes)
         .retry(RetryPolicy::new().max_wait(Duration::from_secs(30)))
         .build()
@@ -242,7 +237,7 @@ fn waiting_for_a_member_of_a_set_this_thread_holds_is_a_deadlock_error() {
 
 #[test]
 fn bad_sets_are_refused_before_any_node_is_asked() {
-    let nodes = nodes("all-bad");
+    let nodes = memory_nodes_with("all-bad", 3, None);
     let locks = builder(&nodes).build().unwrap();
     let fenced = builder(&nodes).fencing(true).build().unwrap();
     let before: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
@@ -287,7 +282,7 @@ fn bad_sets_are_refused_before_any_node_is_asked() {
 /// member: the cap counts distinct names.
 #[test]
 fn duplicates_never_hide_a_member_of_a_set() {
-    let nodes = nodes("all-dups");
+    let nodes = memory_nodes_with("all-dups", 3, None);
     let locks = builder(&nodes).build().unwrap();
     let other = builder(&nodes).build().unwrap();
     let mut names = vec!["a"; 300];
@@ -304,7 +299,7 @@ fn duplicates_never_hide_a_member_of_a_set() {
 /// repeats come first; an endless list is refused, never read for ever.
 #[test]
 fn the_set_cap_counts_distinct_names_and_an_endless_list_is_refused() {
-    let nodes = nodes("all-cap");
+    let nodes = memory_nodes_with("all-cap", 3, None);
     let locks = builder(&nodes).build().unwrap();
     let mut names: Vec<String> = vec!["a".into(); 500];
     names.extend((1..=MAX_SET_SIZE).map(|i| format!("r{i}")));

@@ -9,3 +9,4 @@
 mod lock_all;
 mod rw;
 mod semaphore;
+mod support;

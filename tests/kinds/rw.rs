@@ -8,53 +8,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use testkit::wait_until;
+use quorum_lock::{CancellationToken, Error, LockOptions, ManualClock};
+use testkit::{builder_on, cluster_on, memory_nodes, wait_until};
 
-use quorum_lock::{
-    CancellationToken, Error, LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy,
-};
-
-const TTL: Duration = Duration::from_secs(10);
-
-fn nodes() -> Vec<MemoryBackend> {
-    (0..3)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect()
-}
-
-fn manager(nodes: &[MemoryBackend]) -> LockManager {
-    LockManager::builder()
-        .nodes(nodes.iter().cloned())
-        .ttl(TTL)
-        // In-memory nodes answer in microseconds; no test here is about a
-        // slow node, and a loaded machine must not time them out.
-        .node_timeout(Duration::from_secs(2))
-        .build()
-        .expect("three memory nodes make a manager")
-}
-
-fn on_clock(clock: &ManualClock) -> (Vec<MemoryBackend>, LockManager) {
-    let nodes: Vec<MemoryBackend> = (0..3)
-        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
-        .collect();
-    let locks = manager_on(&nodes, clock);
-    (nodes, locks)
-}
-
-fn manager_on(nodes: &[MemoryBackend], clock: &ManualClock) -> LockManager {
-    LockManager::builder()
-        .nodes(nodes.iter().cloned())
-        .clock(Arc::new(clock.clone()))
-        .ttl(TTL)
-        .node_timeout(Duration::from_secs(1))
-        .retry(RetryPolicy::none())
-        .build()
-        .unwrap()
-}
+use crate::support::{TTL, manager};
 
 #[test]
 fn readers_share_and_a_writer_is_alone_across_managers() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let [ra, rb, rc] = [(); 3].map(|()| manager(&nodes).rw_lock("config").unwrap());
     let first = ra.try_read().expect("a free lock");
     let second = rb.try_read().expect("readers share");
@@ -78,7 +39,7 @@ fn readers_share_and_a_writer_is_alone_across_managers() {
 
 #[test]
 fn the_rw_lock_x_is_not_the_mutex_or_the_semaphore_x() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let mutex = locks.try_lock("x").unwrap();
     let permit = locks.semaphore("x", 1).unwrap().try_acquire().unwrap();
@@ -94,12 +55,17 @@ fn the_rw_lock_x_is_not_the_mutex_or_the_semaphore_x() {
 #[test]
 fn a_crashed_reader_expires_on_its_own_while_another_reader_extends() {
     let clock = ManualClock::new();
-    let (nodes, locks) = on_clock(&clock);
+    let (nodes, locks) = cluster_on(&clock, TTL);
     let rw = locks.rw_lock("report").unwrap();
     let short = LockOptions::new().ttl(Duration::from_secs(3));
     // The crashed reader, in another process: never released, never
     // extended.
-    let crashed = manager_on(&nodes, &clock).rw_lock("report").unwrap();
+    let crashed = builder_on(&nodes, &clock)
+        .ttl(TTL)
+        .build()
+        .unwrap()
+        .rw_lock("report")
+        .unwrap();
     std::mem::forget(crashed.read_with(&short).unwrap());
     let mut live = rw.read_with(&short).unwrap();
     // The live reader extends every second, for longer than the crashed
@@ -120,11 +86,16 @@ fn a_crashed_reader_expires_on_its_own_while_another_reader_extends() {
 #[test]
 fn a_reader_that_has_not_expired_keeps_the_writer_out() {
     let clock = ManualClock::new();
-    let (nodes, locks) = on_clock(&clock);
+    let (nodes, locks) = cluster_on(&clock, TTL);
     let rw = locks.rw_lock("report").unwrap();
     let short = LockOptions::new().ttl(Duration::from_secs(3));
     // The crashed reader, in another process.
-    let crashed = manager_on(&nodes, &clock).rw_lock("report").unwrap();
+    let crashed = builder_on(&nodes, &clock)
+        .ttl(TTL)
+        .build()
+        .unwrap()
+        .rw_lock("report")
+        .unwrap();
     std::mem::forget(crashed.read_with(&short).unwrap());
     clock.advance(Duration::from_secs(2));
     let error = rw.try_write().expect_err("a reader is still in");
@@ -137,7 +108,7 @@ fn a_reader_that_has_not_expired_keeps_the_writer_out() {
 
 #[test]
 fn a_writers_intent_stops_new_readers_until_it_is_done() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let (a, b) = (manager(&nodes), manager(&nodes));
     let (ra, rb) = (a.rw_lock("feed").unwrap(), b.rw_lock("feed").unwrap());
     let reader = ra.read().unwrap();
@@ -180,7 +151,7 @@ fn a_writers_intent_stops_new_readers_until_it_is_done() {
 
 #[test]
 fn a_waiting_writer_gets_in_under_a_steady_stream_of_readers() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let rw = locks.rw_lock("stream").unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -218,7 +189,7 @@ fn a_waiting_writer_gets_in_under_a_steady_stream_of_readers() {
 
 #[test]
 fn there_is_no_upgrade_and_no_wait_for_oneself() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let rw = locks.rw_lock("doc").unwrap();
     let reader = rw.read().unwrap();
@@ -241,7 +212,7 @@ fn there_is_no_upgrade_and_no_wait_for_oneself() {
 
 #[test]
 fn a_reader_of_this_process_stands_back_for_a_local_writer() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let other = manager(&nodes).rw_lock("ledger").unwrap();
     let rw = locks.rw_lock("ledger").unwrap();
@@ -271,7 +242,7 @@ fn a_reader_of_this_process_stands_back_for_a_local_writer() {
 
 #[test]
 fn write_guards_are_fenced_in_order_and_readers_have_no_fence() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let rw = locks.rw_lock("ledger").unwrap();
     let fenced = LockOptions::new().fencing(true);
@@ -293,7 +264,7 @@ fn write_guards_are_fenced_in_order_and_readers_have_no_fence() {
 
 #[test]
 fn a_cancelled_writer_leaves_nothing_behind() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let rw = locks.rw_lock("cancel").unwrap();
     let reader = manager(&nodes).rw_lock("cancel").unwrap().read().unwrap();
@@ -318,7 +289,7 @@ fn a_cancelled_writer_leaves_nothing_behind() {
 
 #[test]
 fn bad_names_are_typed_errors_before_any_node() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     for name in [
         &b""[..],

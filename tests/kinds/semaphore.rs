@@ -8,32 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use quorum_lock::{
-    CancellationToken, Error, LockManager, LockOptions, MAX_PERMITS, MemoryBackend, RetryPolicy,
-};
+use quorum_lock::{CancellationToken, Error, LockOptions, MAX_PERMITS, RetryPolicy};
+use testkit::memory_nodes;
 
-fn nodes() -> Vec<MemoryBackend> {
-    (0..3)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect()
-}
-
-fn manager(nodes: &[MemoryBackend]) -> LockManager {
-    LockManager::builder()
-        .nodes(nodes.iter().cloned())
-        .ttl(Duration::from_secs(10))
-        // In-memory nodes answer in microseconds; the default bound (made
-        // for a LAN) timed every node out on a machine whose cores were
-        // all busy, with eight managers' node threads in this process.
-        // No test here is about a slow node.
-        .node_timeout(Duration::from_secs(2))
-        .build()
-        .expect("three memory nodes make a manager")
-}
+use crate::support::manager;
 
 #[test]
 fn two_managers_share_k_permits_and_a_released_one_is_taken_again() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let (a, b) = (manager(&nodes), manager(&nodes));
     let first = a.semaphore("uploads", 2).expect("valid").try_acquire();
     let second = b.semaphore("uploads", 2).expect("valid").try_acquire();
@@ -57,7 +39,7 @@ fn two_managers_share_k_permits_and_a_released_one_is_taken_again() {
 
 #[test]
 fn try_acquire_finds_the_last_free_slot_wherever_its_scan_starts() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let pool = locks.semaphore("pool", 4).expect("valid");
     // Scans start at a random slot: ten fills of four permits make every
@@ -76,7 +58,7 @@ fn try_acquire_finds_the_last_free_slot_wherever_its_scan_starts() {
 
 #[test]
 fn many_threads_never_hold_more_than_k_permits() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let permits = 3;
     let holding = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
@@ -110,7 +92,7 @@ fn many_threads_never_hold_more_than_k_permits() {
 
 #[test]
 fn a_permit_is_a_lock_with_a_fence_of_its_slot() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let printers = locks.semaphore("printers", 1).expect("valid");
     let fenced = LockOptions::new().fencing(true).retry(RetryPolicy::none());
@@ -129,7 +111,7 @@ fn a_permit_is_a_lock_with_a_fence_of_its_slot() {
 
 #[test]
 fn a_cancelled_wait_for_a_permit_returns_cancelled_and_holds_nothing() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let single = locks.semaphore("single", 1).expect("valid");
     let held = single.try_acquire().expect("free");
@@ -147,7 +129,7 @@ fn a_cancelled_wait_for_a_permit_returns_cancelled_and_holds_nothing() {
 /// as usual. `acquire()` waits with the manager's defaults.
 #[test]
 fn asking_for_a_permit_while_holding_every_one_is_a_deadlock() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let single = locks.semaphore("single", 1).expect("valid");
     let held = single.acquire().expect("free");
@@ -174,7 +156,7 @@ fn asking_for_a_permit_while_holding_every_one_is_a_deadlock() {
 
 #[test]
 fn bad_semaphores_are_refused_with_a_typed_error() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     for (name, permits) in [("", 1), ("ok", 0), ("ok", MAX_PERMITS + 1)] {
         match locks.semaphore(name, permits) {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use quorum_lock::{
     Error, LockGuard, LockManager, LockManagerBuilder, LockOptions, MemoryBackend, RetryPolicy,
 };
+use testkit::memory_nodes;
 
 #[test]
 fn public_types_are_thread_safe() {
@@ -20,12 +21,6 @@ fn public_types_are_thread_safe() {
     send_sync::<MemoryBackend>();
     error::<Error>();
     error::<quorum_lock::backend::BackendError>();
-}
-
-fn nodes(n: usize) -> Vec<MemoryBackend> {
-    (0..n)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect()
 }
 
 fn builder(nodes: &[MemoryBackend]) -> LockManagerBuilder {
@@ -43,7 +38,7 @@ fn config_error(result: Result<LockManager, Error>) -> String {
 
 #[test]
 fn bad_configuration_is_a_config_error() {
-    let three = nodes(3);
+    let three = memory_nodes(3);
     assert!(config_error(LockManager::builder().build()).contains("no nodes"));
     let twice = config_error(builder(&three).node(three[1].clone()).build());
     assert!(
@@ -71,12 +66,12 @@ fn bad_configuration_is_a_config_error() {
     assert!(config_error(above.build()).contains("max_ttl"));
     // Quorum may be raised up to N.
     assert_eq!(builder(&three).quorum(3).build().unwrap().quorum(), 3);
-    assert_eq!(builder(&nodes(4)).build().unwrap().quorum(), 3);
+    assert_eq!(builder(&memory_nodes(4)).build().unwrap().quorum(), 3);
 }
 
 #[test]
 fn bad_arguments_are_rejected_before_any_node_is_contacted() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = builder(&nodes).build().unwrap();
     let cases: Vec<(&str, Result<LockGuard, Error>)> = vec![
         ("empty", locks.try_lock("")),
@@ -116,7 +111,7 @@ fn bad_arguments_are_rejected_before_any_node_is_contacted() {
 
 #[test]
 fn extend_with_a_bad_ttl_leaves_the_guard_unchanged() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = builder(&nodes).build().unwrap();
     let mut guard = locks.try_lock("r").unwrap();
     let err = guard.extend(Duration::from_secs(3600)).unwrap_err();
@@ -126,7 +121,7 @@ fn extend_with_a_bad_ttl_leaves_the_guard_unchanged() {
 
 #[test]
 fn keys_are_the_prefix_and_the_resource_bytes() {
-    let nodes = nodes(1);
+    let nodes = memory_nodes(1);
     let locks = builder(&nodes).prefix("app:").build().unwrap();
     let resource = [0xff, 0x00, b'x', 0xfe]; // not UTF-8
     let guard = locks.try_lock(resource).unwrap();
@@ -147,7 +142,7 @@ fn keys_are_the_prefix_and_the_resource_bytes() {
 
 #[test]
 fn lock_retries_until_the_holder_lets_go() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .retry(
@@ -178,7 +173,7 @@ fn lock_retries_until_the_holder_lets_go() {
 
 #[test]
 fn retries_are_bounded_and_counted() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = builder(&nodes).build().unwrap();
     // Held elsewhere (this thread asking again would be a deadlock).
     let holder = builder(&nodes).build().unwrap();
@@ -209,7 +204,7 @@ fn retries_are_bounded_and_counted() {
 /// by the error's report, not by time.
 #[test]
 fn try_with_lock_makes_one_attempt() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     // The manager's default retry policy: wait up to 60 s.
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())

@@ -11,6 +11,7 @@ use quorum_lock::{
     Clock, LockManager, LockManagerBuilder, LockOptions, MAX_RESOURCE_LEN, ManualClock,
     MemoryBackend, RetryPolicy,
 };
+use testkit::memory_nodes;
 
 const DURATIONS: [Duration; 5] = [
     Duration::ZERO,
@@ -20,16 +21,10 @@ const DURATIONS: [Duration; 5] = [
     Duration::MAX,
 ];
 
-fn nodes() -> Vec<MemoryBackend> {
-    (0..3)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect()
-}
-
 /// Builds with `configure`, then locks and releases once: either step may
 /// fail with a typed error, neither may panic, and no key may remain.
 fn try_config(what: &str, configure: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder) {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let built = configure(LockManager::builder().nodes(nodes.iter().cloned())).build();
         let Ok(locks) = built else {
@@ -77,7 +72,7 @@ fn every_builder_setter_at_zero_one_max_and_nonsense() {
 /// "Wait forever" is a legitimate request, not a panic.
 #[test]
 fn every_lock_option_at_zero_one_max() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .build()
@@ -197,7 +192,7 @@ impl Backend for OwnBackend {
 /// fixes, instead of every lock failing later with "no identity".
 #[test]
 fn a_backend_without_identity_is_refused_at_build_with_quarantine_on() {
-    let own = || nodes().into_iter().map(OwnBackend);
+    let own = || memory_nodes(3).into_iter().map(OwnBackend);
     let error = LockManager::builder()
         .nodes(own())
         .build()
@@ -225,7 +220,7 @@ fn a_backend_without_identity_is_refused_at_build_with_quarantine_on() {
 /// to be sent to every node.
 #[test]
 fn resource_names_are_bounded_before_any_node_is_asked() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .retry(RetryPolicy::none())
@@ -271,7 +266,7 @@ fn resource_names_are_bounded_before_any_node_is_asked() {
 /// look like the old set mark are plain resources now.
 #[test]
 fn the_reserved_namespace_is_refused_everywhere_and_no_key_is_left() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .prefix("app:")

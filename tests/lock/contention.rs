@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
+use testkit::memory_nodes;
 
 const THREADS: usize = 8;
 const ROUNDS: usize = 50;
 
 fn cluster() -> (Vec<MemoryBackend>, LockManager) {
-    let nodes: Vec<MemoryBackend> = (0..3)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect();
+    let nodes = memory_nodes(3);
     for node in &nodes {
         node.set_latency(Duration::from_micros(50));
     }

@@ -5,43 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quorum_lock::report::NodeOutcome;
-use quorum_lock::{Error, LockManager, ManualClock, MemoryBackend, RetryPolicy};
+use quorum_lock::{Error, LockManager, ManualClock};
+// `hold_settled`: a lock every node has run the acquire of, so the nodes'
+// state is settled before the test inspects or changes it (a round
+// returns as soon as a quorum answered).
+use testkit::{builder_on, cluster_on, hold_settled, memory_nodes_on};
 
 const TTL: Duration = Duration::from_secs(10);
-
-fn cluster(clock: &ManualClock) -> (Vec<MemoryBackend>, LockManager) {
-    let nodes: Vec<MemoryBackend> = (0..3)
-        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
-        .collect();
-    let locks = manager_on(&nodes, clock);
-    (nodes, locks)
-}
-
-/// Locks and waits until every node has run the acquire, so the nodes'
-/// state is settled before the test inspects or changes it (a round returns
-/// as soon as a quorum answered).
-fn lock_settled(locks: &LockManager, resource: &str) -> quorum_lock::LockGuard {
-    let guard = locks.try_lock(resource).unwrap();
-    assert!(locks.flush(Duration::from_secs(10)));
-    guard
-}
-
-fn manager_on(nodes: &[MemoryBackend], clock: &ManualClock) -> LockManager {
-    LockManager::builder()
-        .nodes(nodes.iter().cloned())
-        .clock(Arc::new(clock.clone()))
-        .ttl(TTL)
-        .node_timeout(Duration::from_secs(1))
-        .retry(RetryPolicy::none())
-        .build()
-        .unwrap()
-}
 
 #[test]
 fn extend_needs_a_quorum_and_marks_the_guard_lost_otherwise() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
-    let mut guard = lock_settled(&locks, "job");
+    let (nodes, locks) = cluster_on(&clock, TTL);
+    let mut guard = hold_settled(&locks, "job");
     nodes[0].set_down(true);
     guard.extend(TTL).unwrap();
     nodes[1].set_down(true);
@@ -74,11 +50,11 @@ fn extend_needs_a_quorum_and_marks_the_guard_lost_otherwise() {
 #[test]
 fn extend_of_an_expired_lock_fails_without_touching_the_new_holder() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
-    let mut guard = lock_settled(&locks, "job");
+    let (nodes, locks) = cluster_on(&clock, TTL);
+    let mut guard = hold_settled(&locks, "job");
     clock.advance(TTL);
-    let other = manager_on(&nodes, &clock);
-    let theirs = lock_settled(&other, "job");
+    let other = builder_on(&nodes, &clock).ttl(TTL).build().unwrap();
+    let theirs = hold_settled(&other, "job");
     clock.advance(Duration::from_secs(1));
     let before: Vec<_> = nodes.iter().map(|n| n.operations()).collect();
     let err = guard.extend(TTL).unwrap_err();
@@ -102,8 +78,8 @@ fn extend_of_an_expired_lock_fails_without_touching_the_new_holder() {
 #[test]
 fn extend_of_a_stolen_lock_fails_and_leaves_the_thief_alone() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
-    let mut guard = lock_settled(&locks, "job");
+    let (nodes, locks) = cluster_on(&clock, TTL);
+    let mut guard = hold_settled(&locks, "job");
     // Two nodes lose the key (as if their clocks jumped) and another client
     // takes it there.
     nodes[1].expire_now(b"job");
@@ -128,13 +104,13 @@ fn extend_of_a_stolen_lock_fails_and_leaves_the_thief_alone() {
 #[test]
 fn release_reports_each_node_and_frees_the_lock() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
-    let guard = lock_settled(&locks, "job");
+    let (nodes, locks) = cluster_on(&clock, TTL);
+    let guard = hold_settled(&locks, "job");
     let report = guard.release().unwrap();
     assert_eq!(report.granted(), 3);
     assert!(locks.flush(Duration::from_secs(10)));
     assert!(nodes.iter().all(|n| n.key_count() == 0));
-    drop(lock_settled(&locks, "job"));
+    drop(hold_settled(&locks, "job"));
 }
 
 /// A release after the keys are gone (the second of two releases, or one by
@@ -143,10 +119,10 @@ fn release_reports_each_node_and_frees_the_lock() {
 #[test]
 fn release_by_a_non_owner_is_harmless_and_reported() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
-    let stale = lock_settled(&locks, "job");
+    let (nodes, locks) = cluster_on(&clock, TTL);
+    let stale = hold_settled(&locks, "job");
     clock.advance(TTL);
-    let theirs = lock_settled(&locks, "job");
+    let theirs = hold_settled(&locks, "job");
     let report = stale.release().unwrap();
     assert_eq!((report.granted(), report.refused()), (0, 3));
     assert!(report.to_string().contains("not held by us"), "{report}");
@@ -164,8 +140,8 @@ fn release_by_a_non_owner_is_harmless_and_reported() {
 #[test]
 fn release_without_a_quorum_of_answers_is_an_error() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
-    let guard = lock_settled(&locks, "job");
+    let (nodes, locks) = cluster_on(&clock, TTL);
+    let guard = hold_settled(&locks, "job");
     nodes[0].set_down(true);
     nodes[1].set_down(true);
     let err = guard.release().unwrap_err();
@@ -182,8 +158,8 @@ fn release_without_a_quorum_of_answers_is_an_error() {
 #[test]
 fn drop_returns_at_once_even_when_every_node_is_stalled() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
-    let guard = lock_settled(&locks, "job");
+    let (nodes, locks) = cluster_on(&clock, TTL);
+    let guard = hold_settled(&locks, "job");
     assert!(
         locks.flush(Duration::from_secs(10)),
         "every acquire has landed"
@@ -214,11 +190,11 @@ fn drop_returns_at_once_even_when_every_node_is_stalled() {
 #[test]
 fn releases_survive_the_last_manager_handle() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
+    let (nodes, locks) = cluster_on(&clock, TTL);
     for node in &nodes {
         node.set_latency(Duration::from_millis(20));
     }
-    let guard = lock_settled(&locks, "job");
+    let guard = hold_settled(&locks, "job");
     drop(locks);
     drop(guard);
     // The workers finish their queue before exiting: wait for the keys to go
@@ -233,13 +209,13 @@ fn releases_survive_the_last_manager_handle() {
 #[test]
 fn forget_leaves_the_lock_to_expire() {
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster(&clock);
-    lock_settled(&locks, "job").forget();
+    let (nodes, locks) = cluster_on(&clock, TTL);
+    hold_settled(&locks, "job").forget();
     assert!(locks.flush(Duration::from_secs(10)));
     assert!(nodes.iter().all(|n| n.key_count() == 1));
     assert!(locks.try_lock("job").unwrap_err().is_contended());
     clock.advance(TTL);
-    drop(lock_settled(&locks, "job"));
+    drop(hold_settled(&locks, "job"));
 }
 
 /// On a manual clock, auto-extension runs on its own thread: `flush` after
@@ -252,9 +228,7 @@ fn forget_leaves_the_lock_to_expire() {
 fn flush_after_an_advance_waits_for_the_due_extends() {
     const SHORT: Duration = Duration::from_secs(3);
     let clock = ManualClock::new();
-    let nodes: Vec<MemoryBackend> = (0..3)
-        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
-        .collect();
+    let nodes = memory_nodes_on(3, &clock);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .clock(Arc::new(clock.clone()))

@@ -8,14 +8,9 @@ use std::time::Duration;
 use quorum_lock::backend;
 use quorum_lock::inspection::{KeyState, Verdict};
 use quorum_lock::{Error, LockManager, LockManagerBuilder, MAX_OWNER_LEN, MemoryBackend};
+use testkit::memory_nodes_with;
 
 const TTL: Duration = Duration::from_secs(10);
-
-fn nodes(name: &str) -> Vec<MemoryBackend> {
-    (0..3)
-        .map(|i| MemoryBackend::new(format!("{name}-{i}")))
-        .collect()
-}
 
 fn builder(nodes: &[MemoryBackend]) -> LockManagerBuilder {
     LockManager::builder()
@@ -26,7 +21,7 @@ fn builder(nodes: &[MemoryBackend]) -> LockManagerBuilder {
 
 #[test]
 fn a_held_lock_shows_its_owner_and_a_time_left_below_its_ttl() {
-    let nodes = nodes("insp-held");
+    let nodes = memory_nodes_with("insp-held", 3, None);
     let ours = builder(&nodes).owner("report-job@host-1").build().unwrap();
     let theirs = builder(&nodes).build().unwrap();
     assert_eq!(theirs.inspect("report").unwrap().verdict(), Verdict::Free);
@@ -67,7 +62,7 @@ fn a_held_lock_shows_its_owner_and_a_time_left_below_its_ttl() {
 
 #[test]
 fn the_default_owner_is_host_and_pid_and_an_empty_label_stores_none() {
-    let nodes = nodes("insp-default");
+    let nodes = memory_nodes_with("insp-default", 3, None);
     let locks = builder(&nodes).build().unwrap();
     let pid = format!(":{}", std::process::id());
     assert!(locks.owner().ends_with(&pid), "{}", locks.owner());
@@ -91,7 +86,7 @@ fn the_default_owner_is_host_and_pid_and_an_empty_label_stores_none() {
 
 #[test]
 fn holders_on_a_minority_each_are_a_split_not_a_holder() {
-    let nodes = nodes("insp-split");
+    let nodes = memory_nodes_with("insp-split", 3, None);
     backend::acquire(&nodes[0], b"job", b"one-client", TTL).unwrap();
     backend::acquire(&nodes[1], b"job", b"another-client", TTL).unwrap();
     let locks = builder(&nodes).build().unwrap();
@@ -108,7 +103,7 @@ fn holders_on_a_minority_each_are_a_split_not_a_holder() {
 
 #[test]
 fn too_few_answers_is_unknown_and_names_the_nodes_that_failed() {
-    let nodes = nodes("insp-down");
+    let nodes = memory_nodes_with("insp-down", 3, None);
     let locks = builder(&nodes).build().unwrap();
     nodes[1].set_down(true);
     nodes[2].set_down(true);
@@ -124,7 +119,7 @@ fn too_few_answers_is_unknown_and_names_the_nodes_that_failed() {
 
 #[test]
 fn a_paused_node_costs_at_most_the_wait_and_counts_as_failed() {
-    let nodes = nodes("insp-paused");
+    let nodes = memory_nodes_with("insp-paused", 3, None);
     let locks = builder(&nodes)
         .node_timeout(Duration::from_millis(50))
         .build()
@@ -146,7 +141,7 @@ fn a_paused_node_costs_at_most_the_wait_and_counts_as_failed() {
 
 #[test]
 fn bad_resources_and_labels_are_refused_before_any_node_is_asked() {
-    let nodes = nodes("insp-bad");
+    let nodes = memory_nodes_with("insp-bad", 3, None);
     let locks = builder(&nodes).build().unwrap();
     let before: u64 = nodes.iter().map(MemoryBackend::round_trips).sum();
     for bad in [&b""[..], &b"{quorum-lock}:fences"[..]] {

@@ -13,7 +13,8 @@ use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
 };
-use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
+use quorum_lock::{LockManager, LockOptions, RetryPolicy};
+use testkit::memory_nodes;
 
 /// Every metric by its name and labels (`name{k=v,...}`).
 #[derive(Default)]
@@ -113,9 +114,7 @@ fn a_scripted_run_records_the_documented_names_and_counts() {
     }
     let recorder = TestRecorder::default();
     metrics::set_global_recorder(recorder.clone()).expect("the only recorder");
-    let nodes: Vec<MemoryBackend> = (0..3)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect();
+    let nodes = memory_nodes(3);
     let build = || {
         LockManager::builder()
             .nodes(nodes.iter().cloned())

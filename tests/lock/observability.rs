@@ -13,6 +13,7 @@ use log::{Level, LevelFilter, Log, Metadata, Record};
 use quorum_lock::health::NodeState;
 use quorum_lock::{LockManager, ManualClock, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
+use testkit::memory_nodes_with;
 use testkit::wait_until;
 
 /// Every event logged in this test binary.
@@ -59,12 +60,6 @@ fn logged(level: Level, word: &str, what: &str) -> bool {
         .any(|(l, text)| *l == level && text.contains(what))
 }
 
-fn nodes(prefix: &str, clock: &ManualClock) -> Vec<MemoryBackend> {
-    (0..3)
-        .map(|i| MemoryBackend::with_clock(format!("{prefix}-{i}"), Arc::new(clock.clone())))
-        .collect()
-}
-
 fn manager(nodes: &[MemoryBackend], clock: &ManualClock) -> LockManager {
     LockManager::builder()
         .nodes(nodes.iter().cloned())
@@ -83,7 +78,7 @@ fn a_node_that_goes_down_and_comes_back() {
     }
     capture();
     let clock = ManualClock::new();
-    let nodes = nodes("obs-down", &clock);
+    let nodes = memory_nodes_with("obs-down", 3, Some(&clock));
     let locks = manager(&nodes, &clock);
     nodes[2].set_down(true);
     for _ in 0..3 {
@@ -133,7 +128,7 @@ fn releases_kept_past_max_ttl_are_dropped_not_said_to_be_sent() {
     }
     capture();
     let clock = ManualClock::new();
-    let nodes = nodes("obs-parked", &clock);
+    let nodes = memory_nodes_with("obs-parked", 3, Some(&clock));
     let locks = manager(&nodes, &clock);
     nodes[2].set_down(true);
     assert!(wait_until(Duration::from_secs(10), || {
@@ -181,7 +176,7 @@ fn a_restart_is_quarantined_and_its_end_announced() {
     }
     capture();
     let clock = ManualClock::new();
-    let nodes = nodes("obs-restart", &clock);
+    let nodes = memory_nodes_with("obs-restart", 3, Some(&clock));
     let locks = manager(&nodes, &clock);
     locks.try_lock("r").unwrap().release().unwrap();
     nodes[0].restart();
@@ -216,7 +211,7 @@ fn a_lost_lock_is_a_warning_and_counted() {
     }
     capture();
     let clock = ManualClock::new();
-    let nodes = nodes("obs-lost", &clock);
+    let nodes = memory_nodes_with("obs-lost", 3, Some(&clock));
     let locks = manager(&nodes, &clock);
     let mut guard = locks.lock("obs-lost-resource").unwrap();
     let token = guard.token().as_bytes().to_vec();

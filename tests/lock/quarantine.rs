@@ -9,27 +9,18 @@ use std::time::Duration;
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{Error, LockManager, ManualClock, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
+use testkit::{builder_on, memory_nodes_on};
 
 const TTL: Duration = Duration::from_secs(5);
 const MAX_TTL: Duration = Duration::from_secs(10);
 
 fn manager(nodes: &[MemoryBackend], clock: &ManualClock, quarantine: bool) -> LockManager {
-    LockManager::builder()
-        .nodes(nodes.iter().cloned())
-        .clock(Arc::new(clock.clone()))
+    builder_on(nodes, clock)
         .ttl(TTL)
         .max_ttl(MAX_TTL)
         .restart_quarantine(quarantine)
-        .node_timeout(Duration::from_secs(1))
-        .retry(RetryPolicy::none())
         .build()
         .unwrap()
-}
-
-fn nodes(clock: &ManualClock) -> Vec<MemoryBackend> {
-    (0..5)
-        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
-        .collect()
 }
 
 /// The violation Redlock's description warns about: A holds the lock on all
@@ -38,7 +29,7 @@ fn nodes(clock: &ManualClock) -> Vec<MemoryBackend> {
 #[test]
 fn restarted_majority_without_quarantine_lets_a_second_holder_in() {
     let clock = ManualClock::new();
-    let nodes = nodes(&clock);
+    let nodes = memory_nodes_on(5, &clock);
     let a = manager(&nodes, &clock, false);
     let b = manager(&nodes, &clock, false);
     let guard_a = a.try_lock("r").unwrap();
@@ -56,7 +47,7 @@ fn restarted_majority_without_quarantine_lets_a_second_holder_in() {
 #[test]
 fn quarantine_refuses_until_every_forgotten_lock_has_expired() {
     let clock = ManualClock::new();
-    let nodes = nodes(&clock);
+    let nodes = memory_nodes_on(5, &clock);
     let a = manager(&nodes, &clock, true);
     let b = manager(&nodes, &clock, true);
     let guard_a = a.try_lock("r").unwrap();
@@ -101,7 +92,7 @@ fn quarantine_refuses_until_every_forgotten_lock_has_expired() {
 #[test]
 fn quarantine_reports_the_time_left() {
     let clock = ManualClock::new();
-    let nodes = nodes(&clock);
+    let nodes = memory_nodes_on(5, &clock);
     let locks = manager(&nodes, &clock, true);
     nodes[4].restart();
     clock.advance(Duration::from_secs(3));
@@ -168,7 +159,7 @@ fn the_same_server_twice_never_counts_twice() {
 #[test]
 fn quarantine_is_on_by_default() {
     let clock = ManualClock::new();
-    let nodes = nodes(&clock);
+    let nodes = memory_nodes_on(5, &clock);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .clock(Arc::new(clock.clone()))

@@ -8,15 +8,10 @@ use quorum_lock::backend::{self, Backend};
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{Error, LockManager, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
+use testkit::memory_nodes;
 
 const TTL: Duration = Duration::from_secs(10);
 const RESOURCE: &[u8] = b"quorum-test";
-
-fn nodes(n: usize) -> Vec<MemoryBackend> {
-    (0..n)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect()
-}
 
 fn manager<B: Backend + Clone>(nodes: &[B], node_timeout: Duration) -> LockManager {
     LockManager::builder()
@@ -60,7 +55,7 @@ fn split_case(n: usize, yes: usize, no: usize, err: usize) -> bool {
     let other = b"someone-else";
     let q = n / 2 + 1;
     let slow = n - yes - no - err;
-    let nodes = nodes(n);
+    let nodes = memory_nodes(n);
     for node in &nodes[yes..yes + no] {
         assert!(backend::acquire(node, RESOURCE, other, TTL).unwrap());
     }
@@ -135,7 +130,7 @@ fn split_case(n: usize, yes: usize, no: usize, err: usize) -> bool {
 /// its release is queued behind the acquire on the same worker.
 #[test]
 fn late_yes_after_a_failed_round_is_cleaned_up() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes, Duration::from_millis(20));
     // Two nodes are held by another client; node 0 is slow.
     for node in &nodes[1..] {
@@ -160,7 +155,7 @@ fn late_yes_after_a_failed_round_is_cleaned_up() {
 /// "maybe applied": the failed round must still release there.
 #[test]
 fn maybe_applied_acquire_is_released() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes, Duration::from_secs(1));
     nodes[0].lose_replies_next(1);
     nodes[1].lose_replies_next(1);
@@ -175,7 +170,7 @@ fn maybe_applied_acquire_is_released() {
 /// The report names each node with what it did.
 #[test]
 fn report_names_dead_nodes() {
-    let nodes = nodes(5);
+    let nodes = memory_nodes(5);
     nodes[1].set_down(true);
     nodes[3].set_down(true);
     let locks = manager(&nodes, Duration::from_secs(1));
@@ -207,7 +202,7 @@ fn report_names_dead_nodes() {
 fn down_node_is_skipped_then_probed_back() {
     // Through a face, which cannot tell the engine that the node is back:
     // the background probe finds it.
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let faces: Vec<Face> = nodes.iter().cloned().map(Face::of).collect();
     let locks = manager(&faces, Duration::from_secs(1));
     nodes[2].set_down(true);
@@ -245,7 +240,7 @@ fn down_node_is_skipped_then_probed_back() {
 /// 2 s later.
 #[test]
 fn a_memory_node_brought_back_up_votes_in_the_next_round() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes, Duration::from_secs(1));
     nodes[2].set_down(true);
     for i in 0..2 {
@@ -278,7 +273,7 @@ fn a_memory_node_brought_back_up_votes_in_the_next_round() {
 /// A panicking backend is reported as a failed node; the engine lives on.
 #[test]
 fn panicking_backend_does_not_kill_the_engine() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     nodes[0].set_hook(Some(std::sync::Arc::new(
         |_: &quorum_lock::backend::Op<'_>| panic!("injected backend panic"),
     )));
@@ -299,7 +294,7 @@ fn panicking_backend_does_not_kill_the_engine() {
 /// already holds) outlives the round. It is retried until the node answers.
 #[test]
 fn release_that_could_not_reach_a_node_is_retried() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes, Duration::from_secs(1));
     let guard = locks.try_lock(RESOURCE).unwrap();
     assert!(locks.flush(Duration::from_secs(10)));
@@ -325,7 +320,7 @@ fn release_that_could_not_reach_a_node_is_retried() {
 /// timeout per lock.
 #[test]
 fn release_does_not_wait_for_a_node_marked_down() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     // A long node timeout: waiting for the stalled node would show.
     let locks = manager(&nodes, Duration::from_secs(8));
     nodes[2].set_down(true);
@@ -431,9 +426,7 @@ fn a_node_marked_down_by_a_direct_run_is_probed_back() {
 /// key for the TTL.)
 #[test]
 fn a_failed_attempt_releases_on_the_node_the_caller_ran_itself() {
-    let nodes: Vec<MemoryBackend> = (0..3)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect();
+    let nodes = memory_nodes(3);
     let faces: Vec<Face> = nodes
         .iter()
         .map(|n| Face::bounded(n.clone(), Duration::from_millis(500)))
@@ -469,7 +462,7 @@ fn a_failed_attempt_releases_on_the_node_the_caller_ran_itself() {
 /// the round did not wait for once two refusals decided it).
 #[test]
 fn a_node_that_refused_gets_no_undo() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let holder = manager(&nodes, Duration::from_millis(200));
     let waiter = manager(&nodes, Duration::from_millis(200));
     let _held = holder.try_lock("job").unwrap();

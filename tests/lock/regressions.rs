@@ -11,24 +11,17 @@ use std::time::Duration;
 use quorum_lock::backend::{self, UptimeReport};
 use quorum_lock::{LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
+use testkit::{builder_on, memory_nodes, memory_nodes_on};
 
 const MS: Duration = Duration::from_millis(1);
 
-fn nodes(n: usize, clock: &ManualClock) -> Vec<MemoryBackend> {
-    (0..n)
-        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
-        .collect()
-}
-
 fn manager(nodes: &[MemoryBackend], clock: &ManualClock, ttl: Duration) -> LockManager {
-    LockManager::builder()
-        .nodes(nodes.iter().cloned())
-        .clock(Arc::new(clock.clone()))
+    builder_on(nodes, clock)
         .ttl(ttl)
         .max_ttl(ttl)
         .restart_quarantine(true)
+        // Below the schedules' TTLs of 1 s.
         .node_timeout(Duration::from_millis(200))
-        .retry(RetryPolicy::none())
         .build()
         .unwrap()
 }
@@ -43,7 +36,7 @@ fn manager(nodes: &[MemoryBackend], clock: &ManualClock, ttl: Duration) -> LockM
 #[test]
 fn first_contact_does_not_trust_a_whole_second_of_uptime() {
     let clock = ManualClock::new();
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     for node in &nodes {
         node.set_uptime_report(UptimeReport::WholeSeconds { phase: 950 * MS });
     }
@@ -75,7 +68,7 @@ fn first_contact_does_not_trust_a_whole_second_of_uptime() {
 #[test]
 fn a_node_without_identity_does_not_vote_under_quarantine() {
     let clock = ManualClock::new();
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     let ttl = Duration::from_secs(1);
     let a = manager(&nodes, &clock, ttl);
     let guard_a = a.try_lock("r").unwrap();
@@ -162,7 +155,7 @@ fn one_server_under_two_names_never_casts_two_votes_without_an_identity() {
 #[test]
 fn a_release_that_failed_for_any_reason_is_retried() {
     let clock = ManualClock::new();
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     let locks = manager(&nodes, &clock, Duration::from_secs(30));
     let guard = locks.try_lock("r").unwrap();
     assert!(locks.flush(Duration::from_secs(5)));
@@ -184,7 +177,7 @@ fn a_release_that_failed_for_any_reason_is_retried() {
 #[test]
 fn a_failed_release_of_a_set_is_retried_for_every_member() {
     let clock = ManualClock::new();
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     let locks = manager(&nodes, &clock, Duration::from_secs(30));
     let set = locks.lock_all(["a", "b"], &LockOptions::new()).unwrap();
     assert!(locks.flush(Duration::from_secs(5)));
@@ -206,9 +199,7 @@ fn a_failed_release_of_a_set_is_retried_for_every_member() {
 /// give a waiter the lock it asked for, or none.
 #[test]
 fn a_fenced_waiter_is_never_handed_a_plain_lock() {
-    let nodes: Vec<MemoryBackend> = (0..3)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect();
+    let nodes = memory_nodes(3);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .build()
@@ -266,7 +257,7 @@ fn waiting_manager(nodes: &[MemoryBackend], clock: &ManualClock, ttl: Duration) 
 #[test]
 fn the_local_line_does_not_wait_behind_an_expired_lease() {
     let clock = ManualClock::new();
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     let ttl = Duration::from_millis(600);
     let locks = waiting_manager(&nodes, &clock, ttl);
     let stuck = locks.lock("r").unwrap();
@@ -317,7 +308,7 @@ fn the_local_line_does_not_wait_behind_an_expired_lease() {
 #[test]
 fn the_local_line_does_not_wait_behind_a_lost_lease() {
     let clock = ManualClock::new();
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     let ttl = Duration::from_secs(1);
     let locks = waiting_manager(&nodes, &clock, ttl);
     let mut holder = locks.lock("r").unwrap();
@@ -382,7 +373,7 @@ fn the_local_turn_passes_when_lock_with_unwinds() {
         clock: clock.clone(),
         armed: std::sync::Mutex::new(None),
     });
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .clock(trap.clone())
@@ -414,7 +405,7 @@ fn the_local_turn_passes_when_lock_with_unwinds() {
 #[test]
 fn with_lock_does_not_return_ok_after_the_lock_was_lost() {
     let clock = ManualClock::new();
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     let ttl = Duration::from_secs(1);
     let locks = waiting_manager(&nodes, &clock, ttl);
     let opts = LockOptions::new();
@@ -441,7 +432,7 @@ fn with_lock_does_not_return_ok_after_the_lock_was_lost() {
 #[test]
 fn auto_extension_follows_the_injected_clock() {
     let clock = ManualClock::new();
-    let nodes = nodes(3, &clock);
+    let nodes = memory_nodes_on(3, &clock);
     // Extends due every 10 s: in real time, far beyond the waits below.
     let ttl = Duration::from_secs(30);
     let locks = waiting_manager(&nodes, &clock, ttl);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use quorum_lock::backend::{Op, OpKind};
 use quorum_lock::{Clock, LockManager, ManualClock, MemoryBackend, RetryPolicy};
+use testkit::memory_nodes_on;
 
 const MS: Duration = Duration::from_millis(1);
 const TTL: Duration = Duration::from_secs(1);
@@ -20,9 +21,7 @@ fn slow_cluster(
     clock: &ManualClock,
     slow: Duration,
 ) -> (Vec<MemoryBackend>, LockManager) {
-    let nodes: Vec<MemoryBackend> = (0..n)
-        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
-        .collect();
+    let nodes = memory_nodes_on(n, clock);
     for node in &nodes {
         let clock = clock.clone();
         node.set_hook(Some(Arc::new(move |op: &Op<'_>| {
@@ -155,9 +154,7 @@ fn a_slow_round_waits_its_retry_delay_before_the_next() {
 #[test]
 fn a_jump_past_the_validity_makes_the_guard_invalid_and_stops_renewal_as_a_loss() {
     let clock = ManualClock::new();
-    let nodes: Vec<MemoryBackend> = (0..3)
-        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
-        .collect();
+    let nodes = memory_nodes_on(3, &clock);
     let manager = || {
         LockManager::builder()
             .nodes(nodes.iter().cloned())

@@ -10,18 +10,13 @@ use std::time::{Duration, Instant};
 
 use quorum_lock::backend::{Op, OpKind};
 use quorum_lock::{CancellationToken, LockManager, LockOptions, MemoryBackend, RetryPolicy};
+use testkit::memory_nodes;
 
 const MS: Duration = Duration::from_millis(1);
 /// A generous bound for "a few milliseconds" on a loaded machine.
 const PROMPT: Duration = Duration::from_secs(2);
 /// Far beyond any bound a test checks: a wait that long means it failed.
 const LONG: Duration = Duration::from_secs(30);
-
-fn nodes(n: usize) -> Vec<MemoryBackend> {
-    (0..n)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect()
-}
 
 fn manager(nodes: &[MemoryBackend]) -> LockManager {
     LockManager::builder()
@@ -43,7 +38,7 @@ fn wait_until(what: &str, f: impl FnMut() -> bool) {
 
 #[test]
 fn an_already_cancelled_token_contacts_no_node() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let token = CancellationToken::new();
     token.cancel();
@@ -59,7 +54,7 @@ fn an_already_cancelled_token_contacts_no_node() {
 
 #[test]
 fn cancel_interrupts_the_pause_between_attempts() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let (holder, locks) = (manager(&nodes), manager(&nodes));
     let held = holder.try_lock("r").unwrap();
     assert!(holder.flush(LONG), "the holder's key is on every node");
@@ -97,7 +92,7 @@ fn cancel_interrupts_the_pause_between_attempts() {
 
 #[test]
 fn cancel_interrupts_the_wait_in_the_local_line() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     // `lock` (not `try_lock`) takes the local turn, so a second thread of
     // the same manager waits in line rather than at the servers.
@@ -131,7 +126,7 @@ fn cancel_interrupts_the_wait_in_the_local_line() {
 /// node and the call still reports the cancellation.
 #[test]
 fn a_lock_won_by_a_round_in_flight_when_cancelled_is_released() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let token = CancellationToken::new();
     for node in &nodes {
@@ -171,7 +166,7 @@ fn a_lock_won_by_a_round_in_flight_when_cancelled_is_released() {
 /// simply waits its turn.
 #[test]
 fn locking_again_on_the_same_thread_fails_at_once_with_deadlock() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let held = locks.lock("r").unwrap();
     assert!(locks.flush(LONG), "every node has run the acquire");
@@ -243,7 +238,7 @@ fn locking_again_on_the_same_thread_fails_at_once_with_deadlock() {
 /// process that keeps the lock for 2 s no longer makes it fail.
 #[test]
 fn lock_waits_longer_than_ten_attempts_by_default() {
-    let nodes = nodes(3);
+    let nodes = memory_nodes(3);
     let (holder, locks) = (manager(&nodes), manager(&nodes));
     let held = holder.try_lock("r").unwrap();
     let waiter = {

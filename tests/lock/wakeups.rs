@@ -9,15 +9,10 @@ use std::time::{Duration, Instant};
 
 use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
 use testkit::CountedNotices;
+use testkit::memory_nodes;
 
 /// A retry delay no wake-up test may wait out.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
-
-fn nodes() -> Vec<MemoryBackend> {
-    (0..3)
-        .map(|i| MemoryBackend::new(format!("mem-{i}")))
-        .collect()
-}
 
 fn manager(nodes: &[MemoryBackend]) -> LockManager {
     LockManager::builder()
@@ -66,7 +61,7 @@ fn wait_behind(
 /// of one that another manager held wakes it.
 #[test]
 fn a_set_waiter_wakes_at_the_release_of_a_member() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
     let guard = testkit::hold_settled(&holder, "b");
     let after = std::thread::scope(|s| {
@@ -91,7 +86,7 @@ fn a_set_waiter_wakes_at_the_release_of_a_member() {
 
 #[test]
 fn a_waiter_in_another_manager_wakes_at_the_release() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
     let (after, _) = wait_behind(&holder, &waiter, &retries(RETRY_DELAY));
     assert!(
@@ -106,7 +101,7 @@ fn a_waiter_in_another_manager_wakes_at_the_release() {
 
 #[test]
 fn with_notices_off_waiters_retry_on_their_timer() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     nodes.iter().for_each(|n| n.set_release_notices(false));
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
     let delay = Duration::from_millis(50);
@@ -129,7 +124,7 @@ fn with_notices_off_waiters_retry_on_their_timer() {
 /// (a quorum of the nodes that can send them).
 #[test]
 fn one_deaf_node_does_not_stop_the_wake_ups() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     nodes[2].set_release_notices(false);
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
     let (after, _) = wait_behind(&holder, &waiter, &retries(RETRY_DELAY));
@@ -150,7 +145,7 @@ fn one_deaf_node_does_not_stop_the_wake_ups() {
 /// release, so without that it slept out its retry delay.
 #[test]
 fn a_release_a_node_applied_before_it_listened_still_wakes_the_waiter() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     nodes[2].set_release_notices(false);
     // Nodes 0 and 2 must refuse within the node timeout on a loaded
     // machine, so that each attempt is decided without node 1 (a failure
@@ -227,7 +222,7 @@ fn a_deaf_node_does_not_let_the_waiters_undos_wake_each_other() {
     let delay = Duration::from_millis(20);
     let mut figures = Vec::new();
     for deaf in [false, true] {
-        let nodes = nodes();
+        let nodes = memory_nodes(3);
         if deaf {
             // A node the holder holds: the free node still hears.
             nodes[0].set_release_notices(false);
@@ -279,7 +274,7 @@ fn a_deaf_node_does_not_let_the_waiters_undos_wake_each_other() {
 #[test]
 fn waiters_that_lose_real_races_keep_their_early_wake_ups() {
     const ROUNDS: usize = 15;
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let managers = [manager(&nodes), manager(&nodes), manager(&nodes)];
     // A wait that went on to its retry delay is counted (`held_back`),
     // so the delay need not be long; a yield to a waiter that has just
@@ -314,7 +309,7 @@ fn waiters_that_lose_real_races_keep_their_early_wake_ups() {
 /// it sleeping out its retry delay between scans.
 #[test]
 fn a_permit_waiter_wakes_at_the_release_of_a_slot() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
     let held = holder.semaphore("uploads", 2).unwrap();
     let (first, second) = (held.try_acquire().unwrap(), held.try_acquire().unwrap());
@@ -354,7 +349,7 @@ fn a_permit_waiter_wakes_at_the_release_of_a_slot() {
 /// machine can only make fewer.
 #[test]
 fn a_waiter_behind_a_long_held_lock_tries_about_once_a_second() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let (holder, waiter) = (manager(&nodes), manager(&nodes));
     let _held = testkit::hold_settled(&holder, "job");
     // The default retry policy: 100 ms plus up to 100 ms between attempts.
@@ -376,7 +371,7 @@ fn a_waiter_behind_a_long_held_lock_tries_about_once_a_second() {
 /// twice per node, and a poll would look about once a millisecond.
 #[test]
 fn a_waiting_manager_does_not_poll_for_notices() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let receives = Arc::new(AtomicU64::new(0));
     let holder = manager(&nodes);
     let waiter = LockManager::builder()
@@ -419,7 +414,7 @@ fn a_waiting_manager_does_not_poll_for_notices() {
 fn a_waiter_is_not_woken_by_its_own_attempts_undo() {
     use std::sync::atomic::AtomicBool;
 
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let clock = Arc::new(quorum_lock::ManualClock::new());
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
@@ -477,7 +472,7 @@ fn a_waiter_is_not_woken_by_its_own_attempts_undo() {
 /// release of a single key this manager made was skipped as an echo.
 #[test]
 fn another_threads_release_in_the_same_manager_wakes_a_waiter() {
-    let nodes = nodes();
+    let nodes = memory_nodes(3);
     let locks = manager(&nodes);
     let guard = testkit::hold_settled(&locks, "b");
     let woken = std::thread::scope(|s| {

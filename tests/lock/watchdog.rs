@@ -13,7 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::{LockManager, LockOptions, ManualClock, MemoryBackend, RetryPolicy};
+use quorum_lock::{LockManager, LockOptions, ManualClock, RetryPolicy};
+use testkit::memory_nodes_on;
 
 fn threads() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -36,9 +37,7 @@ fn ten_thousand_auto_extended_guards_share_one_timer_thread() {
     const TTL: Duration = Duration::from_millis(1500);
     let before = threads();
     let clock = ManualClock::new();
-    let nodes: Vec<MemoryBackend> = (0..NODES)
-        .map(|i| MemoryBackend::with_clock(format!("mem-{i}"), Arc::new(clock.clone())))
-        .collect();
+    let nodes = memory_nodes_on(NODES, &clock);
     let locks = LockManager::builder()
         .nodes(nodes.iter().cloned())
         .clock(Arc::new(clock.clone()))
