@@ -5,22 +5,18 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::{LockManager, LockOptions, RetryPolicy};
+use quorum_lock::{LockManager, LockOptions};
 use testkit::RedisServers;
+
+use crate::support::fresh_builder;
 
 const TTL: Duration = Duration::from_millis(600);
 const KEY: &[u8] = b"auto-extend";
 
+/// Fresh servers: no restart to guard against (tests/redis_torture/
+/// covers quarantine).
 fn manager(servers: &RedisServers) -> LockManager {
-    LockManager::builder()
-        .redis_nodes(servers.urls())
-        .unwrap()
-        .ttl(TTL)
-        // Fresh servers: no restart to guard against (tests/redis_torture/
-        // covers quarantine).
-        .restart_quarantine(false)
-        .node_timeout(Duration::from_millis(100))
-        .retry(RetryPolicy::none())
+    fresh_builder(servers.urls(), TTL, Duration::from_millis(100))
         .build()
         .unwrap()
 }

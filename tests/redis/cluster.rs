@@ -17,6 +17,8 @@ use quorum_lock::{Error, LockManager, LockOptions, RedisClusterBackend, RetryPol
 use testkit::scripted::{bulk, error};
 use testkit::{RedisCluster, RedisServer, ScriptedServer, wait_until};
 
+use crate::support::fresh_builder;
+
 const TTL: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -29,14 +31,8 @@ fn token(n: u8) -> Vec<u8> {
 /// lock says so. Restart quarantine is off: the servers started a moment
 /// ago (the failover test has its own manager with it on).
 fn manager(urls: &[String]) -> LockManager {
-    LockManager::builder()
-        .redis_nodes(urls)
-        .unwrap()
-        .ttl(TTL)
+    fresh_builder(urls, TTL, TIMEOUT)
         .max_ttl(TTL)
-        .node_timeout(TIMEOUT)
-        .retry(RetryPolicy::none())
-        .restart_quarantine(false)
         .build()
         .unwrap()
 }

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use quorum_lock::backend::{self, KeySet, Op};
 use quorum_lock::health::NodeState;
-use quorum_lock::{LockGuard, LockManager, LostSignal, RedisBackend, RetryPolicy};
+use quorum_lock::{LockGuard, LockManager, LostSignal, RedisBackend};
 use testkit::{RedisServer, wait_until};
+
+use crate::support::fresh_builder;
 
 const TTL: Duration = Duration::from_secs(5);
 
@@ -17,16 +19,9 @@ fn manager(urls: &[String], fencing: bool) -> LockManager {
     builder(urls).fencing(fencing).build().unwrap()
 }
 
+/// Freshly started servers, no quarantine: this file is about other edges.
 fn builder(urls: &[String]) -> quorum_lock::LockManagerBuilder {
-    LockManager::builder()
-        .redis_nodes(urls)
-        .unwrap()
-        .ttl(TTL)
-        .max_ttl(TTL)
-        .node_timeout(Duration::from_millis(300))
-        // Freshly started servers: this file is about other edges.
-        .restart_quarantine(false)
-        .retry(RetryPolicy::none())
+    fresh_builder(urls, TTL, Duration::from_millis(300)).max_ttl(TTL)
 }
 
 fn evicting(policy: &str) -> Vec<RedisServer> {

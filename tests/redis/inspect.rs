@@ -7,25 +7,19 @@
 
 use std::time::Duration;
 
+use quorum_lock::LockManagerBuilder;
 use quorum_lock::backend::{BackendErrorKind, MAX_INSPECTED_VALUE};
 use quorum_lock::inspection::{KeyState, Verdict};
-use quorum_lock::{LockManager, LockManagerBuilder, RetryPolicy};
 use testkit::RedisServers;
+
+use crate::support::fresh_builder;
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous for a loaded 2-core machine.
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 
 fn builder(servers: &RedisServers) -> LockManagerBuilder {
-    LockManager::builder()
-        .redis_nodes(servers.urls())
-        .unwrap()
-        .ttl(TTL)
-        .node_timeout(NODE_TIMEOUT)
-        .retry(RetryPolicy::none())
-        // Every server here was just started: with restart quarantine
-        // none of them would vote for a minute.
-        .restart_quarantine(false)
+    fresh_builder(servers.urls(), TTL, NODE_TIMEOUT)
 }
 
 #[test]

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use quorum_lock::backend::BackendErrorKind;
 use quorum_lock::report::{NodeOutcome, Report};
 use quorum_lock::{Error, LockGuard, LockManager, LockManagerBuilder, LockOptions, RetryPolicy};
-
 use testkit::{RedisServer, RedisServers, connect, free_port, wait_until};
+
+use crate::support::fresh_builder;
 
 /// Default TTL of the managers here.
 const TTL: Duration = Duration::from_secs(10);
@@ -28,15 +29,7 @@ const PASSWORD: &str = "Sup3r-Secret-Pw";
 const WRONG: &str = "Wr0ng-Secret-Guess";
 
 fn builder(urls: &[String]) -> LockManagerBuilder {
-    LockManager::builder()
-        .redis_nodes(urls)
-        .unwrap_or_else(|e| panic!("redis_nodes({urls:?}): {e}"))
-        .ttl(TTL)
-        .node_timeout(NODE_TIMEOUT)
-        .retry(RetryPolicy::none())
-        // Every server here was just started (uptime below max_ttl): with
-        // restart quarantine none of them would vote for a minute.
-        .restart_quarantine(false)
+    fresh_builder(urls, TTL, NODE_TIMEOUT)
 }
 
 fn manager(urls: &[String]) -> LockManager {

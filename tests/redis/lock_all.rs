@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use quorum_lock::backend::BackendErrorKind;
 use quorum_lock::report::NodeOutcome;
-use quorum_lock::{LockManager, LockManagerBuilder, LockOptions, RetryPolicy};
+use quorum_lock::{LockManagerBuilder, LockOptions, RetryPolicy};
 use testkit::RedisServers;
+
+use crate::support::fresh_builder;
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous for a loaded 2-core machine.
@@ -18,16 +20,7 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 const FLUSH: Duration = Duration::from_secs(5);
 
 fn builder(servers: &RedisServers) -> LockManagerBuilder {
-    LockManager::builder()
-        .redis_nodes(servers.urls())
-        .unwrap()
-        .ttl(TTL)
-        .node_timeout(NODE_TIMEOUT)
-        .prefix("locks:")
-        .retry(RetryPolicy::none())
-        // Every server here was just started: with restart quarantine
-        // none of them would vote for a minute.
-        .restart_quarantine(false)
+    fresh_builder(servers.urls(), TTL, NODE_TIMEOUT).prefix("locks:")
 }
 
 fn once() -> LockOptions {

@@ -30,4 +30,5 @@ mod readiness;
 mod restarts;
 mod rw;
 mod script_free;
+mod support;
 mod wakeups;

@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use quorum_lock::backend::BackendErrorKind;
 use quorum_lock::health::{Health, LockOp, NodeState};
-use quorum_lock::{LockManager, RetryPolicy, Scripts};
+use quorum_lock::{LockManager, Scripts};
 use testkit::fake_server::{Behavior, FakeServer};
 use testkit::{RedisServer, RedisServers, connect, wait_until};
+
+use crate::support::fresh_builder;
 
 const TTL: Duration = Duration::from_secs(2);
 /// Generous: the servers answer at once; the bound only stops a hang.
@@ -30,16 +32,8 @@ fn manager(urls: &[String]) -> LockManager {
 }
 
 fn manager_with(urls: &[String], scripts: Scripts) -> LockManager {
-    LockManager::builder()
-        .redis_nodes(urls)
-        .unwrap()
+    fresh_builder(urls, TTL, NODE_TIMEOUT)
         .scripts(scripts)
-        .ttl(TTL)
-        .node_timeout(NODE_TIMEOUT)
-        .retry(RetryPolicy::none())
-        // Fresh servers: with restart quarantine none would vote for a
-        // minute, which is not what these tests are about.
-        .restart_quarantine(false)
         .build()
         .unwrap()
 }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use quorum_lock::{Error, LockManager, LockOptions, RetryPolicy, RwLock, Scripts};
 use testkit::{RedisServer, RedisServers, free_port, wait_until};
 
+use crate::support::fresh_builder;
+
 const TTL: Duration = Duration::from_secs(10);
 /// Generous for a loaded 2-core machine.
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -20,15 +22,7 @@ const FLUSH: Duration = Duration::from_secs(5);
 const HANG: Duration = Duration::from_secs(5);
 
 fn manager_of(urls: &[String], scripts: Scripts) -> LockManager {
-    LockManager::builder()
-        .redis_nodes(urls)
-        .unwrap()
-        .ttl(TTL)
-        .node_timeout(NODE_TIMEOUT)
-        .retry(RetryPolicy::none())
-        // Every server here was just started: with restart quarantine
-        // none of them would vote for a minute.
-        .restart_quarantine(false)
+    fresh_builder(urls, TTL, NODE_TIMEOUT)
         .scripts(scripts)
         .build()
         .unwrap()

@@ -15,6 +15,8 @@ use quorum_lock::report::NodeOutcome;
 use quorum_lock::{Error, LockManager, LockOptions, RedisBackend, RetryPolicy, Scripts};
 use testkit::{RedisServer, RedisServers};
 
+use crate::support::fresh_builder;
+
 const OPERATIONS: &str = include_str!("../../docs/operations.md");
 const PASSWORD: &str = "no-lua-pw";
 const USER: &str = "locker";
@@ -91,19 +93,12 @@ fn servers() -> (RedisServers, ServerVersion) {
 }
 
 fn manager(servers: &RedisServers, scripts: Scripts) -> LockManager {
-    LockManager::builder()
-        .redis_nodes(
-            servers
-                .iter()
-                .map(|s| format!("redis://{USER}:{PASSWORD}@127.0.0.1:{}/0", s.port())),
-        )
-        .unwrap()
+    let urls = servers
+        .iter()
+        .map(|s| format!("redis://{USER}:{PASSWORD}@127.0.0.1:{}/0", s.port()));
+    fresh_builder(urls, TTL, Duration::from_millis(500))
         .prefix(PREFIX)
-        .ttl(TTL)
         .max_ttl(TTL)
-        .node_timeout(Duration::from_millis(500))
-        .retry(RetryPolicy::none())
-        .restart_quarantine(false)
         .scripts(scripts)
         .build()
         .unwrap()
