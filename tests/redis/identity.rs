@@ -18,6 +18,8 @@ use quorum_lock::backend::{self, BackendErrorKind, KeySet, Op, Probe, Reply};
 use testkit::RedisServer;
 use testkit::proxy::Proxy;
 
+use crate::support::acl_user;
+
 const TIMEOUT: Duration = Duration::from_secs(2);
 const TTL: Duration = Duration::from_secs(30);
 
@@ -218,22 +220,11 @@ fn clones_from_two_threads_never_report_each_others_server() {
 #[test]
 fn refused_info_leaves_the_identity_unknown_and_is_asked_once() {
     let server = RedisServer::start();
-    let mut admin = server.conn();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "locker",
-            "on",
-            ">locker-pw",
-            "~*",
-            "+@all",
-            "-info",
-        ])
-        .query(&mut admin)
-        .unwrap();
-    let b = backend(&format!(
-        "redis://locker:locker-pw@127.0.0.1:{}/0",
-        server.port()
+    let b = backend(&acl_user(
+        &server,
+        "locker",
+        "locker-pw",
+        &["~*", "+@all", "-info"],
     ));
     let t = token(2);
     for i in 0..5 {
@@ -246,7 +237,10 @@ fn refused_info_leaves_the_identity_unknown_and_is_asked_once() {
     assert_eq!(b.server_info().unwrap().run_id, None);
     assert!(b.fetch_server_info().is_err());
     // One connection asked INFO once; fetch_server_info asked once more.
-    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
+    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut server.conn())
+        .unwrap();
     let count: i64 = log
         .iter()
         .filter_map(|entry| {

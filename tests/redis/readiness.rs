@@ -14,7 +14,7 @@ use quorum_lock::{LockManager, Scripts};
 use testkit::fake_server::{Behavior, FakeServer};
 use testkit::{RedisServer, RedisServers, connect, wait_until};
 
-use crate::support::fresh_builder;
+use crate::support::{acl_user, fresh_builder};
 
 const TTL: Duration = Duration::from_secs(2);
 /// Generous: the servers answer at once; the bound only stops a hang.
@@ -163,32 +163,19 @@ fn two_http_servers_of_three_nodes_leave_no_quorum() {
 #[test]
 fn a_user_who_cannot_extend_is_not_ready() {
     let servers = RedisServers::start(3);
-    for server in servers.iter() {
-        let mut acl = redis::cmd("ACL");
-        for word in [
-            "SETUSER",
-            "noextend",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "-@all",
-            "+set",
-            "+get",
-            "+del",
-            "+eval",
-            "+evalsha",
-            "+script|load",
-            "+info",
-            "+ping",
-        ] {
-            acl.arg(word);
-        }
-        let _: () = acl.query(&mut connect(&server.url())).unwrap();
-    }
+    let rights = [
+        "+set",
+        "+get",
+        "+del",
+        "+eval",
+        "+evalsha",
+        "+script|load",
+        "+info",
+        "+ping",
+    ];
     let urls: Vec<String> = servers
         .iter()
-        .map(|s| format!("redis://noextend:pw@127.0.0.1:{}/0", s.port()))
+        .map(|server| create_user(server, "noextend", &rights))
         .collect();
     let locks = manager_with(&urls, Scripts::Always);
     let not_ready = locks.check_ready().unwrap_err();
@@ -204,20 +191,13 @@ fn a_user_who_cannot_extend_is_not_ready() {
 }
 
 /// Creates user `name` (password `pw`, every key and channel) with no
-/// right but `rights` on `server`.
-fn create_user(server: &RedisServer, name: &str, rights: &[&str]) {
-    let mut acl = redis::cmd("ACL");
-    acl.arg("SETUSER")
-        .arg(name)
-        .arg("on")
-        .arg(">pw")
-        .arg("~*")
-        .arg("&*")
-        .arg("-@all");
-    for right in rights {
-        acl.arg(*right);
-    }
-    let _: () = acl.query(&mut connect(&server.url())).unwrap();
+/// right but `rights` on `server`; its URL.
+fn create_user(server: &RedisServer, name: &str, rights: &[&str]) -> String {
+    let rules: Vec<&str> = ["~*", "&*", "-@all"]
+        .into_iter()
+        .chain(rights.iter().copied())
+        .collect();
+    acl_user(server, name, "pw", &rules)
 }
 
 /// Issue 43 §3: one node of three reached through a user who may `SET`
@@ -230,9 +210,8 @@ fn create_user(server: &RedisServer, name: &str, rights: &[&str]) {
 #[test]
 fn a_node_that_refuses_extends_and_releases_is_not_up_nor_ready() {
     let servers = RedisServers::start(3);
-    create_user(&servers[0], "noscript", &["+set", "+get"]);
     let urls = vec![
-        format!("redis://noscript:pw@127.0.0.1:{}/0", servers[0].port()),
+        create_user(&servers[0], "noscript", &["+set", "+get"]),
         servers[1].url(),
         servers[2].url(),
     ];

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use quorum_lock::{LockManager, LockManagerBuilder, RetryPolicy};
+use testkit::RedisServer;
 
 /// A builder over `urls`, servers the test started a moment ago: `ttl`,
 /// `node_timeout`, one attempt per call, and no restart quarantine (every
@@ -21,4 +22,18 @@ where
         .node_timeout(node_timeout)
         .retry(RetryPolicy::none())
         .restart_quarantine(false)
+}
+
+/// Creates the ACL user `user` on `server` with `password` and `rules`
+/// (`ACL SETUSER <user> on ><password> <rules>...`; panics, naming the
+/// server, when it refuses them); the URL that connects as that user.
+pub(crate) fn acl_user(server: &RedisServer, user: &str, password: &str, rules: &[&str]) -> String {
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER")
+        .arg(user)
+        .arg("on")
+        .arg(format!(">{password}"))
+        .arg(rules);
+    let () = server.cmd(&acl);
+    format!("redis://{user}:{password}@127.0.0.1:{}/0", server.port())
 }

@@ -16,6 +16,8 @@ use quorum_lock::{LockGuard, LockManager, LockOptions, RedisBackend, RetryPolicy
 
 use testkit::{CountedNotices, RedisServers, connect};
 
+use crate::support::acl_user;
+
 const TTL: Duration = Duration::from_secs(10);
 /// Generous for a loaded 2-core machine.
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -203,20 +205,12 @@ fn without_channels(servers: &RedisServers) -> Vec<String> {
     servers
         .iter()
         .map(|server| {
-            let mut admin = connect(&server.url());
-            let _: () = redis::cmd("ACL")
-                .arg(&[
-                    "SETUSER",
-                    "locker",
-                    "on",
-                    ">locker-pw",
-                    "~*",
-                    "+@all",
-                    "resetchannels",
-                ])
-                .query(&mut admin)
-                .unwrap();
-            format!("redis://locker:locker-pw@127.0.0.1:{}/0", server.port())
+            acl_user(
+                server,
+                "locker",
+                "locker-pw",
+                &["~*", "+@all", "resetchannels"],
+            )
         })
         .collect()
 }
