@@ -7,7 +7,7 @@ use std::time::Duration;
 use quorum_lock::{
     Error, LockGuard, LockManager, LockManagerBuilder, LockOptions, MemoryBackend, RetryPolicy,
 };
-use testkit::memory_nodes;
+use testkit::{memory_nodes, wait_until_with};
 
 #[test]
 fn public_types_are_thread_safe() {
@@ -161,11 +161,13 @@ fn lock_retries_until_the_holder_lets_go() {
         std::thread::spawn(move || locks.lock("r").map(|g| g.release().is_ok()))
     };
     // Release only once the waiter has been refused at least once, so the
-    // retry path is what gets it the lock (bounded: 1000 x 1 ms).
-    let refused_once = (0..1000).any(|_| {
-        std::thread::sleep(Duration::from_millis(1));
-        nodes[0].operations() > seen
-    });
+    // retry path is what gets it the lock (bounded: 10 s, polled every ms).
+    let refused_once = wait_until_with(
+        Duration::from_secs(10),
+        Duration::from_millis(1),
+        || false,
+        || nodes[0].operations() > seen,
+    );
     assert!(refused_once, "the waiter never tried");
     held.release().unwrap();
     assert!(waiter.join().unwrap().unwrap());

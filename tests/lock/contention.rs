@@ -8,8 +8,12 @@ use std::time::Duration;
 
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{LockManager, LockOptions, MemoryBackend, RetryPolicy};
-use testkit::memory_nodes;
+use testkit::{memory_nodes, wait_until, wait_until_with};
 
+/// How often the waits below poll.
+const MS: Duration = Duration::from_millis(1);
+/// A bound for what takes milliseconds, on a loaded machine too.
+const LONG: Duration = Duration::from_secs(10);
 const THREADS: usize = 8;
 const ROUNDS: usize = 50;
 
@@ -32,13 +36,10 @@ fn cluster() -> (Vec<MemoryBackend>, LockManager) {
     (nodes, locks)
 }
 
-/// Whether one thread waits in line for "hot" (bounded: 5 s), so that a
-/// guard let go now finds it there.
+/// Whether one thread waits in line for "hot" (bounded: 10 s, polled every
+/// ms), so that a guard let go now finds it there.
 fn waiter_in_line(locks: &LockManager) -> bool {
-    (0..5000).any(|_| {
-        std::thread::sleep(Duration::from_millis(1));
-        locks.local_waiters("hot") == 1
-    })
+    wait_until_with(LONG, MS, || false, || locks.local_waiters("hot") == 1)
 }
 
 /// How a critical section ends in the tests below.
@@ -174,10 +175,12 @@ fn a_busy_process_leaves_a_window_for_others() {
         })
         .collect();
     // The busy process is in full swing before the other one asks.
-    let warm = (0..5000).any(|_| {
-        std::thread::sleep(Duration::from_millis(1));
-        sections.load(Ordering::SeqCst) >= 100
-    });
+    let warm = wait_until_with(
+        LONG,
+        MS,
+        || false,
+        || sections.load(Ordering::SeqCst) >= 100,
+    );
     assert!(warm, "the busy process never got going");
     let got = other.lock("hot").map(drop);
     other_done.store(true, Ordering::SeqCst);
@@ -300,10 +303,12 @@ fn release_hands_over_only_what_drop_would() {
         assert!(waiter_in_line(&locks), "{case}: the waiter never queued");
         if case == "short" {
             // Bounded: until less than half of the 400 ms TTL is left.
-            let half_gone = (0..1000).any(|_| {
-                std::thread::sleep(Duration::from_millis(1));
-                first.validity() < Duration::from_millis(200)
-            });
+            let half_gone = wait_until_with(
+                LONG,
+                MS,
+                || false,
+                || first.validity() < Duration::from_millis(200),
+            );
             assert!(half_gone, "{case}: {:?}", first.validity());
         }
         let report = first.release().unwrap();
@@ -335,10 +340,7 @@ fn a_handed_over_lock_is_auto_extended_for_its_new_holder() {
             let guard = locks.lock_with("hot", &opts).unwrap();
             // Bounded wait (20 s) for two extends (one every second) of
             // the handed-over lease.
-            let extended = (0..2000).any(|_| {
-                std::thread::sleep(Duration::from_millis(10));
-                guard.extensions() >= 2
-            });
+            let extended = wait_until(Duration::from_secs(20), || guard.extensions() >= 2);
             (*guard.token(), extended, guard.is_valid())
         })
     };

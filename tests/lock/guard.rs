@@ -9,7 +9,7 @@ use quorum_lock::{Error, LockManager, ManualClock};
 // `hold_settled`: a lock every node has run the acquire of, so the nodes'
 // state is settled before the test inspects or changes it (a round
 // returns as soon as a quorum answered).
-use testkit::{builder_on, cluster_on, hold_settled, memory_nodes_on};
+use testkit::{builder_on, cluster_on, hold_settled, memory_nodes_on, wait_until};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -198,9 +198,8 @@ fn releases_survive_the_last_manager_handle() {
     drop(locks);
     drop(guard);
     // The workers finish their queue before exiting: wait for the keys to go
-    // (bounded: 500 checks, 10 ms apart).
-    let gone = (0..500).any(|_| {
-        std::thread::sleep(Duration::from_millis(10));
+    // (bounded: 10 s).
+    let gone = wait_until(Duration::from_secs(10), || {
         nodes.iter().all(|n| n.key_count() == 0)
     });
     assert!(gone, "a queued release was lost");

@@ -8,7 +8,7 @@ use quorum_lock::backend::{self, Backend};
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{Error, LockManager, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
-use testkit::memory_nodes;
+use testkit::{memory_nodes, wait_until};
 
 const TTL: Duration = Duration::from_secs(10);
 const RESOURCE: &[u8] = b"quorum-test";
@@ -218,19 +218,14 @@ fn down_node_is_skipped_then_probed_back() {
     assert_eq!(nodes[2].operations(), before, "a down node gets no acquire");
     drop(guard);
     nodes[2].set_down(false);
-    // Bounded wait for the background probe: up to 200 attempts.
-    let mut back = false;
-    for i in 0..200 {
+    // Bounded wait (10 s) for the background probe: a new lock each try.
+    let mut i = 0;
+    let back = wait_until(Duration::from_secs(10), || {
         let guard = locks.try_lock(format!("probe{i}")).unwrap();
+        i += 1;
         assert!(locks.flush(Duration::from_secs(10)));
-        let granted = nodes[2].holder(guard.key()).is_some();
-        drop(guard);
-        if granted {
-            back = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        nodes[2].holder(guard.key()).is_some()
+    });
     assert!(back, "the node was never probed back up");
 }
 
@@ -307,9 +302,9 @@ fn release_that_could_not_reach_a_node_is_retried() {
     );
     assert!(nodes[1..].iter().all(|n| n.holder(RESOURCE).is_none()));
     nodes[0].set_down(false);
-    // Bounded wait for the background retry (probe backoff included).
-    let released = (0..500).any(|_| {
-        std::thread::sleep(Duration::from_millis(10));
+    // Bounded wait (10 s) for the background retry (probe backoff
+    // included).
+    let released = wait_until(Duration::from_secs(10), || {
         nodes[0].holder(RESOURCE).is_none()
     });
     assert!(released, "the release was never retried");
@@ -410,9 +405,8 @@ fn a_node_marked_down_by_a_direct_run_is_probed_back() {
     assert!(guard.release().is_err());
     assert!(locks.try_lock("other").is_err());
     node.node.set_down(false);
-    // Bounded wait for the background probe (50 ms first backoff).
-    let back = (0..300).any(|_| {
-        std::thread::sleep(Duration::from_millis(10));
+    // Bounded wait (10 s) for the background probe (50 ms first backoff).
+    let back = wait_until(Duration::from_secs(10), || {
         locks.try_lock(RESOURCE).map(drop).is_ok()
     });
     assert!(back, "the node was never probed back up");

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use quorum_lock::{LockManager, LockOptions};
-use testkit::RedisServers;
+use testkit::{RedisServers, wait_until, wait_until_with};
 
 use crate::support::fresh_builder;
 
@@ -101,10 +101,8 @@ fn pausing_one_node_is_tolerated_pausing_two_is_not() {
     servers[0].pause();
     let start = guard.extensions();
     // Bounded wait for three more extends (each TTL/3 apart).
-    let deadline = Instant::now() + TTL * 4;
-    while guard.extensions() < start + 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let every = Duration::from_millis(20);
+    wait_until_with(TTL * 4, every, || false, || guard.extensions() >= start + 3);
     assert!(
         guard.extensions() >= start + 3,
         "extension stalled with one node paused"
@@ -139,20 +137,26 @@ fn the_bound_stops_renewal_and_the_lock_expires() {
     assert_eq!(guard.extensions(), 2);
     assert!(guard.renewal_stopped().unwrap().contains("2 extensions"));
     // The keys expire within the drift after the guard's deadline.
-    let deadline = Instant::now() + TTL * 2;
-    let theirs = loop {
-        match other.try_lock(KEY) {
+    let (mut theirs, mut last) = (None, None);
+    let every = Duration::from_millis(5);
+    wait_until_with(
+        TTL * 2,
+        every,
+        || false,
+        || match other.try_lock(KEY) {
             Ok(g) => {
                 assert!(!guard.is_valid(), "two valid holders");
-                break g;
+                theirs = Some(g);
+                true
             }
-            Err(e) if Instant::now() < deadline => {
+            Err(e) => {
                 assert!(e.is_contended(), "{e}");
-                std::thread::sleep(Duration::from_millis(5));
+                last = Some(e);
+                false
             }
-            Err(e) => panic!("never acquired after expiry: {e}"),
-        }
-    };
+        },
+    );
+    let theirs = theirs.unwrap_or_else(|| panic!("never acquired after expiry: {last:?}"));
     drop(guard); // its release does not touch the new holder's keys
     assert!(locks.flush(Duration::from_secs(5)));
     assert!(
@@ -196,10 +200,7 @@ fn no_extend_after_release() {
     for explicit in [true, false] {
         let guard = locks.lock_with(KEY, &auto()).unwrap();
         // Let at least one automatic extend happen first.
-        let deadline = Instant::now() + TTL * 2;
-        while guard.extensions() == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(TTL * 2, || guard.extensions() > 0);
         assert!(guard.extensions() > 0);
         if explicit {
             guard.release().unwrap();
