@@ -1,6 +1,6 @@
 //! `LockManager::lock_all` on in-memory nodes: several resources held as
 //! one lock, all or nothing on every node, contending with single locks
-//! and overlapping sets. (`redis_lock_all.rs` does the same on real
+//! and overlapping sets. (`tests/redis/lock_all.rs` does the same on real
 //! servers.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 

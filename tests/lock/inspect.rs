@@ -1,6 +1,6 @@
 //! `LockManager::inspect` and owner labels on in-memory nodes: who holds a
 //! lock, for how long at least, and what the nodes say when they disagree
-//! or fail. (`redis_inspect.rs` does the same on real servers.)
+//! or fail. (`tests/redis/inspect.rs` does the same on real servers.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Wake-ups across processes on in-memory nodes: two managers over the same
 //! nodes stand for two processes (each has its own engine and node
-//! threads). The real-server tests are in `redis_wakeups.rs`.
+//! threads). The real-server tests are in `tests/redis/wakeups.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::sync::Arc;
@@ -266,7 +266,7 @@ fn a_deaf_node_does_not_let_the_waiters_undos_wake_each_other() {
     }
 }
 
-/// The other side of bounding forged notices (`redis_wakeups.rs`): notices
+/// The other side of bounding forged notices (`tests/redis/wakeups.rs`): notices
 /// that lead to a change of holder are real, and a waiter that keeps losing
 /// races to other waiters keeps its early wake-ups (it never sleeps out a
 /// retry delay while releases come). Three managers take turns on one key

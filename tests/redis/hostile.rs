@@ -1,6 +1,6 @@
 //! `RedisBackend` against peers that do not behave: garbage, endless and
 //! trickling replies, and absurd declared sizes. (Credentials in every URL
-//! form are never shown: `redis_backend.rs`, `src/backend/redis/tests.rs`.)
+//! form are never shown: `tests/redis/backend.rs`, `src/backend/redis/tests.rs`.)
 //!
 //! Every call must end by its deadline with a typed, one-line error that
 //! names the node, and must not allocate what the peer announces.

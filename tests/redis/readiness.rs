@@ -3,7 +3,7 @@
 //! database the server does not have, an HTTP server on the port),
 //! `health()` does not count the node as voting and `check_ready()` fails;
 //! fixed, the node votes again without any lock traffic. (The ACL key
-//! pattern case, a failure tied to keys, is in `tests/redis_acl.rs`.)
+//! pattern case, a failure tied to keys, is in `tests/redis/acl.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::time::Duration;

@@ -272,7 +272,7 @@ fn a_release_by_command_publishes_only_what_it_deleted() {
     let v = version(servers.iter().next().unwrap());
     if !v.without_scripts().release {
         // The script publishes inside its own step: the rule is the
-        // script's (tests/redis_wakeups.rs), not this one.
+        // script's (tests/redis/wakeups.rs), not this one.
         assert!(!v.at_least(ServerProduct::Valkey, 9, 0));
         return;
     }
