@@ -11,7 +11,7 @@
 use quorum_lock::inspection::Verdict;
 use quorum_lock::{LockManager, MemoryBackend};
 
-/// `pub(crate)`: `tests/examples.rs` runs it too.
+/// `pub(crate)`: `tests/examples/in_process.rs` runs it too.
 pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
     let nodes: Vec<MemoryBackend> = (0..3)
         .map(|i| MemoryBackend::new(format!("mem-{i}")))

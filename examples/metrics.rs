@@ -24,7 +24,7 @@ use metrics::{
 };
 use quorum_lock::{LockManager, MemoryBackend, RetryPolicy};
 
-/// `pub(crate)`: `tests/metrics_example.rs` runs it too.
+/// `pub(crate)`: `tests/examples/metrics.rs` runs it too.
 pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Once per process, before the first manager is built. (The metrics
     // carry no per-manager label: with several managers in one process

@@ -17,7 +17,7 @@ use quorum_lock::{LockManager, MemoryBackend};
 const PERMITS: u32 = 2;
 const WORKERS: usize = 6;
 
-/// `pub(crate)`: `tests/examples.rs` runs it too.
+/// `pub(crate)`: `tests/examples/in_process.rs` runs it too.
 pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
     let locks = LockManager::builder()
         .nodes((0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))))

@@ -15,7 +15,7 @@ use quorum_lock::{LockManager, LockOptions, MemoryBackend};
 const ACCOUNTS: usize = 4;
 const TRANSFERS: usize = 50;
 
-/// `pub(crate)`: `tests/examples.rs` runs it too.
+/// `pub(crate)`: `tests/examples/in_process.rs` runs it too.
 pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
     let locks = LockManager::builder()
         .nodes((0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))))

@@ -14,7 +14,7 @@ use quorum_lock::{LockManager, LockOptions, MemoryBackend};
 
 const TTL: Duration = Duration::from_secs(3);
 
-/// `pub(crate)`: `tests/examples.rs` runs it too.
+/// `pub(crate)`: `tests/examples/in_process.rs` runs it too.
 pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
     let nodes: Vec<MemoryBackend> = (0..3)
         .map(|i| MemoryBackend::new(format!("mem-{i}")))

@@ -52,6 +52,9 @@ trap summary EXIT
 
 # Records the failing tests of the cargo test output in log $1; $2 is the
 # command that reruns a test, before its target (`--lib`, `--test x`, ...).
+# A test binary is named by its executable (`--test redis` for
+# tests/redis/main.rs), and a test by its full name in it
+# (`--exact 'acl::name'` for a test of tests/redis/acl.rs).
 record_failures() {
   local log=$1 rerun=$2 target name line
   # target<TAB>test name, per failing test; target<TAB> for a binary that
@@ -232,11 +235,16 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 
 # The same real-server targets with QUORUM_LOCK_SERVER=valkey (testkit
 # starts valkey-server instead of redis-server; the TLS test stays on
-# Redis): every tests/redis_*.rs and tests/redis_*/ (a target of its own).
+# Redis): the test binaries that start real servers, named redis or
+# redis_* (tests/redis/ and tests/redis_torture/ today; a file or a
+# folder). The examples' demo starts servers too but stays out: it runs
+# the examples once, in the first pass.
 VALKEY_TARGETS=()
-for target in tests/redis_*.rs tests/redis_*/; do
+shopt -s nullglob
+for target in tests/redis/ tests/redis_*/ tests/redis_*.rs; do
   VALKEY_TARGETS+=(--test "$(basename "$target" .rs)")
 done
+shopt -u nullglob
 VALKEY_ENV=(QUORUM_LOCK_SERVER=valkey "PATH=$(dirname "$VALKEY_SERVER"):$PATH")
 VALKEY_RERUN="QUORUM_LOCK_SERVER=valkey PATH=$(dirname "$VALKEY_SERVER"):\$PATH"
 run_tests "the real-server tests again, on Valkey ($VALKEY_SERVER)" \

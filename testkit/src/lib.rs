@@ -14,10 +14,14 @@
 //! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, cuts that
 //!   drop or hold each direction, retarget).
 //! * [`blackhole`]: a listener that accepts and never reads nor answers.
+//! * [`memory_nodes`] and its kin: in-memory clusters; [`builder_on`]
+//!   and [`cluster_on`]: managers over them on a manual clock.
 //! * [`faces`]: memory nodes seen through a changed face.
 //! * [`acceptor`]: the one loopback accept loop the three above run on.
 //! * [`CountedNotices`]: any backend, its release listeners' polls counted.
 //! * [`rng`]: the one seedable generator, so a failing seed replays.
+//! * [`alone`]: a test alone in a process of its own (it counts the
+//!   process' threads, reads its memory, installs a global).
 //! * [`wait_until`]: bounded polling for what a test cannot be told about;
 //!   [`hold_settled`]: a lock every node has applied.
 //!
@@ -25,12 +29,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod acceptor;
+mod alone;
 pub mod blackhole;
 pub mod clock;
 pub mod commandstats;
 mod counted;
 pub mod faces;
 pub mod fake_server;
+mod memory;
 pub mod proxy;
 mod redis_cluster;
 mod report;
@@ -39,8 +45,10 @@ pub mod scripted;
 pub mod server;
 mod wait;
 
+pub use alone::alone;
 pub use blackhole::Blackhole;
 pub use counted::CountedNotices;
+pub use memory::{builder_on, cluster_on, memory_nodes, memory_nodes_on, memory_nodes_with};
 pub use redis_cluster::RedisCluster;
 pub use report::said_of;
 pub use rng::Rng;

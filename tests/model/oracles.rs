@@ -258,28 +258,30 @@ impl World {
         for (c, client) in self.clients.iter().enumerate() {
             for name in RESOURCES {
                 // A node marked down is probed back within 2 s of real
-                // time: bounded retries, 10 ms apart.
+                // time: bounded retries (10 s), 10 ms apart.
                 let mut last = None;
-                for _ in 0..400 {
+                let taken = testkit::wait_until(Duration::from_secs(10), || {
+                    if last.is_some() {
+                        // A node marked down is probed back in real time
+                        // (the 10 ms just waited); a restart it missed is
+                        // then noticed and quarantined from that moment:
+                        // wait both out.
+                        self.clock.advance(self.shape.max_ttl);
+                    }
                     match client.try_lock(name) {
                         Ok(guard) => {
                             guard.release().unwrap();
-                            last = None;
-                            break;
+                            true
                         }
                         Err(e) => {
                             assert!(!e.is_contended(), "seed {seed}: {name} still held: {e}");
                             last = Some(e);
-                            // A node marked down is probed back in real
-                            // time; a restart it missed is then noticed and
-                            // quarantined from that moment: wait both out.
-                            std::thread::sleep(Duration::from_millis(10));
-                            self.clock.advance(self.shape.max_ttl);
+                            false
                         }
                     }
-                }
+                });
                 assert!(
-                    last.is_none(),
+                    taken,
                     "seed {seed}: client {c} cannot take {name}: {last:?}"
                 );
             }

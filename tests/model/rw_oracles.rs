@@ -268,13 +268,16 @@ impl World {
         self.clock.advance(self.shape.max_ttl * 3);
         // Every client writes, then reads: all of them in each round (a
         // node marked down is probed back in real time, within 2 s; a
-        // restart it missed is then quarantined), at most 400 rounds 10 ms
-        // apart.
+        // restart it missed is then quarantined), rounds 10 ms apart for
+        // at most 10 s.
         let mut left: Vec<(usize, bool)> = (0..RW_CLIENTS)
             .flat_map(|c| [(c, true), (c, false)])
             .collect();
         let mut last = None;
-        for _ in 0..400 {
+        testkit::wait_until(Duration::from_secs(10), || {
+            if last.is_some() {
+                self.clock.advance(self.shape.max_ttl);
+            }
             left.retain(|&(c, write)| {
                 let lock = &rw.locks[c];
                 let got = if write {
@@ -297,12 +300,8 @@ impl World {
                     }
                 }
             });
-            if left.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-            self.clock.advance(self.shape.max_ttl);
-        }
+            left.is_empty()
+        });
         assert!(
             left.is_empty(),
             "seed {seed}: rw clients cannot take the lock (client, write): {left:?}: {last:?}"

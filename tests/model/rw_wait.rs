@@ -4,7 +4,7 @@
 //! TTL, its intent is extended meanwhile); once its intent is taken, a new
 //! reader must be refused.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorum_lock::{CancellationToken, LockGuard, RetryPolicy};
 
@@ -89,13 +89,12 @@ impl World {
         // Until the intent is taken (a lock acquired by the writer's
         // manager) or the call is over.
         let taken = || manager.health().locks.acquired > before;
-        let wait_for = |limit: Duration| {
-            let started = Instant::now();
-            while !writer.is_finished() && !taken() && started.elapsed() < limit {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
-        wait_for(Duration::from_millis(500));
+        testkit::wait_until_with(
+            Duration::from_millis(500),
+            Duration::from_millis(1),
+            || writer.is_finished(),
+            taken,
+        );
         if !taken() {
             // No intent (this manager sees too few nodes that may grant):
             // nothing to wait for.
@@ -128,10 +127,12 @@ impl World {
         let result = match writer {
             None => early.expect("joined early"),
             Some(writer) => {
-                let started = Instant::now();
-                while !writer.is_finished() && started.elapsed() < Duration::from_secs(1) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                testkit::wait_until_with(
+                    Duration::from_secs(1),
+                    Duration::from_millis(1),
+                    || false,
+                    || writer.is_finished(),
+                );
                 token.cancel();
                 writer.join().unwrap()
             }

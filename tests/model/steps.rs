@@ -7,7 +7,7 @@
 //! `r` a writer waiting for readers and an acquisition of each kind in
 //! turn), each logged in the world.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorum_lock::{Clock, LockOptions, RetryPolicy};
 
@@ -310,13 +310,13 @@ impl World {
         let locks = self.clients[c].clone();
         let options = ask.options(Self::in_line());
         let waiter = std::thread::spawn(move || locks.lock_with(RESOURCES[r], &options));
-        let started = Instant::now();
-        while self.clients[c].local_waiters(RESOURCES[r]) == 0
-            && started.elapsed() < Duration::from_secs(2)
-            && !waiter.is_finished()
-        {
-            std::thread::yield_now();
-        }
+        // Until the waiter is in line (or its call is over), for at most 2 s.
+        testkit::wait_until_with(
+            Duration::from_secs(2),
+            Duration::from_micros(100),
+            || waiter.is_finished(),
+            || self.clients[c].local_waiters(RESOURCES[r]) > 0,
+        );
         let how = if by_release {
             match guard.release() {
                 Ok(report) if report.handed_over() => {

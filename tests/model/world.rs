@@ -199,20 +199,15 @@ impl World {
         {
             // (c >= CLIENTS: a replaced manager, or a read-write client's.)
             let probe = format!("policy-probe-{c}");
-            let mut seen = false;
             // A node marked down by this manager is probed back within
-            // 2 s of real time: bounded rounds, 10 ms apart.
-            for _ in 0..400 {
+            // 2 s of real time: rounds 10 ms apart, for at most 10 s.
+            let seen = testkit::wait_until(Duration::from_secs(10), || {
                 if let Ok(guard) = client.try_lock(&probe) {
                     let _ = guard.release();
                 }
                 client.flush(Duration::from_secs(5));
-                seen = client.health().nodes[n].eviction.is_some();
-                if seen {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+                client.health().nodes[n].eviction.is_some()
+            });
             assert!(
                 seen,
                 "client {c} never read node {n}'s policy: {}",

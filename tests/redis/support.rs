@@ -1,0 +1,39 @@
+//! What the real-server tests share.
+
+use std::time::Duration;
+
+use quorum_lock::{LockManager, LockManagerBuilder, RetryPolicy};
+use testkit::RedisServer;
+
+/// A builder over `urls`, servers the test started a moment ago: `ttl`,
+/// `node_timeout`, one attempt per call, and no restart quarantine (every
+/// such server's uptime is below `max_ttl`: with quarantine none of them
+/// would vote for a minute, which is not what these tests are about; the
+/// tests of quarantine build their own). The test adds what it is about.
+pub(crate) fn fresh_builder<I>(urls: I, ttl: Duration, node_timeout: Duration) -> LockManagerBuilder
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    LockManager::builder()
+        .redis_nodes(urls)
+        .unwrap_or_else(|e| panic!("redis_nodes: {e}"))
+        .ttl(ttl)
+        .node_timeout(node_timeout)
+        .retry(RetryPolicy::none())
+        .restart_quarantine(false)
+}
+
+/// Creates the ACL user `user` on `server` with `password` and `rules`
+/// (`ACL SETUSER <user> on ><password> <rules>...`; panics, naming the
+/// server, when it refuses them); the URL that connects as that user.
+pub(crate) fn acl_user(server: &RedisServer, user: &str, password: &str, rules: &[&str]) -> String {
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER")
+        .arg(user)
+        .arg("on")
+        .arg(format!(">{password}"))
+        .arg(rules);
+    let () = server.cmd(&acl);
+    format!("redis://{user}:{password}@127.0.0.1:{}/0", server.port())
+}
