@@ -27,6 +27,10 @@ fn child_program() {
         .unwrap()
         .restart_quarantine(false) // the servers were started a moment ago
         .ttl(Duration::from_secs(30))
+        // Not the default 100 ms: a first connection on a loaded machine
+        // took longer (NoQuorum before the test's point, the releases
+        // reaching the servers before the process is gone).
+        .node_timeout(Duration::from_secs(1))
         .retry(RetryPolicy::none())
         .build()
         .unwrap();
