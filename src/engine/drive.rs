@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use super::ballots::Ballot;
 use super::gate::Gate;
+use super::node::worker::{Job, NodeExec, Unread, Work};
 use super::node::{Item, NodeState, Sent, Vote};
 use super::pending::{Pending, known_tally};
-use super::worker::{Job, NodeExec, Unread, Work};
 use super::{Engine, Gather};
 use crate::sync::MutexGuard;
 

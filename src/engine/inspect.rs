@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Engine;
-use super::worker::{Job, NotQueued, Work};
+use super::node::worker::{Job, NotQueued, Work};
 use crate::backend::{BackendError, BackendErrorKind, Holding};
 
 impl Engine {

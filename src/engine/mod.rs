@@ -13,19 +13,11 @@ mod drive;
 mod echoes;
 mod forgets;
 mod gate;
-mod health;
 mod hold;
-mod identity;
 mod inspect;
-mod liveness;
 mod node;
 mod pending;
-mod refusal;
-mod retries;
-mod rights;
-mod settings_look;
 mod waiters;
-mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,24 +26,23 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
 pub(crate) use self::action::{Action, Direct, Gather, Request};
+use self::drive::Driven;
 pub(crate) use self::forgets::Forgets;
-use self::health::Vitals;
 pub(crate) use self::hold::{Hold, Pair};
 #[cfg(not(test))]
-use self::identity::Registry;
+use self::node::Registry;
+use self::node::worker::{self, Job, MAX_QUEUED, NodeExec, NotQueued, Peers, ReplyTo, Work};
+use self::node::{Item, Shared, Vitals, Vote};
 pub(crate) use self::pending::Pending;
 pub(crate) use self::pending::majority;
 use self::waiters::Waiters;
 pub(crate) use self::waiters::{HolderNews, Watch};
 // The protocol check (src/redlock/checks/protocol.rs) runs the engine's own
 // vote count and identity judgement.
-use self::drive::Driven;
 #[cfg(test)]
-pub(crate) use self::identity::{Identity, Registry, Standing};
-use self::node::{Item, Shared, Vote};
+pub(crate) use self::node::{Identity, Registry, Standing};
 #[cfg(test)]
 pub(crate) use self::pending::Tally;
-use self::worker::{Job, MAX_QUEUED, NodeExec, NotQueued, Peers, ReplyTo, Work};
 use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet, Probe};
 use crate::clock::Clock;
 use crate::error::Error;

@@ -11,11 +11,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::identity::Standing;
 use super::io::{self, Results};
 use crate::backend::{BackendError, BackendErrorKind, InFlight, Op, Reply, Sources};
 use crate::engine::action::{Action, Impossible};
 use crate::engine::hold::Hold;
-use crate::engine::identity::Standing;
 use crate::owner;
 use crate::report::NodeOutcome;
 use crate::token::{TOKEN_LEN, Token};

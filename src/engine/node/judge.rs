@@ -4,9 +4,9 @@
 
 use std::time::Instant;
 
+use super::identity::Standing;
 use super::{NodeState, Shared};
 use crate::backend::{BackendError, Reply, ServerInfo};
-use crate::engine::identity::Standing;
 
 impl NodeState {
     /// What the grants of a batch count for, judged by the identity of the

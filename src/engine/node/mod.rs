@@ -28,33 +28,43 @@
 //! Every backend call goes through `io.rs`.
 
 mod batch;
+mod identity;
 mod io;
 mod judge;
+mod liveness;
 mod notices;
 mod publish;
+mod refusal;
+mod retries;
 mod rights;
+mod rights_try;
+mod settings_look;
 mod shards;
+mod vitals;
+pub(super) mod worker;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use self::batch::{Arrived, Item, Sent, Vote};
 use self::batch::{Batch, grant, vote};
+#[cfg(test)]
+pub(crate) use self::identity::Standing;
+pub(crate) use self::identity::{Identity, Registry};
+use self::liveness::{Change, Liveness};
 pub(crate) use self::notices::Doorbell;
 use self::notices::{Ears, NodeNotices};
 use self::publish::Publisher;
+use self::refusal::Refusal;
+use self::retries::RetryList;
+use self::rights::Rights;
+use self::settings_look::SettingsLook;
 use self::shards::Shards;
+pub(crate) use self::vitals::Vitals;
 use super::action::Action;
 use super::echoes::Heard;
 use super::forgets::Forgets;
-use super::health::Vitals;
 use super::hold::Hold;
-use super::identity::{Identity, Registry};
-use super::liveness::{Change, Liveness};
-use super::refusal::{self, Refusal};
-use super::retries::RetryList;
-use super::rights::Rights;
-use super::settings_look::SettingsLook;
 use super::waiters::Waiters;
 use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, Reply, Sources};
 use crate::clock::Clock;

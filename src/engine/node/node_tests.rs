@@ -3,12 +3,12 @@
 //! manager's clock is a [`ManualClock`] that moves only when told.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use super::liveness::{FIRST_BACKOFF, MAX_BACKOFF};
+use super::retries::RETRY_EVERY;
 use super::*;
 use crate::backend::KeySet;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::ManualClock;
-use crate::engine::liveness::{FIRST_BACKOFF, MAX_BACKOFF};
-use crate::engine::retries::RETRY_EVERY;
 
 const WINDOW: Duration = Duration::from_secs(10);
 
@@ -332,8 +332,8 @@ fn a_cluster_nodes_shards_are_judged_one_by_one() {
 /// second, without lock traffic, and the fix is found by the next try.
 #[test]
 fn a_denial_is_tried_on_the_crates_own_key_and_judged_there() {
+    use super::rights::RETRY;
     use crate::backend::{BackendErrorKind, OpKind};
-    use crate::engine::rights::RETRY;
     use crate::health::{LockOp, NodeState as Shown};
 
     let clock = ManualClock::new();

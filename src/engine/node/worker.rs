@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use super::action::Action;
-use super::ballots::Ballot;
-use super::gate::Gate;
-use super::health::Vitals;
-use super::node::{Doorbell, Item, NodeState, Sent, Shared, Vote};
+use super::vitals::Vitals;
+use super::{Doorbell, Item, NodeState, Sent, Shared, Vote};
 use crate::backend::{Backend, BackendError, Holding};
+use crate::engine::action::Action;
+use crate::engine::ballots::Ballot;
+use crate::engine::gate::Gate;
 
 /// Most operations handed to the backend in one batch (one round trip).
 const MAX_BATCH: usize = 512;
@@ -86,14 +86,14 @@ pub(crate) type Inspected = (usize, Result<Option<Holding>, BackendError>);
 /// A batch a caller sent and left to the node's thread to read
 /// ([`Work::Unread`]).
 pub(crate) struct Unread {
-    pub(super) sent: Sent,
-    pub(super) reply: Option<ReplyTo>,
+    pub(crate) sent: Sent,
+    pub(crate) reply: Option<ReplyTo>,
 }
 
 /// One node's executor: its state behind the gate that orders direct runs
 /// after the jobs queued before them.
 pub(crate) struct NodeExec {
-    pub(super) gate: Gate<NodeState>,
+    pub(crate) gate: Gate<NodeState>,
     /// The backend's bound on one call, if it has one.
     call_timeout: Option<Duration>,
 }
