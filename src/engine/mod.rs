@@ -346,16 +346,22 @@ impl Engine {
             // (an earlier acquire may have landed), parked until it is
             // back; nobody waits for its answer.
             if down && (req.action != Action::Release || node.park_release(req)) {
-                outcomes[slot] = Some((NodeOutcome::Down, None));
+                outcomes[slot] = Some(Vote::of(NodeOutcome::Down));
                 queued[slot] = false;
                 continue;
             }
-            outcomes[slot] = match node.send(req, (!down).then(|| (reply.clone(), slot))) {
+            outcomes[slot] = match node.send(
+                req,
+                (!down).then(|| ReplyTo {
+                    ballot: reply.clone(),
+                    slot,
+                }),
+            ) {
                 Err(refused) => {
                     queued[slot] = false;
-                    Some((not_queued(refused), None))
+                    Some(Vote::of(not_queued(refused)))
                 }
-                Ok(()) if down => Some((NodeOutcome::Down, None)),
+                Ok(()) if down => Some(Vote::of(NodeOutcome::Down)),
                 Ok(()) => None,
             };
         }

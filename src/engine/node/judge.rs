@@ -5,10 +5,10 @@
 use std::time::Instant;
 
 use super::identity::Standing;
-use super::{NodeState, Shared};
+use super::{Shared, State};
 use crate::backend::{BackendError, Reply, ServerInfo};
 
-impl NodeState {
+impl State {
     /// What the grants of a batch count for, judged by the identity of the
     /// server that answered it (reported with the answers, never a cache
     /// another connection may have refreshed).

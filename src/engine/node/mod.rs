@@ -1,13 +1,13 @@
 //! One node's state, sans-IO in the manner of quinn-proto's `Connection`:
 //! no clock inside, named transitions that take the time as an argument,
-//! and [`NodeState::poll_timeout`] to say when to call back.
+//! and [`State::poll_timeout`] to say when to call back.
 //!
 //! Two drivers move it: the node's own thread (`worker.rs`: it waits for
-//! jobs until the poll timeout, then calls [`NodeState::timer_fired`] and
+//! jobs until the poll timeout, then calls [`State::timer_fired`] and
 //! runs the jobs), and a caller that drives a round itself on an idle node
-//! (`drive.rs`). Both send a batch with [`NodeState::begin`], read its
+//! (`drive.rs`). Both send a batch with [`State::begin`], read its
 //! answers ([`Sent::read`]) and hand them to
-//! [`NodeState::answers_arrived`]: everything that follows a round trip
+//! [`State::answers_arrived`]: everything that follows a round trip
 //! (votes, latency, liveness, identity and quarantine, release retries,
 //! release notices, the settings look) happens there, whoever drove it.
 //!
@@ -105,7 +105,7 @@ pub(crate) struct Shared {
 
 /// One node's state: liveness, release retries, identity and quarantine,
 /// release notices, the settings look, and what it published of them.
-pub(crate) struct NodeState {
+pub(crate) struct State {
     /// The node's place in the configuration.
     index: usize,
     backend: Arc<dyn Backend>,
@@ -131,7 +131,7 @@ pub(crate) struct NodeState {
     publish: Publisher,
 }
 
-impl NodeState {
+impl State {
     /// The state of node `index`, talking to `backend`, publishing to
     /// `health`, created at `now` (real time).
     pub(crate) fn new(
@@ -293,7 +293,7 @@ impl NodeState {
         } = arrived;
         let Some(answers) = answers else {
             // Settled without the server: the node is down.
-            return vec![(NodeOutcome::Down, None); batch.items().len()];
+            return vec![Vote::of(NodeOutcome::Down); batch.items().len()];
         };
         if !answers.0.is_empty() {
             let took = now.saturating_duration_since(started);
@@ -317,7 +317,7 @@ impl NodeState {
                     let vote = vote(item.action, result, standing, identified, || {
                         grant(standing, eviction, names)
                     });
-                    holds |= item.action != Action::Release && vote.0.is_granted();
+                    holds |= item.action != Action::Release && vote.outcome.is_granted();
                     votes.push(vote);
                 }
             }
@@ -339,7 +339,7 @@ impl NodeState {
                         judged.identified,
                         || grant(judged.standing, judged.eviction.as_deref(), names),
                     );
-                    holds |= item.action != Action::Release && vote.0.is_granted();
+                    holds |= item.action != Action::Release && vote.outcome.is_granted();
                     votes.push(vote);
                 }
                 self.publish_shards();

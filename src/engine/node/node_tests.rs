@@ -29,10 +29,10 @@ fn shared(clock: &ManualClock, quarantine: Option<Duration>) -> Arc<Shared> {
     })
 }
 
-fn node_state(node: &MemoryBackend, shared: Arc<Shared>, now: Instant) -> (NodeState, Arc<Vitals>) {
+fn node_state(node: &MemoryBackend, shared: Arc<Shared>, now: Instant) -> (State, Arc<Vitals>) {
     let health = Arc::new(Vitals::default());
     let backend: Arc<dyn Backend> = Arc::new(node.clone());
-    let state = NodeState::new(0, backend, Arc::clone(&health), shared, now);
+    let state = State::new(0, backend, Arc::clone(&health), shared, now);
     (state, health)
 }
 
@@ -59,10 +59,10 @@ fn release(key: &str, token: Token) -> Item {
 }
 
 /// One round trip as both drivers run it: begin, read, answers arrived.
-fn round_trip(state: &mut NodeState, items: Vec<Item>, now: Instant) -> Vec<NodeOutcome> {
+fn round_trip(state: &mut State, items: Vec<Item>, now: Instant) -> Vec<NodeOutcome> {
     let sent = state.begin(items, now);
     let votes = state.answers_arrived(sent.read(), now);
-    votes.into_iter().map(|(outcome, _)| outcome).collect()
+    votes.into_iter().map(|vote| vote.outcome).collect()
 }
 
 fn token() -> Token {
@@ -253,7 +253,7 @@ fn a_cluster_nodes_shards_are_judged_one_by_one() {
     let health = Arc::new(Vitals::default());
     let vitals = Arc::clone(&health);
     let shown = || vitals.snapshot("n", &[], t0, clock.now(), false).state;
-    let mut state = NodeState::new(0, backend, health, shared(&clock, Some(quarantine)), t0);
+    let mut state = State::new(0, backend, health, shared(&clock, Some(quarantine)), t0);
     for key in ["a1", "b1", "a2", "b2"] {
         let got = round_trip(&mut state, vec![acquire(key, token())], t0);
         assert!(matches!(got[..], [NodeOutcome::Granted]), "{key}: {got:?}");

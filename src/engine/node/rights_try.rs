@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use super::NodeState;
+use super::State;
 use super::batch::{Batch, Item};
 use super::io;
 use super::rights::{Change, TRIED, TRY_TTL};
@@ -16,7 +16,7 @@ use crate::engine::hold::Hold;
 use crate::health::LockOp;
 use crate::token::{Token, random_u64};
 
-impl NodeState {
+impl State {
     /// Tries what locks need now and publishes what changed. The try is
     /// not a lock: its ops are not counted in the node's vitals, its
     /// refused release is not retried (the key expires in
