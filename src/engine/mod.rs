@@ -31,6 +31,7 @@ pub(crate) use self::forgets::Forgets;
 pub(crate) use self::hold::{Hold, Pair};
 #[cfg(not(test))]
 use self::node::Registry;
+use self::node::io;
 use self::node::worker::{self, Job, MAX_QUEUED, NodeExec, NotQueued, Peers, ReplyTo, Work};
 use self::node::{Item, Shared, Vitals, Vote};
 pub(crate) use self::pending::Pending;
@@ -43,7 +44,7 @@ pub(crate) use self::waiters::{HolderNews, Watch};
 pub(crate) use self::node::{Identity, Registry, Standing};
 #[cfg(test)]
 pub(crate) use self::pending::Tally;
-use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet, Probe};
+use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet};
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::health::NodeHealth;
@@ -74,8 +75,8 @@ struct Node {
     jobs: Sender<Job>,
     health: Arc<Vitals>,
     exec: Arc<NodeExec>,
-    /// The backend, for its recovery count only (the node's thread owns
-    /// every other call to it).
+    /// The backend, for its recovery count only (read through
+    /// `node/io.rs`; the node's state makes every other call to it).
     backend: Arc<dyn Backend>,
     /// The backend's recovery count last acted on.
     recoveries_seen: AtomicU64,
@@ -89,7 +90,7 @@ impl Node {
         if !self.health.is_down() {
             return false;
         }
-        let recoveries = recoveries(&*self.backend);
+        let recoveries = io::recoveries(&*self.backend);
         let seen = self.recoveries_seen.swap(recoveries, Ordering::SeqCst);
         if recoveries == seen {
             return true;
@@ -121,12 +122,6 @@ impl Node {
         }
         parked
     }
-}
-
-/// How many recoveries `backend` knows of ([`Probe::recoveries`]); 0
-/// for a backend without a probe.
-fn recoveries(backend: &dyn Backend) -> u64 {
-    backend.probe().map_or(0, Probe::recoveries)
 }
 
 impl Request<'_> {
@@ -189,6 +184,11 @@ impl Engine {
             accept_eviction,
             value_suffix,
         } = settings;
+        let names: Vec<String> = backends
+            .iter()
+            .enumerate()
+            .map(|(index, backend)| io::describe(&**backend, index))
+            .collect();
         let waiters = Arc::new(Waiters::new(backends.len(), quorum));
         let shared = Arc::new(Shared {
             forgets: Arc::new(Forgets::new(backends.len())),
@@ -198,7 +198,7 @@ impl Engine {
             forget_window,
             release_retry_window: max_ttl,
             registry: Registry::default(),
-            names: backends.iter().map(|b| b.describe()).collect(),
+            names: names.clone(),
             fence_counters: Arc::from(fence_counters),
             rights_key: Arc::from(rights_key),
             accept_eviction,
@@ -206,9 +206,8 @@ impl Engine {
         });
         let peers = Peers::default();
         let mut nodes = Vec::with_capacity(backends.len());
-        for (index, backend) in backends.into_iter().enumerate() {
-            let name = backend.describe();
-            let recoveries_seen = AtomicU64::new(recoveries(&*backend));
+        for ((index, backend), name) in backends.into_iter().enumerate().zip(names) {
+            let recoveries_seen = AtomicU64::new(io::recoveries(&*backend));
             let handle = Arc::clone(&backend);
             let (jobs, queue) = unbounded();
             let health = Arc::new(Vitals::default());

@@ -29,7 +29,7 @@
 
 mod batch;
 mod identity;
-mod io;
+pub(super) mod io;
 mod judge;
 mod liveness;
 mod notices;

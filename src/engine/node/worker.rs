@@ -152,7 +152,7 @@ pub(crate) fn spawn(
     peers: Peers,
 ) -> std::io::Result<Arc<NodeExec>> {
     let name = format!("quorum-lock-node{index}");
-    let call_timeout = backend.call_timeout();
+    let call_timeout = super::io::call_timeout(&*backend);
     let state =
         State::new(index, backend, health, shared, Instant::now()).ringing(doorbell(index, &peers));
     // Read here, not by the new thread: a fresh node has nothing to wake
