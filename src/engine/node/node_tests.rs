@@ -9,6 +9,10 @@ use super::*;
 use crate::backend::KeySet;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::ManualClock;
+use crate::engine::action::Action;
+use crate::engine::hold::Hold;
+use crate::report::NodeOutcome;
+use crate::token::Token;
 
 const WINDOW: Duration = Duration::from_secs(10);
 

@@ -1,12 +1,12 @@
 //! The node's own thread, one of the two drivers of its state
-//! ([`State`], `node/`): it waits for jobs until the state's poll
+//! ([`State`], `mod.rs`): it waits for jobs until the state's poll
 //! timeout, tells the state the time ([`State::timer_fired`]), and
 //! runs what is queued as batches, in FIFO order.
 //!
 //! The node's state sits behind its gate (src/engine/gate.rs). The node's
 //! thread takes it to run a batch; a caller may take it to drive its own
 //! operation when the node is idle (nothing queued, nothing running; the
-//! other driver, `drive.rs`), which saves two thread hand-offs and keeps
+//! other driver, `../drive.rs`), which saves two thread hand-offs and keeps
 //! the FIFO order: an operation only runs directly when every operation
 //! queued before it has finished (the gate's rule, checked by loom).
 
