@@ -35,6 +35,7 @@ use crate::manager::{LockManager, outcome};
 use crate::options::{LockOptions, RetryPolicy};
 use crate::redlock::Admission;
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
+use crate::resource::MAX_RESOURCE_LEN;
 use crate::waiting::{Tried, Waiting};
 
 /// What the lock's two keys add to its name: `{name}` first, so that on a
@@ -170,14 +171,14 @@ impl LockManager {
         self.check_resource(name)?;
         let role = |suffix: &[u8]| [b"{", name, suffix].concat();
         let (readers, writer) = (role(READERS), role(WRITER));
-        if writer.len().max(readers.len()) > crate::MAX_RESOURCE_LEN {
+        if writer.len().max(readers.len()) > MAX_RESOURCE_LEN {
             return Err(Error::InvalidArgument {
                 reason: format!(
                     "the read-write lock's name is {} bytes: its keys add {} to it, over \
                      the {} bytes a resource may have",
                     name.len(),
                     READERS.len().max(WRITER.len()) + 1,
-                    crate::MAX_RESOURCE_LEN
+                    MAX_RESOURCE_LEN
                 ),
             });
         }
@@ -438,7 +439,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::MemoryBackend;
+    use crate::backend::memory::MemoryBackend;
 
     fn manager(prefix: &str) -> LockManager {
         LockManager::builder()
