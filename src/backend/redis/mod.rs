@@ -59,9 +59,11 @@
 
 mod asking;
 mod batch;
+mod bounded;
 pub(crate) mod confirm;
 mod conn;
 mod errors;
+mod fault;
 mod flight;
 mod forms;
 mod frame;
