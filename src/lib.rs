@@ -251,6 +251,7 @@ mod sync;
 mod token;
 mod waiting;
 mod with_lock;
+mod words;
 
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
