@@ -19,7 +19,7 @@
 //! key is on a quorum). It is then admitted by a quorum of nodes on which
 //! no reader is left (`OpKind::Admit`, which also sets the key's expiry
 //! anew, as an extend): its validity counts from that round. docs/safety.md
-//! carries the argument; `src/redlock/checks/rw.rs` explores it.
+//! carries the argument; `src/redlock/checks/rw/` explores it.
 //!
 //! A read guard's lease holds `Hold::Reader`, a write guard's
 //! `Hold::Writer` (`src/engine/hold.rs`): the engine makes each side's
