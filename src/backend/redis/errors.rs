@@ -17,7 +17,8 @@ use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, ServerVersion};
 
 use super::Inner;
 use super::fault::{Fault, Phase};
-use super::forms::{Bad, Form};
+use super::forms::Form;
+use super::forms::wire::Bad;
 use super::frame::describe_value;
 use super::redact::{show_key, show_keys};
 use super::redirect::Redirect;
