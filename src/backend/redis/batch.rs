@@ -1,7 +1,7 @@
 //! The pipeline protocol: packing ops into one round trip, reading the
 //! replies, and the follow-up round trip (`GET` and `PTTL` checks after
 //! refused acquires; the re-run after a `NOSCRIPT`; the notices and member
-//! reads of the script-free forms, `forms.rs`).
+//! reads of the script-free forms, `forms/wire.rs`).
 //!
 //! Per-node order must hold at the server too (a release never runs before
 //! the acquire it undoes). A `NOSCRIPT` reply (the server's script cache
@@ -421,7 +421,7 @@ impl Inner {
     /// script by `EVALSHA` when its digest is known (`digests`), else by
     /// `EVAL` with its text: the one-key scripts for one key, the set
     /// scripts (all or nothing) for several; the server's own commands
-    /// (`forms.rs`).
+    /// (`forms/wire.rs`).
     fn pack_op(
         &self,
         op: &Op<'_>,
