@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 #[cfg(feature = "redis")]
-use crate::backend::redis::RedisBackend;
+use crate::backend::cluster::RedisClusterBackend;
+#[cfg(feature = "redis")]
+use crate::backend::redis::{RedisBackend, Scripts};
 use crate::clock::{Clock, MonotonicClock};
 use crate::engine::{Engine, Settings, majority};
 use crate::error::{Error, Result};
@@ -53,7 +55,7 @@ pub struct LockManagerBuilder {
     accept_eviction_risk: bool,
     owner: Option<String>,
     #[cfg(feature = "redis")]
-    scripts: crate::Scripts,
+    scripts: Scripts,
 }
 
 /// A configured node, opened at `build` (Redis URLs then get the final
@@ -65,7 +67,7 @@ enum NodeSpec {
         url: String,
         name: String,
         /// Set at `build`, from [`LockManagerBuilder::scripts`].
-        scripts: crate::Scripts,
+        scripts: Scripts,
     },
 }
 
@@ -86,7 +88,7 @@ impl NodeSpec {
             #[cfg(feature = "redis")]
             Self::Redis { url, scripts, .. } => {
                 let opened = if crate::backend::cluster::is_cluster_url(&url) {
-                    crate::RedisClusterBackend::open(&url, timeout)
+                    RedisClusterBackend::open(&url, timeout)
                         .map(|b| Arc::new(b.with_scripts(scripts)) as Arc<dyn Backend>)
                 } else {
                     RedisBackend::open(&url, timeout)
@@ -150,13 +152,13 @@ impl LockManagerBuilder {
             let node = NodeSpec::Redis {
                 url: url.to_owned(),
                 name: String::new(),
-                scripts: crate::Scripts::Auto,
+                scripts: Scripts::Auto,
             };
             let name = node.open(DEFAULT_NODE_TIMEOUT)?.describe();
             self.nodes.push(NodeSpec::Redis {
                 url: url.to_owned(),
                 name,
-                scripts: crate::Scripts::Auto,
+                scripts: Scripts::Auto,
             });
         }
         Ok(self)
@@ -283,8 +285,8 @@ impl LockManagerBuilder {
     }
 
     /// Whether the Redis nodes added by [`redis_nodes`](Self::redis_nodes)
-    /// may run Lua scripts (see [`Scripts`](crate::Scripts)). Default:
-    /// [`Scripts::Auto`](crate::Scripts::Auto), each server's own commands
+    /// may run Lua scripts (see [`Scripts`]). Default:
+    /// [`Scripts::Auto`], each server's own commands
     /// where its version has them (`DELIFEQ`, `SET .. IFEQ`, `MSETEX`:
     /// Valkey 9.1, Redis 8.4), scripts elsewhere. `Scripts::Never` is for an
     /// ACL user denied `@scripting`: what needs a script there (fencing,
@@ -303,7 +305,7 @@ impl LockManagerBuilder {
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     #[must_use]
-    pub fn scripts(mut self, scripts: crate::Scripts) -> Self {
+    pub fn scripts(mut self, scripts: Scripts) -> Self {
         self.scripts = scripts;
         self
     }

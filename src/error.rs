@@ -194,14 +194,14 @@ impl fmt::Display for Error {
                 write!(
                     f,
                     "cancelled after waiting {}",
-                    crate::report::human(*waited)
+                    crate::words::human(*waited)
                 )
             }
             Self::Deadlock { resource } => write!(
                 f,
                 "deadlock: this thread already holds the lock on {} through this manager \
                  (locks are not reentrant: release or drop that guard first)",
-                crate::report::Shortened(resource)
+                crate::words::Shortened(resource)
             ),
             Self::Degraded { reason, report } => write!(
                 f,
@@ -226,7 +226,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 mod tests {
     use crate::backend::{BackendError, BackendErrorKind};
     use crate::error::*;
-    use crate::report::{NodeOutcome, NodeReport, Round, human};
+    use crate::report::{NodeOutcome, NodeReport, Round};
 
     fn report() -> Report {
         Report {
@@ -331,16 +331,6 @@ mod tests {
             text.contains("mem-b: failed (unreachable: connection refused)"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn durations_read_like_people_write_them() {
-        let ms = Duration::from_millis;
-        assert_eq!(human(Duration::from_micros(812)), "812 µs");
-        assert_eq!(human(Duration::from_micros(1530)), "1.53 ms");
-        assert_eq!(human(ms(15) + Duration::from_micros(300)), "15.3 ms");
-        assert_eq!(human(ms(1530)), "1.53 s");
-        assert_eq!(human(Duration::from_secs(125)), "2 min 5 s");
     }
 
     #[test]

@@ -157,6 +157,8 @@ impl LockGuard {
     /// on the same servers), below 2^53. Send it with every write to the
     /// protected resource, which keeps the highest fence it has seen and
     /// refuses writes with a lower one (`examples/fenced_write.rs`).
+    /// `None` for a lock taken without fencing, and always for a read
+    /// guard of an [`RwLock`](crate::RwLock): readers have no fence.
     ///
     /// ```
     /// use quorum_lock::{LockManager, LockOptions, MemoryBackend};

@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{BackendError, BackendErrorKind};
-use crate::report::human;
+use crate::words::human;
 
 /// A snapshot of a manager's nodes and locks, from
 /// [`LockManager::health`](crate::LockManager::health).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::backend::{BackendError, Holding};
 use crate::owner::owner_in;
-use crate::report::human;
+use crate::words::human;
 
 /// What the nodes that answered say, taken together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

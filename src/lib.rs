@@ -251,13 +251,14 @@ mod sync;
 mod token;
 mod waiting;
 mod with_lock;
+mod words;
 
-pub use backend::MAX_READERS;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::cluster::RedisClusterBackend;
 pub use backend::keyset::MAX_SET_SIZE;
 pub use backend::memory::MemoryBackend;
+pub use backend::op::MAX_READERS;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::{RedisBackend, Scripts};

@@ -22,7 +22,8 @@ use crate::backend::KeySet;
 use crate::backend::keyset::MAX_SET_SIZE;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::manager::{LockManager, outcome};
+use crate::manager::LockManager;
+use crate::manager::take::outcome;
 use crate::options::LockOptions;
 
 impl LockManager {

@@ -19,7 +19,7 @@
 //! key is on a quorum). It is then admitted by a quorum of nodes on which
 //! no reader is left (`OpKind::Admit`, which also sets the key's expiry
 //! anew, as an extend): its validity counts from that round. docs/safety.md
-//! carries the argument; `src/redlock/checks/rw.rs` explores it.
+//! carries the argument; `src/redlock/checks/rw/` explores it.
 //!
 //! A read guard's lease holds `Hold::Reader`, a write guard's
 //! `Hold::Writer` (`src/engine/hold.rs`): the engine makes each side's
@@ -31,10 +31,12 @@ use crate::backend::KeySet;
 use crate::engine::{Hold, Pair};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::manager::{LockManager, outcome};
+use crate::manager::LockManager;
+use crate::manager::take::outcome;
 use crate::options::{LockOptions, RetryPolicy};
 use crate::redlock::Admission;
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
+use crate::resource::MAX_RESOURCE_LEN;
 use crate::waiting::{Tried, Waiting};
 
 /// What the lock's two keys add to its name: `{name}` first, so that on a
@@ -170,14 +172,14 @@ impl LockManager {
         self.check_resource(name)?;
         let role = |suffix: &[u8]| [b"{", name, suffix].concat();
         let (readers, writer) = (role(READERS), role(WRITER));
-        if writer.len().max(readers.len()) > crate::MAX_RESOURCE_LEN {
+        if writer.len().max(readers.len()) > MAX_RESOURCE_LEN {
             return Err(Error::InvalidArgument {
                 reason: format!(
                     "the read-write lock's name is {} bytes: its keys add {} to it, over \
                      the {} bytes a resource may have",
                     name.len(),
                     READERS.len().max(WRITER.len()) + 1,
-                    crate::MAX_RESOURCE_LEN
+                    MAX_RESOURCE_LEN
                 ),
             });
         }
@@ -438,7 +440,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::MemoryBackend;
+    use crate::backend::memory::MemoryBackend;
 
     fn manager(prefix: &str) -> LockManager {
         LockManager::builder()

@@ -16,6 +16,7 @@
 use std::time::Instant;
 
 use crate::backend::KeySet;
+use crate::backend::keyset::MAX_SET_SIZE;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
@@ -204,7 +205,7 @@ impl Semaphore {
         let rounds = self.locks.core().rounds();
         // The slots' keys are built only once a scan has failed: a
         // permit taken at once costs nothing more.
-        let listen = || match self.permits as usize <= crate::MAX_SET_SIZE {
+        let listen = || match self.permits as usize <= MAX_SET_SIZE {
             true => KeySet::new((0..self.permits).map(|slot| self.slot_resource(slot)))
                 .map(|slots| rounds.keys_for(&slots)),
             false => None,

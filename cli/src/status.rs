@@ -28,6 +28,7 @@ use crate::args::{Global, StatusArgs};
 use crate::exit;
 use crate::json::Json;
 use crate::rw::{self, RwView};
+use crate::wording::verdict_word;
 
 pub(crate) fn status(global: &Global, args: &StatusArgs) -> u8 {
     if let Some(permits) = args.permits {
@@ -161,15 +162,6 @@ fn node_text(state: &KeyState, node: &str) -> String {
         KeyState::Free => "free".to_owned(),
         KeyState::Failed(e) => crate::wording::flags(&e.reason(node)),
         _ => "unknown state".to_owned(),
-    }
-}
-
-pub(crate) fn verdict_word(verdict: Verdict) -> &'static str {
-    match verdict {
-        Verdict::Held => "held",
-        Verdict::Free => "free",
-        Verdict::Split => "split",
-        _ => "unknown",
     }
 }
 

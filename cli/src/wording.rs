@@ -2,7 +2,10 @@
 //! `LockManagerBuilder::accept_eviction_risk`); the tool's users set
 //! flags. Every library text the tool prints (errors, reports, the
 //! library's warnings) goes through [`flags`] first, so that it names
-//! the flag to change.
+//! the flag to change. And the words the tool gives the library's values
+//! (an inspection's verdict), in its lines and its JSON alike.
+
+use quorum_lock::inspection::Verdict;
 
 /// Library words and the flag that sets them, the longer first (a
 /// replacement never meets a word an earlier one wrote).
@@ -42,6 +45,17 @@ pub(crate) fn flags(text: &str) -> String {
     FLAGS.iter().fold(text.to_owned(), |text, (word, flag)| {
         text.replace(word, flag)
     })
+}
+
+/// A verdict's word, as `status` prints it and its JSON gives it (for a
+/// lock, a semaphore's slot and a read-write lock alike).
+pub(crate) fn verdict_word(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Held => "held",
+        Verdict::Free => "free",
+        Verdict::Split => "split",
+        _ => "unknown",
+    }
 }
 
 #[cfg(test)]

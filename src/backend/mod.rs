@@ -46,7 +46,7 @@ mod holding;
 pub(crate) mod keyset;
 pub(crate) mod memory;
 mod notices;
-mod op;
+pub(crate) mod op;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub(crate) mod redis;
@@ -63,7 +63,7 @@ pub use self::memory::{CallHook, DenyRule, UptimeReport};
 #[cfg(feature = "redis")]
 pub(crate) use self::notices::RELEASE_CHANNEL_PREFIX;
 pub use self::notices::{NoticeWaker, ReleaseListener};
-pub use self::op::{MAX_READERS, Op, OpKind, Reply};
+pub use self::op::{Op, OpKind, Reply};
 pub(crate) use self::server_info::SETTINGS_MAX_AGE;
 pub use self::server_info::{ServerInfo, ServerProduct, ServerVersion, WithoutScripts};
 pub use self::single::{acquire, acquire_fenced, extend, raise_fence, release, run, unsupported};

@@ -30,7 +30,7 @@ use super::owners::Owners;
 use super::turns::LocalQueue;
 use crate::engine::{Engine, Forgets};
 use crate::error::Error;
-use crate::report::Shortened;
+use crate::words::Shortened;
 
 /// What the forget hook needs: the live leases, what follows a loss, the
 /// nodes' names and epochs, and why each node was last seen forgetting.

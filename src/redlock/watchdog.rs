@@ -225,14 +225,14 @@ impl Timer {
                     reason: format!(
                         "auto-extension stopped ({why}); the lock ends at its deadline, \
                          in {}",
-                        crate::report::human(left)
+                        crate::words::human(left)
                     ),
                     report: None,
                 });
                 log::info!(
                     "quorum-lock: auto-extension of {} stopped ({why}); it ends at its \
                      deadline in {left:?}",
-                    crate::report::Shortened(&lease.resources.to_string())
+                    crate::words::Shortened(&lease.resources.to_string())
                 );
                 state.stop_renewal(why);
                 drop(state);

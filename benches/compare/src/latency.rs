@@ -10,7 +10,7 @@ use quorum_lock::LockManager;
 use crate::clients::{Client, Locker};
 use crate::floor::Floor;
 use crate::ours::{self, Direct, Ours};
-use crate::paired::{Arm, Paired, Rounds};
+use crate::paired::{Arm, Paired};
 use crate::peers::{RedlockService, RedsyncService, RslockSingle};
 use crate::plan::Plan;
 use testkit::Blackhole;
@@ -179,19 +179,4 @@ fn release_arm<'a>(name: &str, locks: &'a LockManager, plan: &'a Plan) -> Arm<'a
     };
     let k = format!("qbench:third:{name}:release").into_bytes();
     Arm::new(third_label(name, false), move || o.lock_release(&k))
-}
-
-/// The run parameters of a paired comparison.
-#[derive(Debug, Clone, Copy)]
-pub struct PairedPlan {
-    pub rounds: Rounds,
-    /// Clients that connect per call take one round in `slow_every`.
-    pub slow_every: usize,
-}
-
-/// The third-node comparison's parameters.
-#[derive(Debug, Clone, Copy)]
-pub struct ThirdPlan {
-    pub rounds: Rounds,
-    pub warmup: Duration,
 }

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::clients::{Client, Settings};
-use crate::latency::{PairedPlan, ThirdPlan};
 use crate::paired::Rounds;
 
 pub const USAGE: &str = "\
@@ -46,6 +45,21 @@ pub const SECTIONS: [&str; 8] = [
     "waiting",
     "cross",
 ];
+
+/// The run parameters of a paired comparison.
+#[derive(Debug, Clone, Copy)]
+pub struct PairedPlan {
+    pub rounds: Rounds,
+    /// Clients that connect per call take one round in `slow_every`.
+    pub slow_every: usize,
+}
+
+/// The third-node comparison's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct ThirdPlan {
+    pub rounds: Rounds,
+    pub warmup: Duration,
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct CountersPlan {

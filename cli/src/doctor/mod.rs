@@ -1,7 +1,7 @@
 //! `quorum-lock doctor`: each node checked for what the lock relies on:
 //! reachable, a master, the rights for every command the crate sends
-//! (the wake-ups' publish / subscribe included: a warning, as locks work
-//! without them), memory policy, persistence and restart quarantine, round-trip time.
+//! (`rights.rs`; the wake-ups' publish / subscribe included: a warning,
+//! as locks work without them), memory policy, persistence and restart quarantine, round-trip time.
 //!
 //! Each node is also asked, through the library and with the tool's
 //! settings (prefix, quarantine, eviction risk), to take and release a
@@ -37,6 +37,7 @@ use crate::inspect::{self, Node};
 use crate::json::Json;
 
 mod cluster;
+mod rights;
 mod server;
 
 /// Marks every node whose server already appeared under an earlier name.

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::router::{Cluster, MAP_READ_TIMEOUTS, counters_of};
 use super::slot::slot_of;
 use super::topology::Topology;
-use crate::RedisBackend;
+use crate::backend::redis::RedisBackend;
 use crate::backend::redis::confirm::Unconfirmed;
 use crate::backend::redis::redirect::Redirect;
 use crate::backend::{Answers, BackendError, BackendErrorKind, InFlight, Op, OpKind, ServerInfo};

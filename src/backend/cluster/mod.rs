@@ -45,11 +45,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::backend::redis::{RedisBackend, Scripts};
 use crate::backend::{
     Backend, BackendError, BackendErrorKind, Holding, InFlight, Inspect, Op, Probe,
     ReleaseListener, ServerInfo,
 };
-use crate::{RedisBackend, Scripts};
 
 use self::flight::{CALL_TIMEOUTS, ClusterFlight};
 use self::router::{Cluster, MAP_READ_TIMEOUTS, State};

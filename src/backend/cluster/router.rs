@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use super::slot::{self, slot_of};
 use super::topology::{Range, Topology};
-use crate::RedisBackend;
+use crate::backend::redis::RedisBackend;
 use crate::backend::{BackendError, BackendErrorKind, KeySet, Op, OpKind};
 
 /// A cluster node's state: its seed, its name, the slot map and the

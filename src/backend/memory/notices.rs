@@ -7,7 +7,6 @@
 use std::collections::HashSet;
 
 use super::MemoryBackend;
-use super::state::State;
 use crate::backend::{BackendError, BackendErrorKind, NoticeWaker, ReleaseListener};
 
 /// One listener's subscriptions, the notices not yet taken, and how to
@@ -25,27 +24,16 @@ impl Inbox {
         self.keys.clear();
         self.arrived.clear();
     }
-}
 
-impl State {
-    /// Announces the release of `key` to its listeners; how many heard it.
-    /// Their wakers are queued in `to_wake`, for the caller to call once it
-    /// has let go of the node's lock.
-    pub(super) fn announce(&mut self, key: &[u8]) -> u64 {
-        if !self.notices_on {
-            return 0;
+    /// Takes the notice of `key`'s release when this listener listens for
+    /// it: `None` when it does not, else the waker to call (once the
+    /// node's lock is let go), if its owner left one.
+    pub(super) fn hear(&mut self, key: &[u8]) -> Option<Option<NoticeWaker>> {
+        if !self.keys.contains(key) {
+            return None;
         }
-        let mut heard = 0;
-        for inbox in self.listeners.values_mut() {
-            if inbox.keys.contains(key) {
-                inbox.arrived.push(key.to_vec());
-                heard += 1;
-                if let Some(waker) = &inbox.waker {
-                    self.to_wake.push(waker.clone());
-                }
-            }
-        }
-        heard
+        self.arrived.push(key.to_vec());
+        Some(self.waker.clone())
     }
 }
 

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::state::{Entry, State, Value, wrong_type};
-use crate::backend::{BackendError, BackendErrorKind, MAX_READERS, Op, OpKind, Reply};
+use crate::backend::op::MAX_READERS;
+use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, Reply};
 
 impl State {
     /// `op`, a read-write lock's, at `now`: on its one key (`op.keys`,

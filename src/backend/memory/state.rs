@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::faults::{CallHook, DenyRule, UptimeReport};
 use super::notices::Inbox;
-use super::{CallHook, DenyRule, UptimeReport};
 use crate::backend::{
     BackendError, BackendErrorKind, Holding, KeySet, NoticeWaker, Op, OpKind, Reply,
 };
@@ -365,6 +365,23 @@ impl State {
             },
         );
         Ok(Reply::Yes)
+    }
+
+    /// Announces the release of `key` to its listeners; how many heard it.
+    /// Their wakers are queued in `to_wake`, for the caller to call once it
+    /// has let go of the node's lock.
+    pub(super) fn announce(&mut self, key: &[u8]) -> u64 {
+        if !self.notices_on {
+            return 0;
+        }
+        let mut heard = 0;
+        for inbox in self.listeners.values_mut() {
+            if let Some(waker) = inbox.hear(key) {
+                heard += 1;
+                self.to_wake.extend(waker);
+            }
+        }
+        heard
     }
 
     /// Drops every key with an expiry, as a server at `maxmemory` under an

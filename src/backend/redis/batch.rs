@@ -1,7 +1,7 @@
 //! The pipeline protocol: packing ops into one round trip, reading the
 //! replies, and the follow-up round trip (`GET` and `PTTL` checks after
 //! refused acquires; the re-run after a `NOSCRIPT`; the notices and member
-//! reads of the script-free forms, `forms.rs`).
+//! reads of the script-free forms, `forms/wire.rs`).
 //!
 //! Per-node order must hold at the server too (a release never runs before
 //! the acquire it undoes). A `NOSCRIPT` reply (the server's script cache
@@ -27,7 +27,8 @@ use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
 use super::confirm::{Confirmation, writes_a_hold};
-use super::forms::{self, Bad, Form, Pending, Said, Scripts, form_of, script_for};
+use super::forms::wire::{self, Bad, Pending, Said};
+use super::forms::{self, Form, Scripts, form_of, script_for};
 use super::frame::value_text;
 use super::info::Ask;
 use super::pool::{Checkout, Failure};
@@ -80,7 +81,7 @@ enum Followup {
     /// `GET` and `PTTL` (3 replies). With the first run's answer, which
     /// stands when that run did the work.
     Rerun(First),
-    /// A command form's second round trip (`forms::pack_followup`).
+    /// A command form's second round trip (`forms/wire.rs`).
     Command(Pending),
 }
 
@@ -148,7 +149,7 @@ impl Inner {
         let mut expected = ask.replies() + Script::ALL.len() * usize::from(load_scripts);
         for &(i, form) in &sent {
             self.pack_op(&ops[i], form, ttls[i], digests.as_deref(), &mut buf);
-            expected += form.replies(&ops[i]);
+            expected += wire::replies(form, &ops[i]);
         }
         let confirm = self.cluster_shard && sent.iter().any(|&(i, _)| writes_a_hold(&ops[i]));
         if confirm {
@@ -274,7 +275,7 @@ impl Inner {
                         1
                     }
                 }
-                Followup::Command(pending) => forms::pack_followup(pending, op, &mut buf),
+                Followup::Command(pending) => wire::pack_followup(pending, op, &mut buf),
             };
         }
         // Writes run again need their own confirmation.
@@ -301,7 +302,7 @@ impl Inner {
                     let pttl = replies.next().unwrap_or(Value::Nil);
                     self.refused_acquire(op, get, &pttl)
                 }
-                Followup::Command(pending) => forms::read_followup(&pending, op, &mut replies)
+                Followup::Command(pending) => wire::read_followup(&pending, op, &mut replies)
                     .map_err(|bad| self.bad_reply(op, form, bad)),
                 Followup::Rerun(first) => {
                     let again = self.rerun_answer(op, &mut replies);
@@ -360,7 +361,7 @@ impl Inner {
             Form::SetNx => None,
             Form::Script(script) => Some(script),
             _ => {
-                return match forms::read_command(form, op, self.cluster_shard, replies) {
+                return match wire::read_command(form, op, self.cluster_shard, replies) {
                     Ok(Said::Done(reply)) => First::Done(Ok(reply)),
                     Ok(Said::Then(pending)) => First::Pending(pending),
                     Err(Bad::Refused(e)) if self.scripts == Scripts::Auto && forms::not_run(&e) => {
@@ -420,7 +421,7 @@ impl Inner {
     /// script by `EVALSHA` when its digest is known (`digests`), else by
     /// `EVAL` with its text: the one-key scripts for one key, the set
     /// scripts (all or nothing) for several; the server's own commands
-    /// (`forms.rs`).
+    /// (`forms/wire.rs`).
     fn pack_op(
         &self,
         op: &Op<'_>,
@@ -430,7 +431,7 @@ impl Inner {
         buf: &mut Vec<u8>,
     ) {
         let Form::Script(script) = form else {
-            return form.pack_command(op, ttl_ms, buf);
+            return wire::pack_command(form, op, ttl_ms, buf);
         };
         let Op { keys, token, kind } = *op;
         let ttl_arg = || ttl_ms.to_string().into_bytes();

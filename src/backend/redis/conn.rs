@@ -26,9 +26,10 @@ use redis::Value;
 use crate::backend::{ServerInfo, ServerVersion};
 
 use super::asking;
+use super::fault::{Fault, Phase};
 use super::frame::{self, MAX_REPLY_BYTES, Scan, describe_value};
 use super::info::{Ask, Identity};
-use super::transport::{Fault, Phase, Target, Transport};
+use super::transport::{Target, Transport};
 
 /// Bytes read from the socket at a time.
 const READ_CHUNK: usize = 16 * 1024;

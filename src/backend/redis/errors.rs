@@ -16,11 +16,12 @@ use redis::Value;
 use crate::backend::{BackendError, BackendErrorKind, Op, OpKind, ServerVersion};
 
 use super::Inner;
-use super::forms::{Bad, Form};
+use super::fault::{Fault, Phase};
+use super::forms::Form;
+use super::forms::wire::Bad;
 use super::frame::describe_value;
 use super::redact::{show_key, show_keys};
 use super::redirect::Redirect;
-use super::transport::{Fault, Phase};
 
 impl Inner {
     /// `{node}: {detail}` on one line, with secrets scrubbed.

@@ -59,9 +59,11 @@
 
 mod asking;
 mod batch;
+mod bounded;
 pub(crate) mod confirm;
 mod conn;
 mod errors;
+mod fault;
 mod flight;
 mod forms;
 mod frame;
@@ -142,7 +144,7 @@ struct Inner {
     /// server of its own.
     replicas: usize,
     /// A cluster's shard: its `PUBLISH` reaches the subscribers of every
-    /// node, which its `PUBSUB NUMSUB` does not count (`forms.rs`); its
+    /// node, which its `PUBSUB NUMSUB` does not count (`forms/wire.rs`); its
     /// holds count only once every replica of the master has them
     /// (`confirm.rs`).
     cluster_shard: bool,

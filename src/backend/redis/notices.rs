@@ -28,9 +28,10 @@ use crate::backend::{
 
 use super::Inner;
 use super::conn::Conn;
+use super::fault::{Fault, Phase};
 #[cfg(feature = "tls")]
 use super::transport::Target;
-use super::transport::{Fault, Phase, Transport};
+use super::transport::Transport;
 
 /// Most replies read from the subscriber per [`receive`](ReleaseListener::receive):
 /// one call never spends long on a flood of notices (the rest wait for

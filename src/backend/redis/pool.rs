@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use crate::backend::BackendError;
 
 use super::Inner;
+use super::bounded::remaining;
 use super::conn::Conn;
-use super::transport::{Fault, remaining};
+use super::fault::Fault;
 
 /// Idle connections kept per node. The engine calls a node from one worker
 /// thread; the spare ones serve probes and other callers.

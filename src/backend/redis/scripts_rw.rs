@@ -94,10 +94,11 @@ pub(super) const ADMIT: &str = concat!(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::op::MAX_READERS;
 
     #[test]
     fn the_acquire_script_caps_readers_at_the_crates_bound() {
-        let cap = format!("zcard', KEYS[1]) >= {} then", crate::MAX_READERS);
+        let cap = format!("zcard', KEYS[1]) >= {MAX_READERS} then");
         assert!(READ_ACQUIRE.contains(&cap), "{READ_ACQUIRE}");
     }
 

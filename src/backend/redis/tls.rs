@@ -18,7 +18,8 @@ use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
 
-use super::transport::{Fault, Phase, Socket, is_wait, read_bounded, remaining};
+use super::bounded::{Socket, is_wait, read_bounded, remaining};
+use super::fault::{Fault, Phase};
 
 /// The TLS client configuration for one node. `insecure`: accept any
 /// certificate (the URL's `#insecure` fragment).
@@ -134,7 +135,7 @@ impl TlsStream {
 
     /// One read of decrypted data that has already arrived, without
     /// waiting: `Ok(None)` when nothing has (see
-    /// [`Transport::read_now`](super::transport::Transport::read_now)).
+    /// `Transport::read_now`).
     pub(super) fn read_now(
         &mut self,
         buf: &mut [u8],

@@ -7,12 +7,12 @@
 //! once readers have left.
 
 use super::Rounds;
-use crate::engine::{Action, Direct, Gather, Request};
+use super::extend::Judged;
+use crate::engine::Action;
 use crate::error::{Error, Result};
-use crate::redlock::counters::Event;
 use crate::redlock::lease::{CannotExtend, Lease, NotExtended};
 use crate::redlock::validity::drift;
-use crate::redlock::verdict::{ExtendVerdict, extend_verdict};
+use crate::redlock::verdict::ExtendVerdict;
 use crate::report::{Report, Round};
 
 /// What one admission round found.
@@ -51,53 +51,25 @@ impl Rounds {
                 return Err(error);
             }
         };
-        let request = Request {
-            action: Action::Admit { ttl },
-            hold: &lease.hold,
-            token: lease.token,
-        };
-        let gather = Gather::UntilDecided {
-            quorum: config.quorum,
-        };
-        let wait = config.node_timeout.min(ticket.remaining());
-        let pending = self.engine.scatter(&request, wait, Direct::Never, gather);
+        let pending = self.send_extend(lease, Action::Admit { ttl }, &ticket);
         drop(state);
-        let outcomes = pending.gather(gather);
-        let end = self.now();
-        let elapsed = end.saturating_duration_since(ticket.start());
-        let report = self.report(Round::Acquire, &lease.resources, outcomes, elapsed);
-        let verdict = extend_verdict(
-            report.granted(),
-            config.quorum,
-            ticket.ttl(),
-            ticket.drift(),
-            ticket.start(),
-            ticket.old_deadline(),
-            end,
-        );
+        let Judged {
+            report,
+            verdict,
+            granted,
+        } = self.gather_extend(lease, pending, &ticket, Round::Acquire);
         if !matches!(verdict, ExtendVerdict::Confirmed { .. }) {
             // The ticket goes unfinished: an extend begun later sets the
             // deadline, and the cap this one set is what it would give.
             return Ok(Admission::NotYet(report));
         }
-        let granted: Vec<bool> = report
-            .nodes
-            .iter()
-            .map(|n| n.outcome.is_granted())
-            .collect();
         let mut state = lease.state();
         let failure = |reason| Error::Lost {
             reason,
             report: None,
         };
         match state.finish_extend(ticket, verdict, granted, failure) {
-            Ok(()) => {
-                self.counters.note(Event::ExtendOk);
-                match self.forgets.check(lease, state) {
-                    Some(lost) => Err(lost),
-                    None => Ok(Admission::Admitted),
-                }
-            }
+            Ok(()) => self.extended(lease, state).map(|()| Admission::Admitted),
             // Only a confirmed verdict gets here, so it cannot fail: a loss
             // seen meanwhile is the lease's.
             Err(NotExtended::AlreadyLost(lost) | NotExtended::Failed { error: lost, .. }) => {

@@ -1,18 +1,22 @@
 //! Extend, in two halves (send, then gather), so the watchdog can send
 //! many at once and gather them together: a quorum must confirm within
 //! the remaining validity, and the extend begun last moves the lease's
-//! support to its granting nodes.
+//! support to its granting nodes. The halves serve a writer's admission
+//! too (`admit.rs`: an extend that also saw no reader): one send, one
+//! gather, one verdict for both.
 
 use std::time::Duration;
+
+use parking_lot::MutexGuard;
 
 use super::Rounds;
 use crate::engine::{Action, Direct, Gather, Pending, Request};
 use crate::error::{Error, Result};
 use crate::redlock::counters::Event;
-use crate::redlock::lease::{CannotExtend, ExtendTicket, Lease, NotExtended};
+use crate::redlock::lease::{CannotExtend, ExtendTicket, Lease, LeaseState, NotExtended};
 use crate::redlock::validity::{check_ttl, drift};
-use crate::redlock::verdict::extend_verdict;
-use crate::report::Round;
+use crate::redlock::verdict::{ExtendVerdict, extend_verdict};
+use crate::report::{Report, Round};
 
 /// An extend that has been sent and not yet gathered.
 pub(crate) struct ExtendInFlight {
@@ -20,6 +24,16 @@ pub(crate) struct ExtendInFlight {
     ticket: ExtendTicket,
     /// Sent by auto-extension: a failure also stops the renewal.
     renewing: bool,
+}
+
+/// The votes of an extend (or of an admission), gathered and judged
+/// against its ticket.
+pub(super) struct Judged {
+    pub(super) report: Report,
+    pub(super) verdict: ExtendVerdict,
+    /// Which nodes granted, in configuration order: the lease's support
+    /// once the verdict is applied.
+    pub(super) granted: Vec<bool>,
 }
 
 impl Rounds {
@@ -80,16 +94,7 @@ impl Rounds {
                 return Err(error);
             }
         };
-        let request = Request {
-            action: Action::Extend { ttl },
-            hold: &lease.hold,
-            token: lease.token,
-        };
-        let wait = config.node_timeout.min(ticket.remaining());
-        let gather = Gather::UntilDecided {
-            quorum: config.quorum,
-        };
-        let pending = self.engine.scatter(&request, wait, Direct::Never, gather);
+        let pending = self.send_extend(lease, Action::Extend { ttl }, &ticket);
         drop(state);
         Ok(ExtendInFlight {
             pending,
@@ -103,45 +108,23 @@ impl Rounds {
     /// to its granting nodes, which are checked at once (under the lease's
     /// lock, so a forget seen since it was sent is not missed).
     pub(crate) fn finish_extend(&self, lease: &Lease, in_flight: ExtendInFlight) -> Result<()> {
-        let config = &self.config;
         let ExtendInFlight {
             pending,
             ticket,
             renewing,
         } = in_flight;
-        let outcomes = pending.gather(Gather::UntilDecided {
-            quorum: config.quorum,
-        });
-        let end = self.now();
-        let elapsed = end.saturating_duration_since(ticket.start());
-        let report = self.report(Round::Extend, &lease.resources, outcomes, elapsed);
-        let verdict = extend_verdict(
-            report.granted(),
-            config.quorum,
-            ticket.ttl(),
-            ticket.drift(),
-            ticket.start(),
-            ticket.old_deadline(),
-            end,
-        );
-        let granted: Vec<bool> = report
-            .nodes
-            .iter()
-            .map(|n| n.outcome.is_granted())
-            .collect();
+        let Judged {
+            report,
+            verdict,
+            granted,
+        } = self.gather_extend(lease, pending, &ticket, Round::Extend);
         let failure = |reason| Error::Lost {
             reason,
             report: Some(Box::new(report)),
         };
         let mut state = lease.state();
         match state.finish_extend(ticket, verdict, granted, failure) {
-            Ok(()) => {
-                self.counters.note(Event::ExtendOk);
-                match self.forgets.check(lease, state) {
-                    Some(lost) => Err(lost),
-                    None => Ok(()),
-                }
-            }
+            Ok(()) => self.extended(lease, state),
             Err(NotExtended::AlreadyLost(lost)) => Err(lost),
             Err(NotExtended::Failed { error, first }) => {
                 self.counters.note(Event::ExtendFailed);
@@ -151,6 +134,76 @@ impl Rounds {
                 self.after_loss(lease, state, &error, first);
                 Err(error)
             }
+        }
+    }
+
+    /// Sends `action` (an extend, or a writer's admission) for `lease` to
+    /// every node, each given what the ticket's validity has left at most.
+    /// Called under the lease's lock, which the ticket was taken under.
+    pub(super) fn send_extend(
+        &self,
+        lease: &Lease,
+        action: Action,
+        ticket: &ExtendTicket,
+    ) -> Pending {
+        let request = Request {
+            action,
+            hold: &lease.hold,
+            token: lease.token,
+        };
+        let wait = self.config.node_timeout.min(ticket.remaining());
+        let gather = Gather::UntilDecided {
+            quorum: self.config.quorum,
+        };
+        self.engine.scatter(&request, wait, Direct::Never, gather)
+    }
+
+    /// Gathers what [`send_extend`](Self::send_extend) sent and judges the
+    /// votes against `ticket`, reporting them as `round`.
+    pub(super) fn gather_extend(
+        &self,
+        lease: &Lease,
+        pending: Pending,
+        ticket: &ExtendTicket,
+        round: Round,
+    ) -> Judged {
+        let config = &self.config;
+        let outcomes = pending.gather(Gather::UntilDecided {
+            quorum: config.quorum,
+        });
+        let end = self.now();
+        let elapsed = end.saturating_duration_since(ticket.start());
+        let report = self.report(round, &lease.resources, outcomes, elapsed);
+        let verdict = extend_verdict(
+            report.granted(),
+            config.quorum,
+            ticket.ttl(),
+            ticket.drift(),
+            ticket.start(),
+            ticket.old_deadline(),
+            end,
+        );
+        let granted = report
+            .nodes
+            .iter()
+            .map(|n| n.outcome.is_granted())
+            .collect();
+        Judged {
+            report,
+            verdict,
+            granted,
+        }
+    }
+
+    /// A confirmed extend (or admission) applied to the lease, whose
+    /// `state` the caller holds: counted, and the new support checked at
+    /// once (under the lease's lock, so a forget seen since the send is
+    /// not missed).
+    pub(super) fn extended(&self, lease: &Lease, state: MutexGuard<'_, LeaseState>) -> Result<()> {
+        self.counters.note(Event::ExtendOk);
+        match self.forgets.check(lease, state) {
+            Some(lost) => Err(lost),
+            None => Ok(()),
         }
     }
 }

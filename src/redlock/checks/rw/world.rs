@@ -1,61 +1,17 @@
-//! An exhaustive check of a quorum read-write lock: two readers and two
-//! writers over three nodes, each node applying each op at its own moment
-//! (or never), node restarts that forget, keys expiring on each node's
-//! clock, and every order of all of it.
-//!
-//! The model. Per node, `W` (a writer's token and its ticks left on that
-//! node's clock) and `R` (ticks left per reader: each entry expires on its
-//! own). An op is one atomic step at one node. ReadAcquire is refused while
-//! `W` is live, else sets `R[token]`; ReadExtend refreshes a live entry,
-//! never recreates one. WriteIntent is a Redlock mutex on `W` (readers are
-//! not consulted); Extend refreshes `W == token`; Admit does too, but only
-//! while `R` has no live entry. A client sends a round (its op to every
-//! node) and decides once all answered or when it stops waiting (the rest
-//! are lost). A round holds with [`majority`] yes votes, a node restarted
-//! less than [`TTL`] (the max TTL) ago not counting its own, and is valid
-//! for `TTL - DRIFT` ticks from its send. A failed acquire or intent round
-//! is released everywhere; a failed Admit keeps the intent for a retry.
-//!
-//! The bound. Whole ticks, [`TTL`] 3, [`DRIFT`] 1 (one node's clock may
-//! jump a tick ahead once, [`Event::Skew`]). A round's ops land in the tick
-//! it is sent in, interleaved with everything else (slow rounds are the
-//! validity arithmetic's business, as in `protocol.rs`). At most
-//! [`MAX_ROUNDS`] = 4 rounds per schedule, 2 per reader (acquire and extend,
-//! or acquire, release, acquire: a stream), 3 per writer, one restart;
-//! ticks unbounded. Times are relative to now, so the states are finite;
-//! all are explored, breadth-first, merged up to renaming the nodes, the
-//! readers or the writers: every schedule within the budgets, of any length,
-//! and each counterexample printed is a shortest one.
-//!
-//! Properties, at every step: (1) a valid write lock is never valid beside
-//! another valid lock; (2) only a reader's own op on a node makes its entry
-//! there live longer (setting it to TTL), so a stopped reader holds nothing
-//! past its last send + TTL, whatever the other reader does; (3) from the
-//! moment a writer's intent is held on a quorum until it releases or its
-//! validity lapses, no reader whose acquire was sent after that moment
-//! becomes valid (an intent round applied on every node without meeting
-//! another writer's `W` or a quarantine counts as held: in the protocol it
-//! is, and so the drain-first canary's starvation shows); (4) likewise for
-//! `W`: a stopped writer blocks readers at most TTL after its last send.
-//!
-//! Crashes need no event: a crashed (or paused) client takes no further
-//! step, every such schedule is explored, and its validity still counts
-//! until it lapses (property 3's window stays open as long: stricter).
-//! Not modelled: an op landing after its round was decided (more keys,
-//! which only refuse others, but maybe one more Admit yes), a release
-//! reaching some nodes only (one step reaches all), a reader cap (two
-//! readers never fill a cap of two), extending an admitted write lock, a
-//! fresh token per attempt (a token is its client), slow clocks.
+//! The read-write explorer's model (`mod.rs` explores it): three nodes
+//! with a writer's key and the readers' entries, two readers and two
+//! writers sending rounds, what each node does with each op (the protocol
+//! or one canary's rule), restarts, clock steps, and the state's key up to
+//! the model's symmetries.
 
-use std::collections::{HashSet, VecDeque};
 use std::fmt;
 
 use crate::engine::majority;
 
 const NODES: usize = 3;
-const READERS: usize = 2;
+pub(super) const READERS: usize = 2;
 const WRITERS: usize = 2;
-const CLIENTS: usize = READERS + WRITERS;
+pub(super) const CLIENTS: usize = READERS + WRITERS;
 /// Every TTL, in ticks; also how long a restarted node's votes sit out.
 const TTL: u8 = 3;
 /// Ticks a client takes off its validity: a node's clock may run one fast.
@@ -70,7 +26,7 @@ const WRITER_ROUNDS: u8 = 3;
 
 /// The protocol, or one protection undone (a canary).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rule {
+pub(super) enum Rule {
     Sound,
     /// a: one expiry for the whole reader set: any reader refreshes all.
     SharedReaderTtl,
@@ -86,29 +42,18 @@ enum Rule {
     NoDrift,
 }
 
-/// The properties (1) to (4) of the header, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Property {
-    Exclusion,
-    OwnExpiry,
-    NoOvertaking,
-    WriterExpiry,
-}
-use Property::{Exclusion, NoOvertaking, OwnExpiry, WriterExpiry};
-const ALL: [Property; 4] = [Exclusion, OwnExpiry, NoOvertaking, WriterExpiry];
-
 #[derive(Debug, Clone, Copy, Default)]
-struct Node {
+pub(super) struct Node {
     /// `W`: (the writer's client index, ticks left here, admitted mark).
-    w: Option<(u8, u8, bool)>,
+    pub(super) w: Option<(u8, u8, bool)>,
     /// `R`: ticks left of each reader's entry (0: none).
-    r: [u8; READERS],
+    pub(super) r: [u8; READERS],
     /// Ticks until its yes votes count again after a restart.
     quarantine: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub(super) enum Op {
     Acquire,
     ReadExtend,
     Intent,
@@ -127,7 +72,7 @@ struct Round {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum Stage {
+pub(super) enum Stage {
     #[default]
     Idle,
     Reading,
@@ -136,10 +81,10 @@ enum Stage {
 }
 
 #[derive(Debug, Clone, Copy, Default)]
-struct Client {
-    stage: Stage,
+pub(super) struct Client {
+    pub(super) stage: Stage,
     /// Ticks of validity left (0: not valid).
-    valid: u8,
+    pub(super) valid: u8,
     round: Option<Round>,
     /// Rounds it may still start.
     budget: u8,
@@ -150,9 +95,9 @@ struct Client {
 }
 
 #[derive(Debug, Clone, Copy, Default)]
-struct State {
-    nodes: [Node; NODES],
-    clients: [Client; CLIENTS],
+pub(super) struct State {
+    pub(super) nodes: [Node; NODES],
+    pub(super) clients: [Client; CLIENTS],
     restarts: u8,
     skews: u8,
     /// Rounds any client may still start.
@@ -160,7 +105,7 @@ struct State {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Event {
+pub(super) enum Event {
     Send(usize, Op),
     /// Node `.1` applies client `.0`'s op.
     Apply(usize, usize),
@@ -174,7 +119,7 @@ enum Event {
 }
 
 /// Clients 0 and 1 are the readers r0, r1; 2 and 3 the writers w0, w1.
-fn name(c: usize) -> String {
+pub(super) fn name(c: usize) -> String {
     match c.checked_sub(READERS) {
         None => format!("r{c}"),
         Some(w) => format!("w{w}"),
@@ -195,7 +140,7 @@ impl fmt::Display for Event {
     }
 }
 
-fn initial() -> State {
+pub(super) fn initial() -> State {
     let mut s = State {
         rounds: MAX_ROUNDS,
         ..State::default()
@@ -210,7 +155,7 @@ fn initial() -> State {
     s
 }
 
-fn events(s: &State) -> Vec<Event> {
+pub(super) fn events(s: &State) -> Vec<Event> {
     let mut out = Vec::new();
     for (c, cl) in s.clients.iter().enumerate() {
         if let Some(round) = cl.round {
@@ -356,7 +301,7 @@ fn decide(s: &mut State, c: usize, rule: Rule) -> Option<String> {
 }
 
 /// The state after `e`, and the property-3 violation `e` made, if any.
-fn step(s: &State, e: Event, rule: Rule) -> (State, Option<String>) {
+pub(super) fn step(s: &State, e: Event, rule: Rule) -> (State, Option<String>) {
     let mut s = *s;
     let mut overtaken = None;
     match e {
@@ -445,7 +390,7 @@ fn step(s: &State, e: Event, rule: Rule) -> (State, Option<String>) {
 /// of the nodes, of the two readers or of the two writers (the model's
 /// symmetries, which cut the states explored about twentyfold): the least
 /// over the client renamings, with the nodes in sorted order.
-fn key(s: &State) -> u128 {
+pub(super) fn key(s: &State) -> u128 {
     let mut best = u128::MAX;
     for swap in 0..4 {
         // A renaming is its own inverse: client `c` renamed is `rename(c)`.
@@ -499,126 +444,3 @@ fn key(s: &State) -> u128 {
 // Every field fits the width `key` gives it: 5 + 3 * 15 + 4 * 16 bits.
 const _: () = assert!(TTL <= 3 && MAX_RESTARTS <= 1 && MAX_SKEWS <= 1);
 const _: () = assert!(MAX_ROUNDS <= 7 && READER_ROUNDS <= 3 && WRITER_ROUNDS <= 3);
-
-/// The first property among `watch` that step `e`, from `before` to `s`,
-/// breaks (all but property 3, which [`decide`] reports).
-fn broken(before: &State, e: Event, s: &State, watch: &[Property]) -> Option<(Property, String)> {
-    let valid = |c: usize| {
-        let cl = &s.clients[c];
-        cl.valid > 0 && matches!(cl.stage, Stage::Reading | Stage::Admitted)
-    };
-    let writing = (READERS..CLIENTS).filter(|&c| valid(c)).count();
-    if watch.contains(&Exclusion) && writing > 0 && (0..CLIENTS).filter(|&c| valid(c)).count() > 1 {
-        let holders: Vec<String> = (0..CLIENTS).filter(|&c| valid(c)).map(name).collect();
-        return Some((Exclusion, format!("{holders:?} valid at once")));
-    }
-    // Properties 2 and 4, as steps: only a client's own op on a node makes
-    // its key there live longer (and that op sets it to TTL).
-    for (n, (old, new)) in before.nodes.iter().zip(&s.nodes).enumerate() {
-        let own = |c: usize| matches!(e, Event::Apply(o, m) if o == c && m == n);
-        let pushed = (0..READERS).find(|&c| new.r[c] > old.r[c] && !own(c));
-        if let Some(c) = pushed.filter(|_| watch.contains(&OwnExpiry)) {
-            let why = format!("{e} pushed r{c}'s entry on n{n} to {} ticks", new.r[c]);
-            return Some((OwnExpiry, why));
-        }
-        if let Some((t, left, _)) = new.w {
-            let longer = old.w.is_none_or(|(o, was, _)| o != t || was < left);
-            if longer && !own(usize::from(t)) && watch.contains(&WriterExpiry) {
-                let why = format!("{e} pushed {}'s W on n{n} to {left} ticks", name(t.into()));
-                return Some((WriterExpiry, why));
-            }
-        }
-    }
-    None
-}
-
-/// What an exploration found: states, how many steps the farthest is
-/// from the start, and the first violation (property, why, schedule).
-type Found = (usize, usize, Option<(Property, String, String)>);
-
-/// Breadth-first over every schedule; violations outside `watch` ignored.
-fn explore(rule: Rule, watch: &[Property]) -> Found {
-    let start = initial();
-    let mut seen = HashSet::from([key(&start)]);
-    // Per state reached: (the one it was reached from, by what, depth).
-    let mut trail: Vec<(usize, Option<Event>, usize)> = vec![(0, None, 0)];
-    let mut queue = VecDeque::from([(start, 0)]);
-    while let Some((state, id)) = queue.pop_front() {
-        for e in events(&state) {
-            let (next, overtaken) = step(&state, e, rule);
-            let overtaken = overtaken.filter(|_| watch.contains(&NoOvertaking));
-            let problem = overtaken.map(|why| (NoOvertaking, why));
-            if let Some((property, why)) = problem.or_else(|| broken(&state, e, &next, watch)) {
-                let mut path = vec![e.to_string()];
-                let mut at = id;
-                while let (from, Some(e), _) = trail[at] {
-                    path.push(e.to_string());
-                    at = from;
-                }
-                path.reverse();
-                let schedule = format!("{} steps: {}", path.len(), path.join(" "));
-                return (seen.len(), path.len(), Some((property, why, schedule)));
-            }
-            if seen.insert(key(&next)) {
-                trail.push((id, Some(e), trail[id].2 + 1));
-                queue.push_back((next, trail.len() - 1));
-            }
-        }
-    }
-    (seen.len(), trail.last().map_or(0, |t| t.2), None)
-}
-
-#[test]
-fn no_schedule_breaks_the_read_write_lock_within_the_budgets() {
-    let (states, depth, violation) = explore(Rule::Sound, &ALL);
-    println!("rw check: {states} states, the farthest {depth} steps out");
-    assert!(violation.is_none(), "{violation:?}");
-    assert!(states > 1_000_000, "the exploration is too small: {states}");
-}
-
-/// Explores canary `rule`, prints its shortest counterexample, and checks
-/// that it breaks `expected`.
-fn caught(rule: Rule, watch: &[Property], expected: Property) {
-    let (states, _, violation) = explore(rule, watch);
-    let Some((property, why, schedule)) = violation else {
-        panic!("{rule:?} held in {states} states: the model is too weak");
-    };
-    println!("{rule:?}: {property:?} after {states} states: {why}; {schedule}");
-    assert_eq!(property, expected, "{why}; {schedule}");
-}
-
-#[test]
-fn a_shared_reader_ttl_is_found() {
-    caught(Rule::SharedReaderTtl, &ALL, OwnExpiry);
-}
-
-/// Readers keep coming while the writer waits for them to drain.
-#[test]
-fn a_writer_that_waits_for_drained_readers_is_found() {
-    caught(Rule::DrainFirst, &ALL, NoOvertaking);
-}
-
-/// Property 3 breaks first (as in canary c); exclusion is the point.
-#[test]
-fn readers_that_ignore_the_writer_are_found() {
-    caught(Rule::ReadersIgnoreW, &[Exclusion], Exclusion);
-}
-
-#[test]
-fn readers_that_see_only_an_admitted_writer_are_found() {
-    caught(Rule::AdmittedOnly, &ALL, NoOvertaking);
-}
-
-/// Property 3 breaks first (a reader in through the restarted node while
-/// the writer holds its intent); exclusion is the point.
-#[test]
-fn no_restart_quarantine_is_found() {
-    caught(Rule::NoQuarantine, &[Exclusion], Exclusion);
-}
-
-/// Canary e: the drift taken off every validity is what one node's fast
-/// clock needs.
-#[test]
-fn claiming_validity_without_drift_is_found() {
-    caught(Rule::NoDrift, &[Exclusion], Exclusion);
-}
