@@ -20,6 +20,7 @@ mod inspect;
 mod liveness;
 mod node;
 mod pending;
+mod queue;
 mod refusal;
 mod retries;
 mod rights;
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
+use crossbeam_channel::Receiver;
 
 pub(crate) use self::action::{Action, Direct, Gather, Request};
 pub(crate) use self::forgets::Forgets;
@@ -80,7 +81,7 @@ pub(crate) struct Engine {
 
 struct Node {
     name: String,
-    jobs: Sender<Job>,
+    jobs: queue::Sender<Job>,
     health: Arc<Vitals>,
     exec: Arc<NodeExec>,
     /// The backend, for its recovery count only (the node's thread owns
@@ -219,7 +220,7 @@ impl Engine {
             let name = backend.describe();
             let recoveries_seen = AtomicU64::new(recoveries(&*backend));
             let handle = Arc::clone(&backend);
-            let (jobs, queue) = unbounded();
+            let (jobs, queue) = queue::queue();
             let health = Arc::new(Vitals::default());
             let exec = worker::spawn(
                 index,
