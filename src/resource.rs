@@ -54,7 +54,7 @@ pub(crate) const READY: &str = "ready";
 
 /// The names of the keys a node's thread takes to try what locks need
 /// on a node whose access rules refused an operation:
-/// `<prefix>{quorum-lock}:probe:<random>` (see `engine/rights.rs`).
+/// `<prefix>{quorum-lock}:probe:<random>` (see `engine/node/rights.rs`).
 pub(crate) const PROBE: &str = "probe";
 
 /// The key on the nodes of the crate's own `name`, for a manager with

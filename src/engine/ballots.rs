@@ -180,7 +180,7 @@ mod tests {
     use crate::report::NodeOutcome;
 
     fn granted() -> Vote {
-        (NodeOutcome::Granted, None)
+        Vote::of(NodeOutcome::Granted)
     }
 
     #[test]
@@ -193,7 +193,7 @@ mod tests {
         let far = Instant::now() + Duration::from_secs(30);
         let (slot, vote) = ballots.take_until(1, Some(far)).unwrap();
         assert_eq!(slot, 2);
-        assert!(vote.0.is_granted());
+        assert!(vote.outcome.is_granted());
         poster.join().unwrap();
         // The only ballot went with the poster's thread.
         assert_eq!(ballots.take_until(1, Some(far)).err(), Some(NoVote::Closed));
@@ -204,7 +204,7 @@ mod tests {
         let (ballot, ballots) = new_round();
         let other = ballot.clone();
         ballot.post(0, granted());
-        other.post(1, (NodeOutcome::Refused, None));
+        other.post(1, Vote::of(NodeOutcome::Refused));
         assert_eq!(ballots.try_take().map(|(slot, _)| slot), Some(0));
         let soon = Some(Instant::now() + Duration::from_millis(1));
         assert_eq!(ballots.take_until(1, soon).map(|(slot, _)| slot), Ok(1));

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use super::ballots::Ballot;
 use super::gate::Gate;
-use super::node::{Item, NodeState, Sent, Vote};
+use super::node::worker::{Job, NodeExec, ReplyTo, Unread, Work};
+use super::node::{self, Item, Sent, Vote};
 use super::pending::{Pending, known_tally};
-use super::worker::{Job, NodeExec, Unread, Work};
 use super::{Engine, Gather};
 use crate::sync::MutexGuard;
 
@@ -35,7 +35,7 @@ const MIN_SLICE: Duration = Duration::from_micros(500);
 /// A node this caller drives: its state held, its batch sent.
 pub(super) struct Driven<'a> {
     pub(super) slot: usize,
-    state: MutexGuard<'a, NodeState>,
+    state: MutexGuard<'a, node::State>,
     sent: Sent,
     /// When the node's thread had to wake before: a changed wake time
     /// (a probe, a release to retry) must be told to it.
@@ -45,7 +45,7 @@ pub(super) struct Driven<'a> {
 impl NodeExec {
     /// The node's state, if the node is idle and up: the caller may drive
     /// it ([`Driven::begin`]); `None` otherwise.
-    pub(super) fn idle(&self) -> Option<MutexGuard<'_, NodeState>> {
+    pub(super) fn idle(&self) -> Option<MutexGuard<'_, node::State>> {
         let state = Gate::try_idle(&self.gate)?;
         (!state.is_down()).then_some(state)
     }
@@ -53,7 +53,7 @@ impl NodeExec {
 
 impl<'a> Driven<'a> {
     /// Sends `item` to the node whose idle state the caller holds.
-    pub(super) fn begin(slot: usize, mut state: MutexGuard<'a, NodeState>, item: &Item) -> Self {
+    pub(super) fn begin(slot: usize, mut state: MutexGuard<'a, node::State>, item: &Item) -> Self {
         let wake_before = state.poll_timeout();
         let sent = state.begin(vec![item.clone()], Instant::now());
         Self {
@@ -108,7 +108,7 @@ impl Engine {
         let mut next = 0;
         while !driven.is_empty() {
             while let Some((slot, vote)) = answers.try_take() {
-                tally.record(vote.0.is_granted());
+                tally.record(vote.outcome.is_granted());
                 outcomes[slot] = Some(vote);
             }
             let now = Instant::now();
@@ -151,7 +151,7 @@ impl Engine {
                 continue;
             };
             self.wake_if(slot, wake);
-            tally.record(vote.0.is_granted());
+            tally.record(vote.outcome.is_granted());
             outcomes[slot] = Some(vote);
         }
     }
@@ -174,7 +174,10 @@ impl Engine {
         let node = &self.nodes[slot];
         let job = Job::Work(Work::Unread(Box::new(Unread {
             sent,
-            reply: Some((reply.clone(), slot)),
+            reply: Some(ReplyTo {
+                ballot: reply.clone(),
+                slot,
+            }),
         })));
         // Gone: the node's thread has stopped; the batch is dropped with
         // the job (its connection closes) and the round counts the node as

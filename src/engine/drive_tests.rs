@@ -11,6 +11,8 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::{Answers, InFlight, Op, run};
 use crate::clock::MonotonicClock;
 use crate::engine::*;
+use crate::report::NodeOutcome;
+use crate::token::Token;
 
 /// A memory node behind a slow wire: it promises answers within `bound`
 /// (so callers drive it), but answers `delay` after a batch is sent. With

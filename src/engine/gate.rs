@@ -104,7 +104,7 @@ mod loom_checks {
         Stop,
     }
 
-    /// The node's thread, as engine/worker.rs runs it: wait for a job,
+    /// The node's thread, as engine/node/worker.rs runs it: wait for a job,
     /// take the state, drain the queue into one batch, run it, then count
     /// it as run under the same lock.
     fn node_thread(gate: &Gate<Vec<u32>>, queue: &Receiver<Msg>) {

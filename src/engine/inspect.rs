@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Engine;
-use super::worker::{Job, NotQueued, Work};
+use super::node::worker::{Inspected, Job, NotQueued, Work};
 use crate::backend::{BackendError, BackendErrorKind, Holding};
 
 impl Engine {
@@ -28,7 +28,8 @@ impl Engine {
         for (slot, node) in self.nodes.iter().enumerate() {
             let job = Job::Work(Work::Inspect {
                 key: Arc::clone(&key),
-                reply: (reply.clone(), slot),
+                reply: reply.clone(),
+                slot,
             });
             match node.enqueue(job) {
                 Ok(()) => expected += 1,
@@ -41,8 +42,10 @@ impl Engine {
                 Some(deadline) => answers.recv_deadline(deadline).ok(),
                 None => answers.recv().ok(),
             };
-            let Some((slot, answer)) = got else { break };
-            found[slot] = Some(answer);
+            let Some(Inspected { slot, holding }) = got else {
+                break;
+            };
+            found[slot] = Some(holding);
         }
         found
             .into_iter()

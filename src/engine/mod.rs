@@ -13,20 +13,12 @@ mod drive;
 mod echoes;
 mod forgets;
 mod gate;
-mod health;
 mod hold;
-mod identity;
 mod inspect;
-mod liveness;
 mod node;
 mod pending;
-mod queue;
-mod refusal;
-mod retries;
-mod rights;
-mod settings_look;
+mod scatter;
 mod waiters;
-mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,29 +28,26 @@ use crossbeam_channel::Receiver;
 
 pub(crate) use self::action::{Action, Direct, Gather, Request};
 pub(crate) use self::forgets::Forgets;
-use self::health::Vitals;
 pub(crate) use self::hold::{Hold, Pair};
 #[cfg(not(test))]
-use self::identity::Registry;
+use self::node::Registry;
+use self::node::worker::{self, Job, NodeExec, NotQueued, Peers, ReplyTo, Work};
+use self::node::{Item, Shared, Vitals};
+use self::node::{io, queue};
 pub(crate) use self::pending::Pending;
 pub(crate) use self::pending::majority;
 use self::waiters::Waiters;
 pub(crate) use self::waiters::{HolderNews, Watch};
 // The protocol check (src/redlock/checks/protocol.rs) runs the engine's own
 // vote count and identity judgement.
-use self::drive::Driven;
 #[cfg(test)]
-pub(crate) use self::identity::{Identity, Registry, Standing};
-use self::node::{Item, Shared, Vote};
+pub(crate) use self::node::{Identity, Registry, Standing};
 #[cfg(test)]
 pub(crate) use self::pending::Tally;
-use self::worker::{Job, MAX_QUEUED, NodeExec, NotQueued, Peers, ReplyTo, Work};
-use crate::backend::{Backend, BackendError, BackendErrorKind, KeySet, Probe};
+use crate::backend::{Backend, KeySet};
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::health::NodeHealth;
-use crate::report::NodeOutcome;
-use crate::token::Token;
 
 /// The node workers. Dropping the engine closes their queues; each worker
 /// finishes what is already queued (releases included) and exits, and the
@@ -84,8 +73,8 @@ struct Node {
     jobs: queue::Sender<Job>,
     health: Arc<Vitals>,
     exec: Arc<NodeExec>,
-    /// The backend, for its recovery count only (the node's thread owns
-    /// every other call to it).
+    /// The backend, for its recovery count only (read through
+    /// `node/io.rs`; the node's state makes every other call to it).
     backend: Arc<dyn Backend>,
     /// The backend's recovery count last acted on.
     recoveries_seen: AtomicU64,
@@ -99,7 +88,7 @@ impl Node {
         if !self.health.is_down() {
             return false;
         }
-        let recoveries = recoveries(&*self.backend);
+        let recoveries = io::recoveries(&*self.backend);
         let seen = self.recoveries_seen.swap(recoveries, Ordering::SeqCst);
         if recoveries == seen {
             return true;
@@ -131,12 +120,6 @@ impl Node {
         }
         parked
     }
-}
-
-/// How many recoveries `backend` knows of ([`Probe::recoveries`]); 0
-/// for a backend without a probe.
-fn recoveries(backend: &dyn Backend) -> u64 {
-    backend.probe().map_or(0, Probe::recoveries)
 }
 
 impl Request<'_> {
@@ -199,6 +182,11 @@ impl Engine {
             accept_eviction,
             value_suffix,
         } = settings;
+        let names: Vec<String> = backends
+            .iter()
+            .enumerate()
+            .map(|(index, backend)| io::describe(&**backend, index))
+            .collect();
         let waiters = Arc::new(Waiters::new(backends.len(), quorum));
         let shared = Arc::new(Shared {
             forgets: Arc::new(Forgets::new(backends.len())),
@@ -208,7 +196,7 @@ impl Engine {
             forget_window,
             release_retry_window: max_ttl,
             registry: Registry::default(),
-            names: backends.iter().map(|b| b.describe()).collect(),
+            names: names.clone(),
             fence_counters: Arc::from(fence_counters),
             rights_key: Arc::from(rights_key),
             accept_eviction,
@@ -216,9 +204,8 @@ impl Engine {
         });
         let peers = Peers::default();
         let mut nodes = Vec::with_capacity(backends.len());
-        for (index, backend) in backends.into_iter().enumerate() {
-            let name = backend.describe();
-            let recoveries_seen = AtomicU64::new(recoveries(&*backend));
+        for ((index, backend), name) in backends.into_iter().enumerate().zip(names) {
+            let recoveries_seen = AtomicU64::new(io::recoveries(&*backend));
             let handle = Arc::clone(&backend);
             let (jobs, queue) = queue::queue();
             let health = Arc::new(Vitals::default());
@@ -281,133 +268,6 @@ impl Engine {
         self.nodes.iter().map(|n| n.name.as_str())
     }
 
-    /// Scatters `req` to every node and gathers per `gather` for at most
-    /// `wait` (real time). Returns one outcome per node, in node order.
-    pub(crate) fn round(
-        &self,
-        req: &Request<'_>,
-        gather: Gather,
-        wait: Duration,
-        direct: Direct,
-    ) -> Vec<NodeOutcome> {
-        self.scatter(req, wait, direct, gather).gather(gather)
-    }
-
-    /// Sends `req` to every node; the answers are collected by
-    /// [`Pending::gather`] until `wait` from now (real time), so many rounds
-    /// scattered together share one wait.
-    ///
-    /// With [`Direct::Never`] it only queues, never blocks, and may be called
-    /// under a short lock (the watchdog does, to order an extend against a
-    /// concurrent release). With [`Direct::IdleNodes`] the caller drives
-    /// the round itself on every idle node whose backend bounds its calls
-    /// within `wait` (see `drive.rs`): it sends there first, queues to the
-    /// other nodes, then reads the answers it drives until the round is
-    /// decided per `gather`, and hands what it has not read to the node
-    /// threads. It never waits longer than the round would.
-    pub(crate) fn scatter(
-        &self,
-        req: &Request<'_>,
-        wait: Duration,
-        direct: Direct,
-        gather: Gather,
-    ) -> Pending {
-        let n = self.nodes.len();
-        let deadline = Instant::now().checked_add(wait);
-        let (reply, answers) = ballots::new_round();
-        let mut outcomes: Vec<Option<Vote>> = vec![None; n];
-        // Per node: whether the operation went there (queued, or sent by
-        // this caller, whatever its outcome: a timed-out run may have been
-        // applied). Only a node skipped as down or refusing the job never
-        // got it.
-        let mut queued = vec![true; n];
-        let item = req.item();
-        // The caller drives every idle node whose backend bounds its calls
-        // (no thread hand-off there) and queues to the others, whose
-        // threads batch what contending callers queue. Gates are taken
-        // with `try_lock` only: a caller never blocks holding one.
-        let mut driven = Vec::new();
-        if direct == Direct::IdleNodes {
-            for (slot, node) in self.nodes.iter().enumerate() {
-                if node.exec.can_run_within(wait)
-                    && let Some(state) = node.exec.idle()
-                {
-                    driven.push(Driven::begin(slot, state, &item));
-                }
-            }
-        }
-        let mut taken = driven.iter().map(|d| d.slot).peekable();
-        for (slot, node) in self.nodes.iter().enumerate() {
-            if taken.next_if_eq(&slot).is_some() {
-                continue;
-            }
-            let down = node.skipped_as_down();
-            // A down node is skipped at no cost, but still gets the release
-            // (an earlier acquire may have landed), parked until it is
-            // back; nobody waits for its answer.
-            if down && (req.action != Action::Release || node.park_release(req)) {
-                outcomes[slot] = Some((NodeOutcome::Down, None));
-                queued[slot] = false;
-                continue;
-            }
-            outcomes[slot] = match node.send(req, (!down).then(|| (reply.clone(), slot))) {
-                Err(refused) => {
-                    queued[slot] = false;
-                    Some((not_queued(refused), None))
-                }
-                Ok(()) if down => Some((NodeOutcome::Down, None)),
-                Ok(()) => None,
-            };
-        }
-        let mut round = Pending {
-            outcomes,
-            answers,
-            deadline,
-            queued,
-        };
-        if !driven.is_empty() {
-            self.drive(driven, gather, &reply, &mut round);
-        }
-        round
-    }
-
-    /// Queues a release of `hold` on every node (down or not) and returns
-    /// at once. Each release runs after whatever was queued before it.
-    pub(crate) fn release_detached(&self, hold: &Hold, token: Token) {
-        self.release_detached_where(hold, token, &vec![true; self.nodes.len()]);
-    }
-
-    /// [`release_detached`](Self::release_detached) on the nodes where
-    /// `reached` is true: those that an attempt's acquire may have reached
-    /// ([`Pending::reached`]). A node that never got the acquire needs no
-    /// release.
-    pub(crate) fn release_detached_where(&self, hold: &Hold, token: Token, reached: &[bool]) {
-        let req = Request {
-            action: Action::Release,
-            hold,
-            token,
-        };
-        for (node, _) in self.nodes.iter().zip(reached).filter(|(_, r)| **r) {
-            // A release is never refused for a full queue (the bound is
-            // for what can take or prolong a key), so it always follows
-            // the acquire it undoes; a failed send means the worker is
-            // gone, and nothing is left to release through it.
-            let _ = node.park_release(&req) || node.send(&req, None).is_ok();
-        }
-    }
-
-    /// The undo of a failed attempt: [`release_detached_where`](Self::release_detached_where),
-    /// registered first as this manager's own (see `echoes.rs`), so that
-    /// its release notice wakes none of this manager's waiters.
-    pub(crate) fn undo_where(&self, hold: &Hold, token: Token, reached: &[bool]) {
-        let echoes = self.shared.waiters.echoes();
-        let now = Instant::now();
-        for (index, _) in reached.iter().enumerate().filter(|(_, r)| **r) {
-            echoes.expect(index, hold, token, now);
-        }
-        self.release_detached_where(hold, token, reached);
-    }
-
     /// Waits until every node has run everything queued before this call,
     /// for at most `wait`. Returns whether all nodes got there.
     pub(crate) fn flush(&self, wait: Duration) -> bool {
@@ -459,21 +319,6 @@ impl Engine {
         }
         expected == self.nodes.len()
     }
-}
-
-fn not_queued(refused: NotQueued) -> NodeOutcome {
-    NodeOutcome::Failed(match refused {
-        NotQueued::Gone => BackendError::new(
-            BackendErrorKind::Panicked,
-            "the node's worker thread has stopped",
-        ),
-        NotQueued::Full => BackendError::new(
-            BackendErrorKind::Other,
-            format!(
-                "{MAX_QUEUED} operations are already waiting for this node: it is too slow for the load"
-            ),
-        ),
-    })
 }
 
 impl Drop for Engine {

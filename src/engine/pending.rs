@@ -34,7 +34,7 @@ impl Pending {
     pub(crate) fn gather(self, gather: Gather) -> Vec<NodeOutcome> {
         self.gather_votes(gather)
             .into_iter()
-            .map(|(outcome, _)| outcome)
+            .map(|vote| vote.outcome)
             .collect()
     }
 
@@ -54,7 +54,7 @@ impl Pending {
                 timed_out = true;
                 break;
             };
-            tally.record(vote.0.is_granted());
+            tally.record(vote.outcome.is_granted());
             outcomes[slot] = Some(vote);
         }
         let missing = if timed_out {
@@ -64,7 +64,7 @@ impl Pending {
         };
         outcomes
             .into_iter()
-            .map(|o| o.unwrap_or_else(|| (missing.clone(), None)))
+            .map(|o| o.unwrap_or_else(|| Vote::of(missing.clone())))
             .collect()
     }
 }
@@ -81,7 +81,7 @@ pub(super) fn known_tally(gather: Gather, outcomes: &[Option<Vote>]) -> Tally {
     outcomes
         .iter()
         .flatten()
-        .for_each(|(o, _)| tally.record(o.is_granted()));
+        .for_each(|vote| tally.record(vote.outcome.is_granted()));
     tally
 }
 

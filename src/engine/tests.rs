@@ -6,7 +6,10 @@
 use crate::backend::Op;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::MonotonicClock;
+use crate::engine::node::worker::MAX_QUEUED;
 use crate::engine::*;
+use crate::report::NodeOutcome;
+use crate::token::Token;
 
 /// Holds every call to `node` (its thread stays inside its first call,
 /// so its queue only grows) until the returned sender is dropped, also by

@@ -211,8 +211,8 @@ impl Rounds {
         // Only nodes that got the acquire need its release.
         let reached = pending.reached();
         let votes = pending.gather_votes(gather);
-        let reads: Vec<u64> = votes.iter().filter_map(|(_, read)| *read).collect();
-        let outcomes = votes.into_iter().map(|(outcome, _)| outcome).collect();
+        let reads: Vec<u64> = votes.iter().filter_map(|vote| vote.fence).collect();
+        let outcomes = votes.into_iter().map(|vote| vote.outcome).collect();
         let elapsed = self.now().saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
         let report = self.report(Round::Acquire, resources, outcomes, elapsed);

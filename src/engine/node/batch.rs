@@ -5,24 +5,40 @@
 //! are views of it: the same data serves the send and the read of the
 //! answers, nothing is built twice. [`Sent`] is a batch on the wire,
 //! [`Arrived`] one whose answers were read; the node's state turns the
-//! latter into one [`Vote`] per op (`NodeState::answers_arrived`), with
+//! latter into one [`Vote`] per op (`State::answers_arrived`), with
 //! [`vote`] judging each answer.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::identity::Standing;
 use super::io::{self, Results};
 use crate::backend::{BackendError, BackendErrorKind, InFlight, Op, Reply, Sources};
 use crate::engine::action::{Action, Impossible};
 use crate::engine::hold::Hold;
-use crate::engine::identity::Standing;
 use crate::owner;
 use crate::report::NodeOutcome;
 use crate::token::{TOKEN_LEN, Token};
 
-/// One node's answer in a round: its outcome, and for a fenced acquire
-/// that it granted, the fence counter it read.
-pub(crate) type Vote = (NodeOutcome, Option<u64>);
+/// One node's answer in a round.
+#[derive(Debug, Clone)]
+pub(crate) struct Vote {
+    /// What the node answered, as the round's report shows it.
+    pub(crate) outcome: NodeOutcome,
+    /// For a fenced acquire that the node granted, the fence counter it
+    /// read; `None` otherwise.
+    pub(crate) fence: Option<u64>,
+}
+
+impl Vote {
+    /// A vote that carries no fence counter.
+    pub(crate) fn of(outcome: NodeOutcome) -> Self {
+        Self {
+            outcome,
+            fence: None,
+        }
+    }
+}
 
 /// One lock operation for a node: an action on what one lease holds,
 /// with one token.
@@ -207,7 +223,7 @@ pub(super) fn vote(
     grant: impl FnOnce() -> NodeOutcome,
 ) -> Vote {
     match result {
-        Ok(Reply::No | Reply::HeldBy { .. }) => (NodeOutcome::Refused, None),
+        Ok(Reply::No | Reply::HeldBy { .. }) => Vote::of(NodeOutcome::Refused),
         // Our token already there: another name of this server set it.
         // That server votes once: here only when it is identified and this
         // node is the name it votes under (its other name's grant then
@@ -218,18 +234,18 @@ pub(super) fn vote(
                 && standing == Standing::Voting
                 && matches!(action, Action::Acquire { .. }) =>
         {
-            (NodeOutcome::Granted, None)
+            Vote::of(NodeOutcome::Granted)
         }
-        Ok(Reply::AlreadyOurs) => (NodeOutcome::Failed(already_ours()), None),
+        Ok(Reply::AlreadyOurs) => Vote::of(NodeOutcome::Failed(already_ours())),
         // Releases count whoever answers: undoing needs no vote.
-        Ok(_) if action == Action::Release => (NodeOutcome::Granted, None),
+        Ok(_) if action == Action::Release => Vote::of(NodeOutcome::Granted),
         Ok(Reply::Fenced(read)) => {
             let outcome = grant();
             let fence = outcome.is_granted().then_some(read);
-            (outcome, fence)
+            Vote { outcome, fence }
         }
-        Ok(_) => (grant(), None),
-        Err(e) => (NodeOutcome::Failed(e), None),
+        Ok(_) => Vote::of(grant()),
+        Err(e) => Vote::of(NodeOutcome::Failed(e)),
     }
 }
 

@@ -2,16 +2,40 @@
 //! kind of call, each with panics contained: a backend that panics fails
 //! the call, never the node's thread.
 //!
-//! Nothing else in the node calls the backend, so a change of the
-//! `Backend` trait's shape lands here.
+//! Nothing else in the engine calls the backend (the engine's start and
+//! its rounds read the name and the recovery count through here too), so
+//! a change of the `Backend` trait's shape lands here.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend::{
     Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, NoticeWaker, Op,
     ReleaseListener, Reply, ServerInfo, Sources,
 };
+
+/// The backend's name for reports and logs ([`Backend::describe`]); a
+/// backend that panics there is named by its place, node `index`.
+pub(crate) fn describe(backend: &dyn Backend, index: usize) -> String {
+    catch_unwind(AssertUnwindSafe(|| backend.describe())).unwrap_or_else(|_| format!("node{index}"))
+}
+
+/// The backend's bound on one call ([`Backend::call_timeout`]); a panic:
+/// no bound (the node's thread then runs every call, no caller does).
+pub(crate) fn call_timeout(backend: &dyn Backend) -> Option<Duration> {
+    catch_unwind(AssertUnwindSafe(|| backend.call_timeout())).unwrap_or(None)
+}
+
+/// How many recoveries the backend knows of ([`Probe::recoveries`]); 0
+/// for a backend without a probe, or whose count panics.
+///
+/// [`Probe::recoveries`]: crate::backend::Probe::recoveries
+pub(crate) fn recoveries(backend: &dyn Backend) -> u64 {
+    catch_unwind(AssertUnwindSafe(|| {
+        backend.probe().map_or(0, |probe| probe.recoveries())
+    }))
+    .unwrap_or(0)
+}
 
 /// One result per op, and the server (or servers) that gave them, when known.
 pub(super) type Results = (Vec<Result<Reply, BackendError>>, Sources);

@@ -4,11 +4,11 @@
 
 use std::time::Instant;
 
-use super::{NodeState, Shared};
+use super::identity::Standing;
+use super::{Shared, State};
 use crate::backend::{BackendError, Reply, ServerInfo};
-use crate::engine::identity::Standing;
 
-impl NodeState {
+impl State {
     /// What the grants of a batch count for, judged by the identity of the
     /// server that answered it (reported with the answers, never a cache
     /// another connection may have refreshed).

@@ -3,12 +3,16 @@
 //! manager's clock is a [`ManualClock`] that moves only when told.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use super::liveness::{FIRST_BACKOFF, MAX_BACKOFF};
+use super::retries::RETRY_EVERY;
 use super::*;
 use crate::backend::KeySet;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::ManualClock;
-use crate::engine::liveness::{FIRST_BACKOFF, MAX_BACKOFF};
-use crate::engine::retries::RETRY_EVERY;
+use crate::engine::action::Action;
+use crate::engine::hold::Hold;
+use crate::report::NodeOutcome;
+use crate::token::Token;
 
 const WINDOW: Duration = Duration::from_secs(10);
 
@@ -29,10 +33,10 @@ fn shared(clock: &ManualClock, quarantine: Option<Duration>) -> Arc<Shared> {
     })
 }
 
-fn node_state(node: &MemoryBackend, shared: Arc<Shared>, now: Instant) -> (NodeState, Arc<Vitals>) {
+fn node_state(node: &MemoryBackend, shared: Arc<Shared>, now: Instant) -> (State, Arc<Vitals>) {
     let health = Arc::new(Vitals::default());
     let backend: Arc<dyn Backend> = Arc::new(node.clone());
-    let state = NodeState::new(0, backend, Arc::clone(&health), shared, now);
+    let state = State::new(0, backend, Arc::clone(&health), shared, now);
     (state, health)
 }
 
@@ -59,10 +63,10 @@ fn release(key: &str, token: Token) -> Item {
 }
 
 /// One round trip as both drivers run it: begin, read, answers arrived.
-fn round_trip(state: &mut NodeState, items: Vec<Item>, now: Instant) -> Vec<NodeOutcome> {
+fn round_trip(state: &mut State, items: Vec<Item>, now: Instant) -> Vec<NodeOutcome> {
     let sent = state.begin(items, now);
     let votes = state.answers_arrived(sent.read(), now);
-    votes.into_iter().map(|(outcome, _)| outcome).collect()
+    votes.into_iter().map(|vote| vote.outcome).collect()
 }
 
 fn token() -> Token {
@@ -253,7 +257,7 @@ fn a_cluster_nodes_shards_are_judged_one_by_one() {
     let health = Arc::new(Vitals::default());
     let vitals = Arc::clone(&health);
     let shown = || vitals.snapshot("n", &[], t0, clock.now(), false).state;
-    let mut state = NodeState::new(0, backend, health, shared(&clock, Some(quarantine)), t0);
+    let mut state = State::new(0, backend, health, shared(&clock, Some(quarantine)), t0);
     for key in ["a1", "b1", "a2", "b2"] {
         let got = round_trip(&mut state, vec![acquire(key, token())], t0);
         assert!(matches!(got[..], [NodeOutcome::Granted]), "{key}: {got:?}");
@@ -332,8 +336,8 @@ fn a_cluster_nodes_shards_are_judged_one_by_one() {
 /// second, without lock traffic, and the fix is found by the next try.
 #[test]
 fn a_denial_is_tried_on_the_crates_own_key_and_judged_there() {
+    use super::rights::RETRY;
     use crate::backend::{BackendErrorKind, OpKind};
-    use crate::engine::rights::RETRY;
     use crate::health::{LockOp, NodeState as Shown};
 
     let clock = ManualClock::new();

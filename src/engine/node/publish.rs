@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::identity::{Identity, Standing};
+use super::rights::Refused;
+use super::vitals::Vitals;
 use crate::backend::BackendError;
-use crate::engine::health::Vitals;
-use crate::engine::identity::{Identity, Standing};
-use crate::engine::rights::Refused;
 
 /// One node's published status, and what was last announced of it.
 pub(super) struct Publisher {
@@ -74,7 +74,7 @@ impl Publisher {
             "quorum-lock: node {} refuses every operation ({error}): it does not count as \
              voting until that is fixed; asking it again every {:?}",
             self.name,
-            crate::engine::refusal::RECHECK
+            super::refusal::RECHECK
         );
         self.health.update(|s| s.refusing = Some(error));
     }
@@ -96,7 +96,7 @@ impl Publisher {
             self.name,
             ops.join(", "),
             refused.error.reason(&self.name),
-            crate::engine::rights::RETRY
+            super::rights::RETRY
         );
         self.health
             .update(|s| s.refuses_locks = Some((refused.ops, refused.error)));

@@ -11,8 +11,8 @@
 //! check (`WAIT`) is what keeps its grants honest.
 
 use super::Shared;
+use super::identity::{Identity, Standing};
 use crate::backend::{BackendError, Reply, ServerInfo};
-use crate::engine::identity::{Identity, Standing};
 use std::collections::HashMap;
 use std::time::Instant;
 

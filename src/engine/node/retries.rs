@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::hold::Hold;
+use crate::engine::hold::Hold;
 use crate::token::Token;
 
 /// How often releases that could not reach the node are sent again.

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::hold::Hold;
 use super::retries::{RetryRelease, push_bounded};
 use crate::backend::BackendError;
+use crate::engine::hold::Hold;
 use crate::health::{LockOp, NodeHealth, NodeState};
 use crate::token::Token;
 

@@ -1,12 +1,12 @@
 //! The node's own thread, one of the two drivers of its state
-//! ([`NodeState`], `node/`): it waits for jobs until the state's poll
-//! timeout, tells the state the time ([`NodeState::timer_fired`]), and
+//! ([`State`], `mod.rs`): it waits for jobs until the state's poll
+//! timeout, tells the state the time ([`State::timer_fired`]), and
 //! runs what is queued as batches, in FIFO order.
 //!
 //! The node's state sits behind its gate (src/engine/gate.rs). The node's
 //! thread takes it to run a batch; a caller may take it to drive its own
 //! operation when the node is idle (nothing queued, nothing running; the
-//! other driver, `drive.rs`), which saves two thread hand-offs and keeps
+//! other driver, `../drive.rs`), which saves two thread hand-offs and keeps
 //! the FIFO order: an operation only runs directly when every operation
 //! queued before it has finished (the gate's rule, checked by loom).
 
@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::action::Action;
-use super::ballots::Ballot;
-use super::gate::Gate;
-use super::health::Vitals;
-use super::node::{Doorbell, Item, NodeState, Sent, Shared, Vote};
 use super::queue::{self, Empty};
+use super::vitals::Vitals;
+use super::{Doorbell, Item, Sent, Shared, State, Vote};
 use crate::backend::{Backend, BackendError, Holding};
+use crate::engine::action::Action;
+use crate::engine::ballots::Ballot;
+use crate::engine::gate::Gate;
 
 /// Most operations handed to the backend in one batch (one round trip).
 const MAX_BATCH: usize = 512;
@@ -40,9 +40,14 @@ pub(crate) enum NotQueued {
     Full,
 }
 
-/// Where a node sends the answer for one operation: the round's reply
-/// channel and this node's slot in it.
-pub(crate) type ReplyTo = (Ballot, usize);
+/// Where a node sends the answer for one operation.
+#[derive(Clone)]
+pub(crate) struct ReplyTo {
+    /// The round's ballot box.
+    pub(crate) ballot: Ballot,
+    /// This node's slot in it (its place in the configuration).
+    pub(crate) slot: usize,
+}
 
 /// Every node thread's queue, so that one that got a release notice can
 /// ask the others to read theirs now rather than at their next poll.
@@ -74,27 +79,33 @@ pub(crate) enum Work {
     /// round was decided): read its answers and pass them on.
     Unread(Box<Unread>),
     /// Read what a key holds ([`Inspect::inspect`](crate::backend::Inspect::inspect))
-    /// and answer on the channel with this node's slot.
+    /// and answer on `reply`, with this node's `slot`.
     Inspect {
         key: Arc<[u8]>,
-        reply: (Sender<Inspected>, usize),
+        reply: Sender<Inspected>,
+        slot: usize,
     },
 }
 
-/// One node's answer to an inspection, with its slot.
-pub(crate) type Inspected = (usize, Result<Option<Holding>, BackendError>);
+/// One node's answer to an inspection.
+pub(crate) struct Inspected {
+    /// The node's slot (its place in the configuration).
+    pub(crate) slot: usize,
+    /// What the key holds there.
+    pub(crate) holding: Result<Option<Holding>, BackendError>,
+}
 
 /// A batch a caller sent and left to the node's thread to read
 /// ([`Work::Unread`]).
 pub(crate) struct Unread {
-    pub(super) sent: Sent,
-    pub(super) reply: Option<ReplyTo>,
+    pub(crate) sent: Sent,
+    pub(crate) reply: Option<ReplyTo>,
 }
 
 /// One node's executor: its state behind the gate that orders direct runs
 /// after the jobs queued before them.
 pub(crate) struct NodeExec {
-    pub(super) gate: Gate<NodeState>,
+    pub(crate) gate: Gate<State>,
     /// The backend's bound on one call, if it has one.
     call_timeout: Option<Duration>,
 }
@@ -142,9 +153,9 @@ pub(crate) fn spawn(
     peers: Peers,
 ) -> std::io::Result<Arc<NodeExec>> {
     let name = format!("quorum-lock-node{index}");
-    let call_timeout = backend.call_timeout();
-    let state = NodeState::new(index, backend, health, shared, Instant::now())
-        .ringing(doorbell(index, &peers));
+    let call_timeout = super::io::call_timeout(&*backend);
+    let state =
+        State::new(index, backend, health, shared, Instant::now()).ringing(doorbell(index, &peers));
     // Read here, not by the new thread: a fresh node has nothing to wake
     // for (no retries, no subscriptions), so its thread waits for its
     // first job without taking the gate, and the first rounds find every
@@ -258,7 +269,7 @@ impl NodeThread<'_> {
 
 /// Runs the jobs in order, the ops between two other jobs as one backend
 /// batch; answers the barriers once all have run.
-fn run_jobs(state: &mut NodeState, batch: &mut Vec<Job>) {
+fn run_jobs(state: &mut State, batch: &mut Vec<Job>) {
     let mut items = Vec::new();
     let mut replies = Vec::new();
     let mut acks = Vec::new();
@@ -276,9 +287,10 @@ fn run_jobs(state: &mut NodeState, batch: &mut Vec<Job>) {
                     reply_to(reply.as_ref(), vote);
                 }
             }
-            Job::Work(Work::Inspect { key, reply }) => {
+            Job::Work(Work::Inspect { key, reply, slot }) => {
                 run_ops(state, &mut items, &mut replies);
-                let _ = reply.0.send((reply.1, state.inspect(&key)));
+                let holding = state.inspect(&key);
+                let _ = reply.send(Inspected { slot, holding });
             }
             // Answered after the whole batch, which includes every job
             // queued before it; its listening was done before the batch.
@@ -304,7 +316,7 @@ fn run_jobs(state: &mut NodeState, batch: &mut Vec<Job>) {
 }
 
 /// Runs the ops collected so far as one round trip and answers each.
-fn run_ops(state: &mut NodeState, items: &mut Vec<Item>, replies: &mut Vec<Option<ReplyTo>>) {
+fn run_ops(state: &mut State, items: &mut Vec<Item>, replies: &mut Vec<Option<ReplyTo>>) {
     if items.is_empty() {
         return;
     }
@@ -317,9 +329,9 @@ fn run_ops(state: &mut NodeState, items: &mut Vec<Item>, replies: &mut Vec<Optio
 }
 
 pub(super) fn reply_to(reply: Option<&ReplyTo>, vote: Vote) {
-    if let Some((ballot, slot)) = reply {
+    if let Some(reply) = reply {
         // The round may have been decided and its caller gone: a late
         // answer is simply not read.
-        ballot.post(*slot, vote);
+        reply.ballot.post(reply.slot, vote);
     }
 }

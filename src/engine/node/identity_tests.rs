@@ -1,6 +1,6 @@
 //! Tests of `identity.rs`.
 
-use crate::engine::identity::*;
+use super::*;
 
 const Q: Duration = Duration::from_secs(60);
 

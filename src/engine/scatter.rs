@@ -1,0 +1,165 @@
+//! A round from the engine's side: scattered to every node (queued for
+//! its thread, or driven by the caller on idle nodes, `drive.rs`), then
+//! gathered (`pending.rs`); and the releases sent without waiting (the
+//! undo of a failed attempt, a dropped guard's release).
+
+use std::time::{Duration, Instant};
+
+use super::ballots;
+use super::drive::Driven;
+use super::node::Vote;
+use super::node::worker::{MAX_QUEUED, NotQueued, ReplyTo};
+use super::{Action, Direct, Engine, Gather, Hold, Pending, Request};
+use crate::backend::{BackendError, BackendErrorKind};
+use crate::report::NodeOutcome;
+use crate::token::Token;
+
+impl Engine {
+    /// Scatters `req` to every node and gathers per `gather` for at most
+    /// `wait` (real time). Returns one outcome per node, in node order.
+    pub(crate) fn round(
+        &self,
+        req: &Request<'_>,
+        gather: Gather,
+        wait: Duration,
+        direct: Direct,
+    ) -> Vec<NodeOutcome> {
+        self.scatter(req, wait, direct, gather).gather(gather)
+    }
+
+    /// Sends `req` to every node; the answers are collected by
+    /// [`Pending::gather`] until `wait` from now (real time), so many rounds
+    /// scattered together share one wait.
+    ///
+    /// With [`Direct::Never`] it only queues, never blocks, and may be called
+    /// under a short lock (the watchdog does, to order an extend against a
+    /// concurrent release). With [`Direct::IdleNodes`] the caller drives
+    /// the round itself on every idle node whose backend bounds its calls
+    /// within `wait` (see `drive.rs`): it sends there first, queues to the
+    /// other nodes, then reads the answers it drives until the round is
+    /// decided per `gather`, and hands what it has not read to the node
+    /// threads. It never waits longer than the round would.
+    pub(crate) fn scatter(
+        &self,
+        req: &Request<'_>,
+        wait: Duration,
+        direct: Direct,
+        gather: Gather,
+    ) -> Pending {
+        let n = self.nodes.len();
+        let deadline = Instant::now().checked_add(wait);
+        let (reply, answers) = ballots::new_round();
+        let mut outcomes: Vec<Option<Vote>> = vec![None; n];
+        // Per node: whether the operation went there (queued, or sent by
+        // this caller, whatever its outcome: a timed-out run may have been
+        // applied). Only a node skipped as down or refusing the job never
+        // got it.
+        let mut queued = vec![true; n];
+        let item = req.item();
+        // The caller drives every idle node whose backend bounds its calls
+        // (no thread hand-off there) and queues to the others, whose
+        // threads batch what contending callers queue. Gates are taken
+        // with `try_lock` only: a caller never blocks holding one.
+        let mut driven = Vec::new();
+        if direct == Direct::IdleNodes {
+            for (slot, node) in self.nodes.iter().enumerate() {
+                if node.exec.can_run_within(wait)
+                    && let Some(state) = node.exec.idle()
+                {
+                    driven.push(Driven::begin(slot, state, &item));
+                }
+            }
+        }
+        let mut taken = driven.iter().map(|d| d.slot).peekable();
+        for (slot, node) in self.nodes.iter().enumerate() {
+            if taken.next_if_eq(&slot).is_some() {
+                continue;
+            }
+            let down = node.skipped_as_down();
+            // A down node is skipped at no cost, but still gets the release
+            // (an earlier acquire may have landed), parked until it is
+            // back; nobody waits for its answer.
+            if down && (req.action != Action::Release || node.park_release(req)) {
+                outcomes[slot] = Some(Vote::of(NodeOutcome::Down));
+                queued[slot] = false;
+                continue;
+            }
+            outcomes[slot] = match node.send(
+                req,
+                (!down).then(|| ReplyTo {
+                    ballot: reply.clone(),
+                    slot,
+                }),
+            ) {
+                Err(refused) => {
+                    queued[slot] = false;
+                    Some(Vote::of(not_queued(refused)))
+                }
+                Ok(()) if down => Some(Vote::of(NodeOutcome::Down)),
+                Ok(()) => None,
+            };
+        }
+        let mut round = Pending {
+            outcomes,
+            answers,
+            deadline,
+            queued,
+        };
+        if !driven.is_empty() {
+            self.drive(driven, gather, &reply, &mut round);
+        }
+        round
+    }
+
+    /// Queues a release of `hold` on every node (down or not) and returns
+    /// at once. Each release runs after whatever was queued before it.
+    pub(crate) fn release_detached(&self, hold: &Hold, token: Token) {
+        self.release_detached_where(hold, token, &vec![true; self.nodes.len()]);
+    }
+
+    /// [`release_detached`](Self::release_detached) on the nodes where
+    /// `reached` is true: those that an attempt's acquire may have reached
+    /// ([`Pending::reached`]). A node that never got the acquire needs no
+    /// release.
+    pub(crate) fn release_detached_where(&self, hold: &Hold, token: Token, reached: &[bool]) {
+        let req = Request {
+            action: Action::Release,
+            hold,
+            token,
+        };
+        for (node, _) in self.nodes.iter().zip(reached).filter(|(_, r)| **r) {
+            // A release is never refused for a full queue (the bound is
+            // for what can take or prolong a key), so it always follows
+            // the acquire it undoes; a failed send means the worker is
+            // gone, and nothing is left to release through it.
+            let _ = node.park_release(&req) || node.send(&req, None).is_ok();
+        }
+    }
+
+    /// The undo of a failed attempt: [`release_detached_where`](Self::release_detached_where),
+    /// registered first as this manager's own (see `echoes.rs`), so that
+    /// its release notice wakes none of this manager's waiters.
+    pub(crate) fn undo_where(&self, hold: &Hold, token: Token, reached: &[bool]) {
+        let echoes = self.shared.waiters.echoes();
+        let now = Instant::now();
+        for (index, _) in reached.iter().enumerate().filter(|(_, r)| **r) {
+            echoes.expect(index, hold, token, now);
+        }
+        self.release_detached_where(hold, token, reached);
+    }
+}
+
+fn not_queued(refused: NotQueued) -> NodeOutcome {
+    NodeOutcome::Failed(match refused {
+        NotQueued::Gone => BackendError::new(
+            BackendErrorKind::Panicked,
+            "the node's worker thread has stopped",
+        ),
+        NotQueued::Full => BackendError::new(
+            BackendErrorKind::Other,
+            format!(
+                "{MAX_QUEUED} operations are already waiting for this node: it is too slow for the load"
+            ),
+        ),
+    })
+}
