@@ -1,5 +1,6 @@
 //! The random token that marks one acquisition as ours.
 
+use std::cell::RefCell;
 use std::fmt;
 
 /// Number of random bytes in a [`Token`].
@@ -24,9 +25,9 @@ impl Token {
     /// does not happen on supported platforms once booted): the caller
     /// reports it as [`Error::Runtime`](crate::Error::Runtime).
     pub(crate) fn random() -> Result<Self, String> {
-        let mut bytes = [0u8; TOKEN_LEN];
-        getrandom::fill(&mut bytes).map_err(|e| format!("the OS random source failed: {e}"))?;
-        Ok(Self(bytes))
+        POOL.with(|pool| pool.borrow_mut().take(std::process::id()))
+            .map(Self)
+            .map_err(|e| format!("the OS random source failed: {e}"))
     }
 
     /// The raw random bytes. A node stores them first in the lock's value,
@@ -48,6 +49,61 @@ impl fmt::Display for Token {
             write!(f, "{b:02x}")?;
         }
         f.write_str("…")
+    }
+}
+
+/// Tokens one read of the OS random source makes.
+const TOKENS_PER_READ: usize = 32;
+
+thread_local! {
+    static POOL: RefCell<Pool> = const { RefCell::new(Pool::empty()) };
+}
+
+/// A thread's unread OS randomness, handed out as tokens: one
+/// `getrandom` call per [`TOKENS_PER_READ`] tokens instead of one per
+/// lock. Every byte still comes straight from the OS CSPRNG, is handed
+/// out once and is never derived from another, so tokens stay as
+/// unpredictable and unique as before.
+///
+/// A `fork` copies the pool into the child, and two processes handing
+/// out the same bytes would make equal tokens (a lock of one would count
+/// as the other's `AlreadyOurs`). So the pool remembers the process it
+/// was filled in and is thrown away when asked from another one: the
+/// process id, read per token (`getpid`, a system call that does no work
+/// in the kernel; the crate has no `unsafe` for a fork hook).
+struct Pool {
+    bytes: [u8; TOKEN_LEN * TOKENS_PER_READ],
+    /// Bytes handed out so far (all of them: empty).
+    used: usize,
+    /// The process that filled it.
+    pid: u32,
+}
+
+impl Pool {
+    const fn empty() -> Self {
+        Self {
+            bytes: [0; TOKEN_LEN * TOKENS_PER_READ],
+            used: TOKEN_LEN * TOKENS_PER_READ,
+            pid: 0,
+        }
+    }
+
+    /// The next token's bytes, as process `pid` asks for them.
+    fn take(&mut self, pid: u32) -> Result<[u8; TOKEN_LEN], getrandom::Error> {
+        if self.pid != pid || self.used + TOKEN_LEN > self.bytes.len() {
+            // Marked empty first: a failed read leaves nothing to reuse.
+            self.used = self.bytes.len();
+            getrandom::fill(&mut self.bytes)?;
+            self.used = 0;
+            self.pid = pid;
+        }
+        let mut token = [0u8; TOKEN_LEN];
+        token.copy_from_slice(&self.bytes[self.used..self.used + TOKEN_LEN]);
+        // Handed out bytes are wiped: a copy of the pool (a core dump)
+        // shows no token already in use.
+        self.bytes[self.used..self.used + TOKEN_LEN].fill(0);
+        self.used += TOKEN_LEN;
+        Ok(token)
     }
 }
 
@@ -77,5 +133,29 @@ mod tests {
         let full: String = a.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
         assert!(!shown.contains(&full));
         assert_eq!(a.to_string().chars().count(), 9);
+    }
+
+    /// Many tokens from one pool (several refills) are all distinct, and
+    /// a pool asked from another process (a forked child) reads afresh
+    /// rather than hand out what the parent would hand out next.
+    #[test]
+    fn a_pool_never_repeats_and_refills_in_a_new_process() {
+        let mut seen = std::collections::HashSet::new();
+        let mut pool = Pool::empty();
+        for _ in 0..TOKENS_PER_READ * 3 + 1 {
+            assert!(seen.insert(pool.take(7).unwrap()));
+        }
+        let mut parent = Pool::empty();
+        let first = parent.take(7).unwrap();
+        let mut child = Pool {
+            bytes: parent.bytes,
+            used: parent.used,
+            pid: parent.pid,
+        };
+        let parents_next = parent.take(7).unwrap();
+        let childs_next = child.take(8).unwrap();
+        assert_ne!(parents_next, childs_next);
+        assert_ne!(first, childs_next);
+        assert_eq!(child.used, TOKEN_LEN, "the child's pool was read again");
     }
 }

@@ -33,6 +33,9 @@ struct State {
     ballots: usize,
     /// The thread waiting in [`Ballots::take_until`], if one is.
     taker: Option<Thread>,
+    /// How many votes the taker waits for before it looks: fewer cannot
+    /// decide its round, so a post below it wakes nobody.
+    wanted: usize,
 }
 
 impl BallotBox {
@@ -70,17 +73,21 @@ pub(crate) fn new_round() -> (Ballot, Ballots) {
             votes: VecDeque::new(),
             ballots: 1,
             taker: None,
+            wanted: 1,
         }),
     });
     (Ballot(Arc::clone(&shared)), Ballots(shared))
 }
 
 impl Ballot {
-    /// Posts `vote` for node `slot` and wakes the caller.
+    /// Posts `vote` for node `slot`; wakes the caller once the votes it
+    /// waits for are in.
     pub(crate) fn post(&self, slot: usize, vote: Vote) {
         let mut state = self.0.state.lock();
         state.votes.push_back((slot, vote));
-        BallotBox::wake(state);
+        if state.votes.len() >= state.wanted {
+            BallotBox::wake(state);
+        }
     }
 }
 
@@ -107,23 +114,46 @@ impl Ballots {
         self.0.state.lock().votes.pop_front()
     }
 
-    /// The next vote, waiting for it until `deadline` (`None`: as long as
-    /// a ballot may still post).
-    pub(crate) fn take_until(&self, deadline: Option<Instant>) -> Result<Posted, NoVote> {
+    /// The next vote, once at least `wanted` votes are in (the caller's
+    /// count says fewer could not decide its round: [`Tally::wanted`]),
+    /// waiting until `deadline` (`None`: as long as a ballot may still
+    /// post). The thread is woken once, when the `wanted`-th vote is
+    /// posted, or when no ballot is left; at the deadline, or with no
+    /// ballot left, the votes that are in are handed out all the same.
+    ///
+    /// [`Tally::wanted`]: super::pending::Tally::wanted
+    pub(crate) fn take_until(
+        &self,
+        wanted: usize,
+        deadline: Option<Instant>,
+    ) -> Result<Posted, NoVote> {
         let me = thread::current();
+        let wanted = wanted.max(1);
         loop {
+            let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
             {
                 let mut state = self.0.state.lock();
-                if let Some(vote) = state.votes.pop_front() {
+                if state.votes.len() >= wanted
+                    || (!state.votes.is_empty() && (state.ballots == 0 || timed_out))
+                {
                     state.taker = None;
-                    return Ok(vote);
+                    state.wanted = 1;
+                    let vote = state.votes.pop_front();
+                    return vote.ok_or(NoVote::Closed);
                 }
-                if state.ballots == 0 {
+                if state.ballots == 0 || timed_out {
                     state.taker = None;
-                    return Err(NoVote::Closed);
+                    state.wanted = 1;
+                    return Err(if state.ballots == 0 {
+                        NoVote::Closed
+                    } else {
+                        NoVote::Timeout
+                    });
                 }
-                // Registered under the lock that posts take: a post or the
-                // last drop from now on unparks this thread.
+                // Registered under the lock that posts take: a post that
+                // brings the count to `wanted`, or the last drop, from now
+                // on unparks this thread.
+                state.wanted = wanted;
                 if state.taker.is_none() {
                     state.taker = Some(me.clone());
                 }
@@ -135,12 +165,7 @@ impl Ballots {
             match deadline {
                 None => thread::park(),
                 Some(deadline) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        self.0.state.lock().taker = None;
-                        return Err(NoVote::Timeout);
-                    }
-                    thread::park_timeout(deadline - now);
+                    thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
                 }
             }
         }
@@ -166,12 +191,12 @@ mod tests {
             ballot.post(2, granted());
         });
         let far = Instant::now() + Duration::from_secs(30);
-        let (slot, vote) = ballots.take_until(Some(far)).unwrap();
+        let (slot, vote) = ballots.take_until(1, Some(far)).unwrap();
         assert_eq!(slot, 2);
         assert!(vote.outcome.is_granted());
         poster.join().unwrap();
         // The only ballot went with the poster's thread.
-        assert_eq!(ballots.take_until(Some(far)).err(), Some(NoVote::Closed));
+        assert_eq!(ballots.take_until(1, Some(far)).err(), Some(NoVote::Closed));
     }
 
     #[test]
@@ -182,11 +207,40 @@ mod tests {
         other.post(1, Vote::of(NodeOutcome::Refused));
         assert_eq!(ballots.try_take().map(|(slot, _)| slot), Some(0));
         let soon = Some(Instant::now() + Duration::from_millis(1));
-        assert_eq!(ballots.take_until(soon).map(|(slot, _)| slot), Ok(1));
+        assert_eq!(ballots.take_until(1, soon).map(|(slot, _)| slot), Ok(1));
         assert!(ballots.try_take().is_none());
-        assert_eq!(ballots.take_until(soon).err(), Some(NoVote::Timeout));
+        assert_eq!(ballots.take_until(1, soon).err(), Some(NoVote::Timeout));
         drop((ballot, other));
-        assert_eq!(ballots.take_until(None).err(), Some(NoVote::Closed));
+        assert_eq!(ballots.take_until(1, None).err(), Some(NoVote::Closed));
+    }
+
+    /// A caller that waits for two votes is not woken by the first: it
+    /// gets both after the second (or the first at the deadline).
+    #[test]
+    fn the_caller_wakes_once_the_votes_it_wants_are_in() {
+        let (ballot, ballots) = new_round();
+        let second = ballot.clone();
+        let (posted_first, first_posted) = std::sync::mpsc::channel();
+        let poster = thread::spawn(move || {
+            ballot.post(0, granted());
+            posted_first.send(()).unwrap();
+            thread::sleep(Duration::from_millis(50));
+            second.post(1, granted());
+        });
+        first_posted.recv().unwrap();
+        let far = Some(Instant::now() + Duration::from_secs(30));
+        assert_eq!(ballots.take_until(2, far).map(|(slot, _)| slot), Ok(0));
+        // The second was in when the caller was let go.
+        assert_eq!(ballots.try_take().map(|(slot, _)| slot), Some(1));
+        poster.join().unwrap();
+
+        let (ballot, ballots) = new_round();
+        ballot.post(3, granted());
+        let soon = Some(Instant::now() + Duration::from_millis(5));
+        // One vote of the two wanted: handed out at the deadline.
+        assert_eq!(ballots.take_until(2, soon).map(|(slot, _)| slot), Ok(3));
+        drop(ballot);
+        assert_eq!(ballots.take_until(2, soon).err(), Some(NoVote::Closed));
     }
 
     #[test]

@@ -24,16 +24,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
+use crossbeam_channel::Receiver;
 
 pub(crate) use self::action::{Action, Direct, Gather, Request};
 pub(crate) use self::forgets::Forgets;
 pub(crate) use self::hold::{Hold, Pair};
 #[cfg(not(test))]
 use self::node::Registry;
-use self::node::io;
 use self::node::worker::{self, Job, NodeExec, NotQueued, Peers, ReplyTo, Work};
 use self::node::{Item, Shared, Vitals};
+use self::node::{io, queue};
 pub(crate) use self::pending::Pending;
 pub(crate) use self::pending::majority;
 use self::waiters::Waiters;
@@ -70,7 +70,7 @@ pub(crate) struct Engine {
 
 struct Node {
     name: String,
-    jobs: Sender<Job>,
+    jobs: queue::Sender<Job>,
     health: Arc<Vitals>,
     exec: Arc<NodeExec>,
     /// The backend, for its recovery count only (read through
@@ -207,7 +207,7 @@ impl Engine {
         for ((index, backend), name) in backends.into_iter().enumerate().zip(names) {
             let recoveries_seen = AtomicU64::new(io::recoveries(&*backend));
             let handle = Arc::clone(&backend);
-            let (jobs, queue) = unbounded();
+            let (jobs, queue) = queue::queue();
             let health = Arc::new(Vitals::default());
             let exec = worker::spawn(
                 index,

@@ -50,7 +50,7 @@ impl Pending {
         let mut tally = known_tally(gather, &outcomes);
         let mut timed_out = false;
         while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
-            let Ok((slot, vote)) = answers.take_until(deadline) else {
+            let Ok((slot, vote)) = answers.take_until(tally.wanted(gather), deadline) else {
                 timed_out = true;
                 break;
             };
@@ -130,6 +130,21 @@ impl Tally {
     pub(crate) fn pending(&self) -> usize {
         self.pending
     }
+
+    /// The fewest further votes that could decide the round gathered per
+    /// `gather` (every one, for [`Gather::All`]): fewer cannot, whatever
+    /// they say, so the caller need not look before they are in. With
+    /// `granted` grants and `pending` nodes to hear from, success needs
+    /// `quorum - granted` more grants, failure `granted + pending -
+    /// quorum + 1` more refusals; each vote is one or the other.
+    pub(crate) fn wanted(&self, gather: Gather) -> usize {
+        if gather == Gather::All {
+            return self.pending.max(1);
+        }
+        let grants = self.quorum.saturating_sub(self.granted);
+        let refusals = (self.granted + self.pending + 1).saturating_sub(self.quorum);
+        grants.min(refusals).max(1)
+    }
 }
 
 /// The default quorum: a strict majority of `nodes`.
@@ -179,6 +194,52 @@ mod tests {
                                 assert_eq!(replay.reached(), yes >= q);
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `wanted` never asks for more votes than the round needs: after
+    /// fewer than `wanted` further votes, in any mix, the round is not
+    /// decided, and some mix of exactly `wanted` votes decides it (so a
+    /// caller woken once per `wanted` votes never misses its decision).
+    #[test]
+    fn wanted_is_the_fewest_votes_that_can_decide() {
+        for n in 1..=7usize {
+            let q = majority(n);
+            for gather in [Gather::UntilDecided { quorum: q }, Gather::All] {
+                let quorum = if gather == Gather::All { n } else { q };
+                for granted in 0..=n {
+                    for refused in 0..=n - granted {
+                        let mut t = Tally::new(n, quorum);
+                        (0..granted).for_each(|_| t.record(true));
+                        (0..refused).for_each(|_| t.record(false));
+                        if t.pending() == 0 || (gather != Gather::All && t.decided()) {
+                            continue;
+                        }
+                        let k = t.wanted(gather);
+                        assert!(k >= 1 && k <= t.pending(), "n={n} k={k}");
+                        let finished = |t: &Tally| {
+                            if gather == Gather::All {
+                                t.pending() == 0
+                            } else {
+                                t.decided()
+                            }
+                        };
+                        for yes in 0..k {
+                            let mut fewer = t;
+                            (0..yes).for_each(|_| fewer.record(true));
+                            (yes..k - 1).for_each(|_| fewer.record(false));
+                            assert!(!finished(&fewer), "n={n} {granted}/{refused} k={k}");
+                        }
+                        let decides = (0..=k).any(|yes| {
+                            let mut exact = t;
+                            (0..yes).for_each(|_| exact.record(true));
+                            (yes..k).for_each(|_| exact.record(false));
+                            finished(&exact)
+                        });
+                        assert!(decides, "n={n} {granted}/{refused} k={k}");
                     }
                 }
             }

@@ -56,35 +56,25 @@ impl Engine {
         // got it.
         let mut queued = vec![true; n];
         let item = req.item();
-        // The caller drives the round only when every node is idle (and
-        // bounds its calls): then no thread hand-off is left. With a node
-        // busy, the others' threads batch the contending callers' work
-        // better than callers holding several nodes each would.
-        let idle: Vec<_> = match direct {
-            Direct::IdleNodes => self
-                .nodes
-                .iter()
-                .map_while(|node| {
-                    node.exec
-                        .can_run_within(wait)
-                        .then(|| node.exec.idle())
-                        .flatten()
-                })
-                .collect(),
-            Direct::Never => Vec::new(),
-        };
+        // The caller drives every idle node whose backend bounds its calls
+        // (no thread hand-off there) and queues to the others, whose
+        // threads batch what contending callers queue. Gates are taken
+        // with `try_lock` only: a caller never blocks holding one.
         let mut driven = Vec::new();
-        if idle.len() == n {
-            for (slot, worker) in idle.into_iter().enumerate() {
-                driven.push(Driven::begin(slot, worker, &item));
+        if direct == Direct::IdleNodes {
+            for (slot, node) in self.nodes.iter().enumerate() {
+                if node.exec.can_run_within(wait)
+                    && let Some(state) = node.exec.idle()
+                {
+                    driven.push(Driven::begin(slot, state, &item));
+                }
             }
-        } else {
-            // Let go of the idle nodes at once: their threads run what
-            // this round queues for them.
-            drop(idle);
         }
-        let queue_all = driven.is_empty();
-        for (slot, node) in self.nodes.iter().enumerate().filter(|_| queue_all) {
+        let mut taken = driven.iter().map(|d| d.slot).peekable();
+        for (slot, node) in self.nodes.iter().enumerate() {
+            if taken.next_if_eq(&slot).is_some() {
+                continue;
+            }
             let down = node.skipped_as_down();
             // A down node is skipped at no cost, but still gets the release
             // (an earlier acquire may have landed), parked until it is

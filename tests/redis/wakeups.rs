@@ -465,3 +465,58 @@ fn over_tls_a_waiter_is_still_woken_at_the_release() {
     assert_woken(after);
     assert_eq!(waiter.health().locks.woken, 1, "{}", waiter.health());
 }
+
+/// A release nobody waits for costs the servers no subscriber count: the
+/// release script asks `PUBSUB NUMSUB` only when its `PUBLISH` reached
+/// someone (counted by the servers, `INFO commandstats`). With a waiter
+/// listening, it does ask: the count is what tells the releaser that
+/// someone waits.
+#[test]
+fn a_release_nobody_waits_for_asks_no_subscriber_count() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let locks = LockManager::builder()
+        .redis_nodes(&urls)
+        .unwrap()
+        .ttl(TTL)
+        .node_timeout(NODE_TIMEOUT)
+        .restart_quarantine(false)
+        // The script on every server (Valkey 9.1's DELIFEQ form asks the
+        // count first, by design: it publishes only to listeners).
+        .scripts(quorum_lock::Scripts::Always)
+        .build()
+        .unwrap();
+    // Connections and scripts loaded before the count starts.
+    locks.try_lock("warm").unwrap().release().unwrap();
+    servers.iter().for_each(testkit::commandstats::reset);
+    for _ in 0..10 {
+        locks.try_lock("nobody-waits").unwrap().release().unwrap();
+    }
+    for server in servers.iter() {
+        let (publish, numsub) = (
+            testkit::commandstats::calls_of(server, "publish"),
+            testkit::commandstats::calls_of(server, "pubsub|numsub"),
+        );
+        assert_eq!(
+            (publish, numsub),
+            (10, 0),
+            "{}: publish, numsub",
+            server.url()
+        );
+    }
+
+    let waiter = manager(&urls);
+    let guard = locks.try_lock("one-waits").unwrap();
+    servers.iter().for_each(testkit::commandstats::reset);
+    let after = woken_after(&waiter, "one-waits", &slow_retries(), guard, || {
+        testkit::until_listening(&waiter);
+    });
+    assert_woken(after);
+    for server in servers.iter() {
+        assert!(
+            testkit::commandstats::calls_of(server, "pubsub|numsub") >= 1,
+            "{}: the release that a waiter heard did not count its listeners",
+            server.url()
+        );
+    }
+}

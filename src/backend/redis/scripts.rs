@@ -21,12 +21,16 @@ use crate::backend::Reply;
 /// every release look awaited and every re-lock yield. A client of
 /// another program subscribed to the exact channel still
 /// counts: nothing on the server tells it from a waiter of ours.
+/// `PUBSUB NUMSUB` runs only when `PUBLISH` reached someone (its count
+/// includes the exact channel's subscribers): on the common release that
+/// nobody waits for, the script does one command less.
 /// `PUBLISH` and `PUBSUB` go through `pcall`: a server (or an ACL) that
 /// refuses either still releases, and answers 1.
 const RELEASE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
      redis.call('del', KEYS[1]) \
      local ch = 'quorum-lock:released:' .. KEYS[1] \
-     if type(redis.pcall('publish', ch, '')) ~= 'number' then return 1 end \
+     local p = redis.pcall('publish', ch, '') \
+     if type(p) ~= 'number' or p == 0 then return 1 end \
      local s = redis.pcall('pubsub', 'numsub', ch) \
      if type(s) == 'table' and type(s[2]) == 'number' then return 1 + s[2] end \
      return 1";
@@ -97,7 +101,8 @@ const RELEASE_ALL: &str = "\
          redis.call('del', k) \
          deleted = deleted + 1 \
          local ch = 'quorum-lock:released:' .. k \
-         if type(redis.pcall('publish', ch, '')) == 'number' then \
+         local p = redis.pcall('publish', ch, '') \
+         if type(p) == 'number' and p > 0 then \
            local s = redis.pcall('pubsub', 'numsub', ch) \
            if type(s) == 'table' and type(s[2]) == 'number' then heard = heard + s[2] end \
          end \

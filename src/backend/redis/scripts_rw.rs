@@ -70,7 +70,8 @@ pub(super) const READ_RELEASE: &str = concat!(
     "if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then return 0 end ",
     follow_last_reader!("KEYS[1]"),
     "local ch = 'quorum-lock:released:' .. KEYS[1] \
-     if type(redis.pcall('publish', ch, '')) ~= 'number' then return 1 end \
+     local p = redis.pcall('publish', ch, '') \
+     if type(p) ~= 'number' or p == 0 then return 1 end \
      local s = redis.pcall('pubsub', 'numsub', ch) \
      if type(s) == 'table' and type(s[2]) == 'number' then return 1 + s[2] end \
      return 1"

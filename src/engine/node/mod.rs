@@ -64,6 +64,7 @@ mod judge;
 mod liveness;
 mod notices;
 mod publish;
+pub(super) mod queue;
 mod refusal;
 mod retries;
 mod rights;

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
+use super::queue::{self, Empty};
 use super::vitals::Vitals;
 use super::{Doorbell, Item, Sent, Shared, State, Vote};
 use crate::backend::{Backend, BackendError, Holding};
@@ -52,7 +53,7 @@ pub(crate) struct ReplyTo {
 /// ask the others to read theirs now rather than at their next poll.
 /// Emptied when the engine drops: otherwise the queues, which these
 /// senders keep open, would never close.
-pub(crate) type Peers = Arc<Mutex<Vec<(Sender<Job>, Arc<NodeExec>)>>>;
+pub(crate) type Peers = Arc<Mutex<Vec<(queue::Sender<Job>, Arc<NodeExec>)>>>;
 
 /// What a node's thread is asked to do: work, or one of two control
 /// messages.
@@ -112,7 +113,7 @@ pub(crate) struct NodeExec {
 impl NodeExec {
     /// Queues `job` for the node's thread. Returns `false` when the thread
     /// is gone.
-    pub(crate) fn enqueue(&self, jobs: &Sender<Job>, job: Job) -> Result<(), NotQueued> {
+    pub(crate) fn enqueue(&self, jobs: &queue::Sender<Job>, job: Job) -> Result<(), NotQueued> {
         // Bounded: a node too slow for the load refuses new operations
         // that could take or prolong a key (their keys, if any, expire with
         // their TTL) instead of growing the queue without limit. Releases
@@ -145,7 +146,7 @@ impl NodeExec {
 pub(crate) fn spawn(
     index: usize,
     backend: Arc<dyn Backend>,
-    jobs: Receiver<Job>,
+    jobs: queue::Receiver<Job>,
     exited: Sender<()>,
     health: Arc<Vitals>,
     shared: Arc<Shared>,
@@ -199,7 +200,7 @@ fn doorbell(index: usize, peers: &Peers) -> Doorbell {
 struct NodeThread<'a> {
     index: usize,
     exec: &'a NodeExec,
-    jobs: &'a Receiver<Job>,
+    jobs: &'a queue::Receiver<Job>,
     peers: &'a Peers,
 }
 
@@ -215,16 +216,12 @@ impl NodeThread<'_> {
     fn run(&self, mut wake: Option<Instant>) {
         let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
         loop {
-            let received = match wake {
-                Some(at) => self.jobs.recv_deadline(at),
-                None => self.jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            let first = match received {
+            let first = match self.jobs.recv_until(wake) {
                 Ok(job) => Some(job),
-                Err(RecvTimeoutError::Timeout) => None,
+                Err(Empty::Timeout) => None,
                 // Every sender is gone and the queue is drained: pending
                 // retries are abandoned, their keys expire with the TTL.
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(Empty::Closed) => return,
             };
             let mut state = self.exec.gate.lock();
             let short = state.timer_fired(Instant::now());
@@ -234,7 +231,7 @@ impl NodeThread<'_> {
                 continue;
             };
             batch.push(first);
-            batch.extend(self.jobs.try_iter().take(MAX_BATCH - 1));
+            self.jobs.take_queued(MAX_BATCH - 1, &mut batch);
             if batch
                 .iter()
                 .any(|job| matches!(job, Job::Barrier { listen: true, .. }))
