@@ -7,6 +7,7 @@
 //! cargo run --release -p quorum-lock-bench -- --help
 //! cargo run --release -p quorum-lock-bench -- --cross-process 5  # only: K processes, one key
 //! cargo run --release -p quorum-lock-bench -- --rw-cost 5        # only: read-write lock vs mutex
+//! cargo run --release -p quorum-lock-bench -- --wakes 3          # only: context switches per lock, 1 and 8 threads
 //! ```
 //!
 //! Clients are compared paired and interleaved (they take turns, so they
@@ -42,6 +43,7 @@ mod stats;
 mod svg;
 mod targets;
 mod waiting;
+mod wakes;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Some("--fencing-cost") => Some(fencing::fencing_cost),
         Some("--scripts-cost") => Some(scripts::scripts_cost),
         Some("--rw-cost") => Some(rw::rw_cost),
+        Some("--wakes") => Some(wakes::wakes),
         _ => None,
     };
     if let Some(comparison) = only {
