@@ -83,8 +83,8 @@ struct Node {
     jobs: Sender<Job>,
     health: Arc<Vitals>,
     exec: Arc<NodeExec>,
-    /// The backend, for its recovery count only (the node's thread owns
-    /// every other call to it).
+    /// The backend, for its recovery count and an election's proclaim
+    /// (the node's thread owns every other call to it).
     backend: Arc<dyn Backend>,
     /// The backend's recovery count last acted on.
     recoveries_seen: AtomicU64,
@@ -273,6 +273,12 @@ impl Engine {
     /// The nodes' forget epochs, and the hook that hears each forget.
     pub(crate) fn forgets(&self) -> &Arc<Forgets> {
         &self.shared.forgets
+    }
+
+    /// The nodes' backends, in configuration order: an election's
+    /// proclaim calls them from the caller's threads (`election/proclaim.rs`).
+    pub(crate) fn backends(&self) -> impl Iterator<Item = &Arc<dyn Backend>> {
+        self.nodes.iter().map(|n| &n.backend)
     }
 
     /// The nodes' names, in configuration order.

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::clock::{Clock, MonotonicClock};
 
+mod election;
 mod notices;
 mod rw;
 mod state;
