@@ -56,7 +56,7 @@ pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
                     // Act only while leading, with the term as the fence.
                     leading.check()?;
                     let entry = format!("worker {w} step {step}");
-                    let accepted = store.lock().map_or(false, |mut s| s.write(term, entry));
+                    let accepted = store.lock().is_ok_and(|mut s| s.write(term, entry));
                     assert!(accepted, "a current leader's write is accepted");
                     thread::sleep(Duration::from_millis(100));
                 }

@@ -153,8 +153,10 @@ impl Election {
     /// quorum; a proclaim that falls short releases the lock, and counts
     /// as a failed attempt.
     ///
-    /// Of `options`, these apply: the TTL, the wait and the retry policy
-    /// (by default a year, not a lock's 60 s), the
+    /// Of `options`, these apply: the TTL, the wait (by default a year,
+    /// not a lock's 60 s) and the retry policy (by default the manager's,
+    /// or the default policy's delays when the manager's makes one
+    /// attempt only), the
     /// cancellation, and a hold bound when asked for
     /// ([`LockOptions::max_hold`], [`LockOptions::max_extensions`]; by
     /// default none). A leadership is always fenced and extended
@@ -174,14 +176,24 @@ impl Election {
         if options.max_hold.is_none() {
             options = options.max_hold(Duration::MAX);
         }
+        // A follower waits: without a policy of the call's own, the
+        // manager's, unless that makes one attempt only (then the default
+        // policy's delays), bounded by the campaign's wait below.
+        if options.retry.is_none() {
+            let manager = self.locks.retry();
+            options = options.retry(match manager.single_attempt() {
+                true => RetryPolicy::new(),
+                false => manager.clone(),
+            });
+        }
         let single = options
             .retry
             .as_ref()
             .is_some_and(RetryPolicy::single_attempt);
-        let wait = match (options.wait, &options.retry) {
+        let wait = match (options.wait, single) {
             (Some(wait), _) => Some(wait),
-            (None, Some(_)) => None,
-            (None, None) => Some(DEFAULT_CAMPAIGN_WAIT),
+            (None, true) => None,
+            (None, false) => Some(DEFAULT_CAMPAIGN_WAIT),
         };
         let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
         let mut made = 0;

@@ -272,3 +272,28 @@ fn a_thread_that_leads_and_campaigns_again_would_wait_for_itself() {
     assert!(again.is_deadlock(), "{again}");
     drop(leading);
 }
+
+/// A campaign waits though the manager's policy makes one attempt (as
+/// the command line's manager does): a follower's job is to wait.
+#[test]
+fn a_campaign_waits_on_a_manager_that_does_not_retry() {
+    let nodes = memory_nodes(3);
+    let single = || {
+        LockManager::builder()
+            .nodes(nodes.iter().cloned())
+            .retry(quorum_lock::RetryPolicy::none())
+            .build()
+            .unwrap()
+    };
+    let leading = single()
+        .election("one-try")
+        .unwrap()
+        .campaign(b"a")
+        .unwrap();
+    let follower = single().election("one-try").unwrap();
+    let waiter = thread::spawn(move || follower.campaign(b"b").map(|l| l.term()));
+    thread::sleep(Duration::from_millis(200));
+    let term = leading.term();
+    leading.resign().unwrap();
+    assert!(waiter.join().unwrap().unwrap() > term);
+}
