@@ -22,9 +22,9 @@
 
 mod keys;
 mod leadership;
-mod observe;
+pub(crate) mod observe;
 mod proclaim;
-mod record;
+pub(crate) mod record;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

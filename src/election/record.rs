@@ -32,10 +32,15 @@ pub(crate) struct Record {
 /// The record of the leader holding `token` in `term`, proclaiming
 /// `value` (at most [`MAX_LEADER_VALUE`] bytes: the caller checks).
 pub(crate) fn encode(term: u64, token: &Token, value: &[u8]) -> Vec<u8> {
+    encode_raw(term, token.as_bytes(), value)
+}
+
+/// [`encode`] of a token's bytes ([`TOKEN_LEN`] of them).
+pub(crate) fn encode_raw(term: u64, token: &[u8], value: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + value.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&term.to_be_bytes());
-    out.extend_from_slice(token.as_bytes());
+    out.extend_from_slice(token);
     out.extend_from_slice(value);
     out
 }
