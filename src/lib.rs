@@ -131,7 +131,7 @@
 //!
 //! The crate root holds what a lock user touches: the manager, its
 //! builder and options, the guard, the errors, the semaphore, the
-//! read-write lock, cancellation, the clocks and the backends. The rest has a module
+//! read-write lock, leader election, cancellation, the clocks and the backends. The rest has a module
 //! of its own:
 //!
 //! * [`report`]: what each node did in a round (every release returns a
@@ -229,6 +229,7 @@ mod builder;
 mod canary;
 mod cancel;
 mod clock;
+mod election;
 mod engine;
 mod error;
 mod guard;
@@ -265,6 +266,7 @@ pub use backend::redis::{RedisBackend, Scripts};
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lost::LostSignal;

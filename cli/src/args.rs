@@ -91,6 +91,11 @@ pub(crate) enum Command {
     /// not told; only fencing protects the resource from it then.
     #[command(after_help = BREAK_HELP)]
     Break(BreakArgs),
+    /// Run a command only while this process leads the election NAME
+    /// (campaigning until it does); its term is QUORUM_LOCK_TERM.
+    Elect(crate::elect::ElectArgs),
+    /// Show who leads the election NAME: its value and term.
+    Leader(crate::elect::LeaderArgs),
 }
 
 /// What `break --help` adds: its danger and its exit codes.
@@ -126,6 +131,8 @@ impl Command {
             Self::Run(run) => Some(&run.name),
             Self::Status(status) => Some(&status.name),
             Self::Break(broken) => Some(&broken.name),
+            Self::Elect(elect) => Some(&elect.name),
+            Self::Leader(leader) => Some(&leader.name),
             Self::Doctor(_) => None,
         }
     }

@@ -7,6 +7,9 @@
 //! * `quorum-lock status NAME` shows who holds a lock on each node (and the
 //!   writer and readers of the read-write lock NAME, when it has any);
 //! * `quorum-lock doctor` checks each node for what the lock relies on;
+//! * `quorum-lock elect NAME --value TEXT -- COMMAND...` runs a command only
+//!   while this process leads the election NAME (`QUORUM_LOCK_TERM`), and
+//!   `quorum-lock leader NAME` shows who leads it;
 //! * `quorum-lock break NAME` deletes a stuck lock on every node, after
 //!   showing what it breaks and asking (`--writer`, `--readers`: those
 //!   of the read-write lock NAME).
@@ -19,6 +22,7 @@ mod break_lock;
 mod checkup;
 mod child;
 mod doctor;
+mod elect;
 mod exit;
 mod guardian;
 mod hold;
@@ -79,6 +83,8 @@ fn main() -> ExitCode {
         Command::Status(status) => status::status(&cli.global, status),
         Command::Doctor(doctor) => doctor::doctor(&cli.global, doctor),
         Command::Break(broken) => break_lock::break_lock(&cli.global, broken),
+        Command::Elect(elect) => elect::elect(&cli.global, elect),
+        Command::Leader(leader) => elect::leader(&cli.global, leader),
     };
     ExitCode::from(code)
 }

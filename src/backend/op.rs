@@ -155,6 +155,18 @@ pub enum OpKind<'a> {
         /// The readers' key. Read, never written.
         readers: &'a [u8],
     },
+    /// Write a leader election's record ([`Election`](crate::Election)):
+    /// only while [`Op::keys`] (the election's lock key, one key) holds
+    /// the token, set `record_key` to `record` (a string, no expiry) and
+    /// answer [`Reply::Yes`]; else write nothing and answer [`Reply::No`].
+    /// `record_key` lives in the lock key's slot on a cluster.
+    Proclaim {
+        /// The election's record key. Written, never read.
+        record_key: &'a [u8],
+        /// What to store in it (at most
+        /// [`MAX_INSPECTED_VALUE`](super::MAX_INSPECTED_VALUE) bytes).
+        record: &'a [u8],
+    },
 }
 
 impl OpKind<'_> {
@@ -275,6 +287,21 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// A leader's record `record` in `record_key`, while `lock` (an
+    /// election's lock key) holds `token`.
+    pub(crate) fn proclaim(
+        lock: &'a KeySet,
+        token: &'a [u8],
+        record_key: &'a [u8],
+        record: &'a [u8],
+    ) -> Self {
+        Self {
+            keys: lock,
+            token,
+            kind: OpKind::Proclaim { record_key, record },
+        }
+    }
+
     /// The expiry the op sets, for the kinds that set one.
     pub fn ttl(&self) -> Option<Duration> {
         match self.kind {
@@ -284,7 +311,10 @@ impl<'a> Op<'a> {
             | OpKind::ReadAcquire { ttl, .. }
             | OpKind::ReadExtend { ttl, .. }
             | OpKind::Admit { ttl, .. } => Some(ttl),
-            OpKind::Release | OpKind::RaiseFence { .. } | OpKind::ReadRelease => None,
+            OpKind::Release
+            | OpKind::RaiseFence { .. }
+            | OpKind::ReadRelease
+            | OpKind::Proclaim { .. } => None,
         }
     }
 }

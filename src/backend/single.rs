@@ -162,6 +162,7 @@ pub fn unsupported<B: Backend + ?Sized>(backend: &B, op: &Op<'_>) -> BackendErro
         (OpKind::ReadExtend { .. }, _) => "read-write lock's reader extend",
         (OpKind::ReadRelease, _) => "read-write lock's reader release",
         (OpKind::Admit { .. }, _) => "read-write lock's writer admission",
+        (OpKind::Proclaim { .. }, _) => "leader election's proclaim",
     };
     BackendError::new(
         BackendErrorKind::Config,

@@ -43,7 +43,7 @@ pub(crate) use self::owners::Owned;
 pub(crate) use self::rounds::{Admission, Config, Rounds, with_attempts};
 pub(crate) use self::turns::{Ticket, Turn};
 pub(crate) use self::validity::{check_ttl, drift};
-pub(crate) use self::wakeups::{ReleaseWait, after};
+pub(crate) use self::wakeups::{ReleaseWait, Woken, after};
 pub(crate) use self::watchdog::RenewalPlan;
 use self::watchdog::Watchdog;
 use crate::error::{Error, Result};

@@ -17,6 +17,14 @@ pub enum Round {
     Extend,
     /// Releasing a held lock.
     Release,
+    /// A leader's proclaim: its value written beside the election's lock
+    /// key, where that key still holds its token
+    /// ([`Leadership::proclaim`](crate::Leadership::proclaim)).
+    Proclaim,
+    /// Reading who leads an election
+    /// ([`Election::observe`](crate::Election::observe)): a node is
+    /// granted when its view is the one a quorum agrees on.
+    Observe,
 }
 
 impl fmt::Display for Round {
@@ -25,6 +33,8 @@ impl fmt::Display for Round {
             Self::Acquire => "acquire",
             Self::Extend => "extend",
             Self::Release => "release",
+            Self::Proclaim => "proclaim",
+            Self::Observe => "observe",
         })
     }
 }
@@ -74,7 +84,10 @@ impl NodeOutcome {
             (Self::Granted, Round::Acquire) => "acquired".into(),
             (Self::Granted, Round::Extend) => "extended".into(),
             (Self::Granted, Round::Release) => "released".into(),
+            (Self::Granted, Round::Proclaim) => "proclaimed".into(),
+            (Self::Granted, Round::Observe) => "agrees".into(),
             (Self::Refused, Round::Acquire) => "held elsewhere".into(),
+            (Self::Refused, Round::Observe) => "sees another leader, or none".into(),
             (Self::Refused, _) => "not held by us".into(),
             (Self::Failed(e), _) => {
                 // Backend messages name their node; the report line already

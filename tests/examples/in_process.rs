@@ -4,6 +4,8 @@
 //! hand or need Redis; `cargo test` builds them all.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+#[path = "../../examples/election.rs"]
+mod election;
 #[path = "../../examples/inspection.rs"]
 mod inspection;
 #[path = "../../examples/semaphore.rs"]
@@ -21,6 +23,11 @@ fn sets_example() {
 #[test]
 fn semaphore_example() {
     semaphore::main().unwrap();
+}
+
+#[test]
+fn election_example() {
+    election::main().unwrap();
 }
 
 #[test]

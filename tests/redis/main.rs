@@ -18,6 +18,7 @@ mod auto_extend;
 mod backend;
 mod cluster;
 mod edges;
+mod election;
 mod exit;
 mod fencing;
 mod hostile;

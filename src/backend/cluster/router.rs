@@ -143,9 +143,11 @@ impl Cluster {
         // A read-write lock's op names its other key by its role: the
         // script takes both, so both live in the op's slot.
         let named = match op.kind {
-            OpKind::ReadAcquire { writer: other, .. } | OpKind::Admit { readers: other, .. } => {
-                Some(other)
-            }
+            OpKind::ReadAcquire { writer: other, .. }
+            | OpKind::Admit { readers: other, .. }
+            | OpKind::Proclaim {
+                record_key: other, ..
+            } => Some(other),
             OpKind::Acquire { .. }
             | OpKind::AcquireFenced { .. }
             | OpKind::Extend { .. }

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::clock::{Clock, MonotonicClock};
 
+mod election;
 mod faults;
 mod notices;
 mod rw;

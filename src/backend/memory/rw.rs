@@ -106,7 +106,8 @@ impl State {
             | OpKind::AcquireFenced { .. }
             | OpKind::Extend { .. }
             | OpKind::Release
-            | OpKind::RaiseFence { .. } => Err(BackendError::new(
+            | OpKind::RaiseFence { .. }
+            | OpKind::Proclaim { .. } => Err(BackendError::new(
                 BackendErrorKind::Protocol,
                 "not a read-write lock's operation",
             )),

@@ -88,12 +88,12 @@ pub(super) fn wrong_type(key: &[u8], what: &str) -> BackendError {
     )
 }
 
-/// The error of a read-write lock's kind where a lock's is run (never:
-/// `State::apply` runs those apart).
+/// The error of a read-write lock's or an election's kind where a lock's
+/// is run (never: `State::apply` runs those apart).
 fn not_a_lock_kind(kind: OpKind<'_>) -> BackendError {
     BackendError::new(
         BackendErrorKind::Protocol,
-        format!("{kind:?} is a read-write lock's operation, not a lock's"),
+        format!("{kind:?} is not a lock's operation"),
     )
 }
 
@@ -120,7 +120,12 @@ impl State {
 
     /// Whether `key` is a lock holding `token` (`WRONGTYPE` for a hash, as
     /// the scripts' `GET` fails on one).
-    fn holds(&mut self, key: &[u8], token: &[u8], now: Instant) -> Result<bool, BackendError> {
+    pub(super) fn holds(
+        &mut self,
+        key: &[u8],
+        token: &[u8],
+        now: Instant,
+    ) -> Result<bool, BackendError> {
         match self.live(key, now) {
             None => Ok(false),
             Some(entry) => match entry.token() {
@@ -164,6 +169,9 @@ impl State {
     pub(super) fn apply(&mut self, op: &Op<'_>, now: Instant) -> Result<Reply, BackendError> {
         if op.kind.is_read_write() {
             return self.apply_read_write(op, now);
+        }
+        if let OpKind::Proclaim { record_key, record } = op.kind {
+            return self.proclaim(op.keys, op.token, record_key, record, now);
         }
         match op.keys.single() {
             Some(key) => self.apply_one(key, op.token, op.kind, now),
@@ -225,7 +233,8 @@ impl State {
             OpKind::ReadAcquire { .. }
             | OpKind::ReadExtend { .. }
             | OpKind::ReadRelease
-            | OpKind::Admit { .. } => return Err(not_a_lock_kind(kind)),
+            | OpKind::Admit { .. }
+            | OpKind::Proclaim { .. } => return Err(not_a_lock_kind(kind)),
         })
     }
 
@@ -291,7 +300,8 @@ impl State {
             OpKind::ReadAcquire { .. }
             | OpKind::ReadExtend { .. }
             | OpKind::ReadRelease
-            | OpKind::Admit { .. } => return Err(not_a_lock_kind(kind)),
+            | OpKind::Admit { .. }
+            | OpKind::Proclaim { .. } => return Err(not_a_lock_kind(kind)),
         })
     }
 

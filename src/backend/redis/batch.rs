@@ -462,6 +462,10 @@ impl Inner {
                 keys.iter().chain([readers]).collect(),
                 [token.to_vec(), ttl_arg()],
             ),
+            OpKind::Proclaim { record_key, record } => (
+                keys.iter().chain([record_key]).collect(),
+                [token.to_vec(), record.to_vec()],
+            ),
         };
         let mut cmd = match digests {
             Some(digests) => {

@@ -137,6 +137,9 @@ fn needs(op: &Op<'_>) -> &'static str {
         OpKind::AcquireFenced { .. } | OpKind::RaiseFence { .. } => {
             "fencing has no script-free form on any server"
         }
+        OpKind::Proclaim { .. } => {
+            "the leader election has no script-free form on any server (it needs EVAL)"
+        }
         _ => "the read-write lock has no script-free form on any server (it needs EVAL)",
     }
 }
@@ -163,6 +166,7 @@ pub(super) fn script_for(op: &Op<'_>) -> Option<Script> {
         OpKind::ReadExtend { .. } => Some(Script::ReadExtend),
         OpKind::ReadRelease => Some(Script::ReadRelease),
         OpKind::Admit { .. } => Some(Script::Admit),
+        OpKind::Proclaim { .. } => Some(Script::Proclaim),
     }
 }
 

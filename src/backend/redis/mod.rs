@@ -74,6 +74,7 @@ mod pool;
 mod redact;
 pub(crate) mod redirect;
 mod scripts;
+mod scripts_election;
 mod scripts_rw;
 mod shard;
 #[cfg(feature = "tls")]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::scripts_election::PROCLAIM;
 use super::scripts_rw::{ADMIT, READ_ACQUIRE, READ_EXTEND, READ_RELEASE};
 use crate::backend::Reply;
 
@@ -165,11 +166,12 @@ pub(super) enum Script {
     ReadExtend,
     ReadRelease,
     Admit,
+    Proclaim,
 }
 
 impl Script {
     /// Every script, in the order of [`Digests`].
-    pub(super) const ALL: [Self; 13] = [
+    pub(super) const ALL: [Self; 14] = [
         Self::Release,
         Self::Extend,
         Self::AcquireFenced,
@@ -183,6 +185,7 @@ impl Script {
         Self::ReadExtend,
         Self::ReadRelease,
         Self::Admit,
+        Self::Proclaim,
     ];
 
     pub(super) fn text(self) -> &'static str {
@@ -200,6 +203,7 @@ impl Script {
             Self::ReadExtend => READ_EXTEND,
             Self::ReadRelease => READ_RELEASE,
             Self::Admit => ADMIT,
+            Self::Proclaim => PROCLAIM,
         }
     }
 
@@ -210,8 +214,8 @@ impl Script {
     /// never gives.
     pub(super) fn reply(self, value: Value) -> Result<Reply, Value> {
         use Script::{
-            AcquireAll, AcquireAllFenced, AcquireFenced, Admit, Extend, ExtendAll, RaiseFence,
-            RaiseFenceAll, ReadAcquire, ReadExtend, ReadRelease, Release, ReleaseAll,
+            AcquireAll, AcquireAllFenced, AcquireFenced, Admit, Extend, ExtendAll, Proclaim,
+            RaiseFence, RaiseFenceAll, ReadAcquire, ReadExtend, ReadRelease, Release, ReleaseAll,
         };
         match (self, value) {
             // Refused, with who holds it and for how long yet (ms).
@@ -240,7 +244,7 @@ impl Script {
             }
             (
                 Release | Extend | RaiseFence | AcquireAll | ExtendAll | ReleaseAll | RaiseFenceAll
-                | ReadAcquire | ReadExtend | ReadRelease | Admit,
+                | ReadAcquire | ReadExtend | ReadRelease | Admit | Proclaim,
                 Value::Int(n @ (0 | 1)),
             ) => Ok(Reply::from(n == 1)),
             (_, other) => Err(other),
@@ -263,6 +267,7 @@ impl Script {
             Self::ReadExtend => "the read-write lock's reader extend script",
             Self::ReadRelease => "the read-write lock's reader release script",
             Self::Admit => "the read-write lock's writer admission script",
+            Self::Proclaim => "the leader election's proclaim script",
         }
     }
 

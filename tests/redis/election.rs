@@ -1,0 +1,220 @@
+//! Leader election against real `redis-server` (or Valkey) processes:
+//! one leader across managers, terms that only grow (also across servers
+//! killed and started again empty), what observers read, a leader whose
+//! majority is killed, a server without scripts, and a cluster node.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use quorum_lock::{Election, Error, LockManager, LockOptions, MAX_LEADER_VALUE, Scripts};
+use testkit::{RedisCluster, RedisServer, RedisServers};
+
+use crate::support::fresh_builder;
+
+const TTL: Duration = Duration::from_secs(3);
+/// Generous for a loaded 2-core machine.
+const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+const FLUSH: Duration = Duration::from_secs(5);
+
+fn manager_of(urls: &[String], scripts: Scripts) -> LockManager {
+    fresh_builder(urls, TTL, NODE_TIMEOUT)
+        .scripts(scripts)
+        .build()
+        .unwrap()
+}
+
+fn manager(servers: &RedisServers) -> LockManager {
+    manager_of(&servers.urls(), Scripts::Auto)
+}
+
+/// Keys on `server` (none of them a manager's own try of what locks
+/// need, `{quorum-lock}:probe:*`, which lives a millisecond).
+fn keys_on(server: &RedisServer) -> Vec<Vec<u8>> {
+    let keys: Vec<Vec<u8>> = server.cmd(redis::cmd("KEYS").arg("*"));
+    keys.into_iter()
+        .filter(|k| !k.windows(6).any(|w| w == b":probe"))
+        .collect()
+}
+
+/// `observe`, again while it cannot tell, for at most 10 s.
+fn answered(election: &Election) -> Option<quorum_lock::Leader> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match election.observe() {
+            Ok(seen) => return seen,
+            Err(e) if e.is_no_quorum() && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
+fn one_leader_across_managers_and_observers_see_its_term_and_values() {
+    let servers = RedisServers::start(3);
+    let [a, b, watcher] = [(); 3].map(|()| manager(&servers).election("scheduler").unwrap());
+    assert_eq!(watcher.observe().unwrap(), None);
+    let mut first = a.campaign(b"a:8080").unwrap();
+    assert!(b.try_campaign(b"b:8080").unwrap_err().is_contended());
+    let seen = watcher.observe().unwrap().expect("a leads");
+    assert_eq!((seen.term(), seen.value()), (first.term(), &b"a:8080"[..]));
+    first.proclaim(b"a:9090").unwrap();
+    let seen = watcher.observe().unwrap().expect("a leads");
+    assert_eq!(seen.value(), b"a:9090");
+    // The record beside the lock key, on every server.
+    let (lock, record) = watcher.keys();
+    for server in servers.iter() {
+        let keys = keys_on(server);
+        assert!(keys.iter().any(|k| k == lock) && keys.iter().any(|k| k == record));
+    }
+    // b waits; a resigns; b leads with a higher term, seen at once by a
+    // watcher waiting for the change.
+    let term = first.term();
+    let follower = thread::spawn(move || b.campaign(b"b:8080"));
+    let waiter = {
+        let watcher = watcher.clone();
+        thread::spawn(move || watcher.wait_change(Some(term), Duration::from_secs(10)))
+    };
+    first.resign().unwrap();
+    let second = follower.join().unwrap().unwrap();
+    assert!(second.term() > term);
+    let changed = waiter.join().unwrap().unwrap();
+    assert_ne!(changed.map(|l| l.term()), Some(term));
+    let seen = answered(&watcher).expect("b leads");
+    assert_eq!((seen.term(), seen.value()), (second.term(), &b"b:8080"[..]));
+    drop(second);
+}
+
+#[test]
+fn fifty_successive_leaders_have_strictly_increasing_terms() {
+    let servers = RedisServers::start(3);
+    let managers: Vec<LockManager> = (0..3).map(|_| manager(&servers)).collect();
+    let watcher = manager(&servers).election("queue").unwrap();
+    let mut last = 0;
+    for i in 0..50 {
+        let election = managers[i % 3].election("queue").unwrap();
+        let value = format!("leader-{i}");
+        let leading = election
+            .campaign_with(value.as_bytes(), &LockOptions::new().wait(FLUSH))
+            .unwrap();
+        assert!(
+            leading.term() > last,
+            "term {} after {last}",
+            leading.term()
+        );
+        last = leading.term();
+        let seen = answered(&watcher).expect("a leader");
+        assert_eq!((seen.term(), seen.value()), (last, value.as_bytes()));
+        leading.resign().unwrap();
+    }
+}
+
+#[test]
+fn a_leader_whose_majority_is_killed_is_told_and_the_next_term_is_higher() {
+    let mut servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let election = manager_of(&urls, Scripts::Auto).election("jobs").unwrap();
+    let watcher = manager_of(&urls, Scripts::Auto).election("jobs").unwrap();
+    let leading = election.campaign(b"here").unwrap();
+    let lost = leading.lost_signal();
+    for server in servers.iter_mut().take(2) {
+        server.kill9();
+    }
+    let error = lost.recv_timeout(TTL * 2).expect("a loss notice");
+    assert!(error.is_lost(), "{error}");
+    assert!(!leading.is_valid());
+    // Too few servers answer: an error, never a guess.
+    assert!(watcher.observe().unwrap_err().is_no_quorum());
+    // Started again, empty (no persistence): nobody leads, and the next
+    // leader's term is higher though two servers forgot their counters.
+    for server in servers.iter_mut().take(2) {
+        server.restart();
+    }
+    assert_eq!(answered(&watcher), None);
+    let next = watcher
+        .campaign_with(b"there", &LockOptions::new().wait(TTL * 3))
+        .unwrap();
+    assert!(
+        next.term() > leading.term(),
+        "{} after {}",
+        next.term(),
+        leading.term()
+    );
+    let seen = answered(&election).expect("the new leader");
+    assert_eq!((seen.term(), seen.value()), (next.term(), &b"there"[..]));
+}
+
+#[test]
+fn try_campaign_returns_at_once_and_bad_input_leaves_no_key() {
+    let servers = RedisServers::start(3);
+    let locks = manager(&servers);
+    let leading = locks.election("x").unwrap().campaign(b"a").unwrap();
+    let other = manager(&servers).election("x").unwrap();
+    let started = Instant::now();
+    assert!(other.try_campaign(b"b").unwrap_err().is_contended());
+    assert!(started.elapsed() < Duration::from_secs(1));
+    leading.resign().unwrap();
+    let too_long = vec![b'v'; MAX_LEADER_VALUE + 1];
+    let refused = other.try_campaign(&too_long).unwrap_err();
+    assert!(
+        matches!(refused, Error::InvalidArgument { .. }),
+        "{refused}"
+    );
+    assert!(matches!(
+        locks.election("}x").unwrap_err(),
+        Error::InvalidArgument { .. }
+    ));
+    assert!(locks.flush(FLUSH));
+    for server in servers.iter() {
+        let keys = keys_on(server);
+        let (lock, _) = other.keys();
+        assert!(!keys.iter().any(|k| k == lock), "{keys:?}");
+    }
+}
+
+#[test]
+fn without_scripts_a_campaign_fails_naming_why_and_leaves_no_lock() {
+    let servers = RedisServers::start(3);
+    let locks = manager_of(&servers.urls(), Scripts::Never);
+    let election = locks.election("no-scripts").unwrap();
+    let error = election.try_campaign(b"v").unwrap_err();
+    assert!(!error.is_retryable(), "{error}");
+    let text = error.to_string();
+    assert!(text.contains("script"), "{text}");
+    assert!(locks.flush(FLUSH));
+    for server in servers.iter() {
+        let keys = keys_on(server);
+        let (lock, record) = election.keys();
+        assert!(!keys.iter().any(|k| k == lock || k == record), "{keys:?}");
+    }
+}
+
+/// A cluster as one node: the election's two keys (and its fence
+/// counters) live in one slot, and it works as on plain servers.
+#[test]
+fn an_election_on_a_cluster_node() {
+    let cluster = RedisCluster::start(3, 0);
+    let plain = [RedisServer::start(), RedisServer::start()];
+    let urls = [cluster.seed_url(), plain[0].url(), plain[1].url()];
+    let (a, b) = (
+        manager_of(&urls, Scripts::Auto)
+            .election("cluster")
+            .unwrap(),
+        manager_of(&urls, Scripts::Auto)
+            .election("cluster")
+            .unwrap(),
+    );
+    let mut leading = a.campaign(b"v1").unwrap();
+    leading.proclaim(b"v2").unwrap();
+    let seen = b.observe().unwrap().expect("a leads");
+    assert_eq!((seen.term(), seen.value()), (leading.term(), &b"v2"[..]));
+    let term = leading.term();
+    leading.resign().unwrap();
+    let next = b
+        .campaign_with(b"w", &LockOptions::new().wait(FLUSH))
+        .unwrap();
+    assert!(next.term() > term);
+    next.resign().unwrap();
+}
