@@ -7,6 +7,7 @@
 //! cargo run --release -p quorum-lock-bench -- --help
 //! cargo run --release -p quorum-lock-bench -- --cross-process 5  # only: K processes, one key
 //! cargo run --release -p quorum-lock-bench -- --rw-cost 5        # only: read-write lock vs mutex
+//! cargo run --release -p quorum-lock-bench -- --election-cost 5  # only: campaign + resign vs fenced lock + release
 //! cargo run --release -p quorum-lock-bench -- --wakes 3          # only: context switches per lock, 1 and 8 threads
 //! ```
 //!
@@ -63,6 +64,7 @@ fn main() -> ExitCode {
         Some("--scripts-cost") => Some(scripts::scripts_cost),
         Some("--rw-cost") => Some(rw::rw_cost),
         Some("--wakes") => Some(wakes::wakes),
+        Some("--election-cost") => Some(fencing::election_cost),
         _ => None,
     };
     if let Some(comparison) = only {

@@ -20,6 +20,8 @@ Options:
                     and 8 threads' throughput, readers on one lock vs one mutex, R runs (default 5)
   --cross-process [R] only: 4 processes (each its own client) contend for one key, quorum-lock
                     and rslock taking turns, R runs (default 5); also the `cross` section of a run
+  --election-cost [R] only: a leader's campaign + resign() against a fenced lock + release(),
+                    paired, N=3, R runs (default 5)
   --wakes [R]         only: context switches per lock (voluntary, involuntary), 1 and 8 threads on
                     distinct keys, N=3, lock + release() and lock + drop, R runs (default 5)
   --runs R          runs of every comparison; ratios are per run, then median and min-max

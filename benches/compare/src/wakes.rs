@@ -10,10 +10,9 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use quorum_lock::{LockManager, RetryPolicy};
+use quorum_lock::LockManager;
 
 use crate::procfs::Counters;
-use testkit::RedisServer;
 
 /// Locks per caller thread in one block.
 const OPS_PER_THREAD: usize = 2_000;
@@ -24,19 +23,7 @@ const BLOCK_BUDGET: Duration = Duration::from_secs(60);
 
 /// Runs `runs` blocks of each configuration and returns a markdown table.
 pub fn wakes(runs: usize) -> Result<String, String> {
-    let servers = (0..3)
-        .map(|_| RedisServer::try_start())
-        .collect::<Result<Vec<_>, _>>()?;
-    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let locks = LockManager::builder()
-        .redis_nodes(&urls)
-        .and_then(|b| {
-            b.restart_quarantine(false) // servers started a moment ago
-                .node_timeout(Duration::from_secs(1))
-                .retry(RetryPolicy::none())
-                .build()
-        })
-        .map_err(|e| e.to_string())?;
+    let (_servers, locks) = crate::fencing::three_nodes()?;
     let mut table = String::from(
         "| threads | ending | locks | context switches per lock: voluntary | involuntary | locks/s (this machine, noisy) |\n|---|---|---|---|---|---|\n",
     );
