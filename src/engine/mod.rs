@@ -31,6 +31,7 @@ pub(crate) use self::forgets::Forgets;
 pub(crate) use self::hold::{Hold, Pair};
 #[cfg(not(test))]
 use self::node::Registry;
+pub(crate) use self::node::worker::Record;
 use self::node::worker::{self, Job, NodeExec, NotQueued, Peers, ReplyTo, Work};
 use self::node::{Item, Shared, Vitals};
 use self::node::{io, queue};
@@ -73,9 +74,8 @@ struct Node {
     jobs: queue::Sender<Job>,
     health: Arc<Vitals>,
     exec: Arc<NodeExec>,
-    /// The backend, for its recovery count (read through `node/io.rs`)
-    /// and an election's proclaim (`election/proclaim.rs`); the node's
-    /// state makes every other call to it.
+    /// The backend, for its recovery count only (read through
+    /// `node/io.rs`; the node's state makes every other call to it).
     backend: Arc<dyn Backend>,
     /// The backend's recovery count last acted on.
     recoveries_seen: AtomicU64,
@@ -262,12 +262,6 @@ impl Engine {
     /// The nodes' forget epochs, and the hook that hears each forget.
     pub(crate) fn forgets(&self) -> &Arc<Forgets> {
         &self.shared.forgets
-    }
-
-    /// The nodes' backends, in configuration order: an election's
-    /// proclaim calls them from the caller's threads (`election/proclaim.rs`).
-    pub(crate) fn backends(&self) -> impl Iterator<Item = &Arc<dyn Backend>> {
-        self.nodes.iter().map(|n| &n.backend)
     }
 
     /// The nodes' names, in configuration order.

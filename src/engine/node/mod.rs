@@ -92,10 +92,11 @@ use self::rights::Rights;
 use self::settings_look::SettingsLook;
 use self::shards::Shards;
 pub(crate) use self::vitals::Vitals;
+use self::worker::Record;
 use super::action::Action;
 use super::forgets::Forgets;
 use super::waiters::Waiters;
-use crate::backend::{Backend, BackendError, BackendErrorKind, Holding};
+use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, Op, Reply};
 use crate::clock::Clock;
 
 /// What every node of one engine shares.
@@ -217,6 +218,24 @@ impl State {
             ));
         }
         io::inspect(&*self.backend, key)
+    }
+
+    /// Writes an election leader's record where its lock key holds its
+    /// token (one op, one round trip; a node marked down is not asked).
+    pub(crate) fn proclaim(&self, record: &Record) -> Result<Reply, BackendError> {
+        if self.liveness.is_down() {
+            return Err(BackendError::new(
+                BackendErrorKind::Unreachable,
+                "node is marked down (being probed in the background)",
+            ));
+        }
+        let op = Op::proclaim(&record.lock, &record.stored, &record.key, &record.record);
+        io::call(&*self.backend, &[op]).0.pop().unwrap_or_else(|| {
+            Err(BackendError::new(
+                BackendErrorKind::Protocol,
+                "the backend returned no result for the proclaim",
+            ))
+        })
     }
 
     // Mutators: what a driver asks of the node.

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use super::queue::{self, Empty};
 use super::vitals::Vitals;
 use super::{Doorbell, Item, Sent, Shared, State, Vote};
-use crate::backend::{Backend, BackendError, Holding};
+use crate::backend::{Backend, BackendError, Holding, KeySet, Reply};
 use crate::engine::action::Action;
 use crate::engine::ballots::Ballot;
 use crate::engine::gate::Gate;
@@ -85,6 +85,33 @@ pub(crate) enum Work {
         reply: Sender<Inspected>,
         slot: usize,
     },
+    /// Write an election leader's record where its lock key holds its
+    /// token ([`OpKind::Proclaim`](crate::backend::OpKind::Proclaim)),
+    /// in line with the node's other work, and answer on `reply`.
+    Proclaim {
+        record: Arc<Record>,
+        reply: Sender<Proclaimed>,
+        slot: usize,
+    },
+}
+
+/// What a proclaim writes, owned (its op borrows it).
+pub(crate) struct Record {
+    /// The election's lock key.
+    pub(crate) lock: KeySet,
+    /// The value the lock key holds while this leader leads.
+    pub(crate) stored: Vec<u8>,
+    /// The record's key and what it is set to.
+    pub(crate) key: Vec<u8>,
+    pub(crate) record: Vec<u8>,
+}
+
+/// One node's answer to a proclaim.
+pub(crate) struct Proclaimed {
+    /// The node's slot.
+    pub(crate) slot: usize,
+    /// Its answer: yes where the record was written.
+    pub(crate) reply: Result<Reply, BackendError>,
 }
 
 /// One node's answer to an inspection.
@@ -123,7 +150,7 @@ impl NodeExec {
         // leave the key of an acquire that may still run.
         let bounded = match &job {
             Job::Work(Work::Op { item, .. }) => item.action != Action::Release,
-            Job::Work(Work::Inspect { .. }) => true,
+            Job::Work(Work::Inspect { .. } | Work::Proclaim { .. }) => true,
             Job::Work(Work::Unread(_)) | Job::Barrier { .. } | Job::Wake { .. } => false,
         };
         if bounded && self.gate.queued() >= MAX_QUEUED {
@@ -291,6 +318,18 @@ fn run_jobs(state: &mut State, batch: &mut Vec<Job>) {
                 run_ops(state, &mut items, &mut replies);
                 let holding = state.inspect(&key);
                 let _ = reply.send(Inspected { slot, holding });
+            }
+            Job::Work(Work::Proclaim {
+                record,
+                reply,
+                slot,
+            }) => {
+                run_ops(state, &mut items, &mut replies);
+                let answer = state.proclaim(&record);
+                let _ = reply.send(Proclaimed {
+                    slot,
+                    reply: answer,
+                });
             }
             // Answered after the whole batch, which includes every job
             // queued before it; its listening was done before the batch.
