@@ -14,7 +14,7 @@
 # before it are still listed).
 #
 # The exhaustive explorers of the library (the modules of
-# src/redlock/checks/, and the queue-bound tests of
+# src/redlock/checks/, src/election/checks.rs, and the queue-bound tests of
 # src/engine/tests.rs) are CPU-bound: they run once, optimized, in a pass
 # of their own, and the two debug passes skip them.
 #
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 
 # The explorers, as libtest filters (substrings of the test names): run by
 # the optimized pass, skipped by the others.
-EXPLORERS=(redlock::checks:: engine::tests::)
+EXPLORERS=(redlock::checks:: election::checks:: engine::tests::)
 SKIP_EXPLORERS=()
 for filter in "${EXPLORERS[@]}"; do SKIP_EXPLORERS+=(--skip "$filter"); done
 

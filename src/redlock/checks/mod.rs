@@ -36,12 +36,6 @@
 //!   Proves no valid writer beside another valid lock, reader entries that
 //!   expire on their own, no reader overtaking a held intent, and a stopped
 //!   writer's key gone a TTL after its last send.
-//! - [`election`]: leader election's proclaim and observe: two leaders'
-//!   lock keys and records on three nodes, keys that expire at any
-//!   moment, and an observer whose reads interleave with it all, judged
-//!   by the crate's own `view` and `judge`. Proves records only beside a
-//!   holding, an observed leader backed by a quorum's reads, observed
-//!   values that were proclaimed, and `None` only for a quorum free.
 //!
 //! Canaries: each protection the explorers rely on, undone, must make its
 //! explorer fail (tests named `*_is_found`, `canaries_are_caught`, ...).
@@ -54,7 +48,6 @@
 //! `cargo test --release --no-default-features --lib redlock::checks::`
 //! (add `-- --nocapture` for the state counts and counterexamples).
 
-mod election;
 mod lease;
 mod line;
 mod protocol;

@@ -30,9 +30,9 @@
 
 use std::collections::{HashSet, VecDeque};
 
+use super::observe::{Judged, View, judge, view};
+use super::record::encode_raw;
 use crate::backend::Holding;
-use crate::election::observe::{Judged, View, judge, view};
-use crate::election::record::encode_raw;
 use crate::token::TOKEN_LEN;
 
 const NODES: usize = 3;
