@@ -63,6 +63,35 @@ pub(crate) fn crate_key(prefix: &[u8], name: &str) -> Vec<u8> {
     [prefix, RESERVED, b":", name.as_bytes()].concat()
 }
 
+/// Why a cluster would put the two keys of a kind named `{name}` (a
+/// read-write lock's, an election's) in two slots, if it would: `key` is
+/// one of them (after the manager's prefix, `prefix_len` bytes), and
+/// `kind` names the kind in the message ("read-write lock", "election").
+/// The keys are `<prefix>{<name>}{quorum-lock}:<role>`, alike up to the
+/// `}` after the name, so their hash tag (the bytes between the first `{`
+/// and the first `}` after it) is the same, and so is their slot, unless
+/// that tag is empty: each whole key is then hashed. That happens when
+/// the first `{` is followed at once by `}`: a name that starts with `}`
+/// (the first `{` being the one before the name), or a prefix whose own
+/// first `{` is followed by `}`.
+pub(crate) fn split_by_a_cluster(key: &[u8], prefix_len: usize, kind: &str) -> Option<String> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    if key.get(open + 1) != Some(&b'}') {
+        return None;
+    }
+    let whose = if open < prefix_len {
+        "the manager's prefix, whose first `{` is followed by `}`"
+    } else {
+        "a name that starts with `}`"
+    };
+    Some(format!(
+        "the {kind}'s keys would have an empty hash tag (`{{}}`), from {whose}: a Redis \
+         cluster would then hash each key whole and put the two in different slots, where no \
+         call can take them together; give the {kind} a name without a leading `}}` (and the \
+         prefix no `{{}}`)"
+    ))
+}
+
 /// Why `resource` cannot name a lock, if it cannot.
 pub(crate) fn invalid_resource(resource: &[u8]) -> Option<String> {
     if resource.is_empty() {

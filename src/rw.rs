@@ -36,41 +36,20 @@ use crate::manager::take::outcome;
 use crate::options::{LockOptions, RetryPolicy};
 use crate::redlock::Admission;
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
-use crate::resource::MAX_RESOURCE_LEN;
+use crate::resource::{MAX_RESOURCE_LEN, split_by_a_cluster};
 use crate::waiting::{Tried, Waiting};
 
 /// What the lock's two keys add to its name: `{name}` first, so that on a
 /// cluster node both keys hash to the slot of the name (unless the prefix
 /// has a hash tag of its own, which then decides for both; a name whose
-/// tag would be empty is refused: `split_by_a_cluster`), then the
+/// tag would be empty is refused: `resource::split_by_a_cluster`), then the
 /// crate's mark and the role. The readers' suffix sorts before the
 /// writer's.
 const READERS: &[u8] = b"}{quorum-lock}:readers";
 const WRITER: &[u8] = b"}{quorum-lock}:writer";
 
-/// Why a cluster would put the lock's two keys in two slots, if it
-/// would: `readers` is the readers' key (after the manager's prefix,
-/// `prefix_len` bytes). The keys are `<prefix>{<name>}{quorum-lock}:..`,
-/// alike up to the `}` after the name, so their hash tag (the bytes
-/// between the first `{` and the first `}` after it) is the same, and so
-/// is their slot, unless that tag is empty: each whole key is then
-/// hashed. That happens when the first `{` is followed at once by `}`:
-/// a name that starts with `}` (the first `{` being the one before the
-/// name), or a prefix whose own first `{` is followed by `}`.
-fn split_by_a_cluster(readers: &[u8], prefix_len: usize) -> Option<String> {
-    let open = readers.iter().position(|&b| b == b'{')?;
-    if readers.get(open + 1) != Some(&b'}') {
-        return None;
-    }
-    let whose = if open < prefix_len {
-        "the manager's prefix, whose first `{` is followed by `}`"
-    } else {
-        "a name that starts with `}`"
-    };
-    Some(format!(
-        "the read-write lock's keys would have an empty hash tag (`{{}}`), from {whose}: a          Redis cluster would then hash each key whole and put the two in different slots,          where no call can take them together; name the lock without a leading `}}` (and          give the prefix no `{{}}`)"
-    ))
-}
+/// The kind, as its refusals name it.
+const KIND: &str = "read-write lock";
 
 /// Shared readers or one exclusive writer of one name, across every
 /// process that uses the same nodes. Made by [`LockManager::rw_lock`].
@@ -186,7 +165,7 @@ impl LockManager {
         let rounds = self.core().rounds();
         let unprefixed = readers.len();
         let (readers, writer) = (rounds.key_for(&readers), rounds.key_for(&writer));
-        if let Some(reason) = split_by_a_cluster(&readers, readers.len() - unprefixed) {
+        if let Some(reason) = split_by_a_cluster(&readers, readers.len() - unprefixed, KIND) {
             return Err(Error::InvalidArgument { reason });
         }
         let pair = Pair::new(&readers, &writer).ok_or_else(|| Error::InvalidArgument {
@@ -472,7 +451,7 @@ mod tests {
                             assert_eq!(slot_of(readers), slot_of(writer), "{prefix} {name}");
                             assert_ne!(hash_tag(readers), readers, "{prefix} {name}");
                         }
-                        assert!(split_by_a_cluster(readers, prefix.len()).is_none());
+                        assert!(split_by_a_cluster(readers, prefix.len(), KIND).is_none());
                     }
                     Err(Error::InvalidArgument { reason }) => {
                         assert!(reason.contains("hash tag"), "{prefix} {name}: {reason}");

@@ -4,6 +4,7 @@
 use crate::backend::KeySet;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
+use crate::resource::split_by_a_cluster;
 
 /// What the lock key adds to the name: `{name}` first, so that on a
 /// cluster node both keys hash to the slot of the name (unless the prefix
@@ -12,6 +13,9 @@ use crate::manager::LockManager;
 const LOCK: &[u8] = b"}{quorum-lock}:leader";
 /// What the record key adds to the name.
 const RECORD: &[u8] = b"}{quorum-lock}:record";
+
+/// The kind, as its refusals name it.
+const KIND: &str = "election";
 
 /// An election's name and keys.
 #[derive(Debug)]
@@ -45,7 +49,7 @@ impl Keys {
         let rounds = locks.core().rounds();
         let unprefixed = lock.len();
         let (lock, record) = (rounds.key_for(&lock), rounds.key_for(&record));
-        if let Some(reason) = empty_hash_tag(&lock, lock.len() - unprefixed) {
+        if let Some(reason) = split_by_a_cluster(&lock, lock.len() - unprefixed, KIND) {
             return Err(invalid(reason));
         }
         Ok(Self {
@@ -54,27 +58,6 @@ impl Keys {
             record,
         })
     }
-}
-
-/// Why a cluster would put the election's two keys in two slots, if it
-/// would (as for a read-write lock's, `rw.rs`): the keys are alike up to
-/// the `}` after the name, so their hash tag is the same unless it is
-/// empty, which happens when the first `{` is followed at once by `}`.
-fn empty_hash_tag(key: &[u8], prefix_len: usize) -> Option<String> {
-    let open = key.iter().position(|&b| b == b'{')?;
-    if key.get(open + 1) != Some(&b'}') {
-        return None;
-    }
-    let whose = if open < prefix_len {
-        "the manager's prefix, whose first `{` is followed by `}`"
-    } else {
-        "a name that starts with `}`"
-    };
-    Some(format!(
-        "the election's keys would have an empty hash tag (`{{}}`), from {whose}: a Redis \
-         cluster would then put its two keys in different slots; name the election without a \
-         leading `}}` (and give the prefix no `{{}}`)"
-    ))
 }
 
 fn invalid(reason: String) -> Error {
@@ -108,7 +91,7 @@ mod tests {
                             use crate::backend::cluster::slot::slot_of;
                             assert_eq!(slot_of(lock), slot_of(&keys.record), "{prefix} {name}");
                         }
-                        assert!(empty_hash_tag(lock, prefix.len()).is_none());
+                        assert!(split_by_a_cluster(lock, prefix.len(), KIND).is_none());
                     }
                     Err(Error::InvalidArgument { reason }) => {
                         let refused = prefix == "app{}" || name.starts_with('}');

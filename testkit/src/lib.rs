@@ -56,4 +56,4 @@ pub use scripted::ScriptedServer;
 pub use server::{
     RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port, wheel_server,
 };
-pub use wait::{hold_settled, until_listening, wait_until, wait_until_with};
+pub use wait::{hold_settled, observed, until_listening, wait_until, wait_until_with};

@@ -64,6 +64,36 @@ pub fn hold_settled(holder: &quorum_lock::LockManager, key: &str) -> quorum_lock
     guard
 }
 
+/// What `election` observes once the nodes can tell who leads: it reads
+/// again every 50 ms while `observe` fails with `NoQuorum` (a quorum in
+/// restart quarantine, a campaign between its acquire and its proclaim),
+/// for at most 10 s, then panics with the last error (as on any other
+/// error).
+pub fn observed(election: &quorum_lock::Election) -> Option<quorum_lock::Leader> {
+    let mut seen = None;
+    let mut last = None;
+    let told = wait_until_with(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || false,
+        || match election.observe() {
+            Ok(leader) => {
+                seen = Some(leader);
+                true
+            }
+            Err(e) if e.is_no_quorum() => {
+                last = Some(e);
+                false
+            }
+            Err(e) => panic!("observe: {e}"),
+        },
+    );
+    match (told, seen) {
+        (true, Some(leader)) => leader,
+        _ => panic!("observe never told who leads in 10 s: {last:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

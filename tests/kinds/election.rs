@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use quorum_lock::{
     CancellationToken, Error, LockManager, LockOptions, MAX_LEADER_VALUE, MemoryBackend,
 };
-use testkit::memory_nodes;
+use testkit::{memory_nodes, observed};
 
 use crate::support::manager;
 
@@ -132,30 +132,15 @@ fn a_leader_whose_majority_fails_is_told_and_observers_do_not_see_it() {
         node.set_down(false);
         node.restart();
     }
-    assert_eq!(answered(&watcher), None);
+    assert_eq!(observed(&watcher), None);
     let next = watcher
         .campaign_with(b"there", &LockOptions::new().wait(Duration::from_secs(5)))
         .unwrap();
     assert!(next.term() > leading.term());
     // The old leader's manager counts the restarted nodes once their
     // quarantine ends there too.
-    let seen = answered(&election).expect("the new leader");
+    let seen = observed(&election).expect("the new leader");
     assert_eq!((seen.term(), seen.value()), (next.term(), &b"there"[..]));
-}
-
-/// `observe`, again while it cannot tell (a quarantine that ends), for at
-/// most 10 s.
-fn answered(election: &quorum_lock::Election) -> Option<quorum_lock::Leader> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match election.observe() {
-            Ok(seen) => return seen,
-            Err(e) if e.is_no_quorum() && Instant::now() < deadline => {
-                thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
 }
 
 #[test]

@@ -7,26 +7,20 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorum_lock::{Election, Error, LockManager, LockOptions, MAX_LEADER_VALUE, Scripts};
-use testkit::{RedisCluster, RedisServer, RedisServers};
+use quorum_lock::{Error, LockManager, LockOptions, MAX_LEADER_VALUE, Scripts};
+use testkit::{RedisCluster, RedisServer, RedisServers, observed};
 
-use crate::support::fresh_builder;
+use crate::support::Fresh;
 
 const TTL: Duration = Duration::from_secs(3);
 /// Generous for a loaded 2-core machine.
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 const FLUSH: Duration = Duration::from_secs(5);
 
-fn manager_of(urls: &[String], scripts: Scripts) -> LockManager {
-    fresh_builder(urls, TTL, NODE_TIMEOUT)
-        .scripts(scripts)
-        .build()
-        .unwrap()
-}
-
-fn manager(servers: &RedisServers) -> LockManager {
-    manager_of(&servers.urls(), Scripts::Auto)
-}
+const FRESH: Fresh = Fresh {
+    ttl: TTL,
+    node_timeout: NODE_TIMEOUT,
+};
 
 /// Keys on `server` (none of them a manager's own try of what locks
 /// need, `{quorum-lock}:probe:*`, which lives a millisecond).
@@ -37,24 +31,15 @@ fn keys_on(server: &RedisServer) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// `observe`, again while it cannot tell, for at most 10 s.
-fn answered(election: &Election) -> Option<quorum_lock::Leader> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match election.observe() {
-            Ok(seen) => return seen,
-            Err(e) if e.is_no_quorum() && Instant::now() < deadline => {
-                thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
-
 #[test]
 fn one_leader_across_managers_and_observers_see_its_term_and_values() {
     let servers = RedisServers::start(3);
-    let [a, b, watcher] = [(); 3].map(|()| manager(&servers).election("scheduler").unwrap());
+    let [a, b, watcher] = [(); 3].map(|()| {
+        FRESH
+            .manager(&servers.urls())
+            .election("scheduler")
+            .unwrap()
+    });
     assert_eq!(watcher.observe().unwrap(), None);
     let mut first = a.campaign(b"a:8080").unwrap();
     assert!(b.try_campaign(b"b:8080").unwrap_err().is_contended());
@@ -82,7 +67,7 @@ fn one_leader_across_managers_and_observers_see_its_term_and_values() {
     assert!(second.term() > term);
     let changed = waiter.join().unwrap().unwrap();
     assert_ne!(changed.map(|l| l.term()), Some(term));
-    let seen = answered(&watcher).expect("b leads");
+    let seen = observed(&watcher).expect("b leads");
     assert_eq!((seen.term(), seen.value()), (second.term(), &b"b:8080"[..]));
     drop(second);
 }
@@ -90,8 +75,8 @@ fn one_leader_across_managers_and_observers_see_its_term_and_values() {
 #[test]
 fn fifty_successive_leaders_have_strictly_increasing_terms() {
     let servers = RedisServers::start(3);
-    let managers: Vec<LockManager> = (0..3).map(|_| manager(&servers)).collect();
-    let watcher = manager(&servers).election("queue").unwrap();
+    let managers: Vec<LockManager> = (0..3).map(|_| FRESH.manager(&servers.urls())).collect();
+    let watcher = FRESH.manager(&servers.urls()).election("queue").unwrap();
     let mut last = 0;
     for i in 0..50 {
         let election = managers[i % 3].election("queue").unwrap();
@@ -105,7 +90,7 @@ fn fifty_successive_leaders_have_strictly_increasing_terms() {
             leading.term()
         );
         last = leading.term();
-        let seen = answered(&watcher).expect("a leader");
+        let seen = observed(&watcher).expect("a leader");
         assert_eq!((seen.term(), seen.value()), (last, value.as_bytes()));
         leading.resign().unwrap();
     }
@@ -115,8 +100,8 @@ fn fifty_successive_leaders_have_strictly_increasing_terms() {
 fn a_leader_whose_majority_is_killed_is_told_and_the_next_term_is_higher() {
     let mut servers = RedisServers::start(3);
     let urls = servers.urls();
-    let election = manager_of(&urls, Scripts::Auto).election("jobs").unwrap();
-    let watcher = manager_of(&urls, Scripts::Auto).election("jobs").unwrap();
+    let election = FRESH.manager(&urls).election("jobs").unwrap();
+    let watcher = FRESH.manager(&urls).election("jobs").unwrap();
     let leading = election.campaign(b"here").unwrap();
     let lost = leading.lost_signal();
     for server in servers.iter_mut().take(2) {
@@ -132,7 +117,7 @@ fn a_leader_whose_majority_is_killed_is_told_and_the_next_term_is_higher() {
     for server in servers.iter_mut().take(2) {
         server.restart();
     }
-    assert_eq!(answered(&watcher), None);
+    assert_eq!(observed(&watcher), None);
     let next = watcher
         .campaign_with(b"there", &LockOptions::new().wait(TTL * 3))
         .unwrap();
@@ -142,16 +127,16 @@ fn a_leader_whose_majority_is_killed_is_told_and_the_next_term_is_higher() {
         next.term(),
         leading.term()
     );
-    let seen = answered(&election).expect("the new leader");
+    let seen = observed(&election).expect("the new leader");
     assert_eq!((seen.term(), seen.value()), (next.term(), &b"there"[..]));
 }
 
 #[test]
 fn try_campaign_returns_at_once_and_bad_input_leaves_no_key() {
     let servers = RedisServers::start(3);
-    let locks = manager(&servers);
+    let locks = FRESH.manager(&servers.urls());
     let leading = locks.election("x").unwrap().campaign(b"a").unwrap();
-    let other = manager(&servers).election("x").unwrap();
+    let other = FRESH.manager(&servers.urls()).election("x").unwrap();
     let started = Instant::now();
     assert!(other.try_campaign(b"b").unwrap_err().is_contended());
     assert!(started.elapsed() < Duration::from_secs(1));
@@ -177,7 +162,7 @@ fn try_campaign_returns_at_once_and_bad_input_leaves_no_key() {
 #[test]
 fn without_scripts_a_campaign_fails_naming_why_and_leaves_no_lock() {
     let servers = RedisServers::start(3);
-    let locks = manager_of(&servers.urls(), Scripts::Never);
+    let locks = FRESH.with_scripts(&servers.urls(), Scripts::Never);
     let election = locks.election("no-scripts").unwrap();
     let error = election.try_campaign(b"v").unwrap_err();
     assert!(!error.is_retryable(), "{error}");
@@ -199,12 +184,8 @@ fn an_election_on_a_cluster_node() {
     let plain = [RedisServer::start(), RedisServer::start()];
     let urls = [cluster.seed_url(), plain[0].url(), plain[1].url()];
     let (a, b) = (
-        manager_of(&urls, Scripts::Auto)
-            .election("cluster")
-            .unwrap(),
-        manager_of(&urls, Scripts::Auto)
-            .election("cluster")
-            .unwrap(),
+        FRESH.manager(&urls).election("cluster").unwrap(),
+        FRESH.manager(&urls).election("cluster").unwrap(),
     );
     let mut leading = a.campaign(b"v1").unwrap();
     leading.proclaim(b"v2").unwrap();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use quorum_lock::{Error, LockManager, LockOptions, RetryPolicy, RwLock, Scripts};
 use testkit::{RedisServer, RedisServers, free_port, wait_until};
 
-use crate::support::fresh_builder;
+use crate::support::Fresh;
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous for a loaded 2-core machine.
@@ -21,16 +21,10 @@ const FLUSH: Duration = Duration::from_secs(5);
 /// Hang detector: no single call here may take longer.
 const HANG: Duration = Duration::from_secs(5);
 
-fn manager_of(urls: &[String], scripts: Scripts) -> LockManager {
-    fresh_builder(urls, TTL, NODE_TIMEOUT)
-        .scripts(scripts)
-        .build()
-        .unwrap()
-}
-
-fn manager(servers: &RedisServers) -> LockManager {
-    manager_of(&servers.urls(), Scripts::Auto)
-}
+const FRESH: Fresh = Fresh {
+    ttl: TTL,
+    node_timeout: NODE_TIMEOUT,
+};
 
 /// The readers on `server` of `rw`: each one's value and its expiry
 /// score (server ms).
@@ -78,7 +72,7 @@ fn assert_no_keys_left(managers: &[&LockManager], servers: &[RedisServer]) {
 #[test]
 fn readers_share_a_writer_is_alone_and_nothing_is_left_behind() {
     let servers = RedisServers::start(3);
-    let [a, b, c] = [(); 3].map(|()| manager(&servers));
+    let [a, b, c] = [(); 3].map(|()| FRESH.manager(&servers.urls()));
     let [ra, rb, rc] = [&a, &b, &c].map(|m| m.rw_lock("config").unwrap());
     let first = ra.try_read().unwrap();
     let second = rb.try_read().unwrap();
@@ -118,7 +112,10 @@ fn readers_share_a_writer_is_alone_and_nothing_is_left_behind() {
 #[test]
 fn a_crashed_reader_expires_on_its_own_among_live_readers() {
     let servers = RedisServers::start(3);
-    let (crashed, live) = (manager(&servers), manager(&servers));
+    let (crashed, live) = (
+        FRESH.manager(&servers.urls()),
+        FRESH.manager(&servers.urls()),
+    );
     let short = Duration::from_millis(1500);
     let rw_crashed = crashed.rw_lock("report").unwrap();
     let rw_live = live.rw_lock("report").unwrap();
@@ -197,7 +194,7 @@ fn a_writer_waiting_under_a_stream_of_readers_gets_in() {
         .map(|_| {
             let (stop, reads, urls) = (Arc::clone(&stop), Arc::clone(&reads), urls.clone());
             thread::spawn(move || {
-                let rw = manager_of(&urls, Scripts::Auto).rw_lock("stream").unwrap();
+                let rw = FRESH.manager(&urls).rw_lock("stream").unwrap();
                 let wait = LockOptions::new()
                     .retry(RetryPolicy::default())
                     .wait(Duration::from_secs(30));
@@ -213,7 +210,7 @@ fn a_writer_waiting_under_a_stream_of_readers_gets_in() {
     assert!(wait_until(Duration::from_secs(10), || reads
         .load(Ordering::SeqCst)
         >= 20));
-    let locks = manager(&servers);
+    let locks = FRESH.manager(&servers.urls());
     let rw = locks.rw_lock("stream").unwrap();
     let wait = LockOptions::new()
         .retry(RetryPolicy::default())
@@ -245,8 +242,8 @@ fn a_reader_on_a_minority_and_a_writer_on_the_complement_conflict() {
     );
     // The reader reaches servers 0 and 1; the writer 1 and 2: they meet on
     // server 1 only.
-    let reader_side = manager_of(&[urls[0].clone(), urls[1].clone(), dead_a], Scripts::Auto);
-    let writer_side = manager_of(&[dead_b, urls[1].clone(), urls[2].clone()], Scripts::Auto);
+    let reader_side = FRESH.manager(&[urls[0].clone(), urls[1].clone(), dead_a]);
+    let writer_side = FRESH.manager(&[dead_b, urls[1].clone(), urls[2].clone()]);
     let (r, w) = (
         reader_side.rw_lock("split").unwrap(),
         writer_side.rw_lock("split").unwrap(),
@@ -274,7 +271,7 @@ fn a_reader_on_a_minority_and_a_writer_on_the_complement_conflict() {
 #[test]
 fn without_scripts_it_fails_at_once_naming_why() {
     let servers = RedisServers::start(3);
-    let locks = manager_of(&servers.urls(), Scripts::Never);
+    let locks = FRESH.with_scripts(&servers.urls(), Scripts::Never);
     let rw = locks.rw_lock("no-lua").unwrap();
     let waiting = LockOptions::new()
         .retry(RetryPolicy::default())
@@ -306,7 +303,7 @@ fn through_a_cluster_node_the_locks_keys_share_a_slot_and_it_works() {
     let mut plain = RedisServer::start();
     let other = RedisServer::start();
     let urls = [cluster.seed_url(), plain.url(), other.url()];
-    let [a, b] = [(); 2].map(|()| manager_of(&urls, Scripts::Auto));
+    let [a, b] = [(); 2].map(|()| FRESH.manager(&urls));
     let (ra, rb) = (a.rw_lock("orders").unwrap(), b.rw_lock("orders").unwrap());
     // Both keys on one shard: the master of the name's slot.
     let (readers, writer) = ra.keys();

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use quorum_lock::{LockManager, LockManagerBuilder, RetryPolicy};
+use quorum_lock::{LockManager, LockManagerBuilder, RetryPolicy, Scripts};
 use testkit::RedisServer;
 
 /// A builder over `urls`, servers the test started a moment ago: `ttl`,
@@ -22,6 +22,29 @@ where
         .node_timeout(node_timeout)
         .retry(RetryPolicy::none())
         .restart_quarantine(false)
+}
+
+/// Managers on servers the test started a moment ago ([`fresh_builder`])
+/// with one TTL and node timeout: the tests of one area share one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fresh {
+    pub(crate) ttl: Duration,
+    pub(crate) node_timeout: Duration,
+}
+
+impl Fresh {
+    /// A manager on `urls`, with scripts where the servers have them.
+    pub(crate) fn manager(&self, urls: &[String]) -> LockManager {
+        self.with_scripts(urls, Scripts::Auto)
+    }
+
+    /// A manager on `urls` with `scripts`.
+    pub(crate) fn with_scripts(&self, urls: &[String], scripts: Scripts) -> LockManager {
+        fresh_builder(urls, self.ttl, self.node_timeout)
+            .scripts(scripts)
+            .build()
+            .unwrap_or_else(|e| panic!("build: {e}"))
+    }
 }
 
 /// Creates the ACL user `user` on `server` with `password` and `rules`
