@@ -159,7 +159,12 @@ pub enum OpKind<'a> {
     /// only while [`Op::keys`] (the election's lock key, one key) holds
     /// the token, set `record_key` to `record` (a string, no expiry) and
     /// answer [`Reply::Yes`]; else write nothing and answer [`Reply::No`].
-    /// `record_key` lives in the lock key's slot on a cluster.
+    /// `record_key` lives in the lock key's slot on a cluster. A backend
+    /// with release notices announces a write as a release of
+    /// `record_key` (best effort, as a release's notice), for the
+    /// observers waiting for a new value
+    /// ([`Election::wait_update`](crate::Election::wait_update)); the
+    /// lock key's waiters hear nothing of it.
     Proclaim {
         /// The election's record key. Written, never read.
         record_key: &'a [u8],

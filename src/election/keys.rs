@@ -26,6 +26,9 @@ pub(crate) struct Keys {
     pub(crate) lock: KeySet,
     /// The record key, with the prefix.
     pub(crate) record: Vec<u8>,
+    /// Both keys: what an observer waiting for a change listens on (the
+    /// lock key's releases, the record key's proclaims).
+    pub(crate) watched: KeySet,
 }
 
 impl Keys {
@@ -52,10 +55,14 @@ impl Keys {
         if let Some(reason) = split_by_a_cluster(&lock, lock.len() - unprefixed, KIND) {
             return Err(invalid(reason));
         }
+        let watched = KeySet::new([&lock, &record])
+            .filter(|both| both.len() == 2)
+            .ok_or_else(|| invalid("the election's two keys are the same".into()))?;
         Ok(Self {
             name: KeySet::one(name),
             lock: KeySet::one(lock),
             record,
+            watched,
         })
     }
 }

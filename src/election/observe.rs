@@ -1,6 +1,7 @@
 //! Who leads: [`Election::observe`] reads every node's lock key and
 //! record key and judges them ([`judge`], a pure function), and
-//! [`Election::wait_change`] waits for another term.
+//! [`Election::wait_change`] waits for another term,
+//! [`Election::wait_update`] for another term or value.
 //!
 //! A node's view is one of: nothing (no lock key), a leader (a lock key
 //! and, beside it, a record with the same token: its term and value), or
@@ -299,18 +300,77 @@ impl Election {
     /// last seen; `None`: no leader), for at most `timeout`, and returns
     /// the observation that shows it; or, when `timeout` passes first,
     /// the last observation (whose term is `last` then). A new value
-    /// proclaimed within one term is not a change: `observe` reads it.
+    /// proclaimed within one term is not a change here: wait for it with
+    /// [`wait_update`](Self::wait_update).
     ///
     /// It sleeps between reads, woken by the release notices of the
-    /// election's lock key (a resignation: at once), and reads again at
-    /// least once a second (for what sends no notice: an
-    /// expiry, a new leader's acquire).
+    /// election's lock key (a resignation: at once) and the notices its
+    /// proclaims send, and reads again at least once a second (for what
+    /// sends no notice: an expiry, a new leader's acquire, a notice
+    /// lost).
     ///
     /// # Errors
     ///
     /// The last read's error, when the nodes could not tell who leads
     /// when `timeout` passed (as [`observe`](Self::observe)).
     pub fn wait_change(&self, last: Option<u64>, timeout: Duration) -> Result<Option<Leader>> {
+        self.wait_for(timeout, |seen| seen.map(Leader::term) != last)
+    }
+
+    /// Waits until what [`observe`](Self::observe) shows differs from
+    /// `last` (the observation last seen; `None`: no leader): another
+    /// leader, no leader, or the same leader proclaiming another value
+    /// ([`Leadership::proclaim`](crate::Leadership::proclaim)). Only the
+    /// term and the value are compared, never the time left. For at most
+    /// `timeout`; returns the observation that shows the difference, or,
+    /// when `timeout` passes first, the last observation (the same term
+    /// and value as `last` then).
+    ///
+    /// A proclaim announces itself on the election's own channel (Redis:
+    /// `quorum-lock:released:` and the record key), which this wait
+    /// listens on with the lock key's: a new value is seen about one
+    /// round trip after the proclaim, without reading the nodes in the
+    /// meantime; lock waiters, campaigns included, are not woken by it.
+    /// As [`wait_change`](Self::wait_change), it reads again at least
+    /// once a second for what sends no notice.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorum_lock::{LockManager, MemoryBackend};
+    ///
+    /// let nodes: Vec<MemoryBackend> = (0..3).map(|i| MemoryBackend::new(format!("mem-{i}"))).collect();
+    /// let locks = LockManager::builder().nodes(nodes).build()?;
+    /// let election = locks.election("scheduler")?;
+    /// let mut leading = election.campaign(b"host-1:8080")?;
+    /// let seen = election.observe()?;
+    /// std::thread::scope(|s| {
+    ///     let waiting = s.spawn(|| election.wait_update(seen.as_ref(), Duration::from_secs(30)));
+    ///     leading.proclaim(b"host-1:9090")?;
+    ///     let now = waiting.join().expect("no panic")?.expect("a leader");
+    ///     assert_eq!((now.term(), now.value()), (leading.term(), &b"host-1:9090"[..]));
+    ///     Ok::<(), quorum_lock::Error>(())
+    /// })?;
+    /// # Ok::<(), quorum_lock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_change`](Self::wait_change).
+    pub fn wait_update(&self, last: Option<&Leader>, timeout: Duration) -> Result<Option<Leader>> {
+        let shown = |leader: Option<&Leader>| leader.map(|l| (l.term, l.value.clone()));
+        let last = shown(last);
+        self.wait_for(timeout, |seen| shown(seen) != last)
+    }
+
+    /// Reads until `changed` holds of what a read shows, or `timeout`
+    /// passes (then the last read), sleeping between reads until a notice
+    /// of either key (the lock key's release, the record key's proclaim)
+    /// or the next quiet read.
+    fn wait_for(
+        &self,
+        timeout: Duration,
+        changed: impl Fn(Option<&Leader>) -> bool,
+    ) -> Result<Option<Leader>> {
         let deadline = crate::redlock::after(timeout);
         let rounds = self.locks.core().rounds();
         let mut watch = None;
@@ -320,13 +380,14 @@ impl Election {
         loop {
             let seen = self.observe();
             match &seen {
-                Ok(leader) if leader.as_ref().map(Leader::term) != last => return seen,
+                Ok(leader) if changed(leader.as_ref()) => return seen,
                 _ if Instant::now() >= deadline => return seen,
                 _ => {}
             }
-            // Listen from the first quiet read on: a release after it is
-            // heard (and one before it was seen by the read).
-            let watch = watch.get_or_insert_with(|| rounds.watch(&self.keys.lock));
+            // Listen from the first quiet read on: a notice after the
+            // subscription is heard; a change between the first read and
+            // the subscription is seen by the next read, 50 ms later.
+            let watch = watch.get_or_insert_with(|| rounds.watch(&self.keys.watched));
             let until = crate::redlock::after(quiet).min(deadline);
             let woken = rounds.wait_for_release(watch, until, None::<&Receiver<()>>);
             quiet = match woken {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use quorum_lock::{
     CancellationToken, Error, LockManager, LockOptions, MAX_LEADER_VALUE, MemoryBackend,
+    RetryPolicy,
 };
 use testkit::{memory_nodes, observed};
 
@@ -200,6 +201,61 @@ fn wait_change_returns_at_a_resignation_and_at_the_timeout() {
     let changed = waiter.join().unwrap().unwrap();
     assert_eq!(changed, None, "nobody leads after the resignation");
     assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+/// `wait_update` returns at a proclaim within the term (the new value),
+/// at a resignation (nobody), and at its timeout (the same leader);
+/// `wait_change` is not ended by a proclaim; a campaign waiting for the
+/// same election is not woken by the proclaim's notice.
+#[test]
+fn wait_update_returns_at_a_new_value_and_campaigns_are_not_woken_by_it() {
+    let nodes = memory_nodes(3);
+    let (leader, campaigner) = (manager(&nodes), manager(&nodes));
+    let watcher = manager(&nodes).election("u").unwrap();
+    let mut leading = leader.election("u").unwrap().campaign(b"v1").unwrap();
+    let term = leading.term();
+    let seen = watcher.observe().unwrap();
+    let same = watcher
+        .wait_update(seen.as_ref(), Duration::from_millis(200))
+        .unwrap();
+    assert_eq!(
+        same.as_ref().map(|l| (l.term(), l.value())),
+        Some((term, &b"v1"[..]))
+    );
+    let follower = campaigner.election("u").unwrap();
+    let slow = LockOptions::new().wait(Duration::from_secs(30)).retry(
+        RetryPolicy::new()
+            .attempts(6)
+            .delay(Duration::from_secs(5))
+            .jitter(Duration::ZERO),
+    );
+    thread::scope(|s| {
+        let campaign = s.spawn(|| follower.campaign_with(b"next", &slow));
+        testkit::until_listening(&campaigner);
+        let by_term = s.spawn(|| watcher.wait_change(Some(term), Duration::from_secs(1)));
+        let by_value = s.spawn(|| watcher.wait_update(seen.as_ref(), Duration::from_secs(30)));
+        leading.proclaim(b"v2").unwrap();
+        let now = by_value.join().unwrap().unwrap().expect("a leader");
+        assert_eq!((now.term(), now.value()), (term, &b"v2"[..]));
+        let still = by_term.join().unwrap().unwrap().expect("a leader");
+        assert_eq!((still.term(), still.value()), (term, &b"v2"[..]));
+        assert_eq!(
+            campaigner.health().locks.woken,
+            0,
+            "a proclaim woke a campaign"
+        );
+        let watcher = &watcher;
+        let gone = s.spawn(move || watcher.wait_update(Some(&now), Duration::from_secs(30)));
+        leading.resign().unwrap();
+        let next = campaign.join().unwrap().unwrap();
+        // Nobody (the resignation), or already the next leader.
+        let after = gone.join().unwrap().unwrap();
+        assert!(
+            after.as_ref().is_none_or(|l| l.term() == next.term()),
+            "{after:?}"
+        );
+        next.resign().unwrap();
+    });
 }
 
 #[test]

@@ -7,8 +7,9 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use quorum_lock::{Error, LockManager, LockOptions, MAX_LEADER_VALUE, Scripts};
-use testkit::{RedisCluster, RedisServer, RedisServers, observed};
+use quorum_lock::{Error, LockManager, LockOptions, MAX_LEADER_VALUE, RetryPolicy, Scripts};
+use testkit::commandstats::{calls_of, lock_commands_of, reset};
+use testkit::{RedisCluster, RedisServer, RedisServers, observed, wait_until};
 
 use crate::support::Fresh;
 
@@ -198,4 +199,156 @@ fn an_election_on_a_cluster_node() {
         .unwrap();
     assert!(next.term() > term);
     next.resign().unwrap();
+}
+
+/// Reads (`observe`s) `server` answered since the counts were reset:
+/// each reads the lock key and the record key (`STRLEN` each), and
+/// nothing else here sends `STRLEN`.
+fn reads_on(server: &RedisServer) -> u64 {
+    calls_of(server, "strlen") / 2
+}
+
+/// Retries 5 s apart, without jitter: a waiter woken by a notice tries
+/// again at once; one that is not sleeps for seconds.
+fn slow_waits() -> LockOptions {
+    LockOptions::new().wait(Duration::from_secs(30)).retry(
+        RetryPolicy::new()
+            .attempts(6)
+            .delay(Duration::from_secs(5))
+            .jitter(Duration::ZERO),
+    )
+}
+
+/// An observer blocked in `wait_update`, in its quiet of a second between
+/// reads, is woken by the proclaim's notice: its manager counts exactly
+/// one notice wake-up, and the servers one read (two if a timed one was
+/// on its way) after the proclaim. A lock waiter of another lock and a
+/// campaign for the same election, both listening for releases, are not
+/// woken (the proclaim announces on the record key's channel only, so
+/// it spends no campaign's early wake-ups).
+#[test]
+fn a_proclaim_wakes_the_observers_waiting_and_no_lock_waiter() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let [leader, observer, campaigner, holder, waiter] = [(); 5].map(|()| FRESH.manager(&urls));
+    let mut leading = leader.election("notice").unwrap().campaign(b"v1").unwrap();
+    assert!(leader.flush(FLUSH));
+    let held = testkit::hold_settled(&holder, "other");
+    let watcher = observer.election("notice").unwrap();
+    let seen = watcher.observe().unwrap().expect("v1 leads");
+    let follower = campaigner.election("notice").unwrap();
+    thread::scope(|s| {
+        let lock_waiter = s.spawn(|| waiter.lock_with("other", &slow_waits()));
+        let campaign = s.spawn(|| follower.campaign_with(b"next", &slow_waits()));
+        testkit::until_listening(&waiter);
+        testkit::until_listening(&campaigner);
+        servers.iter().for_each(reset);
+        let waiting = s.spawn(|| watcher.wait_update(Some(&seen), Duration::from_secs(60)));
+        // Six reads: it listens (from its second read on) and its quiet
+        // between reads is now a second.
+        let quiet = || servers.iter().all(|server| reads_on(server) >= 6);
+        assert!(
+            wait_until(Duration::from_secs(10), quiet),
+            "the observer never read 6 times"
+        );
+        let before: Vec<u64> = servers.iter().map(reads_on).collect();
+        let proclaimed = Instant::now();
+        leading.proclaim(b"v2").unwrap();
+        let now = waiting.join().unwrap().unwrap().expect("a leader");
+        let took = proclaimed.elapsed();
+        assert_eq!((now.term(), now.value()), (leading.term(), &b"v2"[..]));
+        let after: Vec<u64> = servers.iter().map(reads_on).collect();
+        eprintln!("seen {took:?} after the proclaim; reads before {before:?}, after {after:?}");
+        for (b, a) in before.iter().zip(&after) {
+            assert!(a - b <= 2, "reads {before:?} -> {after:?}: it polled");
+        }
+        assert_eq!(
+            observer.health().locks.woken,
+            1,
+            "the observer was not woken by the proclaim's notice: {}",
+            observer.health()
+        );
+        for (who, locks) in [("lock waiter", &waiter), ("campaign", &campaigner)] {
+            assert_eq!(
+                locks.health().locks.woken,
+                0,
+                "the {who} was woken by a proclaim"
+            );
+        }
+        assert!(!lock_waiter.is_finished() && !campaign.is_finished());
+        held.release().unwrap();
+        lock_waiter.join().unwrap().unwrap().release().unwrap();
+        leading.resign().unwrap();
+        campaign.join().unwrap().unwrap().resign().unwrap();
+    });
+}
+
+/// `wait_change` waits for another term: a proclaim within the term
+/// does not end it (it returns at its timeout, showing the new value).
+#[test]
+fn wait_change_is_not_ended_by_a_proclaim_within_the_term() {
+    let servers = RedisServers::start(3);
+    let urls = servers.urls();
+    let mut leading = FRESH
+        .manager(&urls)
+        .election("e")
+        .unwrap()
+        .campaign(b"v1")
+        .unwrap();
+    let watcher = FRESH.manager(&urls).election("e").unwrap();
+    let term = leading.term();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| watcher.wait_change(Some(term), Duration::from_secs(2)));
+        leading.proclaim(b"v2").unwrap();
+        let seen = waiting.join().unwrap().unwrap().expect("a leader");
+        assert_eq!((seen.term(), seen.value()), (term, &b"v2"[..]));
+    });
+}
+
+/// A campaign on servers that have all just restarted (started a moment
+/// ago: each in restart quarantine for `max_ttl`, 3 s here) is paced as
+/// a lock's waiter is: the servers receive a bounded number of commands
+/// per second while it waits (counted by `INFO commandstats`), and it
+/// leads once the quarantine ends.
+#[test]
+fn a_campaign_on_quarantined_servers_is_paced_and_leads_when_the_quarantine_ends() {
+    let servers = RedisServers::start(3);
+    let locks = LockManager::builder()
+        .redis_nodes(servers.urls())
+        .unwrap()
+        .node_timeout(NODE_TIMEOUT)
+        .max_ttl(Duration::from_secs(3))
+        .ttl(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let election = locks.election("restarted").unwrap();
+    servers.iter().for_each(reset);
+    let started = Instant::now();
+    // Refused while the servers are quarantined, naming when they vote.
+    let refused = election.try_campaign(b"early").unwrap_err();
+    assert!(
+        refused.is_no_quorum() && refused.to_string().contains("again in"),
+        "{refused}"
+    );
+    let leading = election.campaign(b"after").unwrap();
+    let waited = started.elapsed();
+    let sent = lock_commands_of(&servers);
+    let per_second: Vec<f64> = sent
+        .iter()
+        .map(|n| *n as f64 / waited.as_secs_f64())
+        .collect();
+    eprintln!(
+        "led after {waited:?}; the servers received {sent:?} lock commands ({per_second:.1?}/s)"
+    );
+    assert!(
+        waited >= Duration::from_secs(2),
+        "led after {waited:?}, inside the quarantine"
+    );
+    assert!(
+        sent.iter().all(|n| *n < 60) && per_second.iter().all(|r| *r < 15.0),
+        "a campaign through a 3 s quarantine cost the servers {sent:?} lock commands in {waited:?}"
+    );
+    let seen = observed(&election).expect("it leads");
+    assert_eq!((seen.term(), seen.value()), (leading.term(), &b"after"[..]));
+    leading.resign().unwrap();
 }

@@ -1,6 +1,8 @@
 //! A leader election's proclaim on one in-memory node, as the Redis
 //! script does it (`backend/redis/scripts_election.rs`): the record key
-//! is written only while the election's lock key holds the token.
+//! is written only while the election's lock key holds the token, and
+//! the write is announced to the record key's listeners (the observers
+//! waiting for a new value), never to the lock key's.
 
 use std::time::Instant;
 
@@ -10,7 +12,8 @@ use crate::backend::{BackendError, BackendErrorKind, KeySet, Reply};
 impl State {
     /// [`OpKind::Proclaim`](crate::backend::OpKind::Proclaim) at `now`:
     /// `record` into `record_key` (no expiry), only while the one key of
-    /// `lock` holds `token`.
+    /// `lock` holds `token`; the write is announced as a release of
+    /// `record_key`.
     pub(super) fn proclaim(
         &mut self,
         lock: &KeySet,
@@ -43,6 +46,7 @@ impl State {
                 expires_at: None,
             },
         );
+        self.announce(record_key);
         Ok(Reply::Yes)
     }
 }
