@@ -1,6 +1,6 @@
 //! `quorum-lock elect NAME --value TEXT -- COMMAND...`: run a command only
 //! while this process leads the election NAME, and `quorum-lock leader
-//! NAME`: who leads it.
+//! NAME [--json]`: who leads it.
 //!
 //! `elect` campaigns (until it leads, or once with `--once`), proclaims
 //! `--value`, and runs the command with its term as `QUORUM_LOCK_TERM`
@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use nix::sys::signal::Signal;
-use quorum_lock::{CancellationToken, Election, Leadership, LockOptions, RetryPolicy};
+use quorum_lock::{CancellationToken, Election, Leader, Leadership, LockOptions, RetryPolicy};
 
 use crate::args::{Global, default_owner, parse_duration};
 use crate::child::{Child, Ended};
 use crate::exit;
 use crate::guardian::Guardian;
+use crate::json::Json;
 use crate::logger::warn;
 use crate::signals::Signals;
 use crate::supervise::{KILL_MARGIN, POLL};
@@ -68,6 +69,10 @@ pub(crate) struct ElectArgs {
 /// `quorum-lock leader`.
 #[derive(Debug, Args)]
 pub(crate) struct LeaderArgs {
+    /// Print JSON for scripts: `name`, `leader` (whether one leads),
+    /// `value`, `term` and `time_left_ms` (null without a leader).
+    #[arg(long)]
+    pub(crate) json: bool,
     /// The election's name.
     pub(crate) name: String,
 }
@@ -308,24 +313,44 @@ pub(crate) fn leader(global: &Global, args: &LeaderArgs) -> u8 {
             return exit::for_error(&e);
         }
     };
-    match election.observe() {
-        Ok(Some(leader)) => {
-            println!(
-                "{}: led by {} (term {}, at least {} ms left)",
-                args.name,
-                String::from_utf8_lossy(leader.value()),
-                leader.term(),
-                leader.time_left().as_millis()
-            );
-            0
-        }
-        Ok(None) => {
-            println!("{}: no leader", args.name);
-            0
-        }
+    let seen = match election.observe() {
+        Ok(seen) => seen,
         Err(e) => {
             eprintln!("quorum-lock: {}", wording::flags(&e.to_string()));
-            exit::for_error(&e)
+            return exit::for_error(&e);
         }
+    };
+    if args.json {
+        println!("{}", leader_json(&args.name, seen.as_ref()));
+        return 0;
     }
+    match seen {
+        Some(leader) => println!(
+            "{}: led by {} (term {}, at least {} ms left)",
+            args.name,
+            String::from_utf8_lossy(leader.value()),
+            leader.term(),
+            leader.time_left().as_millis()
+        ),
+        None => println!("{}: no leader", args.name),
+    }
+    0
+}
+
+/// `leader --json`: one object, with nulls when nobody leads.
+fn leader_json(name: &str, seen: Option<&Leader>) -> Json {
+    Json::Obj(vec![
+        ("name", name.into()),
+        ("leader", seen.is_some().into()),
+        (
+            "value",
+            seen.map(|l| String::from_utf8_lossy(l.value()).into_owned())
+                .into(),
+        ),
+        ("term", seen.map(Leader::term).into()),
+        (
+            "time_left_ms",
+            seen.map_or(Json::Null, |l| Json::millis(l.time_left())),
+        ),
+    ])
 }

@@ -167,3 +167,77 @@ fn the_command_dies_with_the_tool() {
         "the command outlived the tool"
     );
 }
+
+/// `leader NAME --json`: one object (value, term, time left; nulls and
+/// `"leader":false` when nobody leads), with the exit codes of `leader`
+/// without it: 0 with or without a leader, the same code for a name
+/// refused and for too few servers, and nothing on stdout then.
+#[test]
+fn leader_json_shows_value_term_and_time_left_with_the_same_exit_codes() {
+    let mut servers = RedisServers::start(3);
+    let nobody = output(&mut tool(&servers, &["leader", "--json", "job"]));
+    assert_eq!(code(&nobody), 0, "{nobody:?}");
+    assert_eq!(
+        stdout(&nobody).trim(),
+        r#"{"name":"job","leader":false,"value":null,"term":null,"time_left_ms":null}"#
+    );
+
+    let dir = TempDir::new("quorum-lock-cli");
+    let pid_file = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let mut leading = tool(
+        &servers,
+        &[
+            "elect",
+            "--ttl",
+            "10s",
+            "job",
+            "--value",
+            "host-a:8080",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let pid = read_pid(&pid_file);
+    let _leftover = Leftover(pid);
+    let shown = output(&mut tool(&servers, &["leader", "job", "--json"]));
+    assert_eq!(code(&shown), 0, "{shown:?}");
+    let json = stdout(&shown);
+    let json = json.trim();
+    let prefix = r#"{"name":"job","leader":true,"value":"host-a:8080","term":"#;
+    assert!(json.starts_with(prefix), "{json}");
+    let (term, rest) = json[prefix.len()..].split_once(',').unwrap();
+    assert!(term.parse::<u64>().unwrap() > 0, "{json}");
+    let left: u64 = rest
+        .strip_prefix(r#""time_left_ms":"#)
+        .and_then(|r| r.strip_suffix('}'))
+        .unwrap_or_else(|| panic!("{json}"))
+        .parse()
+        .unwrap();
+    assert!(left > 0 && left <= 10_000, "{json}");
+    let text = output(&mut tool(&servers, &["leader", "job"]));
+    assert!(
+        stdout(&text).contains(&format!("(term {term},")),
+        "{text:?} vs {json}"
+    );
+    leading.kill().unwrap();
+    leading.wait().unwrap();
+
+    // Errors: the same code with and without --json, and no JSON.
+    let refused = |args: &[&str], servers: &RedisServers| {
+        let plain = output(&mut tool(servers, args));
+        let json = output(&mut tool(servers, &[args, &["--json"]].concat()));
+        assert_ne!(code(&plain), 0, "{plain:?}");
+        assert_eq!(code(&plain), code(&json), "{plain:?} vs {json:?}");
+        assert_eq!(stdout(&json), "", "{json:?}");
+        assert!(!stderr(&json).is_empty(), "{json:?}");
+    };
+    refused(&["leader", "{quorum-lock}"], &servers);
+    servers[0].kill9();
+    servers[1].kill9();
+    refused(&["leader", "job"], &servers);
+}
