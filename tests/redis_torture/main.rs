@@ -64,7 +64,10 @@
 //!   within or beyond the assumptions of docs/safety.md) and the
 //!   partitions (`partitions.rs`: links cut through the proxies, one
 //!   direction or both, dropped or held, then healed); the last two share
-//!   `arms.rs`.
+//!   `arms.rs`; and leader election (`election.rs`: candidates under
+//!   this fault schedule, each leader appending its term to a log that
+//!   refuses a lower term after a higher one; checked for one leader at a
+//!   time, strictly increasing terms and a log in term order).
 //! * Quarantine costs nothing per request: `INFO` runs once per connection.
 //!
 //! Each randomized run lasts [`DEFAULT_SECS`] seconds; set
@@ -98,6 +101,7 @@ mod checker_tests;
 mod clients;
 mod clock_steps;
 mod config;
+mod election;
 mod faults;
 mod partitions;
 mod recorder;
