@@ -113,3 +113,30 @@ fn a_refused_acquire_names_the_holder_by_digest() {
     );
     assert_eq!(replies[3], Reply::AlreadyOurs);
 }
+
+/// A proclaim announces its write to the record key's listeners only:
+/// never to the lock key's (the campaigns'), and not when it is refused.
+#[test]
+fn a_proclaim_is_announced_on_the_record_key_only() {
+    use crate::backend::{Op, Reply};
+
+    let node = MemoryBackend::new("m");
+    let (mut on_record, mut on_lock) = (MemoryListener::new(&node), MemoryListener::new(&node));
+    on_record.listen(&[b"rec"]).unwrap();
+    on_lock.listen(&[b"lock"]).unwrap();
+    let lock = KeySet::one(b"lock");
+    assert!(acquire(&node, b"lock", b"a", TTL).unwrap());
+    let refused = run(&node, &[Op::proclaim(&lock, b"b", b"rec", b"r1")]);
+    assert!(matches!(refused.results(), [Ok(Reply::No)]));
+    assert!(
+        on_record.receive().unwrap().is_empty(),
+        "a refused proclaim"
+    );
+    let written = run(&node, &[Op::proclaim(&lock, b"a", b"rec", b"r2")]);
+    assert!(matches!(written.results(), [Ok(Reply::Yes)]));
+    assert_eq!(on_record.receive().unwrap(), vec![b"rec".to_vec()]);
+    assert!(
+        on_lock.receive().unwrap().is_empty(),
+        "the lock key's listener heard it"
+    );
+}
