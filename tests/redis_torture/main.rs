@@ -64,7 +64,8 @@
 //!   within or beyond the assumptions of docs/safety.md) and the
 //!   partitions (`partitions.rs`: links cut through the proxies, one
 //!   direction or both, dropped or held, then healed); the last two share
-//!   `arms.rs`; and leader election (`election.rs`: candidates under
+//!   `arms.rs`; and leader election (`election.rs`, checked by
+//!   `election_checker.rs`: candidates under
 //!   this fault schedule, each leader appending its term to a log that
 //!   refuses a lower term after a higher one; checked for one leader at a
 //!   time, strictly increasing terms and a log in term order).
@@ -102,6 +103,7 @@ mod clients;
 mod clock_steps;
 mod config;
 mod election;
+mod election_checker;
 mod faults;
 mod partitions;
 mod recorder;
