@@ -14,3 +14,5 @@ mod design_map;
 mod in_process;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "tracing")]
+mod tracing;
