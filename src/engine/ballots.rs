@@ -96,9 +96,7 @@ impl Ballot {
             BallotBox::wake(state);
         }
     }
-}
 
-impl Ballot {
     /// The round's span, for the votes the caller reads itself.
     pub(crate) fn trace(&self) -> &trace::Round {
         &self.0.trace

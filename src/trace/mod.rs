@@ -50,3 +50,21 @@ pub(crate) enum Call {
     /// `LockGuard::release`, `release_on_nodes`.
     Release,
 }
+
+#[cfg(all(test, not(feature = "tracing")))]
+mod tests {
+    use std::mem::size_of;
+
+    use super::*;
+
+    /// Without the feature a round, a lease, the engine and the watchdog
+    /// keep nothing for spans: every type here is empty.
+    #[test]
+    fn without_the_feature_nothing_is_kept() {
+        assert_eq!(size_of::<Round>(), 0);
+        assert_eq!(size_of::<Held>(), 0);
+        assert_eq!(size_of::<Nodes>(), 0);
+        assert_eq!(size_of::<Pause>(), 0);
+        assert_eq!(size_of::<Renewal>(), 0);
+    }
+}
