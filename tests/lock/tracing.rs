@@ -424,3 +424,39 @@ fn a_failed_try_lock_says_why() {
         assert!(!event.fields.contains_key("server.address"));
     }
 }
+
+/// A lock found lost: the extend fails (`error.type` = `lost`), and the
+/// loss is an event on a span of its own, following from the lock's.
+#[test]
+fn a_lost_lock_has_a_span_of_its_own() {
+    let nodes = nodes();
+    let locks = manager(&nodes);
+    let capture = Capture::default();
+    let dispatch = dispatch(&capture);
+    tracing::dispatcher::with_default(&dispatch, || {
+        let mut guard = locks.try_lock("mail:3").unwrap();
+        nodes[0].set_down(true);
+        nodes[1].set_down(true);
+        assert!(guard.extend(Duration::from_secs(5)).unwrap_err().is_lost());
+    });
+    assert!(locks.flush(Duration::from_secs(10)));
+    let held = &capture.spans("held")[0];
+    let extend = &capture.spans("extend")[0];
+    assert_eq!(extend.field("quorum_lock.outcome"), Some("lost"));
+    assert_eq!(extend.field("error.type"), Some("lost"));
+    assert_eq!(extend.field("otel.status_code"), Some("ERROR"));
+    assert_eq!(extend.follows, vec![held.id]);
+    let losses = capture.spans("lost");
+    assert_eq!(losses.len(), 1, "{losses:#?}");
+    let lost = &losses[0];
+    assert_eq!(lost.parent, None);
+    assert_eq!(lost.follows, vec![held.id]);
+    assert_eq!(lost.field("quorum_lock.resource"), Some("\"mail:3\""));
+    assert_eq!(lost.field("error.type"), Some("lost"));
+    let events = capture.events_of(lost.id);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert!(
+        events[0].fields["error.message"].contains("lost"),
+        "{events:#?}"
+    );
+}
