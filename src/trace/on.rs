@@ -261,7 +261,8 @@ impl Round {
 #[derive(Debug)]
 pub(crate) struct Pause(EnteredSpan);
 
-/// The wait between two attempts, of at most `delay`.
+/// The wait between two attempts after the retry delay `delay` (a wait
+/// that listens for a release may last longer, see `redlock/wakeups.rs`).
 pub(crate) fn pause(delay: Duration) -> Pause {
     Pause(
         tracing::debug_span!(
