@@ -245,7 +245,10 @@ impl Semaphore {
                 break;
             }
             let slot = (first + i) % self.permits;
-            match self.locks.lock_with(self.slot_resource(slot), once) {
+            match self
+                .locks
+                .lock_as(Call::TryLock, &self.slot_resource(slot), once)
+            {
                 Ok(guard) => return Ok(guard),
                 Err(e) if e.is_contended() => held = Some(e),
                 Err(e) if e.is_retryable() => unknown = Some(e),

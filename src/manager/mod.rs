@@ -178,8 +178,14 @@ impl LockManager {
         self.lock_as(Call::Lock, resource.as_ref(), options)
     }
 
-    /// [`lock_with`](Self::lock_with), in the span of `call`.
-    fn lock_as(&self, call: Call, resource: &[u8], options: &LockOptions) -> Result<LockGuard> {
+    /// [`lock_with`](Self::lock_with), in the span of `call` (a
+    /// semaphore's scan tries each slot as a `try_lock`).
+    pub(crate) fn lock_as(
+        &self,
+        call: Call,
+        resource: &[u8],
+        options: &LockOptions,
+    ) -> Result<LockGuard> {
         let started = Instant::now();
         let mut rounds = 0;
         let taken = crate::trace::take(call, self.quorum(), &mut rounds, |rounds| {

@@ -140,7 +140,7 @@ fn with_its_subscriber<T>(span: &Span, body: impl FnOnce() -> T) -> T {
 }
 
 /// The nodes, as spans name them, and the quorum: built once per manager.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct Nodes {
     nodes: Arc<[Node]>,
     quorum: usize,
@@ -170,7 +170,8 @@ impl Nodes {
 #[derive(Debug)]
 pub(crate) struct Round {
     span: Span,
-    nodes: Nodes,
+    /// `None` when the span is off (nothing to name, nothing cloned).
+    nodes: Option<Nodes>,
     /// Set once the caller stopped waiting for answers.
     decided: AtomicBool,
 }
@@ -189,10 +190,7 @@ impl Round {
             quorum_lock.timed_out = field::Empty,
             db.system = nodes.system(),
         );
-        let nodes = match span.is_disabled() {
-            true => Nodes::default(),
-            false => nodes.clone(),
-        };
+        let nodes = (!span.is_disabled()).then(|| nodes.clone());
         Self {
             span,
             nodes,
@@ -205,7 +203,7 @@ impl Round {
     pub(crate) fn none() -> Self {
         Self {
             span: Span::none(),
-            nodes: Nodes::default(),
+            nodes: None,
             decided: AtomicBool::new(false),
         }
     }
@@ -227,7 +225,7 @@ impl Round {
     }
 
     fn event(&self, slot: usize, outcome: &NodeOutcome, late: bool) {
-        let Some(node) = self.nodes.nodes.get(slot) else {
+        let Some(node) = self.nodes.as_ref().and_then(|n| n.nodes.get(slot)) else {
             return;
         };
         let (failure, message) = match outcome {

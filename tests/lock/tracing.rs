@@ -460,3 +460,25 @@ fn a_lost_lock_has_a_span_of_its_own() {
         "{events:#?}"
     );
 }
+
+/// A semaphore's acquire: its span names the semaphore, and each slot it
+/// tries is a `try_lock` inside it.
+#[test]
+fn a_permit_is_an_acquire_with_a_try_per_slot() {
+    let nodes = nodes();
+    let locks = manager(&nodes);
+    let uploads = locks.semaphore("uploads", 2).unwrap();
+    let capture = Capture::default();
+    let dispatch = dispatch(&capture);
+    tracing::dispatcher::with_default(&dispatch, || {
+        uploads.try_acquire().unwrap().release().unwrap();
+    });
+    let acquires = capture.spans("acquire");
+    assert_eq!(acquires.len(), 1, "{acquires:#?}");
+    let acquire = &acquires[0];
+    assert_eq!(acquire.field("quorum_lock.resource"), Some("\"uploads\""));
+    assert_eq!(acquire.field("quorum_lock.outcome"), Some("acquired"));
+    let slots = capture.children(acquire.id, "try_lock");
+    assert_eq!(slots.len(), 1, "{slots:#?}");
+    assert_eq!(slots[0].field("quorum_lock.outcome"), Some("acquired"));
+}
