@@ -11,6 +11,7 @@ use crate::lost::LostSignal;
 use crate::redlock::{Core, Lease, Owned, Ticket};
 use crate::report::Report;
 use crate::token::Token;
+use crate::trace::{self, Call};
 
 /// A lock held on a quorum of nodes, valid until its deadline.
 ///
@@ -261,7 +262,11 @@ impl LockGuard {
     /// marked lost: stop the protected work); [`Error::InvalidArgument`]
     /// for an unusable TTL (the guard is unchanged).
     pub fn extend(&mut self, ttl: Duration) -> Result<Duration> {
-        self.core.rounds().extend(self.lease(), ttl)?;
+        let (rounds, lease) = (self.core.rounds(), self.lease());
+        let quorum = rounds.config().quorum;
+        trace::act(Call::Extend, quorum, &lease.trace, &lease.resources, || {
+            rounds.extend(lease, ttl)
+        })?;
         Ok(self.validity())
     }
 
@@ -295,7 +300,15 @@ impl LockGuard {
     /// report.
     pub fn release(mut self) -> Result<Report> {
         let turn = self.ending.finish();
-        self.core.rounds().release_or_hand_over(self.lease(), turn)
+        let (rounds, lease) = (self.core.rounds(), self.lease());
+        let quorum = rounds.config().quorum;
+        trace::act(
+            Call::Release,
+            quorum,
+            &lease.trace,
+            &lease.resources,
+            || rounds.release_or_hand_over(lease, turn),
+        )
     }
 
     /// Releases on every node, never handing the lock to a waiting thread
@@ -313,7 +326,15 @@ impl LockGuard {
     /// token is not an error; it shows as refused in the report.
     pub fn release_on_nodes(mut self) -> Result<Report> {
         let turn = self.ending.finish();
-        self.core.rounds().release(self.lease(), turn)
+        let (rounds, lease) = (self.core.rounds(), self.lease());
+        let quorum = rounds.config().quorum;
+        trace::act(
+            Call::Release,
+            quorum,
+            &lease.trace,
+            &lease.resources,
+            || rounds.release(lease, turn),
+        )
     }
 
     /// Gives up the guard without releasing: auto-extension stops and the

@@ -205,6 +205,14 @@
 //! * `metrics`: counters, timings and node gauges through the
 //!   [`metrics`](https://docs.rs/metrics) facade (names in
 //!   `docs/operations.md`); nothing is recorded without it.
+//! * `tracing`: spans and events through the
+//!   [`tracing`](https://docs.rs/tracing) facade: a span per call (`lock`,
+//!   `try_lock`, `lock_all`, `acquire`, `read`, `write`, `campaign`,
+//!   `extend`, `release`), a span per round with an event per node, the
+//!   waits between attempts and why they ended, and the watchdog's extends
+//!   and a loss on spans of their own (names and fields, and how to export
+//!   them to OpenTelemetry, in `docs/operations.md`). Without it, `tracing`
+//!   is not even a dependency.
 //!
 //! Features only add items; none changes behaviour. Without `redis` the
 //! crate is the engine and [`MemoryBackend`], for your own
@@ -250,6 +258,7 @@ mod rw;
 mod semaphore;
 mod sync;
 mod token;
+mod trace;
 mod waiting;
 mod with_lock;
 mod words;

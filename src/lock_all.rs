@@ -25,6 +25,7 @@ use crate::guard::LockGuard;
 use crate::manager::LockManager;
 use crate::manager::take::outcome;
 use crate::options::LockOptions;
+use crate::trace::Call;
 
 impl LockManager {
     /// Locks every resource of `resources` at once, all or nothing, with
@@ -83,7 +84,9 @@ impl LockManager {
     ) -> Result<LockGuard> {
         let started = Instant::now();
         let mut rounds = 0;
-        let taken = self.take_all(resources, options, &mut rounds);
+        let taken = crate::trace::take(Call::LockAll, self.quorum(), &mut rounds, |rounds| {
+            self.take_all(resources, options, rounds)
+        });
         crate::metrics::acquire(outcome(&taken), started.elapsed(), rounds);
         taken
     }

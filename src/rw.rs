@@ -37,6 +37,7 @@ use crate::options::{LockOptions, RetryPolicy};
 use crate::redlock::Admission;
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
 use crate::resource::{MAX_RESOURCE_LEN, split_by_a_cluster};
+use crate::trace::{self, Call};
 use crate::waiting::{Tried, Waiting};
 
 /// What the lock's two keys add to its name: `{name}` first, so that on a
@@ -225,7 +226,9 @@ impl RwLock {
     pub fn read_with(&self, options: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
         let mut attempts = 0;
-        let taken = self.take_read(options, &mut attempts);
+        let taken = trace::take(Call::Read, self.locks.quorum(), &mut attempts, |n| {
+            self.take_read(options, n)
+        });
         crate::metrics::acquire(outcome(&taken), started.elapsed(), attempts);
         taken
     }
@@ -238,6 +241,7 @@ impl RwLock {
                 reason: "a read guard has no fence: fencing is for the write side".into(),
             });
         }
+        trace::resources(&self.name);
         let locks = &self.locks;
         let ttl = locks.checked_ttl(options)?;
         let rounds = locks.core().rounds();
@@ -310,7 +314,9 @@ impl RwLock {
     pub fn write_with(&self, options: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
         let mut attempts = 0;
-        let taken = self.take_write(options, &mut attempts);
+        let taken = trace::take(Call::Write, self.locks.quorum(), &mut attempts, |n| {
+            self.take_write(options, n)
+        });
         crate::metrics::acquire(outcome(&taken), started.elapsed(), attempts);
         taken
     }

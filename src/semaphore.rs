@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
 use crate::options::{LockOptions, RetryPolicy};
+use crate::trace::Call;
 use crate::waiting::{Tried, Waiting};
 
 /// Most permits one semaphore may have: a scan tries one slot per round, so
@@ -172,11 +173,19 @@ impl Semaphore {
     /// wait for itself).
     pub fn acquire_with(&self, options: &LockOptions) -> Result<LockGuard> {
         let mut scans = 0;
+        crate::trace::take(Call::Acquire, self.locks.quorum(), &mut scans, |scans| {
+            self.acquire_counting(options, scans)
+        })
+    }
+
+    /// [`acquire_with`](Self::acquire_with), counting its scans in `scans`.
+    fn acquire_counting(&self, options: &LockOptions, scans: &mut u32) -> Result<LockGuard> {
+        crate::trace::resource(&self.name);
         let mut waiting = Waiting::new(
             options,
             self.locks.retry(),
             self.locks.default_wait(),
-            &mut scans,
+            scans,
         );
         // Each slot gets exactly one attempt per scan: the semaphore does
         // its own waiting, between scans.
@@ -236,7 +245,10 @@ impl Semaphore {
                 break;
             }
             let slot = (first + i) % self.permits;
-            match self.locks.lock_with(self.slot_resource(slot), once) {
+            match self
+                .locks
+                .lock_as(Call::TryLock, &self.slot_resource(slot), once)
+            {
                 Ok(guard) => return Ok(guard),
                 Err(e) if e.is_contended() => held = Some(e),
                 Err(e) if e.is_retryable() => unknown = Some(e),

@@ -37,7 +37,7 @@ use crate::backend::KeySet;
 use crate::cancel::Alarm;
 use crate::error::{Error, Result};
 use crate::options::{LockOptions, RetryPolicy};
-use crate::redlock::{ReleaseWait, Rounds, after, with_attempts};
+use crate::redlock::{ReleaseWait, Rounds, Woken, after, with_attempts};
 use crate::report::{NodeOutcome, Report};
 
 /// One call's wait (see the module's text).
@@ -184,13 +184,15 @@ impl<'a> Waiting<'a> {
                 }
             }
             let alarm = self.alarm.receiver();
-            match &mut watch {
+            let pause = crate::trace::pause(delay);
+            let woken = match &mut watch {
                 // No quorum: notices would only bring forward an attempt
                 // that fails the same way. Those heard meanwhile are
                 // forgotten: the next attempt sees those releases anyway.
                 Some(wait) if no_quorum => {
-                    self.alarm.sleep(delay);
+                    let slept = self.alarm.sleep(delay);
                     wait.forget_heard();
+                    slept_or_cancelled(slept)
                 }
                 Some(wait) => {
                     if matches!(error, Error::ValidityExpired { .. }) {
@@ -201,13 +203,24 @@ impl<'a> Waiting<'a> {
                         Some(_) => Some(until),
                         None => self.deadline(),
                     };
-                    let _ = rounds.wait_for_release_or_expiry(wait, until, latest, Some(alarm));
+                    match rounds.wait_for_release_or_expiry(wait, until, latest, Some(alarm)) {
+                        Woken::Notice => "release_notice",
+                        Woken::Timer => "timer",
+                        Woken::Interrupted => "cancelled",
+                    }
                 }
-                None => {
-                    self.alarm.sleep(delay);
-                }
-            }
+                None => slept_or_cancelled(self.alarm.sleep(delay)),
+            };
+            pause.ended(woken);
         }
+    }
+}
+
+/// Why a pause on the timer alone ended, for its span.
+fn slept_or_cancelled(slept: bool) -> &'static str {
+    match slept {
+        true => "timer",
+        false => "cancelled",
     }
 }
 

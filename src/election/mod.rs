@@ -215,9 +215,12 @@ impl Election {
                 this = this.wait(deadline.saturating_duration_since(Instant::now()));
             }
             let hold = crate::engine::Hold::Lock(self.keys.lock.clone());
-            let guard = self
-                .locks
-                .take_as(&self.keys.name, &hold, &this, &mut made)?;
+            let guard = crate::trace::take(
+                crate::trace::Call::Campaign,
+                self.locks.quorum(),
+                &mut made,
+                |made| self.locks.take_as(&self.keys.name, &hold, &this, made),
+            )?;
             let term = guard.fence().unwrap_or(0);
             match proclaim::proclaim(&self.locks, &self.keys, &guard, term, value) {
                 Ok(()) => {

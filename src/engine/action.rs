@@ -33,6 +33,18 @@ pub(crate) enum Action {
 }
 
 impl Action {
+    /// The action's name, as a round's span shows it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Acquire { .. } => "acquire",
+            Self::AcquireFenced { .. } => "acquire_fenced",
+            Self::Extend { .. } => "extend",
+            Self::Release => "release",
+            Self::RaiseFence(_) => "raise_fence",
+            Self::Admit { .. } => "admit",
+        }
+    }
+
     /// The backend's op for this action on `hold` with `token`; the
     /// fenced kinds name the node's fence counters hash, `counters`. The
     /// backend runs it on one key, or on every key of a set (all or

@@ -18,6 +18,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::node::Vote;
+use crate::trace;
 
 /// One node's vote, with its slot in the round.
 pub(crate) type Posted = (usize, Vote);
@@ -26,6 +27,10 @@ pub(crate) type Posted = (usize, Vote);
 /// ([`Ballot`]) may still post, and who waits.
 struct BallotBox {
     state: Mutex<State>,
+    /// The round's span: a node thread that posts a vote records it there,
+    /// even after the caller stopped waiting (nothing without the
+    /// `tracing` feature).
+    trace: trace::Round,
 }
 
 struct State {
@@ -66,9 +71,10 @@ pub(crate) enum NoVote {
     Closed,
 }
 
-/// A round's box, and its first ballot.
-pub(crate) fn new_round() -> (Ballot, Ballots) {
+/// A round's box, and its first ballot; `trace` is the round's span.
+pub(crate) fn new_round(trace: trace::Round) -> (Ballot, Ballots) {
     let shared = Arc::new(BallotBox {
+        trace,
         state: Mutex::new(State {
             votes: VecDeque::new(),
             ballots: 1,
@@ -83,11 +89,17 @@ impl Ballot {
     /// Posts `vote` for node `slot`; wakes the caller once the votes it
     /// waits for are in.
     pub(crate) fn post(&self, slot: usize, vote: Vote) {
+        self.0.trace.vote(slot, &vote.outcome);
         let mut state = self.0.state.lock();
         state.votes.push_back((slot, vote));
         if state.votes.len() >= state.wanted {
             BallotBox::wake(state);
         }
+    }
+
+    /// The round's span, for the votes the caller reads itself.
+    pub(crate) fn trace(&self) -> &trace::Round {
+        &self.0.trace
     }
 }
 
@@ -109,6 +121,11 @@ impl Drop for Ballot {
 }
 
 impl Ballots {
+    /// The round's span.
+    pub(crate) fn trace(&self) -> &trace::Round {
+        &self.0.trace
+    }
+
     /// A vote that has arrived, without waiting.
     pub(crate) fn try_take(&self) -> Option<Posted> {
         self.0.state.lock().votes.pop_front()
@@ -185,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_vote_posted_from_another_thread_wakes_the_caller() {
-        let (ballot, ballots) = new_round();
+        let (ballot, ballots) = new_round(trace::Round::none());
         let poster = thread::spawn(move || {
             thread::sleep(Duration::from_millis(20));
             ballot.post(2, granted());
@@ -201,7 +218,7 @@ mod tests {
 
     #[test]
     fn votes_come_in_order_and_the_deadline_ends_the_wait() {
-        let (ballot, ballots) = new_round();
+        let (ballot, ballots) = new_round(trace::Round::none());
         let other = ballot.clone();
         ballot.post(0, granted());
         other.post(1, Vote::of(NodeOutcome::Refused));
@@ -218,7 +235,7 @@ mod tests {
     /// gets both after the second (or the first at the deadline).
     #[test]
     fn the_caller_wakes_once_the_votes_it_wants_are_in() {
-        let (ballot, ballots) = new_round();
+        let (ballot, ballots) = new_round(trace::Round::none());
         let second = ballot.clone();
         let (posted_first, first_posted) = std::sync::mpsc::channel();
         let poster = thread::spawn(move || {
@@ -234,7 +251,7 @@ mod tests {
         assert_eq!(ballots.try_take().map(|(slot, _)| slot), Some(1));
         poster.join().unwrap();
 
-        let (ballot, ballots) = new_round();
+        let (ballot, ballots) = new_round(trace::Round::none());
         ballot.post(3, granted());
         let soon = Some(Instant::now() + Duration::from_millis(5));
         // One vote of the two wanted: handed out at the deadline.
@@ -245,7 +262,7 @@ mod tests {
 
     #[test]
     fn a_vote_for_a_round_nobody_waits_for_is_harmless() {
-        let (ballot, ballots) = new_round();
+        let (ballot, ballots) = new_round(trace::Round::none());
         drop(ballots);
         ballot.post(0, granted());
     }

@@ -120,6 +120,7 @@ impl Engine {
                     if node.sent.ready(now) {
                         let slot = node.slot;
                         if let Some((vote, wake)) = node.finish() {
+                            reply.trace().vote(slot, &vote.outcome);
                             self.wake_if(slot, wake);
                             outcomes[slot] = Some(vote);
                         }
@@ -150,6 +151,7 @@ impl Engine {
             let Some((vote, wake)) = node.finish() else {
                 continue;
             };
+            reply.trace().vote(slot, &vote.outcome);
             self.wake_if(slot, wake);
             tally.record(vote.outcome.is_granted());
             outcomes[slot] = Some(vote);

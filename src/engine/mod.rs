@@ -67,6 +67,9 @@ pub(crate) struct Engine {
     shared: Arc<Shared>,
     /// Every node thread's queue, for the threads to wake each other.
     peers: Peers,
+    /// The nodes as the rounds' spans name them (nothing without the
+    /// `tracing` feature).
+    traced: crate::trace::Nodes,
 }
 
 struct Node {
@@ -235,6 +238,7 @@ impl Engine {
             .iter()
             .map(|n| (n.jobs.clone(), Arc::clone(&n.exec)))
             .collect();
+        let traced = crate::trace::Nodes::new(&shared.names, quorum);
         Ok(Self {
             nodes,
             exited,
@@ -242,6 +246,7 @@ impl Engine {
             accept_eviction,
             shared,
             peers,
+            traced,
         })
     }
 

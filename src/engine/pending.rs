@@ -62,6 +62,12 @@ impl Pending {
         } else {
             NodeOutcome::NotAwaited
         };
+        if crate::trace::ON {
+            let granted = outcomes.iter().flatten();
+            let granted = granted.filter(|v| v.outcome.is_granted()).count();
+            let unanswered = outcomes.iter().filter(|o| o.is_none()).count();
+            answers.trace().decided(granted, unanswered, timed_out);
+        }
         outcomes
             .into_iter()
             .map(|o| o.unwrap_or_else(|| Vote::of(missing.clone())))

@@ -48,7 +48,8 @@ impl Engine {
     ) -> Pending {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
-        let (reply, answers) = ballots::new_round();
+        let traced = crate::trace::Round::begin(&self.traced, req.action.name());
+        let (reply, answers) = ballots::new_round(traced);
         let mut outcomes: Vec<Option<Vote>> = vec![None; n];
         // Per node: whether the operation went there (queued, or sent by
         // this caller, whatever its outcome: a timed-out run may have been
@@ -98,6 +99,15 @@ impl Engine {
                 Ok(()) if down => Some(Vote::of(NodeOutcome::Down)),
                 Ok(()) => None,
             };
+        }
+        if crate::trace::ON {
+            // What is known at once (down, not queued) is in the round's
+            // span too.
+            for (slot, vote) in outcomes.iter().enumerate() {
+                if let Some(vote) = vote {
+                    reply.trace().vote(slot, &vote.outcome);
+                }
+            }
         }
         let mut round = Pending {
             outcomes,

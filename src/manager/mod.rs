@@ -15,6 +15,7 @@ use crate::health::Health;
 use crate::options::{DEFAULT_WAIT, LockOptions, RetryPolicy};
 use crate::redlock::{Core, Lease, drift};
 use crate::resource::invalid_resource;
+use crate::trace::Call;
 
 pub(crate) mod take;
 
@@ -144,7 +145,8 @@ impl LockManager {
     ///
     /// As [`lock`](Self::lock), after a single attempt.
     pub fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard> {
-        self.lock_with(resource, &LockOptions::new().retry(RetryPolicy::none()))
+        let once = LockOptions::new().retry(RetryPolicy::none());
+        self.lock_as(Call::TryLock, resource.as_ref(), &once)
     }
 
     /// Acquires `resource` with per-call options.
@@ -173,9 +175,22 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         options: &LockOptions,
     ) -> Result<LockGuard> {
+        self.lock_as(Call::Lock, resource.as_ref(), options)
+    }
+
+    /// [`lock_with`](Self::lock_with), in the span of `call` (a
+    /// semaphore's scan tries each slot as a `try_lock`).
+    pub(crate) fn lock_as(
+        &self,
+        call: Call,
+        resource: &[u8],
+        options: &LockOptions,
+    ) -> Result<LockGuard> {
         let started = Instant::now();
         let mut rounds = 0;
-        let taken = self.take(resource.as_ref(), options, &mut rounds);
+        let taken = crate::trace::take(call, self.quorum(), &mut rounds, |rounds| {
+            self.take(resource, options, rounds)
+        });
         crate::metrics::acquire(outcome(&taken), started.elapsed(), rounds);
         taken
     }

@@ -72,6 +72,7 @@ impl LockManager {
         options: &LockOptions,
         made: &mut u32,
     ) -> Result<LockGuard> {
+        crate::trace::resources(resources);
         let config = &self.core.rounds().config();
         let ttl = self.checked_ttl(options)?;
         let mut waiting = Waiting::new(options, &self.retry, self.default_wait(), made);
@@ -108,9 +109,16 @@ impl LockManager {
         let want = Want { ttl, fenced };
         // The turn is a ticket: every return below that does not move it
         // into a guard drops it, which passes the turn to the next waiter.
+        let in_line = crate::trace::local_line();
         let line = rounds
             .local()
             .wait_turn(hold, want, waiting.deadline(), waiting.alarm());
+        in_line.ended(match &line {
+            Turn::Mine(_) => "turn",
+            Turn::Handed(..) => "handed_over",
+            Turn::TimedOut => "timed_out",
+            Turn::Cancelled => "cancelled",
+        });
         let turn = match line {
             Turn::Mine(turn) => turn,
             Turn::Handed(lease, turn) => {

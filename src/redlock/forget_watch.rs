@@ -147,6 +147,7 @@ pub(super) fn after_loss(
 ) {
     if first {
         counters.note(Event::Lost);
+        crate::trace::lost(&lease.trace, &lease.resources, error);
         log::warn!(
             "quorum-lock: the lock on {} may be lost: {error}",
             Shortened(&lease.resources.to_string())

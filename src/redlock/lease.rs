@@ -30,6 +30,9 @@ pub(crate) struct Lease {
     /// none: 8 bytes in every lease instead of an `Option<u64>`'s 16.
     fence: Option<NonZeroU64>,
     state: Mutex<LeaseState>,
+    /// The lock's span while it is held (nothing without the `tracing`
+    /// feature): the watchdog's spans and a loss's follow from it.
+    pub(crate) trace: crate::trace::Held,
 }
 
 /// What may change while the lock is held, as a closed state machine:
@@ -182,12 +185,14 @@ impl Lease {
         fence: Option<u64>,
     ) -> Self {
         debug_assert_ne!(fence, Some(0), "a fence is at least 1");
+        let trace = crate::trace::Held::new(&resources);
         Self {
             resources,
             hold,
             token,
             fence: fence.and_then(NonZeroU64::new),
             state: Mutex::new(LeaseState::new(ttl, deadline, support)),
+            trace,
         }
     }
 

@@ -24,6 +24,7 @@ use super::lease::Lease;
 use super::rounds::{ExtendInFlight, Rounds};
 use crate::clock::{Clock, wake_at};
 use crate::error::Error;
+use crate::trace::Renewal;
 
 /// How a lease is renewed.
 #[derive(Debug, Clone, Copy)]
@@ -200,7 +201,7 @@ impl Timer {
     /// many leases due together cost one wait, not one each (the node
     /// workers batch them into one round trip per node).
     fn renew(&mut self, rounds: &Rounds, due: Vec<Entry>) {
-        let mut in_flight: Vec<(Entry, Arc<Lease>, ExtendInFlight)> = Vec::new();
+        let mut in_flight: Vec<(Entry, Arc<Lease>, ExtendInFlight, Renewal)> = Vec::new();
         for mut entry in due {
             let Some(lease) = entry.lease.upgrade() else {
                 continue; // the guard is gone
@@ -240,13 +241,20 @@ impl Timer {
                 self.watch_expiry(rounds, entry, &lease);
                 continue;
             }
-            match rounds.begin_renewal(&lease, entry.plan.ttl) {
-                Ok(sent) => in_flight.push((entry, lease, sent)),
-                Err(e) => stop_renewal(&lease, &e),
+            // Each extend on a span of its own, following from the lock's.
+            let renewal = Renewal::begin(&lease.trace, &lease.resources);
+            match renewal.run(|| rounds.begin_renewal(&lease, entry.plan.ttl)) {
+                Ok(sent) => in_flight.push((entry, lease, sent, renewal)),
+                Err(e) => {
+                    renewal.ended(Some(&e));
+                    stop_renewal(&lease, &e);
+                }
             }
         }
-        for (mut entry, lease, sent) in in_flight {
-            match rounds.finish_extend(&lease, sent) {
+        for (mut entry, lease, sent, renewal) in in_flight {
+            let extended = renewal.run(|| rounds.finish_extend(&lease, sent));
+            renewal.ended(extended.as_ref().err());
+            match extended {
                 Ok(()) => {
                     entry.renewed += 1;
                     let at = rounds.now() + entry.plan.interval();

@@ -21,6 +21,8 @@ mod observability;
 mod quarantine;
 mod quorum;
 mod regressions;
+#[cfg(feature = "tracing")]
+mod tracing;
 mod validity;
 mod waiting;
 mod wakeups;
