@@ -744,7 +744,7 @@ fn spawn(
 
 /// True when something on `port` answers `PING` with `+PONG` (or
 /// `-NOAUTH`, which proves a Redis server is up too).
-fn ping(port: u16) -> bool {
+pub(crate) fn ping(port: u16) -> bool {
     use std::io::Write;
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;

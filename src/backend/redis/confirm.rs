@@ -198,6 +198,13 @@ impl std::fmt::Display for Unconfirmed {
 
 impl std::error::Error for Unconfirmed {}
 
+/// Whether an op's error says its master's replicas did not all confirm
+/// it (a cluster node then reads its slot map again, a Sentinel node
+/// asks the sentinels again).
+pub(crate) fn unconfirmed(e: &BackendError) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<Unconfirmed>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

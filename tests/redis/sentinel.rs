@@ -1,0 +1,232 @@
+//! A Sentinel-managed master set as one lock node
+//! (`redis+sentinel://`), against real sentinels the harness starts on
+//! loopback (`testkit::SentinelSet`: a master, a replica, three
+//! sentinels): the master the sentinels agree on, holds confirmed by
+//! the replica, a failover while a lock is held, a sentinel down, the
+//! replica paused, credentials never shown.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use std::time::Duration;
+
+use quorum_lock::backend::{self, Backend};
+use quorum_lock::{LockManager, RedisSentinelBackend};
+use testkit::{SentinelSet, wait_until};
+
+use crate::support::fresh_builder;
+
+const TTL: Duration = Duration::from_secs(10);
+const LONG_TTL: Duration = Duration::from_secs(60);
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A manager over the set alone (one node, one vote), failing at once;
+/// restart quarantine off (the servers started a moment ago).
+fn manager(set: &SentinelSet) -> LockManager {
+    fresh_builder([set.url()], TTL, TIMEOUT)
+        .max_ttl(TTL)
+        .build()
+        .unwrap()
+}
+
+/// Whether a key's value is a hold of `token` (an owner label may
+/// follow it).
+fn holds(value: Option<Vec<u8>>, token: &[u8]) -> bool {
+    value.is_some_and(|v| v.starts_with(token))
+}
+
+/// Lock, extend and release through the node: the hold is on the master
+/// the sentinels name, and on its replica before the lock is granted.
+#[test]
+fn lock_extend_release_on_the_master_the_sentinels_agree_on() {
+    let set = SentinelSet::start();
+    let locks = manager(&set);
+    let mut guard = locks.try_lock("orders:1").unwrap();
+    let token = guard.token().as_bytes().to_vec();
+    assert!(holds(set.master().get(b"orders:1"), &token));
+    assert!(
+        holds(set.replica().get(b"orders:1"), &token),
+        "a granted hold is on the replica (WAIT)"
+    );
+    guard.extend(TTL).unwrap();
+    assert!(set.master().pttl(b"orders:1") > 5_000);
+    guard.release().unwrap();
+    assert_eq!(set.master().get(b"orders:1"), None);
+    let name = &locks.health().nodes[0].name;
+    assert!(name.starts_with("redis+sentinel://127.0.0.1:"), "{name}");
+    assert!(name.ends_with("/quorum-lock-test"), "{name}");
+}
+
+/// A failover forced while a lock is held: the promoted replica has the
+/// hold, so nobody else gets the lock; the holder's extend either keeps
+/// it (on the new master) or reports it lost, and a kept lock is on the
+/// new master.
+#[test]
+fn a_failover_while_held_never_gives_a_second_holder() {
+    let mut set = SentinelSet::start();
+    // Long enough to outlive the failover (several seconds).
+    let long = |set: &SentinelSet| {
+        fresh_builder([set.url()], LONG_TTL, TIMEOUT)
+            .max_ttl(LONG_TTL)
+            .build()
+            .unwrap()
+    };
+    let (locks, other) = (long(&set), long(&set));
+    let mut guard = locks.try_lock("orders:2").unwrap();
+    let token = guard.token().as_bytes().to_vec();
+    let old = set.master().port();
+    set.failover();
+    assert_ne!(set.master().port(), old, "the replica was promoted");
+    assert!(
+        holds(set.master().get(b"orders:2"), &token),
+        "the new master has the hold: {:?} {:?}",
+        set.master().keys(),
+        set.replica().keys()
+    );
+    // The other manager meets the new master (after the old one refuses
+    // writes as a replica, or directly): held elsewhere.
+    let mut refused = 0;
+    for _ in 0..3 {
+        match other.try_lock("orders:2") {
+            Ok(g) => panic!(
+                "a second holder after the failover (first still valid: {}): {:?}",
+                guard.is_valid(),
+                g.token()
+            ),
+            Err(e) => {
+                assert!(e.is_contended() || e.is_no_quorum(), "{e}");
+                refused += usize::from(e.is_contended());
+            }
+        }
+        if refused > 0 {
+            break;
+        }
+    }
+    assert!(refused > 0, "the new master was never asked");
+    // The holder: an extend meets the old master (now a replica: it
+    // refuses, and the sentinels are asked again) or the new one; within
+    // a few tries the lock is kept there, or reported lost.
+    let mut kept = false;
+    for _ in 0..3 {
+        match guard.extend(LONG_TTL) {
+            Ok(_) => {
+                kept = true;
+                break;
+            }
+            Err(e) => assert!(e.is_lost(), "an extend fails as a loss: {e}"),
+        }
+    }
+    assert!(
+        kept,
+        "the hold is on the promoted replica: the extend keeps it"
+    );
+    assert!(holds(set.master().get(b"orders:2"), &token));
+    assert!(
+        other.try_lock("orders:2").is_err_and(|e| e.is_contended()),
+        "kept means held"
+    );
+    guard.release().unwrap();
+    assert_eq!(set.master().get(b"orders:2"), None);
+}
+
+/// One sentinel down: the two others are a majority of the three given,
+/// and name the master. Two down: no majority, and the node says so in
+/// one line naming it.
+#[test]
+fn a_majority_of_the_sentinels_is_enough_and_needed() {
+    let mut set = SentinelSet::start();
+    set.kill_sentinel(0);
+    let locks = manager(&set);
+    locks.try_lock("orders:3").unwrap().release().unwrap();
+    set.kill_sentinel(1);
+    let alone = manager(&set);
+    let e = alone.try_lock("orders:3").unwrap_err();
+    assert!(e.is_no_quorum(), "{e}");
+    let said = e.to_string();
+    let report = format!("{e:?}");
+    assert!(report.contains("sentinels"), "{report}");
+    assert!(report.contains("redis+sentinel://"), "{report}");
+    assert!(!said.contains('\n'), "one line: {said}");
+}
+
+/// The replica paused: the master cannot have a hold acknowledged, so
+/// it grants nothing (as a cluster shard); back, it grants again.
+#[test]
+fn a_paused_replica_makes_the_hold_refused() {
+    let set = SentinelSet::start();
+    let locks = fresh_builder([set.url()], TTL, Duration::from_millis(500))
+        .max_ttl(TTL)
+        .build()
+        .unwrap();
+    locks.try_lock("orders:4").unwrap().release().unwrap();
+    set.pause_replica();
+    let e = locks.try_lock("orders:4").unwrap_err();
+    let report = format!("{e:?}");
+    assert!(report.contains("not confirmed by the replicas"), "{report}");
+    set.resume_replica();
+    assert!(
+        wait_until(Duration::from_secs(10), || locks
+            .try_lock("orders:4")
+            .is_ok_and(|g| g.release().is_ok())),
+        "the replica back, locks are granted again"
+    );
+}
+
+/// Passwords (the sentinels' and the data nodes') never appear: not in
+/// the node's name, its `Debug`, an error, nor `health()`.
+#[test]
+fn credentials_never_appear() {
+    let set = SentinelSet::start_with_sentinel_password("s3ntinel-pw");
+    for server in [set.master(), set.replica()] {
+        let mut acl = redis::cmd("ACL");
+        acl.arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(">d4ta-pw")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all");
+        let () = server.cmd(&acl);
+    }
+    let url = set
+        .url()
+        .replace("redis+sentinel://", "redis+sentinel://locker:d4ta-pw@");
+    let node = RedisSentinelBackend::open(&url, TIMEOUT).unwrap();
+    let secret = |text: &str| text.contains("s3ntinel-pw") || text.contains("d4ta-pw");
+    assert!(!secret(&node.describe()), "{}", node.describe());
+    assert!(!secret(&format!("{node:?}")));
+    assert!(backend::acquire(&node, b"k", b"0123456789abcdefghij", TTL).unwrap());
+    // A wrong data-node password, and a wrong sentinel password: errors
+    // naming the node, without either password.
+    let wrong_data = url.replace("d4ta-pw", "d4ta-pw-wrong");
+    let wrong_sentinel = url.replace("s3ntinel-pw", "s3ntinel-pw-wrong");
+    for url in [wrong_data, wrong_sentinel] {
+        let node = RedisSentinelBackend::open(&url, TIMEOUT).unwrap();
+        let e = backend::acquire(&node, b"k2", b"0123456789abcdefghij", TTL).unwrap_err();
+        let text = format!("{e} {e:?}");
+        assert!(!secret(&text), "{text}");
+        assert!(text.contains("redis+sentinel://locker:***@"), "{text}");
+        let locks = fresh_builder([url.as_str()], TTL, TIMEOUT).build().unwrap();
+        let e = locks.try_lock("k3").unwrap_err();
+        let text = format!("{e} {e:?} {}", locks.health());
+        assert!(!secret(&text), "{text}");
+    }
+}
+
+/// Bad URLs are refused before any connection, in one line, without
+/// the password.
+#[test]
+fn bad_urls_are_refused_before_any_connection() {
+    for url in [
+        "redis+sentinel://:pw@127.0.0.1:26379",
+        "redis+sentinel://:pw@127.0.0.1:26379/",
+        "redis+sentinel://:pw@/mymaster",
+        "redis+sentinel://:pw@127.0.0.1:99999/mymaster",
+        "redis+sentinel://:pw@127.0.0.1:x/mymaster",
+        "redis+sentinel://:pw@127.0.0.1:26379,/mymaster",
+    ] {
+        let e = LockManager::builder().redis_nodes([url]).unwrap_err();
+        assert!(e.is_invalid(), "{url}: {e}");
+        let text = e.to_string();
+        assert!(!text.contains("pw@"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+}
