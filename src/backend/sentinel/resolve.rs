@@ -91,6 +91,15 @@ impl Set {
                 ),
             ));
         }
+        if named.replicas == 0 {
+            log::warn!(
+                "{}: the sentinels list no replica of {} that is up: its holds are confirmed \
+                 by as many replicas as it counts itself, none if it has none (a plain \
+                 server's, which no failover can replace)",
+                self.described,
+                master.url_redacted()
+            );
+        }
         Ok(master)
     }
 
