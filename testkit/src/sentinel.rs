@@ -6,9 +6,8 @@
 //! its config file). Every process stops on drop, by its pid: the data
 //! nodes as every [`RedisServer`] does, the sentinels here.
 
-use std::io::Read;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 
@@ -23,9 +22,6 @@ const AGREE: Duration = Duration::from_secs(30);
 
 /// How often agreement is asked (gently, on a 2-core machine).
 const POLL: Duration = Duration::from_millis(100);
-
-/// How long a sentinel may take to answer after it was started.
-const START: Duration = Duration::from_secs(5);
 
 /// Ports tried for one sentinel (a free port may be taken in between).
 const PORT_ATTEMPTS: usize = 5;
@@ -86,7 +82,7 @@ impl Sentinel {
             conf.push_str(&format!("requirepass {password}\n"));
         }
         std::fs::write(&file, conf).map_err(|e| format!("write {}: {e}", file.display()))?;
-        let mut child = Command::new(kind.binary())
+        let child = Command::new(kind.binary())
             .arg(&file)
             .arg("--sentinel")
             .stdin(Stdio::null())
@@ -94,30 +90,7 @@ impl Sentinel {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot run {} --sentinel: {e}", kind.name()))?;
-        let deadline = Instant::now() + START;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                let mut stderr = String::new();
-                if let Some(mut pipe) = child.stderr.take() {
-                    let _ = pipe.read_to_string(&mut stderr);
-                }
-                let log = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!(
-                    "sentinel on port {port} exited with {status}: {stderr}{log}"
-                ));
-            }
-            if crate::server::ping(port) {
-                return Ok(child);
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "sentinel on port {port} did not answer within {START:?}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::server::started(child, "sentinel", port, &log)
     }
 
     fn is_running(&self) -> bool {

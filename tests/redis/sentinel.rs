@@ -12,7 +12,7 @@ use quorum_lock::backend::{self, Backend};
 use quorum_lock::{LockManager, RedisSentinelBackend};
 use testkit::{SentinelSet, wait_until};
 
-use crate::support::fresh_builder;
+use crate::support::{fresh_builder, manager_of};
 
 const TTL: Duration = Duration::from_secs(10);
 const LONG_TTL: Duration = Duration::from_secs(60);
@@ -21,10 +21,7 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// A manager over the set alone (one node, one vote), failing at once;
 /// restart quarantine off (the servers started a moment ago).
 fn manager(set: &SentinelSet) -> LockManager {
-    fresh_builder([set.url()], TTL, TIMEOUT)
-        .max_ttl(TTL)
-        .build()
-        .unwrap()
+    manager_of([set.url()], TTL, TIMEOUT)
 }
 
 /// Whether a key's value is a hold of `token` (an owner label may
@@ -63,12 +60,7 @@ fn lock_extend_release_on_the_master_the_sentinels_agree_on() {
 fn a_failover_while_held_never_gives_a_second_holder() {
     let mut set = SentinelSet::start();
     // Long enough to outlive the failover (several seconds).
-    let long = |set: &SentinelSet| {
-        fresh_builder([set.url()], LONG_TTL, TIMEOUT)
-            .max_ttl(LONG_TTL)
-            .build()
-            .unwrap()
-    };
+    let long = |set: &SentinelSet| manager_of([set.url()], LONG_TTL, TIMEOUT);
     let (locks, other) = (long(&set), long(&set));
     let mut guard = locks.try_lock("orders:2").unwrap();
     let token = guard.token().as_bytes().to_vec();
@@ -152,10 +144,7 @@ fn a_majority_of_the_sentinels_is_enough_and_needed() {
 #[test]
 fn a_paused_replica_makes_the_hold_refused() {
     let set = SentinelSet::start();
-    let locks = fresh_builder([set.url()], TTL, Duration::from_millis(500))
-        .max_ttl(TTL)
-        .build()
-        .unwrap();
+    let locks = manager_of([set.url()], TTL, Duration::from_millis(500));
     locks.try_lock("orders:4").unwrap().release().unwrap();
     set.pause_replica();
     let e = locks.try_lock("orders:4").unwrap_err();

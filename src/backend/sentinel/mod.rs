@@ -196,10 +196,7 @@ impl fmt::Debug for RedisSentinelBackend {
 impl Set {
     /// `timeouts` node timeouts from now.
     fn deadline_in(&self, timeouts: u32) -> Instant {
-        let now = Instant::now();
-        let span = self.template.timeout().saturating_mul(timeouts);
-        now.checked_add(span)
-            .unwrap_or_else(|| now + Duration::from_secs(86_400))
+        self.template.deadline_in(timeouts)
     }
 
     /// The master found before, or the one the sentinels name now.
