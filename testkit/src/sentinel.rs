@@ -236,6 +236,12 @@ impl SentinelSet {
         self.sentinels[i].kill();
     }
 
+    /// Kills (`kill -9`) the replica for good: the master drops it at
+    /// once (its socket closes), the sentinels flag it down after 1 s.
+    pub fn kill_replica(&mut self) {
+        self.servers[1 - self.master].kill9();
+    }
+
     /// SIGSTOP on the replica: it freezes with its sockets open.
     pub fn pause_replica(&self) {
         self.replica().pause();

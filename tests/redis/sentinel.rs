@@ -267,3 +267,33 @@ fn a_promoted_replica_up_for_long_votes_at_once() {
     });
     assert!(granted, "{seen:#?}\n{}", locks.health());
 }
+
+/// The replica gone for good: the master drops it, the sentinels flag it
+/// down, and the master is a plain server: its holds are refused until
+/// then, granted after, and `health()` says that no replica confirms
+/// them.
+#[test]
+fn a_master_without_a_replica_is_a_plain_server_and_health_says_so() {
+    let mut set = SentinelSet::start();
+    let locks = manager_of([set.url()], TTL, Duration::from_millis(500));
+    locks.try_lock("p:1").unwrap().release().unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
+    let health = locks.health();
+    assert_eq!(health.nodes[0].confirming_replicas, Some(1), "{health}");
+    set.kill_replica();
+    let granted = || locks.try_lock("p:2").is_ok_and(|g| g.release().is_ok());
+    assert!(
+        wait_until(Duration::from_secs(15), granted),
+        "{}",
+        locks.health()
+    );
+    assert!(locks.flush(Duration::from_secs(5)));
+    let health = locks.health();
+    assert_eq!(health.nodes[0].confirming_replicas, Some(0), "{health}");
+    assert!(
+        health
+            .to_string()
+            .contains("no replica confirms its holds (a plain server)"),
+        "{health}"
+    );
+}

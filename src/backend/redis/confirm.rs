@@ -35,7 +35,7 @@ impl Confirmation {
     /// How many acknowledgements a hold needs: every replica the master
     /// has, and every one the map lists; `None` when the master's count
     /// is unknown (nothing can be confirmed then).
-    fn required(self) -> Option<usize> {
+    pub(super) fn required(self) -> Option<usize> {
         self.connected.map(|c| c.max(self.listed))
     }
 
