@@ -297,3 +297,34 @@ fn a_master_without_a_replica_is_a_plain_server_and_health_says_so() {
         "{health}"
     );
 }
+
+/// A waiter in another process is woken by the release notice of the
+/// master the sentinels name, well before its retry delay.
+#[test]
+fn a_waiter_is_woken_by_the_release_on_the_master() {
+    let set = SentinelSet::start();
+    let (holder, waiter) = (manager(&set), manager(&set));
+    let guard = testkit::hold_settled(&holder, "wake");
+    let slow = quorum_lock::LockOptions::new().retry(
+        quorum_lock::RetryPolicy::new()
+            .attempts(4)
+            .delay(Duration::from_secs(5))
+            .jitter(Duration::ZERO),
+    );
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.lock_with("wake", &slow);
+            (got.map(|g| g.release().unwrap()), std::time::Instant::now())
+        });
+        testkit::until_listening(&waiter);
+        let released_at = std::time::Instant::now();
+        guard.release().unwrap();
+        let (got, done) = waiting.join().unwrap();
+        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
+        let after = done - released_at;
+        assert!(
+            after < Duration::from_millis(2500),
+            "the waiter slept out its retry delay ({after:?} after the release)"
+        );
+    });
+}

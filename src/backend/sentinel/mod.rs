@@ -25,9 +25,10 @@
 //! * **A bounded call**: every call ends within [`CALL_TIMEOUTS`] node
 //!   timeouts ([`Backend::call_timeout`]).
 //!
-//! Not yet: release notices (waiters retry on their timer), and the
-//! sentinels' `+switch-master` announcements (a failover is seen by the
-//! old master's refusals or silence instead).
+//! * **Release notices**: a subscriber on the master.
+//!
+//! Not yet: the sentinels' `+switch-master` announcements (a failover is
+//! seen by the old master's refusals or silence instead).
 
 mod resolve;
 mod url;
@@ -42,7 +43,7 @@ use crate::backend::redis::confirm::unconfirmed;
 use crate::backend::redis::{RedisBackend, Scripts, redact_url};
 use crate::backend::{
     Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Inspect, Op, Probe,
-    ServerInfo,
+    ReleaseListener, ServerInfo,
 };
 
 use self::url::{SCHEMES, parse};
@@ -305,6 +306,20 @@ impl Backend for RedisSentinelBackend {
 
     fn inspector(&self) -> Option<&dyn Inspect> {
         Some(self)
+    }
+
+    /// A subscriber on the master (found now if none is known, within
+    /// two node timeouts; `None` when none can be found: waiters then
+    /// retry on their timer). Called once, when someone first waits.
+    /// After a failover it stays on the old master, which as a replica
+    /// of the new one still hears its releases (a `PUBLISH` travels with
+    /// the replication stream); were the old master gone, the lost
+    /// connection leaves the waiters to their timers.
+    fn release_listener(&self) -> Option<Box<dyn ReleaseListener>> {
+        let set = &self.inner;
+        set.master(set.deadline_in(CALL_TIMEOUTS - 1))
+            .ok()?
+            .release_listener()
     }
 }
 
