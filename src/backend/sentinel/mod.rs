@@ -172,6 +172,23 @@ impl RedisSentinelBackend {
         }
     }
 
+    /// The address (host, port) of the master a majority of the
+    /// sentinels name now, checked with `ROLE`: the server this node's
+    /// next batch goes to. Asks the sentinels (within two node timeouts).
+    ///
+    /// # Errors
+    ///
+    /// No majority of the sentinels names a master, or the server they
+    /// name does not answer `ROLE` with `master` (the message names the
+    /// node, without passwords).
+    pub fn master_address(&self) -> Result<(String, u16), BackendError> {
+        let set = &self.inner;
+        let master = set.resolve(set.deadline_in(CALL_TIMEOUTS - 1))?;
+        *set.master.lock() = Some(master.clone());
+        let (host, port) = master.host_port().unwrap_or(("", 0));
+        Ok((host.to_owned(), port))
+    }
+
     /// The node's URL without the passwords, as [`describe`](Backend::describe):
     /// `redis+sentinel://[user:***@]host:port,.../MASTER-NAME`.
     pub fn url_redacted(&self) -> &str {
