@@ -43,14 +43,17 @@ use crate::backend::redis::confirm::unconfirmed;
 use crate::backend::redis::{RedisBackend, Scripts, redact_url};
 use crate::backend::{
     Answers, Backend, BackendError, BackendErrorKind, Holding, InFlight, Inspect, Op, Probe,
-    ReleaseListener, ServerInfo,
+    ReleaseListener, Reply, ServerInfo,
 };
 
 use self::url::{SCHEMES, parse};
 
 /// The bound on one call, in node timeouts: the sentinels asked (at once:
-/// one), `ROLE` on the master (one), one batch (one).
-const CALL_TIMEOUTS: u32 = 3;
+/// one) and `ROLE` on the master (one) when no master is known, one
+/// batch (one); or, when a known master refused the batch as a replica,
+/// the batch (one), the sentinels and `ROLE` (two), and the refused ops
+/// on the new master (one).
+const CALL_TIMEOUTS: u32 = 4;
 
 /// A master set managed by Redis or Valkey Sentinel as one lock node:
 /// one vote, cast by the master a majority of the sentinels name, each
@@ -260,6 +263,50 @@ fn asks_again(e: &BackendError) -> bool {
 struct SentinelFlight {
     set: Arc<Set>,
     sent: Result<(RedisBackend, Box<dyn InFlight>), BackendError>,
+    /// Whether the master was found in this call (its refusals are then
+    /// not followed: the sentinels were just asked).
+    found_here: bool,
+    /// The end of the call ([`CALL_TIMEOUTS`] after it began).
+    until: Instant,
+}
+
+/// One op's answer, with the identity of the server that gave it.
+type Answer = (Result<Reply, BackendError>, Option<Arc<ServerInfo>>);
+
+impl SentinelFlight {
+    /// The answers of a batch on `master`, and whether the node is to
+    /// ask the sentinels again: the master was out of reach or slow,
+    /// refused writes, counted other replicas than the sentinels list,
+    /// or did not have a hold confirmed.
+    fn answers(master: &RedisBackend, got: Answers) -> (Vec<Answer>, bool) {
+        let again = master.replicas_differ()
+            || got
+                .results()
+                .iter()
+                .any(|r| r.as_ref().is_err_and(asks_again));
+        // A master turned replica by a failover answers without an
+        // identity: it grants nothing (its writes are refused), and its
+        // keys are not lost to the node, they are on the new master (every
+        // hold that counted was acknowledged by the replica promoted), so
+        // its new role is no forget of this node's.
+        let server = got
+            .server()
+            .filter(|s| s.replica != Some(true))
+            .cloned()
+            .map(Arc::new);
+        let answers = got
+            .into_results()
+            .into_iter()
+            .map(|r| (r, server.clone()))
+            .collect();
+        (answers, again)
+    }
+}
+
+/// Whether an answer says the server refused the write as a replica
+/// (`READONLY`): the op did not run there.
+fn refused_as_replica(answer: &Answer) -> bool {
+    matches!(&answer.0, Err(e) if e.kind() == BackendErrorKind::ReadOnly)
 }
 
 impl InFlight for SentinelFlight {
@@ -270,23 +317,50 @@ impl InFlight for SentinelFlight {
         }
     }
 
+    /// Reads the master's answers. The ops it refused as a replica
+    /// (`READONLY`: they did not run) are sent once more, in the batch's
+    /// order, to the master the sentinels name now, when it is another
+    /// and the call has time left: a lock held across a failover is
+    /// extended on the new master, which has it.
     fn finish(self: Box<Self>, ops: &[Op<'_>]) -> Answers {
-        let (master, flight) = match self.sent {
+        let Self {
+            set,
+            sent,
+            found_here,
+            until,
+        } = *self;
+        let (master, flight) = match sent {
             Ok(sent) => sent,
             Err(e) => return Answers::per_answer(ops.iter().map(|_| (Err(e.clone()), None))),
         };
-        let got = flight.finish(ops);
-        let differ = master.replicas_differ();
-        if differ
-            || got
-                .results()
-                .iter()
-                .any(|r| r.as_ref().is_err_and(asks_again))
-        {
-            self.set.forget(&master);
+        let (mut answers, again) = Self::answers(&master, flight.finish(ops));
+        if again {
+            set.forget(&master);
         }
-        let server = got.server().cloned().map(Arc::new);
-        Answers::per_answer(got.into_results().into_iter().map(|r| (r, server.clone())))
+        let refused: Vec<usize> = (0..answers.len())
+            .filter(|&i| refused_as_replica(&answers[i]))
+            .collect();
+        if refused.is_empty() || found_here || Instant::now() >= until {
+            return Answers::per_answer(answers);
+        }
+        let Ok(new) = set.master(until) else {
+            return Answers::per_answer(answers);
+        };
+        if new.host_port() == master.host_port() {
+            return Answers::per_answer(answers);
+        }
+        let sub: Vec<Op<'_>> = refused.iter().map(|&i| ops[i]).collect();
+        let got = new
+            .send_by(&sub, set.deadline_in(1).min(until))
+            .finish(&sub);
+        let (followed, again) = Self::answers(&new, got);
+        if again {
+            set.forget(&new);
+        }
+        for (i, answer) in refused.into_iter().zip(followed) {
+            answers[i] = answer;
+        }
+        Answers::per_answer(answers)
     }
 }
 
@@ -301,6 +375,7 @@ impl Backend for RedisSentinelBackend {
     fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
         let set = &self.inner;
         let until = set.deadline_in(CALL_TIMEOUTS);
+        let found_here = set.master.lock().is_none();
         let sent = set.master(until).map(|master| {
             let flight = master.send_by(ops, set.deadline_in(1).min(until));
             (master, flight)
@@ -308,11 +383,14 @@ impl Backend for RedisSentinelBackend {
         Box::new(SentinelFlight {
             set: Arc::clone(set),
             sent,
+            found_here,
+            until,
         })
     }
 
-    /// Three timeouts: the sentinels (asked at once), `ROLE` on the
-    /// master they name, one batch.
+    /// Four timeouts: the sentinels (asked at once), `ROLE` on the
+    /// master they name, one batch; or a batch refused by a master turned
+    /// replica, the sentinels, `ROLE`, and the refused ops again.
     fn call_timeout(&self) -> Option<Duration> {
         Some(self.inner.template.timeout().saturating_mul(CALL_TIMEOUTS))
     }
@@ -341,12 +419,28 @@ impl Backend for RedisSentinelBackend {
 }
 
 impl Probe for RedisSentinelBackend {
-    /// The identity of the master the sentinels name now (asked again).
+    /// The identity of the master: the one found before, or the one the
+    /// sentinels name now. A master that does not answer (or refuses) is
+    /// forgotten: the next call asks the sentinels again. One that says
+    /// it is a replica now (a failover) is forgotten at once, and the
+    /// identity is the new master's.
     fn server_info(&self) -> Result<ServerInfo, BackendError> {
         let set = &self.inner;
-        let master = set.resolve(set.deadline_in(CALL_TIMEOUTS - 1))?;
-        *set.master.lock() = Some(master.clone());
-        Probe::server_info(&master)
+        let until = set.deadline_in(CALL_TIMEOUTS - 1);
+        let master = set.master(until)?;
+        match Probe::server_info(&master) {
+            Ok(info) if info.replica == Some(true) => {
+                set.forget(&master);
+                Probe::server_info(&set.master(until)?)
+            }
+            Ok(info) => Ok(info),
+            Err(e) => {
+                if asks_again(&e) {
+                    set.forget(&master);
+                }
+                Err(e)
+            }
+        }
     }
 }
 
