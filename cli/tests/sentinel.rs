@@ -22,20 +22,5 @@ fn run_status_break_and_doctor_work_through_a_sentinel_node() {
         "doctor names the master the sentinels name: {text} {}",
         common::stderr(&doctor)
     );
-    let holder = tool_on(&urls, &["run", "job", "--", "sleep", "30"])
-        .spawn()
-        .unwrap();
-    let held = || code(&output(&mut tool_on(&urls, &["status", "job"]))) == 0;
-    assert!(wait_until(HANG, held), "the lock was never held");
-    let text = stdout(&output(&mut tool_on(&urls, &["status", "job"])));
-    assert!(text.contains("job: held by "), "{text}");
-    assert!(set.master().get(b"job").is_some(), "on the master");
-    let broken = output(&mut tool_on(&urls, &["break", "--force", "job"]));
-    assert_eq!(code(&broken), 0, "{broken:?}");
-    assert_eq!(set.master().get(b"job"), None, "broken on the master");
-    let _ = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(holder.id().to_string())
-        .status();
-    let _ = common::wait_for(holder);
+    common::run_status_break(&urls, |key| set.master().get(key));
 }

@@ -13,6 +13,7 @@ use quorum_lock::{LockManager, RedisSentinelBackend};
 use testkit::{SentinelSet, wait_until};
 
 use crate::support::{fresh_builder, manager_of};
+use crate::wakeups::{assert_woken, slow_retries, woken_after};
 
 const TTL: Duration = Duration::from_secs(10);
 const LONG_TTL: Duration = Duration::from_secs(60);
@@ -310,28 +311,10 @@ fn a_waiter_is_woken_by_the_release_on_the_master() {
     let set = SentinelSet::start();
     let (holder, waiter) = (manager(&set), manager(&set));
     let guard = testkit::hold_settled(&holder, "wake");
-    let slow = quorum_lock::LockOptions::new().retry(
-        quorum_lock::RetryPolicy::new()
-            .attempts(4)
-            .delay(Duration::from_secs(5))
-            .jitter(Duration::ZERO),
-    );
-    std::thread::scope(|s| {
-        let waiting = s.spawn(|| {
-            let got = waiter.lock_with("wake", &slow);
-            (got.map(|g| g.release().unwrap()), std::time::Instant::now())
-        });
+    let after = woken_after(&waiter, "wake", &slow_retries(), guard, || {
         testkit::until_listening(&waiter);
-        let released_at = std::time::Instant::now();
-        guard.release().unwrap();
-        let (got, done) = waiting.join().unwrap();
-        got.unwrap_or_else(|e| panic!("the waiter did not get the lock: {e}"));
-        let after = done - released_at;
-        assert!(
-            after < Duration::from_millis(2500),
-            "the waiter slept out its retry delay ({after:?} after the release)"
-        );
     });
+    assert_woken(after);
 }
 
 /// An old master that still says `master` but has lost its replicas (as

@@ -9,7 +9,10 @@
 //!   grants counts. Asked at the first batch, and again at the batch
 //!   after the master was out of reach or slow, refused a write
 //!   (`READONLY`: it was turned into a replica), did not have a hold
-//!   confirmed, or counted other replicas than the sentinels list.
+//!   confirmed, or counted other replicas than the sentinels list. The
+//!   ops a master turned replica refused (`READONLY`: they did not run)
+//!   run once more, within the call, on the master the sentinels name
+//!   now, so a lock held across a failover is extended there.
 //! * **Holds confirmed as on a cluster shard** (`redis/confirm.rs`):
 //!   each acquire, extend and fence raise counts only when `WAIT`
 //!   acknowledges it from the larger of the replicas the sentinels see up
