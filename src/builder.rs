@@ -10,6 +10,8 @@ use crate::backend::Backend;
 use crate::backend::cluster::RedisClusterBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::{RedisBackend, Scripts};
+#[cfg(feature = "redis")]
+use crate::backend::sentinel::RedisSentinelBackend;
 use crate::clock::{Clock, MonotonicClock};
 use crate::engine::{Engine, Settings, majority};
 use crate::error::{Error, Result};
@@ -90,6 +92,9 @@ impl NodeSpec {
                 let opened = if crate::backend::cluster::is_cluster_url(&url) {
                     RedisClusterBackend::open(&url, timeout)
                         .map(|b| Arc::new(b.with_scripts(scripts)) as Arc<dyn Backend>)
+                } else if crate::backend::sentinel::is_sentinel_url(&url) {
+                    RedisSentinelBackend::open(&url, timeout)
+                        .map(|b| Arc::new(b.with_scripts(scripts)) as Arc<dyn Backend>)
                 } else {
                     RedisBackend::open(&url, timeout)
                         .map(|b| Arc::new(b.with_scripts(scripts)) as Arc<dyn Backend>)
@@ -122,7 +127,11 @@ impl LockManagerBuilder {
     /// Adds one Redis master per URL (`redis://[user[:password]@]host[:port][/db]`,
     /// or `rediss://...` with the `tls` feature), or one whole Redis or
     /// Valkey cluster per `redis+cluster://host:port` (`rediss+cluster://`)
-    /// URL: one node, one vote ([`RedisClusterBackend`](crate::RedisClusterBackend)).
+    /// URL: one node, one vote ([`RedisClusterBackend`](crate::RedisClusterBackend)),
+    /// or one Sentinel-managed master set per
+    /// `redis+sentinel://host:port[,host:port...]/MASTER-NAME` URL
+    /// (`rediss+sentinel://`): one node, one vote
+    /// ([`RedisSentinelBackend`](crate::RedisSentinelBackend)).
     /// Nothing connects yet: a node that is down makes its first
     /// operations fail, not the build. Each node's connect, read and write
     /// timeouts are the per-node timeout.

@@ -123,6 +123,12 @@ pub struct NodeHealth {
     /// them: shown whether or not the manager accepts that risk (see
     /// [`LockManagerBuilder::accept_eviction_risk`](crate::LockManagerBuilder::accept_eviction_risk)).
     pub eviction: Option<String>,
+    /// On a node whose holds are confirmed by replicas (a cluster, a
+    /// Sentinel-managed master set), how many replicas the last hold
+    /// waited for (the fewest of a cluster's shards): `Some(0)` says the
+    /// master has no replica, so its holds are only as safe as a plain
+    /// server's. `None` on a plain server, or before the first hold.
+    pub confirming_replicas: Option<usize>,
 }
 
 /// Whether a node's votes count.
@@ -328,6 +334,9 @@ impl fmt::Display for Health {
                 (&n.eviction, matches!(n.state, NodeState::MayEvict { .. }))
             {
                 write!(f, "; may evict lock keys ({setting}), risk accepted")?;
+            }
+            if n.confirming_replicas == Some(0) {
+                write!(f, "; no replica confirms its holds (a plain server)")?;
             }
             if let Some(e) = &n.last_error {
                 write!(f, "; last error: {e}")?;

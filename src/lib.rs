@@ -124,7 +124,9 @@
 //!   always follows the acquire it undoes.
 //! * [`backend::Backend`]: one lock server; [`MemoryBackend`] and
 //!   (feature `redis`) `RedisBackend`, and `RedisClusterBackend` for a
-//!   whole Redis or Valkey cluster as one node (`redis+cluster://`).
+//!   whole Redis or Valkey cluster as one node (`redis+cluster://`),
+//!   `RedisSentinelBackend` for a Sentinel-managed master set as one
+//!   node (`redis+sentinel://`).
 //! * [`LockGuard`]: the held lock; released when dropped.
 //!
 //! # What is where
@@ -197,8 +199,9 @@
 //! # Features
 //!
 //! * `redis` (default): the Redis backends, `RedisBackend`,
-//!   `RedisClusterBackend` and `LockManagerBuilder::redis_nodes`
-//!   (`redis://`, `redis+cluster://`), on the `redis` crate's protocol
+//!   `RedisClusterBackend`, `RedisSentinelBackend` and
+//!   `LockManagerBuilder::redis_nodes` (`redis://`, `redis+cluster://`,
+//!   `redis+sentinel://`), on the `redis` crate's protocol
 //!   code. Connections are pooled by the crate itself (no `r2d2`:
 //!   `docs/design.md` says why).
 //! * `tls`: `rediss://` URLs, via rustls with the `ring` provider.
@@ -272,6 +275,9 @@ pub use backend::op::MAX_READERS;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redis::{RedisBackend, Scripts};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use backend::sentinel::RedisSentinelBackend;
 pub use builder::LockManagerBuilder;
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ManualClock, MonotonicClock};

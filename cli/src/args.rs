@@ -22,7 +22,8 @@ pub(crate) struct Cli {
 /// Settings every subcommand shares.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// The Redis masters, comma-separated (`redis://[user:pass@]host:port`).
+    /// The Redis masters, comma-separated (`redis://[user:pass@]host:port`;
+    /// a `redis+sentinel://h1:p1,h2:p2/NAME` node keeps its own commas).
     #[arg(
         long,
         env = "QUORUM_LOCK_NODES",
@@ -424,9 +425,46 @@ fn parse_scripts(text: &str) -> Result<Scripts, String> {
     }
 }
 
+/// The node URLs of `--nodes` split at every comma, put back together
+/// where a comma was a Sentinel URL's (between its sentinels): a piece
+/// without a scheme (`://`) continues the URL before it.
+pub(crate) fn rejoin_sentinels(pieces: Vec<String>) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        match urls.last_mut() {
+            Some(last) if !piece.contains("://") && last.contains("+sentinel://") => {
+                last.push(',');
+                last.push_str(&piece);
+            }
+            _ => urls.push(piece),
+        }
+    }
+    urls
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sentinel_url_keeps_its_commas() {
+        let split = |text: &str| text.split(',').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(
+            rejoin_sentinels(split(
+                "redis://a:1,redis+sentinel://s1:1,s2:2,s3/main,redis://b:2"
+            )),
+            [
+                "redis://a:1",
+                "redis+sentinel://s1:1,s2:2,s3/main",
+                "redis://b:2"
+            ]
+        );
+        // A stray piece after a plain URL stays a (bad) URL of its own.
+        assert_eq!(
+            rejoin_sentinels(split("redis://a:1,b:2")),
+            ["redis://a:1", "b:2"]
+        );
+    }
 
     #[test]
     fn durations_people_write() {

@@ -5,14 +5,15 @@
 use std::time::{Duration, Instant};
 
 use quorum_lock::backend::{self, Backend, Holding, ServerInfo};
-use quorum_lock::{RedisBackend, RedisClusterBackend};
+use quorum_lock::{RedisBackend, RedisClusterBackend, RedisSentinelBackend};
 use redis::{Connection, FromRedisValue, IntoConnectionInfo};
 
 /// A sorted set's members and their scores, lowest score first.
 pub(crate) type Members = Vec<(Vec<u8>, f64)>;
 
-/// One configured node: a server, or a whole cluster
-/// (`redis+cluster://`).
+/// One configured node: a server, a whole cluster (`redis+cluster://`),
+/// or a Sentinel-managed master set (`redis+sentinel://`: its direct
+/// connections go to the master the sentinels name when it is opened).
 pub(crate) struct Node {
     /// The URL without its password.
     pub(crate) name: String,
@@ -23,6 +24,9 @@ pub(crate) struct Node {
     direct: String,
     /// Whether the node is a whole cluster.
     pub(crate) cluster: bool,
+    /// A Sentinel node's master (`host:port`), as a majority of its
+    /// sentinels named it when the node was opened.
+    pub(crate) master: Option<String>,
     secret: Option<String>,
     timeout: Duration,
     backend: Box<dyn Backend>,
@@ -34,9 +38,23 @@ impl Node {
         let cluster = ["redis+cluster://", "rediss+cluster://"]
             .iter()
             .any(|scheme| url.starts_with(scheme));
+        let sentinel = ["redis+sentinel://", "rediss+sentinel://"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme));
+        let mut master = None;
         let (direct, backend): (String, Box<dyn Backend>) = if cluster {
             let node = RedisClusterBackend::open(url, timeout).map_err(|e| e.to_string())?;
             (url.replacen("+cluster", "", 1), Box::new(node))
+        } else if sentinel {
+            let node = RedisSentinelBackend::open(url, timeout).map_err(|e| e.to_string())?;
+            let (host, port) = node.master_address().map_err(|e| e.to_string())?;
+            let direct = master_url(url, &host, port);
+            master = Some(if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            });
+            (direct, Box::new(node))
         } else {
             let node = RedisBackend::open(url, timeout).map_err(|e| e.to_string())?;
             (url.to_owned(), Box::new(node))
@@ -52,6 +70,7 @@ impl Node {
             url: url.to_owned(),
             direct,
             cluster,
+            master,
             secret,
             timeout,
             backend,
@@ -224,6 +243,41 @@ impl Node {
     }
 }
 
+/// The URL of the master at `host:port` with the data nodes' settings of
+/// the Sentinel URL `url` (`redis+sentinel://[userinfo@]hosts/NAME[/db]
+/// [?query][#fragment]`): its user-info, database, query (without the
+/// sentinels' `sentinel_` settings) and fragment.
+fn master_url(url: &str, host: &str, port: u16) -> String {
+    let (scheme, rest) = url.split_once("+sentinel://").unwrap_or(("redis", url));
+    let (rest, fragment) = rest
+        .split_once('#')
+        .map_or((rest, String::new()), |(rest, f)| (rest, format!("#{f}")));
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let userinfo = authority
+        .rsplit_once('@')
+        .map_or_else(String::new, |(userinfo, _)| format!("{userinfo}@"));
+    let db = match path.split_once('/') {
+        Some((_, db)) if !db.is_empty() => db,
+        _ => "0",
+    };
+    let query: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !pair.starts_with("sentinel_"))
+        .collect();
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", query.join("&"))
+    };
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    format!("{scheme}://{userinfo}{host}:{port}/{db}{query}{fragment}")
+}
+
 /// Every configured node, or the first malformed URL's error.
 pub(crate) fn nodes(urls: &[String], timeout: Duration) -> Result<Vec<Node>, String> {
     urls.iter().map(|url| Node::open(url, timeout)).collect()
@@ -235,4 +289,22 @@ pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
         .filter_map(|line| line.trim_end().split_once(':'))
         .find(|(name, _)| *name == field)
         .map(|(_, value)| value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_urls_master_has_the_data_nodes_settings() {
+        let url = "redis+sentinel://u:pw@h1:26379,h2/main/3?sentinel_password=s&x=1#insecure";
+        assert_eq!(
+            master_url(url, "10.0.0.9", 6380),
+            "redis://u:pw@10.0.0.9:6380/3?x=1#insecure"
+        );
+        assert_eq!(
+            master_url("rediss+sentinel://h/main", "::1", 7),
+            "rediss://[::1]:7/0"
+        );
+    }
 }

@@ -55,10 +55,11 @@ fn main() -> ExitCode {
     {
         return guardian::main();
     }
-    let cli = match Cli::try_parse() {
+    let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage(&e),
     };
+    cli.global.nodes = args::rejoin_sentinels(std::mem::take(&mut cli.global.nodes));
     if cli.global.nodes.is_empty() {
         // A global argument cannot be `required` in clap: checked here,
         // with clap's usage message.

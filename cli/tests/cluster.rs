@@ -57,23 +57,5 @@ fn doctor_tells_a_plain_url_to_a_cluster_member_to_name_the_cluster() {
 #[test]
 fn run_status_and_break_work_through_a_cluster_node() {
     let cluster = RedisCluster::start(3, 0);
-    let urls = [cluster.seed_url()];
-    let holder = tool_on(&urls, &["run", "job", "--", "sleep", "30"])
-        .spawn()
-        .unwrap();
-    let held = || code(&output(&mut tool_on(&urls, &["status", "job"]))) == 0;
-    assert!(wait_until(HANG, held), "the lock was never held");
-    let text = stdout(&output(&mut tool_on(&urls, &["status", "job"])));
-    assert!(text.contains("job: held by "), "{text}");
-    assert!(cluster.get(b"job").is_some(), "on the key's master");
-    let broken = output(&mut tool_on(&urls, &["break", "--force", "job"]));
-    assert_eq!(code(&broken), 0, "{broken:?}");
-    assert_eq!(cluster.get(b"job"), None, "broken on the key's master");
-    // The run stops its command: its lock is gone, or on SIGTERM (it
-    // may have exited already, so the signal's outcome does not matter).
-    let _ = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(holder.id().to_string())
-        .status();
-    let _ = common::wait_for(holder);
+    common::run_status_break(&[cluster.seed_url()], |key| cluster.get(key));
 }

@@ -50,6 +50,9 @@ pub(crate) mod op;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub(crate) mod redis;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub(crate) mod sentinel;
 mod server_info;
 mod single;
 

@@ -50,6 +50,12 @@ pub struct ServerInfo {
     /// `redis_version:7.2.4` in every release; `redis_version` for Redis):
     /// what tells whether it has the commands that replace scripts.
     pub version: Option<ServerVersion>,
+    /// How many replicas had to acknowledge each hold of the batch that
+    /// brought this identity, on a server whose holds are confirmed by
+    /// its replicas (a cluster's shard master, a Sentinel node's master):
+    /// `Some(0)` when it has none, so its holds are as safe as a plain
+    /// server's; `None` on a plain server, or a batch without a hold.
+    pub confirming_replicas: Option<usize>,
 }
 
 /// Which server a node runs: a product and its version, from `INFO server`.

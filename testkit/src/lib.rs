@@ -9,6 +9,8 @@
 //!   `cc`), for [`RedisServer::start_with_clock`].
 //! * [`RedisCluster`]: a cluster of such servers (masters, replicas,
 //!   failover) on loopback.
+//! * [`SentinelSet`]: a master, a replica and three sentinels on
+//!   loopback (failover, a sentinel killed, the replica paused).
 //! * [`fake_server`]: hostile servers that answer with what no Redis sends.
 //! * [`scripted`]: a fake server whose every answer the test writes.
 //! * [`proxy`]: a TCP proxy for fault injection (delay, blackhole, cuts that
@@ -42,6 +44,7 @@ mod redis_cluster;
 mod report;
 pub mod rng;
 pub mod scripted;
+mod sentinel;
 pub mod server;
 mod wait;
 
@@ -53,6 +56,7 @@ pub use redis_cluster::RedisCluster;
 pub use report::said_of;
 pub use rng::Rng;
 pub use scripted::ScriptedServer;
+pub use sentinel::{MASTER_NAME, SentinelSet};
 pub use server::{
     RedisServer, RedisServers, SERVER_ENV, ServerKind, TempDir, connect, free_port, wheel_server,
 };

@@ -711,10 +711,22 @@ fn spawn(
             .env("LD_PRELOAD", clock::shim())
             .env(clock::CLOCK_FILE_ENV, file);
     }
-    let mut child = match command.spawn() {
+    let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => panic!("cannot run {name} ({}): {e}", binary.display()),
     };
+    started(child, name, port, &log)
+}
+
+/// Waits until `child`, started on `port`, answers `PING` (within
+/// [`START_TIMEOUT`]); `Err` with its stderr and the end of its `log`
+/// when it exits first, or when it never answers (then it is killed).
+pub(crate) fn started(
+    mut child: Child,
+    name: &str,
+    port: u16,
+    log: &Path,
+) -> Result<Child, String> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -722,7 +734,7 @@ fn spawn(
             if let Some(mut pipe) = child.stderr.take() {
                 let _ = pipe.read_to_string(&mut stderr);
             }
-            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            let log = std::fs::read_to_string(log).unwrap_or_default();
             return Err(format!(
                 "{name} on port {port} exited with {status}: {stderr}{}",
                 tail(&log, 10)

@@ -17,7 +17,7 @@ use quorum_lock::{Error, LockManager, LockOptions, RedisClusterBackend, RetryPol
 use testkit::scripted::{bulk, error};
 use testkit::{RedisCluster, RedisServer, ScriptedServer, wait_until};
 
-use crate::support::fresh_builder;
+use crate::support::manager_of;
 
 const TTL: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -31,10 +31,7 @@ fn token(n: u8) -> Vec<u8> {
 /// lock says so. Restart quarantine is off: the servers started a moment
 /// ago (the failover test has its own manager with it on).
 fn manager(urls: &[String]) -> LockManager {
-    fresh_builder(urls, TTL, TIMEOUT)
-        .max_ttl(TTL)
-        .build()
-        .unwrap()
+    manager_of(urls, TTL, TIMEOUT)
 }
 
 /// Whether a key's value is a hold of `token` (the value starts with the

@@ -31,5 +31,6 @@ mod readiness;
 mod restarts;
 mod rw;
 mod script_free;
+mod sentinel;
 mod support;
 mod wakeups;

@@ -47,6 +47,19 @@ impl Fresh {
     }
 }
 
+/// A manager over `urls` ([`fresh_builder`]) whose locks may last up to
+/// `ttl` (its `max_ttl`), failing at once so that a refused lock says so.
+pub(crate) fn manager_of<I>(urls: I, ttl: Duration, node_timeout: Duration) -> LockManager
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    fresh_builder(urls, ttl, node_timeout)
+        .max_ttl(ttl)
+        .build()
+        .unwrap_or_else(|e| panic!("build: {e}"))
+}
+
 /// Creates the ACL user `user` on `server` with `password` and `rules`
 /// (`ACL SETUSER <user> on ><password> <rules>...`; panics, naming the
 /// server, when it refuses them); the URL that connects as that user.

@@ -51,7 +51,7 @@ fn two_processes() -> (RedisServers, LockManager, LockManager) {
 
 /// Retry every 5 s exactly, a few times: without a wake-up, the second
 /// attempt comes 5 s after the first.
-fn slow_retries() -> LockOptions {
+pub(crate) fn slow_retries() -> LockOptions {
     LockOptions::new().retry(
         RetryPolicy::new()
             .attempts(4)
@@ -64,7 +64,7 @@ fn slow_retries() -> LockOptions {
 /// thread of its own; once `ready` returned (it waits until the waiter
 /// listens, and may cut its subscriptions), `guard` is released. How long
 /// after the release the waiter got the lock (released again at once).
-fn woken_after(
+pub(crate) fn woken_after(
     waiter: &LockManager,
     key: &str,
     options: &LockOptions,
@@ -88,7 +88,7 @@ fn woken_after(
 
 /// The waiter got the lock `after` the release, well before its retry
 /// delay: a notice woke it.
-fn assert_woken(after: Duration) {
+pub(crate) fn assert_woken(after: Duration) {
     assert!(
         after < WOKEN_WITHIN,
         "the waiter got the lock {after:?} after the release: it slept out its retry delay \

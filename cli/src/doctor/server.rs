@@ -144,6 +144,13 @@ fn check_identity(
         }
         c.text("role", "role", role);
     }
+    if let Some(master) = &node.master {
+        c.text(
+            "master",
+            "master",
+            format!("{master} (named by a majority of the sentinels)"),
+        );
+    }
 }
 
 /// The memory policy: its name, the `maxmemory` limit when known, and

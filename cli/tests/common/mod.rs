@@ -217,3 +217,29 @@ pub fn user_url(server: &RedisServer, line: &str, without: &[&str]) -> String {
     let _: () = cmd.query(&mut server.conn()).unwrap();
     format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", server.port())
 }
+
+/// `run` holds `job` through the node at `urls` (a command that sleeps),
+/// `status` shows it held, `get` (the key as the server that serves it
+/// has it) finds it, and `break --force` releases it there; the run is
+/// then stopped. For the nodes made of several servers (a cluster, a
+/// Sentinel node), whose every command goes where the key lives.
+pub fn run_status_break(urls: &[String], get: impl Fn(&[u8]) -> Option<Vec<u8>>) {
+    let holder = tool_on(urls, &["run", "job", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    let held = || code(&output(&mut tool_on(urls, &["status", "job"]))) == 0;
+    assert!(wait_until(HANG, held), "the lock was never held");
+    let text = stdout(&output(&mut tool_on(urls, &["status", "job"])));
+    assert!(text.contains("job: held by "), "{text}");
+    assert!(get(b"job").is_some(), "held where the key lives");
+    let broken = output(&mut tool_on(urls, &["break", "--force", "job"]));
+    assert_eq!(code(&broken), 0, "{broken:?}");
+    assert_eq!(get(b"job"), None, "broken where the key lives");
+    // The run stops its command: its lock is gone, or on SIGTERM (it
+    // may have exited already, so the signal's outcome does not matter).
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(holder.id().to_string())
+        .status();
+    let _ = wait_for(holder);
+}

@@ -10,7 +10,7 @@ use super::router::{Cluster, MAP_READ_TIMEOUTS, counters_of};
 use super::slot::slot_of;
 use super::topology::Topology;
 use crate::backend::redis::RedisBackend;
-use crate::backend::redis::confirm::Unconfirmed;
+use crate::backend::redis::confirm::unconfirmed;
 use crate::backend::redis::redirect::Redirect;
 use crate::backend::{Answers, BackendError, BackendErrorKind, InFlight, Op, OpKind, ServerInfo};
 
@@ -295,11 +295,6 @@ impl Sent {
         redirected.sort_unstable_by_key(|(i, _)| *i);
         redirected
     }
-}
-
-/// Whether an op's error says its shard's replicas did not all confirm it.
-fn unconfirmed(e: &BackendError) -> bool {
-    std::error::Error::source(e).is_some_and(|s| s.is::<Unconfirmed>())
 }
 
 /// The redirect an op's error carries, if any.

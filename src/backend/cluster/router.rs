@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -42,10 +42,7 @@ pub(super) const MAP_READ_TIMEOUTS: u32 = 2;
 impl Cluster {
     /// `timeouts` node timeouts from now.
     pub(super) fn deadline_in(&self, timeouts: u32) -> Instant {
-        let now = Instant::now();
-        let span = self.seed.timeout().saturating_mul(timeouts);
-        now.checked_add(span)
-            .unwrap_or_else(|| now + Duration::from_secs(86_400))
+        self.seed.deadline_in(timeouts)
     }
 
     /// The slot map: the one read before, unless `fresh` or there is none.

@@ -184,6 +184,9 @@ impl Inner {
         let confirmed = self.read_rounds(c, first, ops, ttls, results, server, deadline)?;
         if let Some(confirmed) = confirmed {
             self.withhold_unconfirmed(ops, results, confirmed);
+            if let Some(server) = server.as_mut() {
+                server.confirming_replicas = confirmed.required();
+            }
         }
         Ok(())
     }

@@ -35,7 +35,7 @@ impl Confirmation {
     /// How many acknowledgements a hold needs: every replica the master
     /// has, and every one the map lists; `None` when the master's count
     /// is unknown (nothing can be confirmed then).
-    fn required(self) -> Option<usize> {
+    pub(super) fn required(self) -> Option<usize> {
         self.connected.map(|c| c.max(self.listed))
     }
 
@@ -197,6 +197,13 @@ impl std::fmt::Display for Unconfirmed {
 }
 
 impl std::error::Error for Unconfirmed {}
+
+/// Whether an op's error says its master's replicas did not all confirm
+/// it (a cluster node then reads its slot map again, a Sentinel node
+/// asks the sentinels again).
+pub(crate) fn unconfirmed(e: &BackendError) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<Unconfirmed>())
+}
 
 #[cfg(test)]
 mod tests {

@@ -172,7 +172,7 @@ fn shown(bytes: &[u8], max: usize) -> String {
 }
 
 /// The text of a status or bulk reply.
-pub(super) fn value_text(value: &Value) -> Option<String> {
+pub(crate) fn value_text(value: &Value) -> Option<String> {
     match value {
         Value::SimpleString(s) => Some(s.clone()),
         Value::Okay => Some("OK".to_owned()),

@@ -66,7 +66,7 @@ mod errors;
 mod fault;
 mod flight;
 mod forms;
-mod frame;
+pub(crate) mod frame;
 mod info;
 mod inspect;
 mod notices;
@@ -355,6 +355,13 @@ impl RedisBackend {
             None => Err(self.inner.protocol_error("INFO", &value)),
         }
     }
+}
+
+/// `url` with every password in it replaced by `***`, whether or not it
+/// parses: for the messages of a node made of several servers
+/// (`backend/sentinel`).
+pub(crate) fn redact_url(url: &str) -> String {
+    scrub(&redact_raw_url(url), &url_secrets(url), None)
 }
 
 impl fmt::Debug for RedisBackend {

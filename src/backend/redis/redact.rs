@@ -75,7 +75,8 @@ pub(super) fn scrub(text: &str, secrets: &[String], token: Option<&[u8]>) -> Str
 /// spelling. User names (`user=`, `username=`, or before the `:` in the
 /// user-info) are not secrets and stay visible, like in
 /// [`describe`](crate::backend::Backend::describe).
-const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
+/// (`sentinel_password=` is a Sentinel node's: `backend/sentinel`.)
+const SECRET_PARAMS: [&str; 3] = ["pass", "password", "sentinel_password"];
 
 /// Every password written in `url`, as written and percent-decoded: the
 /// user-info password and the values of `pass=` / `password=` query

@@ -101,6 +101,15 @@ impl RedisBackend {
         }
     }
 
+    /// `timeouts` node timeouts from now: the deadline of a call that
+    /// takes several round trips (a cluster's, a Sentinel node's).
+    pub(crate) fn deadline_in(&self, timeouts: u32) -> Instant {
+        let now = Instant::now();
+        let span = self.inner.timeout.saturating_mul(timeouts);
+        now.checked_add(span)
+            .unwrap_or_else(|| now + std::time::Duration::from_secs(86_400))
+    }
+
     /// How many replicas must acknowledge a hold ([`shard_at`](Self::shard_at)).
     pub(crate) fn replicas(&self) -> usize {
         self.inner.replicas

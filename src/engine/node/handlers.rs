@@ -67,6 +67,12 @@ impl State {
                     // background look while batches bring them.
                     self.settings_look.seen(now);
                 }
+                let confirming = servers
+                    .iter()
+                    .flatten()
+                    .filter_map(|s| s.confirming_replicas)
+                    .min();
+                self.publish.confirming(confirming);
                 for ((item, result), server) in batch.items().iter().zip(results).zip(servers) {
                     self.after_answer(item, &result, now);
                     let judged = self.shards.judge(&result, server.as_deref(), &self.shared);

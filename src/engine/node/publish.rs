@@ -24,6 +24,9 @@ pub(super) struct Publisher {
     announced: Announced,
     /// A cluster node's quarantine as last published (`shards`).
     shards_until: Option<Instant>,
+    /// The replicas that confirmed the last hold, as last published
+    /// (`confirming`).
+    confirming: Option<usize>,
 }
 
 impl Publisher {
@@ -34,6 +37,7 @@ impl Publisher {
             health,
             announced: Announced::default(),
             shards_until: None,
+            confirming: None,
         }
     }
 
@@ -217,6 +221,28 @@ impl Publisher {
                  restart quarantine on, its grants do not count"
             );
         }
+    }
+
+    /// Publishes how many replicas confirmed the holds of a batch (`None`:
+    /// the batch had no hold, nothing changes), and warns when a node
+    /// whose holds replicas confirm has none.
+    pub(super) fn confirming(&mut self, replicas: Option<usize>) {
+        let Some(replicas) = replicas else {
+            return;
+        };
+        if self.confirming == Some(replicas) {
+            return;
+        }
+        if replicas == 0 {
+            log::warn!(
+                "quorum-lock: node {}: no replica confirms its holds: they are only as safe as \
+                 a plain server's",
+                self.name
+            );
+        }
+        self.confirming = Some(replicas);
+        self.health
+            .update(|s| s.confirming_replicas = Some(replicas));
     }
 
     /// Publishes the server's eviction settings for `health()` and warns

@@ -55,6 +55,9 @@ pub(super) struct Status {
     pub(super) replica: bool,
     /// The settings that let the server evict lock keys, if it has them.
     pub(super) eviction: Option<String>,
+    /// The fewest replicas that confirmed a hold, on a node whose holds
+    /// its replicas confirm (a cluster, a Sentinel node).
+    pub(super) confirming_replicas: Option<usize>,
 }
 
 impl Vitals {
@@ -181,6 +184,7 @@ impl Vitals {
             releases_waiting: usize::try_from(waiting).unwrap_or(usize::MAX),
             releases_abandoned: self.abandoned.load(Ordering::Relaxed),
             eviction: status.eviction,
+            confirming_replicas: status.confirming_replicas,
         }
     }
 }
