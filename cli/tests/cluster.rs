@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{HANG, code, output, stdout, tool_on};
-use testkit::{RedisCluster, wait_until};
+use common::{code, output, stdout, tool_on};
+use testkit::RedisCluster;
 
 #[test]
 fn doctor_checks_a_cluster_node_shard_by_shard() {

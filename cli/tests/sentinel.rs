@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{HANG, code, output, stdout, tool_on};
-use testkit::{SentinelSet, wait_until};
+use common::{code, output, stdout, tool_on};
+use testkit::SentinelSet;
 
 #[test]
 fn run_status_break_and_doctor_work_through_a_sentinel_node() {
