@@ -27,6 +27,7 @@ use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
 use super::confirm::{Confirmation, writes_a_hold};
+use super::encode::command;
 use super::forms::wire::{self, Bad, Pending, Said};
 use super::forms::{self, Form, Scripts, form_of, script_for};
 use super::frame::value_text;
@@ -136,7 +137,7 @@ impl Inner {
         }
         let load_scripts =
             digests.is_none() && sent.iter().any(|(_, f)| matches!(f, Form::Script(_)));
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(request_size(ops, &sent));
         ask.pack(&mut buf);
         if load_scripts {
             for script in Script::ALL {
@@ -434,60 +435,75 @@ impl Inner {
             return wire::pack_command(form, op, ttl_ms, buf);
         };
         let Op { keys, token, kind } = *op;
-        let ttl_arg = || ttl_ms.to_string().into_bytes();
         // The lock's keys, then the fence counters' hash when the script
         // reads it (the last of `KEYS`); a read-write lock's two keys in
         // the order of their roles in its script: the op's own key (the
         // readers', or the writer's for the admission), then the other.
-        let (script_keys, args): (Vec<&[u8]>, [Vec<u8>; 2]) = match kind {
+        // `ARGV`: the token, then the TTL, the fence or the record.
+        let (extra_key, second): (Option<&[u8]>, Second<'_>) = match kind {
             OpKind::Acquire { .. } | OpKind::Extend { .. } | OpKind::ReadExtend { .. } => {
-                (keys.iter().collect(), [token.to_vec(), ttl_arg()])
+                (None, Second::Number(ttl_ms))
             }
-            OpKind::Release | OpKind::ReadRelease => {
-                (keys.iter().collect(), [token.to_vec(), vec![]])
-            }
-            OpKind::AcquireFenced { counter, .. } => (
-                keys.iter().chain([counter]).collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::RaiseFence { counter, fence } => (
-                keys.iter().chain([counter]).collect(),
-                [token.to_vec(), fence.to_string().into_bytes()],
-            ),
-            OpKind::ReadAcquire { writer, .. } => (
-                keys.iter().chain([writer]).collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::Admit { readers, .. } => (
-                keys.iter().chain([readers]).collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::Proclaim { record_key, record } => (
-                keys.iter().chain([record_key]).collect(),
-                [token.to_vec(), record.to_vec()],
-            ),
+            OpKind::Release | OpKind::ReadRelease => (None, Second::Nothing),
+            OpKind::AcquireFenced { counter, .. } => (Some(counter), Second::Number(ttl_ms)),
+            OpKind::RaiseFence { counter, fence } => (Some(counter), Second::Number(fence)),
+            OpKind::ReadAcquire { writer, .. } => (Some(writer), Second::Number(ttl_ms)),
+            OpKind::Admit { readers, .. } => (Some(readers), Second::Number(ttl_ms)),
+            OpKind::Proclaim { record_key, record } => (Some(record_key), Second::Bytes(record)),
         };
-        let mut cmd = match digests {
-            Some(digests) => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(digests.of(script));
-                cmd
-            }
-            None => {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(script.text());
-                cmd
-            }
+        let key_count = keys.len() + usize::from(extra_key.is_some());
+        // An empty argument is left out (as before: a script reads only
+        // the arguments it is given).
+        let second = match second {
+            Second::Bytes([]) => Second::Nothing,
+            other => other,
         };
-        cmd.arg(script_keys.len());
-        for key in script_keys {
-            cmd.arg(key);
+        let args = usize::from(!token.is_empty()) + usize::from(!matches!(second, Second::Nothing));
+        let mut cmd = command(buf, 3 + key_count + args);
+        match digests {
+            Some(digests) => cmd.bytes(b"EVALSHA").bytes(digests.of(script).as_bytes()),
+            None => cmd.bytes(b"EVAL").bytes(script.text().as_bytes()),
+        };
+        cmd.number(key_count as u64);
+        for key in keys.iter().chain(extra_key) {
+            cmd.bytes(key);
         }
-        for arg in args.iter().filter(|a| !a.is_empty()) {
-            cmd.arg(arg.as_slice());
+        if !token.is_empty() {
+            cmd.bytes(token);
         }
-        cmd.write_packed_command(buf);
+        match second {
+            Second::Nothing => {}
+            Second::Number(n) => {
+                cmd.number(n);
+            }
+            Second::Bytes(b) => {
+                cmd.bytes(b);
+            }
+        }
     }
+}
+
+/// Room for the first round trip's ops, so that the buffer is allocated
+/// once in the usual case: per key, the key twice (a release's notice
+/// channel names it) and a command's framing; per op, the token and a
+/// script's call (`EVALSHA`, its digest, the counts and the TTL).
+fn request_size(ops: &[Op<'_>], sent: &[(usize, Form)]) -> usize {
+    sent.iter()
+        .map(|&(i, _)| {
+            let op = &ops[i];
+            let keys: usize = op.keys.iter().map(|k| 2 * k.len() + 96).sum();
+            keys + op.token.len() + 128
+        })
+        .sum::<usize>()
+        + 64
+}
+
+/// A script's second argument (after the token).
+enum Second<'a> {
+    Nothing,
+    /// A TTL in milliseconds, or a fence.
+    Number(u64),
+    Bytes(&'a [u8]),
 }
 
 /// `GET` and `PTTL` of a refused acquire's key, one round trip: who holds
