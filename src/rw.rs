@@ -415,7 +415,7 @@ impl RwLock {
             .nodes()
             .into_iter()
             .map(|node| NodeReport {
-                node,
+                node: node.into(),
                 outcome: NodeOutcome::NotAwaited,
             })
             .collect();

@@ -256,7 +256,7 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(i, outcome)| NodeReport {
-                    node: format!("n{i}"),
+                    node: format!("n{i}").into(),
                     outcome,
                 })
                 .collect(),

@@ -243,7 +243,7 @@ impl Election {
                 .iter()
                 .zip(outcomes)
                 .map(|(node, outcome)| NodeReport {
-                    node: node.name.clone(),
+                    node: node.name.as_str().into(),
                     outcome,
                 })
                 .collect(),

@@ -70,7 +70,7 @@ pub(super) fn proclaim(
                 (Err(e), _) => NodeOutcome::Failed(e),
             };
             NodeReport {
-                node: node.name,
+                node: node.name.into(),
                 outcome,
             }
         })

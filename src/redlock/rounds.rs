@@ -68,6 +68,9 @@ pub(crate) struct Rounds {
     /// The read-write locks' writers in progress (their local readers
     /// stand back).
     intents: Arc<Intents>,
+    /// The nodes' names, in order, as every report names them (made once:
+    /// a round's report shares them instead of copying each).
+    names: Box<[Arc<str>]>,
 }
 
 impl Rounds {
@@ -83,6 +86,7 @@ impl Rounds {
             Arc::clone(&counters),
             config.quorum,
         );
+        let names = engine.node_names().map(Arc::from).collect();
         Self {
             engine,
             local,
@@ -91,6 +95,7 @@ impl Rounds {
             forgets,
             intents: Arc::default(),
             config,
+            names,
         }
     }
 
@@ -430,11 +435,11 @@ impl Rounds {
             resource: resources.to_string(),
             quorum: self.config.quorum,
             nodes: self
-                .engine
-                .node_names()
+                .names
+                .iter()
                 .zip(outcomes)
                 .map(|(node, outcome)| NodeReport {
-                    node: node.to_owned(),
+                    node: Arc::clone(node),
                     outcome,
                 })
                 .collect(),

@@ -113,7 +113,7 @@ impl Report {
         self.nodes
             .iter()
             .filter(|n| pred(&n.outcome))
-            .map(|n| n.node.as_str())
+            .map(|n| n.node())
             .collect()
     }
 
@@ -144,14 +144,14 @@ impl Report {
                 _ if self.writer_here => {
                     Said::Text("not asked: a writer of this process waits".into())
                 }
-                _ => Said::of(&node.outcome, self.round, &node.node),
+                _ => Said::of(&node.outcome, self.round, node.node()),
             };
             match groups.iter_mut().find(|(_, s)| s.same(&said)) {
                 Some((names, s)) => {
-                    names.push(&node.node);
+                    names.push(node.node());
                     s.merge(&said);
                 }
-                None => groups.push((vec![&node.node], said)),
+                None => groups.push((vec![node.node()], said)),
             }
         }
         groups
@@ -289,7 +289,7 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(i, outcome)| NodeReport {
-                    node: format!("mem-{i}"),
+                    node: format!("mem-{i}").into(),
                     outcome,
                 })
                 .collect(),
