@@ -422,7 +422,7 @@ impl RwLock {
         Error::Contended {
             report: Box::new(Report {
                 round: Round::Acquire,
-                resource: self.name.to_string(),
+                resource: self.name.to_string().into(),
                 quorum: self.locks.quorum(),
                 nodes,
                 elapsed: std::time::Duration::ZERO,

@@ -237,7 +237,7 @@ impl Election {
         }
         let report = |outcomes: Vec<NodeOutcome>| Report {
             round: Round::Observe,
-            resource: self.keys.name.to_string(),
+            resource: self.keys.name.to_string().into(),
             quorum,
             nodes: health
                 .iter()

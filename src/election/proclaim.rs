@@ -77,7 +77,7 @@ pub(super) fn proclaim(
         .collect();
     let report = Report {
         round: Round::Proclaim,
-        resource: keys.name.to_string(),
+        resource: keys.name.to_string().into(),
         quorum: config.quorum,
         nodes,
         elapsed,

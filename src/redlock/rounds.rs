@@ -31,7 +31,7 @@ use crate::backend::KeySet;
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Hold, Request};
 use crate::error::{Error, Result};
-use crate::report::{NodeOutcome, NodeReport, Report, Round};
+use crate::report::{Name, NodeOutcome, NodeReport, Report, Round};
 use crate::token::Token;
 
 /// The settings every round reads, validated by the builder.
@@ -432,7 +432,7 @@ impl Rounds {
     ) -> Report {
         Report {
             round: operation,
-            resource: resources.to_string(),
+            resource: Name::of(resources),
             quorum: self.config.quorum,
             nodes: self
                 .names
