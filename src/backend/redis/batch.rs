@@ -28,6 +28,7 @@ use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
 use super::Inner;
 use super::confirm::{Confirmation, writes_a_hold};
 use super::encode::command;
+use super::flight::ttl_ms;
 use super::forms::wire::{self, Bad, Pending, Said};
 use super::forms::{self, Form, Scripts, form_of, script_for};
 use super::frame::value_text;
@@ -96,13 +97,12 @@ impl Inner {
         &self,
         c: &mut Checkout,
         ops: &[Op<'_>],
-        ttls: &[u64],
         results: &mut [Option<Result<Reply, BackendError>>],
         server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
-        let first = self.send_first(c, ops, ttls, results, deadline)?;
-        self.finish_batch(c, &first, ops, ttls, results, server, deadline)
+        let first = self.send_first(c, ops, results, deadline)?;
+        self.finish_batch(c, &first, ops, results, server, deadline)
     }
 
     /// The first half of [`run_batch`](Self::run_batch): packs the ops
@@ -113,7 +113,6 @@ impl Inner {
         &self,
         c: &mut Checkout,
         ops: &[Op<'_>],
-        ttls: &[u64],
         results: &mut [Option<Result<Reply, BackendError>>],
         deadline: Instant,
     ) -> Result<FirstSent, Failure> {
@@ -149,7 +148,7 @@ impl Inner {
         }
         let mut expected = ask.replies() + Script::ALL.len() * usize::from(load_scripts);
         for &(i, form) in &sent {
-            self.pack_op(&ops[i], form, ttls[i], digests.as_deref(), &mut buf);
+            self.pack_op(&ops[i], form, ttl_ms(&ops[i]), digests.as_deref(), &mut buf);
             expected += wire::replies(form, &ops[i]);
         }
         let confirm = self.cluster_shard && sent.iter().any(|&(i, _)| writes_a_hold(&ops[i]));
@@ -171,18 +170,16 @@ impl Inner {
     /// The second half of [`run_batch`](Self::run_batch): reads the first
     /// round trip's replies and runs the follow-up round trip if one is
     /// needed, filling `results` and `server`.
-    #[allow(clippy::too_many_arguments)] // the batch's state, passed through
     pub(super) fn finish_batch(
         &self,
         c: &mut Checkout,
         first: &FirstSent,
         ops: &[Op<'_>],
-        ttls: &[u64],
         results: &mut [Option<Result<Reply, BackendError>>],
         server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
-        let confirmed = self.read_rounds(c, first, ops, ttls, results, server, deadline)?;
+        let confirmed = self.read_rounds(c, first, ops, results, server, deadline)?;
         if let Some(confirmed) = confirmed {
             self.withhold_unconfirmed(ops, results, confirmed);
         }
@@ -192,13 +189,11 @@ impl Inner {
     /// The rounds of [`finish_batch`](Self::finish_batch): fills `results`
     /// and `server`, and says what the replicas confirmed (`None`: no
     /// confirmation was asked).
-    #[allow(clippy::too_many_arguments)] // the batch's state, passed through
     fn read_rounds(
         &self,
         c: &mut Checkout,
         first: &FirstSent,
         ops: &[Op<'_>],
-        ttls: &[u64],
         results: &mut [Option<Result<Reply, BackendError>>],
         server: &mut Option<ServerInfo>,
         deadline: Instant,
@@ -268,7 +263,7 @@ impl Inner {
                 }
                 Followup::Rerun(_) => {
                     let form = script_for(op).map_or(Form::SetNx, Form::Script);
-                    self.pack_op(op, form, ttls[*i], None, &mut buf);
+                    self.pack_op(op, form, ttl_ms(op), None, &mut buf);
                     if form == Form::SetNx {
                         pack_holder_check(op, &mut buf);
                         3
