@@ -223,31 +223,28 @@ impl Inner {
                 *self.digests.lock() = Some(std::sync::Arc::new(learned));
             }
         }
-        let firsts: Vec<First> = sent
-            .iter()
-            .map(|&(i, form)| self.first_answer(&ops[i], form, &mut replies))
-            .collect();
-        let mut confirmed = confirm.then(|| self.read_confirm(&mut replies));
-        let rerun_from = firsts
-            .iter()
-            .position(|f| matches!(f, First::Rerun))
-            .unwrap_or(sent.len());
         // An answer of the first round trip stands, or the op needs a
-        // second one (every op from the first re-run on runs again).
+        // second one (every op from the first re-run on runs again). Read
+        // in one pass, in order: no list of the first answers (a
+        // `followups` list is made only when one is needed).
         let mut followups = Vec::new();
-        for (pos, first) in firsts.into_iter().enumerate() {
+        let mut rerun = false;
+        for &(i, form) in sent {
+            let first = self.first_answer(&ops[i], form, &mut replies);
+            rerun = rerun || matches!(first, First::Rerun);
             let followup = match first {
-                first if pos >= rerun_from => Followup::Rerun(first),
+                first if rerun => Followup::Rerun(first),
                 First::Done(result) => {
-                    results[sent[pos].0] = Some(result);
+                    results[i] = Some(result);
                     continue;
                 }
                 First::NeedsGet => Followup::Get,
                 First::Pending(pending) => Followup::Command(pending),
                 First::Rerun => Followup::Rerun(First::Rerun),
             };
-            followups.push((sent[pos], followup));
+            followups.push(((i, form), followup));
         }
+        let mut confirmed = confirm.then(|| self.read_confirm(&mut replies));
         if followups.is_empty() {
             return Ok(confirmed);
         }
