@@ -6,6 +6,7 @@
 //! sender (today the cancellation token; later a wake-up when the lock is
 //! released elsewhere) ends the sleep at once.
 
+use std::cell::OnceCell;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -135,18 +136,31 @@ pub(crate) enum Signal {
 /// for as long as the call waits.
 pub(crate) struct Alarm {
     token: Option<(CancellationToken, u64)>,
-    tx: Sender<Signal>,
-    rx: Receiver<Signal>,
+    /// Made at once for a call with a token (which signals it), on first
+    /// use otherwise: nothing else can signal it before the call waits,
+    /// and a call that never waits (one attempt) does not pay for it.
+    channel: OnceCell<(Sender<Signal>, Receiver<Signal>)>,
 }
 
 impl Alarm {
     /// The alarm of a call with `token` (or none).
     pub(crate) fn new(token: Option<&CancellationToken>) -> Self {
+        let channel = OnceCell::new();
+        let token = token.map(|t| {
+            let (tx, _) = channel.get_or_init(Self::channel);
+            (t.clone(), t.listen(tx.clone()))
+        });
+        Self { token, channel }
+    }
+
+    fn channel() -> (Sender<Signal>, Receiver<Signal>) {
         // One slot is enough: a signal waiting in it already ends the
         // next wait, and every wake-up re-checks the token's flag.
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let token = token.map(|t| (t.clone(), t.listen(tx.clone())));
-        Self { token, tx, rx }
+        crossbeam_channel::bounded(1)
+    }
+
+    fn rx(&self) -> &Receiver<Signal> {
+        &self.channel.get_or_init(Self::channel).1
     }
 
     /// Whether the call's token has been cancelled.
@@ -157,7 +171,7 @@ impl Alarm {
     /// The channel to wait on together with others (`select`). After it
     /// delivers, check [`is_cancelled`](Self::is_cancelled).
     pub(crate) fn receiver(&self) -> &Receiver<Signal> {
-        &self.rx
+        self.rx()
     }
 
     /// Sleeps for `pause` unless the alarm goes off first. Returns `true`
@@ -170,7 +184,7 @@ impl Alarm {
             Some(until) => self.sleep_until(until),
             // Beyond what an Instant can hold: until the alarm goes off.
             None => {
-                let _ = self.rx.recv();
+                let _ = self.rx().recv();
                 false
             }
         }
@@ -183,7 +197,7 @@ impl Alarm {
             return false;
         }
         // `recv_deadline` cannot fail as disconnected: we hold a sender.
-        self.rx.recv_deadline(until).is_err() && !self.is_cancelled()
+        self.rx().recv_deadline(until).is_err() && !self.is_cancelled()
     }
 }
 
@@ -199,7 +213,7 @@ impl fmt::Debug for Alarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Alarm")
             .field("cancelled", &self.is_cancelled())
-            .field("pending", &self.tx.len())
+            .field("pending", &self.channel.get().map_or(0, |(tx, _)| tx.len()))
             .finish()
     }
 }

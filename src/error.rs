@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn long_resource_names_are_cut_in_messages() {
         let mut r = report();
-        r.resource = "x".repeat(1 << 20);
+        r.resource = "x".repeat(1 << 20).into();
         let text = Error::NoQuorum {
             report: Box::new(r),
         }

@@ -400,14 +400,14 @@ impl RwLock {
             .nodes()
             .into_iter()
             .map(|node| NodeReport {
-                node,
+                node: node.into(),
                 outcome: NodeOutcome::NotAwaited,
             })
             .collect();
         Error::Contended {
             report: Box::new(Report {
                 round: Round::Acquire,
-                resource: self.name.to_string(),
+                resource: self.name.to_string().into(),
                 quorum: self.locks.quorum(),
                 nodes,
                 elapsed: std::time::Duration::ZERO,

@@ -269,7 +269,7 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(i, outcome)| NodeReport {
-                    node: format!("n{i}"),
+                    node: format!("n{i}").into(),
                     outcome,
                 })
                 .collect(),

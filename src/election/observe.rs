@@ -238,13 +238,13 @@ impl Election {
         }
         let report = |outcomes: Vec<NodeOutcome>| Report {
             round: Round::Observe,
-            resource: self.keys.name.to_string(),
+            resource: self.keys.name.to_string().into(),
             quorum,
             nodes: health
                 .iter()
                 .zip(outcomes)
                 .map(|(node, outcome)| NodeReport {
-                    node: node.name.clone(),
+                    node: node.name.as_str().into(),
                     outcome,
                 })
                 .collect(),

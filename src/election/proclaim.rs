@@ -70,14 +70,14 @@ pub(super) fn proclaim(
                 (Err(e), _) => NodeOutcome::Failed(e),
             };
             NodeReport {
-                node: node.name,
+                node: node.name.into(),
                 outcome,
             }
         })
         .collect();
     let report = Report {
         round: Round::Proclaim,
-        resource: keys.name.to_string(),
+        resource: keys.name.to_string().into(),
         quorum: config.quorum,
         nodes,
         elapsed,

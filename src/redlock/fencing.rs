@@ -78,7 +78,7 @@ impl FenceFailure {
                 report.nodes = names
                     .zip(outcomes)
                     .map(|(node, outcome)| NodeReport {
-                        node: node.to_owned(),
+                        node: node.into(),
                         outcome,
                     })
                     .collect();

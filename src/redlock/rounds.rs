@@ -31,7 +31,7 @@ use crate::backend::KeySet;
 use crate::clock::Clock;
 use crate::engine::{Action, Direct, Engine, Gather, Hold, Request};
 use crate::error::{Error, Result};
-use crate::report::{NodeOutcome, NodeReport, Report, Round};
+use crate::report::{Name, NodeOutcome, NodeReport, Report, Round};
 use crate::token::Token;
 
 /// The settings every round reads, validated by the builder.
@@ -68,6 +68,9 @@ pub(crate) struct Rounds {
     /// The read-write locks' writers in progress (their local readers
     /// stand back).
     intents: Arc<Intents>,
+    /// The nodes' names, in order, as every report names them (made once:
+    /// a round's report shares them instead of copying each).
+    names: Box<[Arc<str>]>,
 }
 
 impl Rounds {
@@ -83,6 +86,7 @@ impl Rounds {
             Arc::clone(&counters),
             config.quorum,
         );
+        let names = engine.node_names().map(Arc::from).collect();
         Self {
             engine,
             local,
@@ -91,6 +95,7 @@ impl Rounds {
             forgets,
             intents: Arc::default(),
             config,
+            names,
         }
     }
 
@@ -427,14 +432,14 @@ impl Rounds {
     ) -> Report {
         Report {
             round: operation,
-            resource: resources.to_string(),
+            resource: Name::of(resources),
             quorum: self.config.quorum,
             nodes: self
-                .engine
-                .node_names()
+                .names
+                .iter()
                 .zip(outcomes)
                 .map(|(node, outcome)| NodeReport {
-                    node: node.to_owned(),
+                    node: Arc::clone(node),
                     outcome,
                 })
                 .collect(),

@@ -12,6 +12,9 @@ use std::time::Duration;
 pub use self::outcome::{NodeOutcome, NodeReport, Round};
 use crate::words::{Shortened, human};
 
+pub(crate) use self::name::Name;
+
+mod name;
 mod outcome;
 
 /// The per-node account of one quorum round: who said yes, no, failed,
@@ -19,7 +22,7 @@ mod outcome;
 #[derive(Debug, Clone)]
 pub struct Report {
     pub(crate) round: Round,
-    pub(crate) resource: String,
+    pub(crate) resource: Name,
     pub(crate) quorum: usize,
     pub(crate) nodes: Vec<NodeReport>,
     pub(crate) elapsed: Duration,
@@ -43,7 +46,7 @@ impl Report {
     /// The resource, lossily as UTF-8 (messages cut it after 64 characters;
     /// this is the whole name).
     pub fn resource(&self) -> &str {
-        &self.resource
+        self.resource.as_str()
     }
 
     /// Votes needed.
@@ -113,7 +116,7 @@ impl Report {
         self.nodes
             .iter()
             .filter(|n| pred(&n.outcome))
-            .map(|n| n.node.as_str())
+            .map(|n| n.node())
             .collect()
     }
 
@@ -144,14 +147,14 @@ impl Report {
                 _ if self.writer_here => {
                     Said::Text("not asked: a writer of this process waits".into())
                 }
-                _ => Said::of(&node.outcome, self.round, &node.node),
+                _ => Said::of(&node.outcome, self.round, node.node()),
             };
             match groups.iter_mut().find(|(_, s)| s.same(&said)) {
                 Some((names, s)) => {
-                    names.push(&node.node);
+                    names.push(node.node());
                     s.merge(&said);
                 }
-                None => groups.push((vec![&node.node], said)),
+                None => groups.push((vec![node.node()], said)),
             }
         }
         groups
@@ -223,7 +226,7 @@ impl fmt::Display for Report {
                 "{} {}: handed to a thread of this manager waiting for it (no node contacted; \
                  the lock stays on the nodes under the new holder), in {}",
                 self.round,
-                Shortened(&self.resource),
+                Shortened(self.resource.as_str()),
                 human(self.elapsed)
             );
         }
@@ -231,7 +234,7 @@ impl fmt::Display for Report {
             f,
             "{} {}: {}/{} nodes granted, {} needed",
             self.round,
-            Shortened(&self.resource),
+            Shortened(self.resource.as_str()),
             self.granted(),
             self.nodes.len(),
             self.quorum,
@@ -289,7 +292,7 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(i, outcome)| NodeReport {
-                    node: format!("mem-{i}"),
+                    node: format!("mem-{i}").into(),
                     outcome,
                 })
                 .collect(),

@@ -2,6 +2,7 @@
 //! outcome ([`NodeOutcome`]) and its line in a report ([`NodeReport`]).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::BackendError;
@@ -110,7 +111,8 @@ impl NodeOutcome {
 /// One node's line in a [`Report`](super::Report).
 #[derive(Debug, Clone)]
 pub struct NodeReport {
-    pub(crate) node: String,
+    /// Shared with every report of the manager: no copy per round.
+    pub(crate) node: Arc<str>,
     pub(crate) outcome: NodeOutcome,
 }
 

@@ -1,6 +1,6 @@
 //! 8 threads contending for one key, N=3: the total time of a fixed number
 //! of critical sections, each client's block right after the others' in an
-//! order that rotates every run, so a per-run ratio compares neighbours.
+//! order that changes every run (`paired::order`), so a per-run ratio compares neighbours.
 
 use crate::clients::{Client, Service};
 use crate::ours::{self, OursService};
@@ -68,8 +68,7 @@ pub fn measure(urls: &[String], plan: &Plan, log: &dyn Fn(&str)) -> Vec<Row> {
         })
         .collect();
     for run in 0..plan.runs {
-        for i in 0..rows.len() {
-            let idx = (run + i) % rows.len();
+        for idx in crate::paired::order(run, rows.len()) {
             let client = rows[idx].client;
             log(&format!(
                 "contention, {client}, run {}/{}",

@@ -2,7 +2,8 @@
 //! 1 thread, N=3, the process's context switches (all its threads) and
 //! read/write system calls, from its own counters (`procfs.rs`): the
 //! delta over a block of K operations of one client, divided by K. The
-//! clients' blocks take turns, in an order that rotates every run.
+//! clients' blocks take turns, in an order that changes every run
+//! (`paired::order`: none always follows the same one).
 
 use std::time::{Duration, Instant};
 
@@ -72,8 +73,7 @@ pub fn measure(urls: &[String], plan: &Plan) -> Result<Option<Vec<ClientCounters
         .collect();
     let k = lockers.len();
     for run in 0..plan.runs {
-        for i in 0..k {
-            let idx = (run + i) % k;
+        for idx in crate::paired::order(run, k) {
             let (client, locker) = &mut lockers[idx];
             let key = format!("qbench:{}:counters", client.key()).into_bytes();
             for _ in 0..WARMUP {

@@ -12,7 +12,7 @@
 //! last section) over the time spent inside critical sections, and the
 //! longest single wait for the lock. Exclusion is checked too: no two
 //! sections (of any process) may overlap. quorum-lock and rslock take
-//! turns run by run, in an order that rotates, like the other scenarios.
+//! turns run by run, in an order that changes (`paired::order`), like the other scenarios.
 //! On its own with `--cross-process R` (its own 3 servers), or as the
 //! `cross` section of a full run (on the run's first 3 servers).
 
@@ -149,7 +149,7 @@ pub fn cross_process(runs: usize) -> Result<String, String> {
 }
 
 /// `runs` runs of each of `clients` (names from [`CLIENTS`]) on the
-/// servers at `urls`, taking turns in an order that rotates.
+/// servers at `urls`, taking turns in an order that changes run by run.
 pub fn measure(
     urls: &[String],
     runs: usize,
@@ -158,8 +158,7 @@ pub fn measure(
 ) -> Result<Cross, String> {
     let mut per_client: Vec<Vec<RunFigures>> = clients.iter().map(|_| Vec::new()).collect();
     for run in 0..runs {
-        for i in 0..clients.len() {
-            let c = (run + i) % clients.len();
+        for c in crate::paired::order(run, clients.len()) {
             log(&format!(
                 "cross-process, {PROCESSES} processes, one key, {}, run {}/{runs}",
                 clients[c],

@@ -8,7 +8,7 @@
 //! cargo run --release -p quorum-lock-bench -- --cross-process 5  # only: K processes, one key
 //! cargo run --release -p quorum-lock-bench -- --rw-cost 5        # only: read-write lock vs mutex
 //! cargo run --release -p quorum-lock-bench -- --election-cost 5  # only: campaign + resign vs fenced lock + release
-//! cargo run --release -p quorum-lock-bench -- --wakes 3          # only: context switches per lock, 1 and 8 threads
+//! cargo run --release -p quorum-lock-bench -- --wakes 3          # only: context switches and allocations per lock
 //! ```
 //!
 //! Clients are compared paired and interleaved (they take turns, so they
@@ -19,6 +19,7 @@
 //! `docs/benchmarks.md` for what each part measures.
 
 mod ab;
+mod alloc_count;
 mod charts;
 mod clients;
 mod contention;

@@ -1,6 +1,9 @@
 //! Paired, interleaved sampling: the clients of one comparison take turns
-//! sample by sample (in an order that rotates every round), so that each
-//! sees the same noise of this machine. A figure is then compared with the
+//! sample by sample, so that each sees the same noise of this machine. The
+//! order of a round comes from a balanced Latin square ([`order`]): over a
+//! cycle of rounds every client is first equally often and follows every
+//! other client equally often (a plain rotation would put B after A in
+//! every round), and the cycle is the same in every run of the program. A figure is then compared with the
 //! reference's figure *of the same run*, and the per-run ratios are
 //! summarized over the runs (median, min-max), like `--fencing-cost`.
 
@@ -12,6 +15,38 @@ use crate::stats::{Spread, percentile};
 pub type Op<'a> = Box<dyn FnMut() -> Result<(), String> + 'a>;
 /// Untimed work after each sample of an arm.
 pub type After<'a> = Box<dyn FnMut() + 'a>;
+
+/// The order of round `round` among `k` clients: row `round` of a
+/// Williams design (a balanced Latin square: 0, 1, k-1, 2, k-2, ... shifted
+/// by the row), and for an odd `k` its mirror rows after it. Over one cycle
+/// (`k` rounds, `2k` for an odd `k`) each client takes each position
+/// equally often and directly follows each other client equally often.
+/// Deterministic: every run of the benchmark uses the same orders.
+pub fn order(round: usize, k: usize) -> Vec<usize> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let cycle = if k.is_multiple_of(2) { k } else { 2 * k };
+    let r = round % cycle;
+    let shift = r % k;
+    let mut row: Vec<usize> = (0..k)
+        .map(|j| {
+            // 0, 1, k-1, 2, k-2, ...
+            let base = if j == 0 {
+                0
+            } else if j % 2 == 1 {
+                j.div_ceil(2)
+            } else {
+                k - j / 2
+            };
+            (base + shift) % k
+        })
+        .collect();
+    if r >= k {
+        row.reverse();
+    }
+    row
+}
 
 /// One client of a paired comparison.
 pub struct Arm<'a> {
@@ -84,8 +119,8 @@ impl Paired {
             runs: Vec::with_capacity(runs),
         };
         for r in 0..rounds.warmup {
-            for i in 0..k {
-                let arm = &mut arms[(r + i) % k];
+            for a in order(r, k) {
+                let arm = &mut arms[a];
                 let _ = (arm.op)();
                 if let Some(after) = arm.after.as_mut() {
                     after();
@@ -101,8 +136,7 @@ impl Paired {
                 if Instant::now() >= deadline {
                     break;
                 }
-                for i in 0..k {
-                    let a = (r + i) % k;
+                for a in order(r, k) {
                     let arm = &mut arms[a];
                     if r % arm.every != 0 {
                         continue;
@@ -193,5 +227,38 @@ impl Paired {
                 f.or_else(|| r.first_error.clone()),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order;
+
+    #[test]
+    fn every_client_follows_every_other_equally_often() {
+        for k in 1usize..=7 {
+            let cycle = if k.is_multiple_of(2) { k } else { 2 * k };
+            let mut first = vec![0usize; k];
+            let mut follows = vec![vec![0usize; k]; k];
+            for r in 0..cycle {
+                let row = order(r, k);
+                let mut sorted = row.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..k).collect::<Vec<_>>(), "k={k} r={r}");
+                first[row[0]] += 1;
+                for w in row.windows(2) {
+                    follows[w[0]][w[1]] += 1;
+                }
+            }
+            assert!(first.iter().all(|&f| f == first[0]), "k={k}: {first:?}");
+            let want = if k.is_multiple_of(2) { 1 } else { 2 };
+            for (a, row) in follows.iter().enumerate() {
+                for (b, &n) in row.iter().enumerate() {
+                    if a != b {
+                        assert_eq!(n, want, "k={k}: {b} after {a}");
+                    }
+                }
+            }
+        }
     }
 }

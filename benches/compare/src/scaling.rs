@@ -160,7 +160,7 @@ fn library_threads() -> BTreeMap<String, usize> {
 }
 
 /// Runs every cell: per run, per N, per thread count, the clients in an
-/// order that rotates, so the clients of one cell are measured back to
+/// order that changes (`paired::order`), so the clients of one cell are measured back to
 /// back. `pids[i]` is the server at `urls[i]`: each block's CPU time is
 /// read for this process and for the N servers the cell uses.
 pub fn measure(urls: &[String], pids: &[u32], plan: &Plan, log: &dyn Fn(&str)) -> Scaling {
@@ -174,8 +174,8 @@ pub fn measure(urls: &[String], pids: &[u32], plan: &Plan, log: &dyn Fn(&str)) -
                     .copied()
                     .filter(|c| !c.connects_per_call() || threads <= 8)
                     .collect();
-                for i in 0..here.len() {
-                    let client = here[(run + i) % here.len()];
+                for i in crate::paired::order(run, here.len()) {
+                    let client = here[i];
                     log(&format!(
                         "scaling N={n}, {threads} threads, {client}, run {}/{}",
                         run + 1,

@@ -1,84 +1,226 @@
-//! `--wakes`: thread hand-offs per lock, counted (issue 46): T threads on
-//! distinct keys over N=3 servers, lock + `release()` and lock + drop,
-//! the context switches of every thread of the process per lock (the
-//! callers' own, read by each caller at its end, plus the node threads'
-//! delta). Counts barely move with the machine's noise; the throughput
-//! printed beside them does. For futex calls per lock, run the same
-//! command under `perf stat -e syscalls:sys_enter_futex` and divide by
-//! the locks the table reports (docs/benchmarks.md).
+//! `--wakes`: what one lock costs in counts that the machine's noise
+//! barely moves (issue 46): context switches (thread hand-offs) and
+//! allocations per lock, for quorum-lock (lock + `release()`, lock +
+//! drop), its `RedisBackend` called directly (no engine), the floor (raw
+//! commands on plain connections) and rslock.
+//!
+//! - 1 thread at N=1 and N=3: every client, one block each per run, in an
+//!   order that changes run by run (`paired::order`), each client warmed
+//!   (connections open, scripts loaded) just before its block.
+//! - 8 threads on distinct keys at N=3: the floor (each thread its own
+//!   connections) and quorum-lock (one shared manager), both endings.
+//!
+//! Context switches are those of every thread of the process (each
+//! caller's own, read by the caller at its end, plus the delta of the
+//! threads that live through the block: the node threads, a runtime's
+//! workers). Allocations are the counting allocator's (`alloc_count.rs`),
+//! every thread. A dropped guard's release is part of the block (flushed
+//! before the block's end). For futex calls per lock, run the same command
+//! under `perf stat -e syscalls:sys_enter_futex` (it needs access to the
+//! kernel's tracepoints) and divide by the locks the table reports
+//! (docs/benchmarks.md).
 
+use std::fmt::Write as _;
 use std::fs;
 use std::time::{Duration, Instant};
 
 use quorum_lock::LockManager;
+use testkit::RedisServer;
 
+use crate::alloc_count::Allocs;
+use crate::clients::{Locker, Settings};
+use crate::floor::Floor;
+use crate::ours::{self, Direct, Ours};
+use crate::paired::order;
+use crate::peers::RslockSingle;
 use crate::procfs::Counters;
+use crate::stats::Spread;
 
 /// Locks per caller thread in one block.
 const OPS_PER_THREAD: usize = 2_000;
+/// Locks per thread before each block (connections, scripts, caches).
+const WARMUP: usize = 50;
 /// Keys each thread cycles through.
 const KEYS_PER_THREAD: usize = 64;
 /// The longest one block may take.
 const BLOCK_BUDGET: Duration = Duration::from_secs(60);
+/// How long a block's queued releases may take to finish.
+const FLUSH: Duration = Duration::from_secs(10);
 
-/// Runs `runs` blocks of each configuration and returns a markdown table.
-pub fn wakes(runs: usize) -> Result<String, String> {
-    let (_servers, locks) = crate::fencing::three_nodes()?;
-    let mut table = String::from(
-        "| threads | ending | locks | context switches per lock: voluntary | involuntary | locks/s (this machine, noisy) |\n|---|---|---|---|---|---|\n",
-    );
-    for run in 0..runs.max(1) {
-        for threads in [1, 8] {
-            for drop_guard in [run % 2 == 1, run % 2 == 0] {
-                let (done, voluntary, involuntary, took) = block(&locks, threads, drop_guard)?;
-                let per = |n: u64| n as f64 / done.max(1) as f64;
-                table.push_str(&format!(
-                    "| {threads} | {} | {done} | {:.2} | {:.2} | {:.0} |\n",
-                    if drop_guard { "drop" } else { "release()" },
-                    per(voluntary),
-                    per(involuntary),
-                    done as f64 / took.as_secs_f64()
-                ));
-            }
-        }
-    }
-    Ok(table)
+/// The clients of a row, always the same set (a run in which one cannot
+/// be set up fails instead of publishing a table without it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Floor,
+    Backend,
+    Ours,
+    OursDrop,
+    Rslock,
 }
 
-/// One block: `threads` callers; returns the locks taken, the process's
-/// voluntary and involuntary switches over the block, and its time.
-fn block(
-    locks: &LockManager,
-    threads: usize,
-    drop_guard: bool,
-) -> Result<(usize, u64, u64, Duration), String> {
-    // Connections open, scripts loaded, node threads idle.
-    for i in 0..20 {
-        let guard = locks
-            .lock(format!("qbench:wakes:warm{i}"))
-            .map_err(|e| e.to_string())?;
-        guard.release().map_err(|e| e.to_string())?;
+impl Who {
+    const ONE_THREAD: [Who; 5] = [
+        Who::Floor,
+        Who::Backend,
+        Who::Ours,
+        Who::OursDrop,
+        Who::Rslock,
+    ];
+    const THREADS: [Who; 3] = [Who::Floor, Who::Ours, Who::OursDrop];
+
+    fn name(self) -> &'static str {
+        match self {
+            Who::Floor => "floor",
+            Who::Backend => "RedisBackend direct",
+            Who::Ours => "quorum-lock",
+            Who::OursDrop => "quorum-lock",
+            Who::Rslock => "rslock 0.10",
+        }
     }
-    locks.flush(Duration::from_secs(5));
-    let before = Counters::now().ok_or("cannot read /proc/self")?;
-    let started = Instant::now();
-    let deadline = started + BLOCK_BUDGET;
+
+    fn ending(self) -> &'static str {
+        match self {
+            Who::OursDrop => "drop",
+            Who::Ours => "`release()`",
+            _ => "release",
+        }
+    }
+}
+
+/// One block's counts.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    locks: usize,
+    voluntary: u64,
+    involuntary: u64,
+    allocs: Allocs,
+    took: Duration,
+}
+
+impl Block {
+    fn per(&self, n: u64) -> f64 {
+        n as f64 / self.locks.max(1) as f64
+    }
+}
+
+/// A row of the summary: (N, threads, client).
+type Cell = (usize, usize, Who);
+
+/// Runs `runs` runs and returns the markdown tables.
+pub fn wakes(runs: usize) -> Result<String, String> {
+    let servers = (0..3)
+        .map(|_| RedisServer::try_start())
+        .collect::<Result<Vec<_>, _>>()?;
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let settings = Settings {
+        ttl: Duration::from_secs(10),
+        node_timeout: Duration::from_secs(1),
+        retry_pause: Duration::from_millis(4),
+    };
+    let mut cells: Vec<(Cell, Vec<Block>)> = Vec::new();
+    let mut record = |cell: Cell, b: Block| match cells.iter_mut().find(|(c, _)| *c == cell) {
+        Some((_, v)) => v.push(b),
+        None => cells.push((cell, vec![b])),
+    };
+    for n in [1usize, 3] {
+        let locks = ours::manager(&urls[..n], &settings)?;
+        let mut lockers = Vec::new();
+        for who in Who::ONE_THREAD {
+            lockers.push((who, vec![make(who, &urls[..n], &settings, &locks)?]));
+        }
+        let mut eights = Vec::new();
+        if n == 3 {
+            for who in Who::THREADS {
+                let mut v = Vec::new();
+                for _ in 0..8 {
+                    v.push(make(who, &urls[..n], &settings, &locks)?);
+                }
+                eights.push((who, v));
+            }
+        }
+        for run in 0..runs.max(1) {
+            for set in [&mut lockers, &mut eights] {
+                let k = set.len();
+                for i in order(run, k) {
+                    let (who, threads) = &mut set[i];
+                    eprintln!(
+                        "quorum-bench: [wakes N={n}, {} thread(s), {} {}, run {}/{runs}]",
+                        threads.len(),
+                        who.name(),
+                        who.ending(),
+                        run + 1
+                    );
+                    let b = block(*who, n, threads, &locks)?;
+                    record((n, threads.len(), *who), b);
+                }
+            }
+        }
+        drop(lockers);
+        drop(eights);
+        drop(locks);
+    }
+    drop(servers);
+    Ok(render(&cells, runs))
+}
+
+fn make<'a>(
+    who: Who,
+    urls: &[String],
+    settings: &'a Settings,
+    locks: &'a LockManager,
+) -> Result<Box<dyn Locker + Send + 'a>, String> {
+    Ok(match who {
+        Who::Floor => Box::new(Floor::connect(urls, settings)?),
+        Who::Backend => Box::new(Direct::open(urls, settings)?),
+        Who::Ours | Who::OursDrop => Box::new(Ours {
+            locks,
+            settings,
+            drop_guard: who == Who::OursDrop,
+        }),
+        Who::Rslock => Box::new(RslockSingle::new(urls, settings)?),
+    })
+}
+
+/// One block: each locker on a thread of its own; warmed first (untimed,
+/// uncounted), then all start together.
+fn block(
+    who: Who,
+    n: usize,
+    lockers: &mut [Box<dyn Locker + Send + '_>],
+    locks: &LockManager,
+) -> Result<Block, String> {
+    let keys: Vec<Vec<Vec<u8>>> = (0..lockers.len())
+        .map(|t| {
+            (0..KEYS_PER_THREAD)
+                .map(|i| format!("qbench:wakes:n{n}:{who:?}:{t}:{i}").into_bytes())
+                .collect()
+        })
+        .collect();
+    for (locker, keys) in lockers.iter_mut().zip(&keys) {
+        for i in 0..WARMUP {
+            locker
+                .lock_release(&keys[i % KEYS_PER_THREAD])
+                .map_err(|e| format!("{} warm-up: {e}", who.name()))?;
+        }
+    }
+    locks.flush(FLUSH);
+    let gate = std::sync::Barrier::new(lockers.len() + 1);
+    let deadline = Instant::now() + BLOCK_BUDGET;
+    let mut start = None;
     let callers: Vec<(usize, u64, u64)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
+        let handles: Vec<_> = lockers
+            .iter_mut()
+            .zip(&keys)
+            .map(|(locker, keys)| {
+                let gate = &gate;
                 s.spawn(move || {
+                    gate.wait();
                     let mut done = 0;
                     for i in 0..OPS_PER_THREAD {
                         if Instant::now() >= deadline {
                             break;
                         }
-                        let key = format!("qbench:wakes:{t}:{}", i % KEYS_PER_THREAD);
-                        if let Ok(guard) = locks.lock(key) {
-                            if drop_guard {
-                                drop(guard);
-                            } else {
-                                let _ = guard.release();
-                            }
+                        if locker.lock_release(&keys[i % KEYS_PER_THREAD]).is_ok() {
                             done += 1;
                         }
                     }
@@ -87,18 +229,113 @@ fn block(
                 })
             })
             .collect();
+        // Read once every caller exists and before any starts.
+        start = Some((Counters::now(), Allocs::now(), Instant::now()));
+        gate.wait();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
     // The dropped guards' releases are part of the cost.
-    locks.flush(Duration::from_secs(10));
-    let took = started.elapsed();
-    let after = Counters::now().ok_or("cannot read /proc/self")?;
-    let done = callers.iter().map(|c| c.0).sum();
-    let voluntary =
-        after.voluntary.saturating_sub(before.voluntary) + callers.iter().map(|c| c.1).sum::<u64>();
-    let involuntary = after.involuntary.saturating_sub(before.involuntary)
-        + callers.iter().map(|c| c.2).sum::<u64>();
-    Ok((done, voluntary, involuntary, took))
+    locks.flush(FLUSH);
+    let allocs_after = Allocs::now();
+    let (Some((Some(before), allocs_before, started)), Some(after)) = (start, Counters::now())
+    else {
+        return Err("cannot read /proc/self".into());
+    };
+    let allocs = allocs_before.since(allocs_after);
+    Ok(Block {
+        locks: callers.iter().map(|c| c.0).sum(),
+        voluntary: after.voluntary.saturating_sub(before.voluntary)
+            + callers.iter().map(|c| c.1).sum::<u64>(),
+        involuntary: after.involuntary.saturating_sub(before.involuntary)
+            + callers.iter().map(|c| c.2).sum::<u64>(),
+        allocs,
+        took: started.elapsed(),
+    })
+}
+
+/// The summary (medians over the runs, min-max) and, per run, the ratio
+/// of quorum-lock's allocations to the bare backend's.
+fn render(cells: &[(Cell, Vec<Block>)], runs: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Per lock, median over {runs} run(s) (min-max); every thread of the process counted.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| N | threads | client | ending | context switches: voluntary | involuntary | allocations | bytes allocated | locks/s (noisy) |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for ((n, threads, who), blocks) in cells {
+        let s = |f: &dyn Fn(&Block) -> f64| {
+            Spread::of(&blocks.iter().map(f).collect::<Vec<_>>())
+                .map_or_else(|| "-".into(), |s| spread(s, 2))
+        };
+        let _ = writeln!(
+            out,
+            "| {n} | {threads} | {} | {} | {} | {} | {} | {} | {} |",
+            who.name(),
+            who.ending(),
+            s(&|b| b.per(b.voluntary)),
+            s(&|b| b.per(b.involuntary)),
+            s(&|b| b.per(b.allocs.calls)),
+            Spread::of(
+                &blocks
+                    .iter()
+                    .map(|b| b.per(b.allocs.bytes))
+                    .collect::<Vec<_>>()
+            )
+            .map_or_else(|| "-".into(), |s| spread(s, 0)),
+            Spread::of(
+                &blocks
+                    .iter()
+                    .map(|b| b.locks as f64 / b.took.as_secs_f64())
+                    .collect::<Vec<_>>()
+            )
+            .map_or_else(|| "-".into(), |s| format!("{:.0}", s.median)),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n| N | allocations per lock + release: quorum-lock / RedisBackend direct (per run) | quorum-lock / floor | quorum-lock / rslock |\n|---|---|---|---|"
+    );
+    for n in [1usize, 3] {
+        let get = |who: Who| {
+            cells
+                .iter()
+                .find(|((cn, t, w), _)| *cn == n && *t == 1 && *w == who)
+                .map(|(_, b)| b)
+        };
+        let ratio = |other: Who| {
+            let (Some(o), Some(b)) = (get(Who::Ours), get(other)) else {
+                return "-".to_string();
+            };
+            let r: Vec<f64> = o
+                .iter()
+                .zip(b)
+                .map(|(o, b)| o.per(o.allocs.calls) / b.per(b.allocs.calls))
+                .collect();
+            Spread::of(&r).map_or_else(|| "-".into(), |s| s.ratio_text())
+        };
+        let _ = writeln!(
+            out,
+            "| {n} | {} | {} | {} |",
+            ratio(Who::Backend),
+            ratio(Who::Floor),
+            ratio(Who::Rslock)
+        );
+    }
+    out
+}
+
+fn spread(s: Spread, digits: usize) -> String {
+    if s.runs <= 1 || (s.max - s.min).abs() < 0.5 * 10f64.powi(-(digits as i32)) {
+        format!("{:.digits$}", s.median)
+    } else {
+        format!(
+            "{:.digits$} ({:.digits$}-{:.digits$})",
+            s.median, s.min, s.max
+        )
+    }
 }
 
 /// This thread's own switches so far (a caller thread is new per block).

@@ -27,6 +27,8 @@ use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
 
 use super::Inner;
 use super::confirm::{Confirmation, writes_a_hold};
+use super::encode::command;
+use super::flight::ttl_ms;
 use super::forms::wire::{self, Bad, Pending, Said};
 use super::forms::{self, Form, Scripts, form_of, script_for};
 use super::frame::value_text;
@@ -95,13 +97,12 @@ impl Inner {
         &self,
         c: &mut Checkout,
         ops: &[Op<'_>],
-        ttls: &[u64],
         results: &mut [Option<Result<Reply, BackendError>>],
         server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
-        let first = self.send_first(c, ops, ttls, results, deadline)?;
-        self.finish_batch(c, &first, ops, ttls, results, server, deadline)
+        let first = self.send_first(c, ops, results, deadline)?;
+        self.finish_batch(c, &first, ops, results, server, deadline)
     }
 
     /// The first half of [`run_batch`](Self::run_batch): packs the ops
@@ -112,7 +113,6 @@ impl Inner {
         &self,
         c: &mut Checkout,
         ops: &[Op<'_>],
-        ttls: &[u64],
         results: &mut [Option<Result<Reply, BackendError>>],
         deadline: Instant,
     ) -> Result<FirstSent, Failure> {
@@ -136,7 +136,7 @@ impl Inner {
         }
         let load_scripts =
             digests.is_none() && sent.iter().any(|(_, f)| matches!(f, Form::Script(_)));
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(request_size(ops, &sent));
         ask.pack(&mut buf);
         if load_scripts {
             for script in Script::ALL {
@@ -148,7 +148,7 @@ impl Inner {
         }
         let mut expected = ask.replies() + Script::ALL.len() * usize::from(load_scripts);
         for &(i, form) in &sent {
-            self.pack_op(&ops[i], form, ttls[i], digests.as_deref(), &mut buf);
+            self.pack_op(&ops[i], form, ttl_ms(&ops[i]), digests.as_deref(), &mut buf);
             expected += wire::replies(form, &ops[i]);
         }
         let confirm = self.cluster_shard && sent.iter().any(|&(i, _)| writes_a_hold(&ops[i]));
@@ -170,18 +170,16 @@ impl Inner {
     /// The second half of [`run_batch`](Self::run_batch): reads the first
     /// round trip's replies and runs the follow-up round trip if one is
     /// needed, filling `results` and `server`.
-    #[allow(clippy::too_many_arguments)] // the batch's state, passed through
     pub(super) fn finish_batch(
         &self,
         c: &mut Checkout,
         first: &FirstSent,
         ops: &[Op<'_>],
-        ttls: &[u64],
         results: &mut [Option<Result<Reply, BackendError>>],
         server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
-        let confirmed = self.read_rounds(c, first, ops, ttls, results, server, deadline)?;
+        let confirmed = self.read_rounds(c, first, ops, results, server, deadline)?;
         if let Some(confirmed) = confirmed {
             self.withhold_unconfirmed(ops, results, confirmed);
             if let Some(server) = server.as_mut() {
@@ -194,13 +192,11 @@ impl Inner {
     /// The rounds of [`finish_batch`](Self::finish_batch): fills `results`
     /// and `server`, and says what the replicas confirmed (`None`: no
     /// confirmation was asked).
-    #[allow(clippy::too_many_arguments)] // the batch's state, passed through
     fn read_rounds(
         &self,
         c: &mut Checkout,
         first: &FirstSent,
         ops: &[Op<'_>],
-        ttls: &[u64],
         results: &mut [Option<Result<Reply, BackendError>>],
         server: &mut Option<ServerInfo>,
         deadline: Instant,
@@ -230,31 +226,28 @@ impl Inner {
                 *self.digests.lock() = Some(std::sync::Arc::new(learned));
             }
         }
-        let firsts: Vec<First> = sent
-            .iter()
-            .map(|&(i, form)| self.first_answer(&ops[i], form, &mut replies))
-            .collect();
-        let mut confirmed = confirm.then(|| self.read_confirm(&mut replies));
-        let rerun_from = firsts
-            .iter()
-            .position(|f| matches!(f, First::Rerun))
-            .unwrap_or(sent.len());
         // An answer of the first round trip stands, or the op needs a
-        // second one (every op from the first re-run on runs again).
+        // second one (every op from the first re-run on runs again). Read
+        // in one pass, in order: no list of the first answers (a
+        // `followups` list is made only when one is needed).
         let mut followups = Vec::new();
-        for (pos, first) in firsts.into_iter().enumerate() {
+        let mut rerun = false;
+        for &(i, form) in sent {
+            let first = self.first_answer(&ops[i], form, &mut replies);
+            rerun = rerun || matches!(first, First::Rerun);
             let followup = match first {
-                first if pos >= rerun_from => Followup::Rerun(first),
+                first if rerun => Followup::Rerun(first),
                 First::Done(result) => {
-                    results[sent[pos].0] = Some(result);
+                    results[i] = Some(result);
                     continue;
                 }
                 First::NeedsGet => Followup::Get,
                 First::Pending(pending) => Followup::Command(pending),
                 First::Rerun => Followup::Rerun(First::Rerun),
             };
-            followups.push((sent[pos], followup));
+            followups.push(((i, form), followup));
         }
+        let mut confirmed = confirm.then(|| self.read_confirm(&mut replies));
         if followups.is_empty() {
             return Ok(confirmed);
         }
@@ -270,7 +263,7 @@ impl Inner {
                 }
                 Followup::Rerun(_) => {
                     let form = script_for(op).map_or(Form::SetNx, Form::Script);
-                    self.pack_op(op, form, ttls[*i], None, &mut buf);
+                    self.pack_op(op, form, ttl_ms(op), None, &mut buf);
                     if form == Form::SetNx {
                         pack_holder_check(op, &mut buf);
                         3
@@ -437,60 +430,75 @@ impl Inner {
             return wire::pack_command(form, op, ttl_ms, buf);
         };
         let Op { keys, token, kind } = *op;
-        let ttl_arg = || ttl_ms.to_string().into_bytes();
         // The lock's keys, then the fence counters' hash when the script
         // reads it (the last of `KEYS`); a read-write lock's two keys in
         // the order of their roles in its script: the op's own key (the
         // readers', or the writer's for the admission), then the other.
-        let (script_keys, args): (Vec<&[u8]>, [Vec<u8>; 2]) = match kind {
+        // `ARGV`: the token, then the TTL, the fence or the record.
+        let (extra_key, second): (Option<&[u8]>, Second<'_>) = match kind {
             OpKind::Acquire { .. } | OpKind::Extend { .. } | OpKind::ReadExtend { .. } => {
-                (keys.iter().collect(), [token.to_vec(), ttl_arg()])
+                (None, Second::Number(ttl_ms))
             }
-            OpKind::Release | OpKind::ReadRelease => {
-                (keys.iter().collect(), [token.to_vec(), vec![]])
-            }
-            OpKind::AcquireFenced { counter, .. } => (
-                keys.iter().chain([counter]).collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::RaiseFence { counter, fence } => (
-                keys.iter().chain([counter]).collect(),
-                [token.to_vec(), fence.to_string().into_bytes()],
-            ),
-            OpKind::ReadAcquire { writer, .. } => (
-                keys.iter().chain([writer]).collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::Admit { readers, .. } => (
-                keys.iter().chain([readers]).collect(),
-                [token.to_vec(), ttl_arg()],
-            ),
-            OpKind::Proclaim { record_key, record } => (
-                keys.iter().chain([record_key]).collect(),
-                [token.to_vec(), record.to_vec()],
-            ),
+            OpKind::Release | OpKind::ReadRelease => (None, Second::Nothing),
+            OpKind::AcquireFenced { counter, .. } => (Some(counter), Second::Number(ttl_ms)),
+            OpKind::RaiseFence { counter, fence } => (Some(counter), Second::Number(fence)),
+            OpKind::ReadAcquire { writer, .. } => (Some(writer), Second::Number(ttl_ms)),
+            OpKind::Admit { readers, .. } => (Some(readers), Second::Number(ttl_ms)),
+            OpKind::Proclaim { record_key, record } => (Some(record_key), Second::Bytes(record)),
         };
-        let mut cmd = match digests {
-            Some(digests) => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(digests.of(script));
-                cmd
-            }
-            None => {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(script.text());
-                cmd
-            }
+        let key_count = keys.len() + usize::from(extra_key.is_some());
+        // An empty argument is left out (as before: a script reads only
+        // the arguments it is given).
+        let second = match second {
+            Second::Bytes([]) => Second::Nothing,
+            other => other,
         };
-        cmd.arg(script_keys.len());
-        for key in script_keys {
-            cmd.arg(key);
+        let args = usize::from(!token.is_empty()) + usize::from(!matches!(second, Second::Nothing));
+        let mut cmd = command(buf, 3 + key_count + args);
+        match digests {
+            Some(digests) => cmd.bytes(b"EVALSHA").bytes(digests.of(script).as_bytes()),
+            None => cmd.bytes(b"EVAL").bytes(script.text().as_bytes()),
+        };
+        cmd.number(key_count as u64);
+        for key in keys.iter().chain(extra_key) {
+            cmd.bytes(key);
         }
-        for arg in args.iter().filter(|a| !a.is_empty()) {
-            cmd.arg(arg.as_slice());
+        if !token.is_empty() {
+            cmd.bytes(token);
         }
-        cmd.write_packed_command(buf);
+        match second {
+            Second::Nothing => {}
+            Second::Number(n) => {
+                cmd.number(n);
+            }
+            Second::Bytes(b) => {
+                cmd.bytes(b);
+            }
+        }
     }
+}
+
+/// Room for the first round trip's ops, so that the buffer is allocated
+/// once in the usual case: per key, the key twice (a release's notice
+/// channel names it) and a command's framing; per op, the token and a
+/// script's call (`EVALSHA`, its digest, the counts and the TTL).
+fn request_size(ops: &[Op<'_>], sent: &[(usize, Form)]) -> usize {
+    sent.iter()
+        .map(|&(i, _)| {
+            let op = &ops[i];
+            let keys: usize = op.keys.iter().map(|k| 2 * k.len() + 96).sum();
+            keys + op.token.len() + 128
+        })
+        .sum::<usize>()
+        + 64
+}
+
+/// A script's second argument (after the token).
+enum Second<'a> {
+    Nothing,
+    /// A TTL in milliseconds, or a fence.
+    Number(u64),
+    Bytes(&'a [u8]),
 }
 
 /// `GET` and `PTTL` of a refused acquire's key, one round trip: who holds

@@ -25,7 +25,7 @@ const MAX_TTL_MS: u64 = 1 << 53;
 /// deadline, as a whole batch.
 pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>], deadline: Instant) -> Box<dyn InFlight> {
     let inner = Arc::clone(inner);
-    let (mut results, ttls) = checked_ttls(ops);
+    let mut results = checked_ttls(ops);
     if results.iter().all(Option::is_some) {
         return Box::new(inner.answers(results, None));
     }
@@ -36,12 +36,11 @@ pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>], deadline: Instant) -> Box
             return Box::new(inner.answers(results, None));
         }
     };
-    match inner.send_first(&mut conn, ops, &ttls, &mut results, deadline) {
+    match inner.send_first(&mut conn, ops, &mut results, deadline) {
         Ok(first) => Box::new(Sent {
             inner,
             conn,
             first,
-            ttls,
             results,
             deadline,
         }),
@@ -51,7 +50,7 @@ pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>], deadline: Instant) -> Box
             let mut server = None;
             let outcome = if stale {
                 inner.with_fresh_conn(deadline, |c| {
-                    inner.run_batch(c, ops, &ttls, &mut results, &mut server, deadline)
+                    inner.run_batch(c, ops, &mut results, &mut server, deadline)
                 })
             } else {
                 Err(failure.error)
@@ -67,7 +66,6 @@ struct Sent {
     inner: Arc<Inner>,
     conn: Checkout,
     first: FirstSent,
-    ttls: Vec<u64>,
     results: Vec<Option<Result<Reply, BackendError>>>,
     deadline: Instant,
 }
@@ -86,20 +84,11 @@ impl InFlight for Sent {
             inner,
             mut conn,
             first,
-            ttls,
             mut results,
             deadline,
         } = *self;
         let mut server = None;
-        let read = inner.finish_batch(
-            &mut conn,
-            &first,
-            ops,
-            &ttls,
-            &mut results,
-            &mut server,
-            deadline,
-        );
+        let read = inner.finish_batch(&mut conn, &first, ops, &mut results, &mut server, deadline);
         let outcome = match read {
             Ok(()) => {
                 inner.checkin(conn);
@@ -112,7 +101,7 @@ impl InFlight for Sent {
                     // The server had closed the pooled connection: nothing
                     // ran. The whole batch again, on a fresh connection.
                     inner.with_fresh_conn(deadline, |c| {
-                        inner.run_batch(c, ops, &ttls, &mut results, &mut server, deadline)
+                        inner.run_batch(c, ops, &mut results, &mut server, deadline)
                     })
                 } else {
                     Err(failure.error)
@@ -125,25 +114,22 @@ impl InFlight for Sent {
 }
 
 /// One slot per op: `Some(error)` for a TTL refused before any network
-/// call, `None` for an op to send; and the TTLs in whole milliseconds.
-#[allow(clippy::type_complexity)] // the two lists the batch runs on
-fn checked_ttls(ops: &[Op<'_>]) -> (Vec<Option<Result<Reply, BackendError>>>, Vec<u64>) {
-    let mut results = Vec::with_capacity(ops.len());
-    let mut ttls = Vec::with_capacity(ops.len());
-    for op in ops {
-        let ttl = op.ttl();
-        match ttl.map(ttl_millis).transpose() {
-            Ok(ms) => {
-                results.push(None);
-                ttls.push(ms.unwrap_or(0));
-            }
-            Err(e) => {
-                results.push(Some(Err(e)));
-                ttls.push(0);
-            }
-        }
-    }
-    (results, ttls)
+/// call, `None` for an op to send (its TTL then in range: [`ttl_ms`]).
+fn checked_ttls(ops: &[Op<'_>]) -> Vec<Option<Result<Reply, BackendError>>> {
+    ops.iter()
+        .map(|op| match op.ttl().map(ttl_millis) {
+            Some(Err(e)) => Some(Err(e)),
+            Some(Ok(_)) | None => None,
+        })
+        .collect()
+}
+
+/// `op`'s TTL in whole milliseconds (0 for an op without one), as sent:
+/// read where the op is packed instead of kept in a list of its own (one
+/// allocation less per batch). An op whose TTL is out of range was
+/// answered by [`checked_ttls`] and is never packed.
+pub(super) fn ttl_ms(op: &Op<'_>) -> u64 {
+    op.ttl().and_then(|ttl| ttl_millis(ttl).ok()).unwrap_or(0)
 }
 
 /// After a failed round trip: every op without an answer gets its error.

@@ -19,6 +19,7 @@
 use redis::Value;
 
 use super::{Delete, Form};
+use crate::backend::redis::encode::command;
 use crate::backend::redis::notices::channel;
 use crate::backend::{Op, Reply};
 
@@ -42,54 +43,54 @@ pub(in crate::backend::redis) fn pack_command(
     let Op { keys, token, .. } = *op;
     match form {
         Form::Script(_) => {}
-        Form::SetNx => redis::cmd("SET")
-            .arg(keys.first())
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .write_packed_command(buf),
+        Form::SetNx => {
+            command(buf, 6)
+                .bytes(b"SET")
+                .bytes(keys.first())
+                .bytes(token)
+                .bytes(b"NX")
+                .bytes(b"PX")
+                .number(ttl_ms);
+        }
         Form::DeleteIfEqual(delete) => {
             for key in keys.iter() {
                 match delete {
-                    Delete::DelIfEq => redis::cmd("DELIFEQ")
-                        .arg(key)
-                        .arg(token)
-                        .write_packed_command(buf),
-                    Delete::DelEx => redis::cmd("DELEX")
-                        .arg(key)
-                        .arg("IFEQ")
-                        .arg(token)
-                        .write_packed_command(buf),
+                    Delete::DelIfEq => {
+                        command(buf, 3).bytes(b"DELIFEQ").bytes(key).bytes(token);
+                    }
+                    Delete::DelEx => {
+                        command(buf, 4)
+                            .bytes(b"DELEX")
+                            .bytes(key)
+                            .bytes(b"IFEQ")
+                            .bytes(token);
+                    }
                 }
-                redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(channel(key))
-                    .write_packed_command(buf);
+                command(buf, 3)
+                    .bytes(b"PUBSUB")
+                    .bytes(b"NUMSUB")
+                    .bytes(&channel(key));
             }
         }
         Form::SetIfEqual => {
             for key in keys.iter() {
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg(token)
-                    .arg("IFEQ")
-                    .arg(token)
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .write_packed_command(buf);
+                command(buf, 7)
+                    .bytes(b"SET")
+                    .bytes(key)
+                    .bytes(token)
+                    .bytes(b"IFEQ")
+                    .bytes(token)
+                    .bytes(b"PX")
+                    .number(ttl_ms);
             }
         }
         Form::MsetEx => {
-            let mut cmd = redis::cmd("MSETEX");
-            cmd.arg(keys.len());
+            let mut cmd = command(buf, 2 + 2 * keys.len() + 3);
+            cmd.bytes(b"MSETEX").number(keys.len() as u64);
             for key in keys.iter() {
-                cmd.arg(key).arg(token);
+                cmd.bytes(key).bytes(token);
             }
-            cmd.arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .write_packed_command(buf);
+            cmd.bytes(b"NX").bytes(b"PX").number(ttl_ms);
         }
     }
 }

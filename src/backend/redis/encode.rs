@@ -1,0 +1,94 @@
+//! Commands written straight into a batch's buffer, in the form
+//! `redis::Cmd::write_packed_command` writes them (a RESP array of bulk
+//! strings: `*<count>\r\n`, then `$<len>\r\n<bytes>\r\n` per argument),
+//! without building a `redis::Cmd` first. A `Cmd` keeps its arguments in
+//! buffers of its own, grown argument by argument: several allocations
+//! per command, on every lock's hot path. Here a command costs none
+//! beyond the batch buffer's own growth.
+
+use std::io::Write as _;
+
+/// A command being written: [`command`] wrote its header, each argument
+/// goes in by [`bytes`](Self::bytes) or [`number`](Self::number), exactly
+/// as many as the header announced.
+pub(super) struct Command<'a> {
+    buf: &'a mut Vec<u8>,
+    /// Arguments announced and not written yet.
+    left: usize,
+}
+
+/// Starts a command of `args` arguments (its name included) in `buf`.
+pub(super) fn command(buf: &mut Vec<u8>, args: usize) -> Command<'_> {
+    // Writing to a `Vec` cannot fail.
+    let _ = write!(buf, "*{args}\r\n");
+    Command { buf, left: args }
+}
+
+impl Command<'_> {
+    /// One argument, as given.
+    pub(super) fn bytes(&mut self, arg: &[u8]) -> &mut Self {
+        self.left = self.left.wrapping_sub(1);
+        let _ = write!(self.buf, "${}\r\n", arg.len());
+        self.buf.extend_from_slice(arg);
+        self.buf.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// One argument: `n` in decimal, as `redis` writes an integer.
+    pub(super) fn number(&mut self, n: u64) -> &mut Self {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut rest = n;
+        loop {
+            at -= 1;
+            // `rest % 10` is a single digit.
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        self.bytes(&digits[at..])
+    }
+}
+
+impl Drop for Command<'_> {
+    fn drop(&mut self) {
+        debug_assert_eq!(self.left, 0, "a command's header announced another count");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_what_redis_cmd_writes() {
+        let mut ours = Vec::new();
+        command(&mut ours, 6)
+            .bytes(b"SET")
+            .bytes(b"key:\xff")
+            .bytes(&[0u8; 20])
+            .bytes(b"NX")
+            .bytes(b"PX")
+            .number(10_000);
+        command(&mut ours, 3).bytes(b"X").number(0).number(u64::MAX);
+        command(&mut ours, 2).bytes(b"GET").bytes(b"");
+        let mut theirs = Vec::new();
+        redis::cmd("SET")
+            .arg(&b"key:\xff"[..])
+            .arg(&[0u8; 20][..])
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000u64)
+            .write_packed_command(&mut theirs);
+        redis::cmd("X")
+            .arg(0u64)
+            .arg(u64::MAX)
+            .write_packed_command(&mut theirs);
+        redis::cmd("GET")
+            .arg(&b""[..])
+            .write_packed_command(&mut theirs);
+        assert_eq!(ours, theirs);
+    }
+}
