@@ -18,6 +18,9 @@ pub(crate) enum Canary {
     /// engine/gate.rs: the state lock alone decides idleness (the count of
     /// queued jobs is ignored).
     GateIgnoresCount,
+    /// engine/node/unread.rs: a send goes on without reading the batch
+    /// parked unread before it.
+    SendOverUnread,
     /// redlock/verdict.rs: any confirmed extend sets the deadline, not only
     /// the one begun last.
     AnyExtendSetsDeadline,

@@ -13,16 +13,19 @@
 //! waiting for each at most a short slice before passing it over for the
 //! next, and folds in the answers of the nodes it queued to as they come.
 //! Once the round is decided (a quorum of grants, or too few nodes left),
-//! or its deadline has passed, the batches it has not read yet are handed
-//! to their node threads ([`Work::Unread`]), still under their gates: the
-//! node thread reads the late answer and passes it on, and a release
-//! queued later (say, of the acquire that lost) runs after it.
+//! or its deadline has passed, the batches it has not read yet stay
+//! parked in their nodes' states (`node/unread.rs`): the next caller that
+//! drives the node reads the late answer first (when it is in: a caller
+//! never waits for a straggler), or the node's thread does within a short
+//! grace, and passes it on; nothing is sent to the node before it is
+//! read, so a release queued later (say, of the acquire that lost) runs
+//! after it.
 
 use std::time::{Duration, Instant};
 
 use super::ballots::Ballot;
 use super::gate::Gate;
-use super::node::worker::{Job, NodeExec, ReplyTo, Unread, Work};
+use super::node::worker::{Job, NodeExec, ReplyTo};
 use super::node::{self, Item, Sent, Vote};
 use super::pending::{Pending, known_tally};
 use super::{Engine, Gather};
@@ -46,8 +49,8 @@ impl NodeExec {
     /// The node's state, if the node is idle and up: the caller may drive
     /// it ([`Driven::begin`]); `None` otherwise.
     pub(super) fn idle(&self) -> Option<MutexGuard<'_, node::State>> {
-        let state = Gate::try_idle(&self.gate)?;
-        (!state.is_down()).then_some(state)
+        let mut state = Gate::try_idle(&self.gate)?;
+        (!state.is_down() && state.unread_answered(Instant::now())).then_some(state)
     }
 }
 
@@ -75,13 +78,18 @@ impl<'a> Driven<'a> {
         } = self;
         let arrived = sent.read();
         let vote = state.answers_arrived(arrived, Instant::now()).pop()?;
-        // Only a wake time that came earlier needs the thread: one that
-        // moved later finds the thread awake early, with nothing due.
-        let earlier = match (state.poll_timeout(), wake_before) {
-            (Some(now), Some(before)) => now < before,
-            (now, _) => now.is_some() && wake_before.is_none(),
-        };
-        Some((vote, earlier))
+        let wake = earlier(state.poll_timeout(), wake_before);
+        Some((vote, wake))
+    }
+}
+
+/// Whether the node's wake time `now` came earlier than `before`, the one
+/// its thread waits for: only then does the thread need a wake-up (one
+/// that moved later finds the thread awake early, with nothing due).
+fn earlier(now: Option<Instant>, before: Option<Instant>) -> bool {
+    match (now, before) {
+        (Some(now), Some(before)) => now < before,
+        (now, before) => now.is_some() && before.is_none(),
     }
 }
 
@@ -166,26 +174,26 @@ impl Engine {
         }
     }
 
-    /// Hands a driven node's unread batch to its thread, under its gate:
-    /// the thread reads the answer (and sends it on `reply`, where the
-    /// round may still count it) before anything queued later.
+    /// Parks a driven node's unread batch in its state (`node/unread.rs`):
+    /// the next caller that drives the node, or the node's thread within
+    /// a short grace, reads the answer (and sends it on `reply`, where the
+    /// round may still count it) before anything else is sent there. The
+    /// node's thread is woken only when its next wake time came earlier.
     fn leave_unread(&self, driven: Driven<'_>, reply: &Ballot) {
         let Driven {
-            slot, state, sent, ..
-        } = driven;
-        let node = &self.nodes[slot];
-        let job = Job::Work(Work::Unread(Box::new(Unread {
+            slot,
+            mut state,
             sent,
-            reply: Some(ReplyTo {
-                ballot: reply.clone(),
-                slot,
-            }),
-        })));
-        // Gone: the node's thread has stopped; the batch is dropped with
-        // the job (its connection closes) and the round counts the node as
-        // not answering.
-        let _ = node.enqueue(job);
+            wake_before,
+        } = driven;
+        let reply = Some(ReplyTo {
+            ballot: reply.clone(),
+            slot,
+        });
+        state.park_unread(sent, reply, Instant::now());
+        let wake = earlier(state.poll_timeout(), wake_before);
         drop(state);
+        self.wake_if(slot, wake);
     }
 }
 

@@ -104,6 +104,11 @@ impl State {
     /// notices at once (a waiter heard from too few nodes yet).
     #[must_use]
     pub(crate) fn timer_fired(&mut self, now: Instant) -> bool {
+        // A batch parked unread is read when it falls due, and before
+        // anything else the timer sends.
+        if self.poll_timeout().is_some_and(|at| at <= now) {
+            self.read_unread();
+        }
         if self.liveness.probe_due(now) {
             self.probe(now);
         }

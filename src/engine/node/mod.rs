@@ -20,9 +20,12 @@
 //!   ([`State::listen`]), a barrier about to be answered
 //!   ([`State::try_rights_if_due`]);
 //! - **mutators** (this file): what a driver asks of the node: a batch
-//!   to send ([`State::begin`]);
+//!   to send ([`State::begin`]), one left unread when its round was
+//!   decided ([`State::park_unread`], read by the next driver or at its
+//!   due time, [`State::read_unread`]; `unread.rs`);
 //! - **polls** (this file): [`State::poll_timeout`], the next time the
-//!   timer has work.
+//!   timer has work, and [`State::unread_answered`], whether a caller may
+//!   drive the node without waiting for a straggler.
 //!
 //! Two drivers move it: the node's own thread (`worker.rs`: it waits for
 //! jobs until the poll timeout, then calls [`State::timer_fired`] and
@@ -71,6 +74,7 @@ mod rights;
 mod rights_try;
 mod settings_look;
 mod shards;
+mod unread;
 mod vitals;
 pub(super) mod worker;
 
@@ -91,8 +95,9 @@ use self::retries::RetryList;
 use self::rights::Rights;
 use self::settings_look::SettingsLook;
 use self::shards::Shards;
+use self::unread::Line;
 pub(crate) use self::vitals::Vitals;
-use self::worker::Record;
+use self::worker::{Record, ReplyTo, Unread};
 use super::action::Action;
 use super::forgets::Forgets;
 use super::waiters::Waiters;
@@ -160,6 +165,9 @@ pub(crate) struct State {
     settings_look: SettingsLook,
     /// The vitals `health()` reads, and what was last announced.
     publish: Publisher,
+    /// A batch sent and left unread when its round was decided: read
+    /// before anything else is sent (`unread.rs`).
+    unread: Line<Unread>,
 }
 impl State {
     // Construction.
@@ -188,6 +196,7 @@ impl State {
             notices: NodeNotices::default(),
             settings_look: SettingsLook::new(shared.release_retry_window),
             publish: Publisher::new(name.to_owned(), health),
+            unread: Line::default(),
             shared,
         }
     }
@@ -244,6 +253,12 @@ impl State {
     /// down skips acquires and extends at no cost, and keeps its releases
     /// for when it is back: an earlier acquire may have landed there).
     pub(crate) fn begin(&mut self, items: Vec<Item>, now: Instant) -> Sent {
+        // The batch left unread first: nothing is sent over it.
+        let now = if self.read_unread() {
+            Instant::now()
+        } else {
+            now
+        };
         if self.liveness.is_down() {
             for item in items.iter().filter(|i| i.action == Action::Release) {
                 self.keep(&item.hold, item.token, now);
@@ -258,6 +273,37 @@ impl State {
         let ops = batch.ops();
         let in_flight = (!ops.is_empty()).then(|| io::send(&*self.backend, &ops));
         Sent::new(batch, in_flight, now)
+    }
+
+    /// Leaves `sent`, whose round was decided before it was read, parked
+    /// at `now`: the next driver reads it first, and the node's thread at
+    /// the latest when it falls due (see `unread.rs`); its answers go to
+    /// `reply`.
+    pub(crate) fn park_unread(&mut self, sent: Sent, reply: Option<ReplyTo>, now: Instant) {
+        self.unread.park(Unread { sent, reply }, now);
+    }
+
+    /// Reads the parked batch, if any (waiting for its answers within the
+    /// backend's bound on one call), and passes its votes on. Whether
+    /// there was one.
+    pub(crate) fn read_unread(&mut self) -> bool {
+        let Some(Unread { sent, reply }) = self.unread.take() else {
+            return false;
+        };
+        let arrived = sent.read();
+        for vote in self.answers_arrived(arrived, Instant::now()) {
+            worker::reply_to(reply.as_ref(), vote);
+        }
+        true
+    }
+
+    /// Whether a caller may drive the node without waiting for a
+    /// straggler: nothing is parked, or the parked batch's answers are in
+    /// (looked at without waiting).
+    pub(crate) fn unread_answered(&mut self, now: Instant) -> bool {
+        self.unread
+            .parked_mut()
+            .is_none_or(|unread| unread.sent.ready(now))
     }
 
     // Polls: when to call back.
@@ -282,6 +328,7 @@ impl State {
             rights,
             self.notices.next_wake(),
             self.settings_look.next_wake(),
+            self.unread.due(),
         ]
         .into_iter()
         .flatten()

@@ -75,9 +75,6 @@ pub(crate) enum Job {
 pub(crate) enum Work {
     /// A lock operation. `reply` is `None` for fire-and-forget releases.
     Op { item: Item, reply: Option<ReplyTo> },
-    /// A batch a caller sent to the node and no longer waits for (its
-    /// round was decided): read its answers and pass them on.
-    Unread(Box<Unread>),
     /// Read what a key holds ([`Inspect::inspect`](crate::backend::Inspect::inspect))
     /// and answer on `reply`, with this node's `slot`.
     Inspect {
@@ -122,8 +119,9 @@ pub(crate) struct Inspected {
     pub(crate) holding: Result<Option<Holding>, BackendError>,
 }
 
-/// A batch a caller sent and left to the node's thread to read
-/// ([`Work::Unread`]).
+/// A batch a caller sent and no longer waits for (its round was
+/// decided), parked in the node's state until it is read
+/// ([`State::park_unread`]).
 pub(crate) struct Unread {
     pub(crate) sent: Sent,
     pub(crate) reply: Option<ReplyTo>,
@@ -151,7 +149,7 @@ impl NodeExec {
         let bounded = match &job {
             Job::Work(Work::Op { item, .. }) => item.action != Action::Release,
             Job::Work(Work::Inspect { .. } | Work::Proclaim { .. }) => true,
-            Job::Work(Work::Unread(_)) | Job::Barrier { .. } | Job::Wake { .. } => false,
+            Job::Barrier { .. } | Job::Wake { .. } => false,
         };
         if bounded && self.gate.queued() >= MAX_QUEUED {
             return Err(NotQueued::Full);
@@ -247,10 +245,19 @@ impl NodeThread<'_> {
                 Ok(job) => Some(job),
                 Err(Empty::Timeout) => None,
                 // Every sender is gone and the queue is drained: pending
-                // retries are abandoned, their keys expire with the TTL.
-                Err(Empty::Closed) => return,
+                // retries are abandoned, their keys expire with the TTL;
+                // a batch still parked is read (every batch is read once).
+                Err(Empty::Closed) => {
+                    self.exec.gate.lock().read_unread();
+                    return;
+                }
             };
             let mut state = self.exec.gate.lock();
+            if first.is_some() {
+                // The jobs were queued after the parked batch was sent:
+                // it is read before any of them reaches the node.
+                state.read_unread();
+            }
             let short = state.timer_fired(Instant::now());
             self.wake_peers_if(short);
             let Some(first) = first else {
@@ -305,14 +312,6 @@ fn run_jobs(state: &mut State, batch: &mut Vec<Job>) {
             Job::Work(Work::Op { item, reply }) => {
                 items.push(item);
                 replies.push(reply);
-            }
-            Job::Work(Work::Unread(unread)) => {
-                run_ops(state, &mut items, &mut replies);
-                let Unread { sent, reply } = *unread;
-                let arrived = sent.read();
-                for vote in state.answers_arrived(arrived, Instant::now()) {
-                    reply_to(reply.as_ref(), vote);
-                }
             }
             Job::Work(Work::Inspect { key, reply, slot }) => {
                 run_ops(state, &mut items, &mut replies);
