@@ -292,10 +292,10 @@ optimized_lane() {
     "cargo test --release --no-default-features --target-dir target/optimized" \
     cargo test --release --no-default-features --lib --no-fail-fast \
     --target-dir target/optimized -- --test-threads=2 "${EXPLORERS[@]}"
-  run_tests "loom: every interleaving of the engine's gate (src/engine/gate.rs)" \
+  run_tests "loom: the engine's gate and a node's unread batch (every loom_checks module)" \
     "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
     env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
-    --target-dir target/loom gate -- --nocapture --test-threads=2
+    --target-dir target/loom loom_checks -- --nocapture --test-threads=2
 }
 
 # The real-server tests again on the other servers: Valkey 8.1 (the TLS
