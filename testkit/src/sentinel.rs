@@ -282,6 +282,23 @@ impl SentinelSet {
         self.servers[1 - self.master].kill9();
     }
 
+    /// SIGSTOP on every running sentinel: none acts (no failover, no
+    /// reconfiguration of a server, and so none of the `CLIENT KILL`s
+    /// that come with one) until [`resume_sentinels`](Self::resume_sentinels).
+    pub fn pause_sentinels(&self) {
+        for child in self.sentinels.iter().filter_map(|s| s.child.as_ref()) {
+            crate::server::signal(child.id(), "STOP");
+        }
+    }
+
+    /// SIGCONT on every running sentinel, after
+    /// [`pause_sentinels`](Self::pause_sentinels).
+    pub fn resume_sentinels(&self) {
+        for child in self.sentinels.iter().filter_map(|s| s.child.as_ref()) {
+            crate::server::signal(child.id(), "CONT");
+        }
+    }
+
     /// SIGSTOP on the replica: it freezes with its sockets open.
     pub fn pause_replica(&self) {
         self.replica().pause();

@@ -660,7 +660,7 @@ pub fn connect(url: &str) -> redis::Connection {
 
 /// Sends a signal with `kill(1)`: no libc dependency (and no `unsafe`) for
 /// the few signals the tests send.
-fn signal(pid: u32, name: &str) {
+pub(crate) fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
         .arg(format!("-{name}"))
         .arg(pid.to_string())
