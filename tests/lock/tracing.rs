@@ -307,9 +307,23 @@ fn a_lock_that_waited_was_extended_and_released() {
             .collect::<Vec<_>>()
     };
     assert_eq!(capture.votes(rounds[0].id), all("refused"));
+    // The last round: granted by a quorum. The holder's release reaches
+    // the nodes one by one, and the first release notice wakes our call:
+    // its attempt may meet a node that has not applied the release yet,
+    // which refuses (seen in CI). Every node still answers, with a grant
+    // or that refusal.
     let last = rounds.last().unwrap();
-    assert_eq!(capture.votes(last.id), all("granted"));
-    // Decided at a quorum: the third grant may come after.
+    let votes = capture.votes(last.id);
+    assert_eq!(votes.len(), 3, "{votes:?}");
+    let grants = votes.iter().filter(|(_, vote)| vote == "granted").count();
+    assert!(grants >= 2, "{votes:?}");
+    assert!(
+        votes
+            .iter()
+            .all(|(_, vote)| vote == "granted" || vote == "refused"),
+        "{votes:?}"
+    );
+    // Decided at a quorum: the third answer may come after.
     let granted: usize = last.field("quorum_lock.granted").unwrap().parse().unwrap();
     assert!(granted >= 2, "{last:#?}");
 
@@ -368,7 +382,22 @@ fn a_lock_that_waited_was_extended_and_released() {
         let rounds = capture.children(span.id, "round");
         assert_eq!(rounds.len(), 1, "{rounds:#?}");
         assert_eq!(rounds[0].field("quorum_lock.round"), Some(action));
-        assert_eq!(capture.votes(rounds[0].id), all("granted"));
+        // Every node answers; every node that granted the acquire grants
+        // this too (a node that refused it holds nothing of ours: what it
+        // answers is the backend's business).
+        let votes = capture.votes(rounds[0].id);
+        let refused_before = capture
+            .votes(last.id)
+            .into_iter()
+            .filter(|(_, vote)| vote == "refused")
+            .map(|(node, _)| node)
+            .collect::<Vec<_>>();
+        assert_eq!(votes.len(), 3, "{votes:?}");
+        for (node, vote) in &votes {
+            if !refused_before.contains(node) {
+                assert_eq!(vote, "granted", "{name}: {votes:?}");
+            }
+        }
     }
 
     // Nothing lost, and no field carries a token.
