@@ -50,7 +50,7 @@ impl NodeExec {
     /// it ([`Driven::begin`]); `None` otherwise.
     pub(super) fn idle(&self) -> Option<MutexGuard<'_, node::State>> {
         let mut state = Gate::try_idle(&self.gate)?;
-        (!state.is_down() && state.unread_answered(Instant::now())).then_some(state)
+        (!state.is_down() && state.unread_answered()).then_some(state)
     }
 }
 

@@ -299,11 +299,12 @@ impl State {
 
     /// Whether a caller may drive the node without waiting for a
     /// straggler: nothing is parked, or the parked batch's answers are in
-    /// (looked at without waiting).
-    pub(crate) fn unread_answered(&mut self, now: Instant) -> bool {
+    /// (looked at without waiting; the clock is read only then, since
+    /// every round asks this of every idle node).
+    pub(crate) fn unread_answered(&mut self) -> bool {
         self.unread
             .parked_mut()
-            .is_none_or(|unread| unread.sent.ready(now))
+            .is_none_or(|unread| unread.sent.ready(Instant::now()))
     }
 
     // Polls: when to call back.
