@@ -62,7 +62,7 @@ fn the_command_gets_its_term_and_leader_shows_the_value() {
     .spawn()
     .unwrap();
     let pid = read_pid(&pid_file);
-    let _leftover = Leftover(pid);
+    let _leftover = Leftover::of(pid);
     let shown = output(&mut tool(&servers, &["leader", "job"]));
     let text = stdout(&shown);
     assert!(text.starts_with("job: led by host-a:8080 (term "), "{text}");
@@ -133,7 +133,7 @@ fn a_loss_stops_the_command_and_once_exits_75() {
     .spawn()
     .unwrap();
     let pid = read_pid(&pid_file);
-    let _leftover = Leftover(pid);
+    let _leftover = Leftover::of(pid);
     assert!(wait_until(HANG, || servers[0].get(LOCK_KEY).is_some()));
     servers[0].kill9();
     servers[1].kill9();
@@ -159,7 +159,7 @@ fn the_command_dies_with_the_tool() {
     .spawn()
     .unwrap();
     let pid = read_pid(&pid_file);
-    let _leftover = Leftover(pid);
+    let _leftover = Leftover::of(pid);
     leading.kill().unwrap();
     leading.wait().unwrap();
     assert!(
@@ -203,7 +203,7 @@ fn leader_json_shows_value_term_and_time_left_with_the_same_exit_codes() {
     .spawn()
     .unwrap();
     let pid = read_pid(&pid_file);
-    let _leftover = Leftover(pid);
+    let _leftover = Leftover::of(pid);
     let shown = output(&mut tool(&servers, &["leader", "job", "--json"]));
     assert_eq!(code(&shown), 0, "{shown:?}");
     let json = stdout(&shown);

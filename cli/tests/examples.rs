@@ -269,7 +269,7 @@ fn the_cron_line_runs_as_written_under_crons_environment() {
         .spawn()
         .unwrap();
     let sh = shell.id();
-    let _leftover = common::Leftover(sh);
+    let _leftover = common::Leftover::of(sh);
     // Until the job ran, or the shell ended (`quorum-lock: not found`).
     wait_until(HANG, || !lines(&log).is_empty() || !common::running(sh));
     if lines(&log).is_empty() {
@@ -279,7 +279,7 @@ fn the_cron_line_runs_as_written_under_crons_environment() {
     assert_eq!(lines(&log), ["ran with PATH=/usr/bin:/bin"]);
     // Held for --min-hold 9m: the tool is still in the foreground.
     let tool = children(sh);
-    let _tools: Vec<common::Leftover> = tool.iter().map(|&pid| common::Leftover(pid)).collect();
+    let _tools: Vec<common::Leftover> = tool.iter().map(|&pid| common::Leftover::of(pid)).collect();
     assert_eq!(tool.len(), 1, "the tool under sh: {tool:?}");
     common::send("TERM", &tool[0].to_string());
     let out = wait_output(shell);

@@ -41,7 +41,7 @@ impl Pids {
             .iter()
             .map(|(name, file)| {
                 let pid = read_pid(file);
-                (*name, pid, Leftover(pid))
+                (*name, pid, Leftover::of(pid))
             })
             .collect()
     }

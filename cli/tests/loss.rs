@@ -35,7 +35,7 @@ fn after_a_loss_the_command_is_gone_before_another_client_gets_the_lock() {
     .spawn()
     .unwrap();
     let pid = read_pid(&pid_file);
-    let _leftover = Leftover(pid);
+    let _leftover = Leftover::of(pid);
     assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
     // A stall (a VM pause, a partition): the next extend gets no answer.
     for server in servers.iter() {
@@ -82,7 +82,7 @@ fn the_command_dies_with_the_tool() {
     .spawn()
     .unwrap();
     let pid = read_pid(&pid_file);
-    let _leftover = Leftover(pid);
+    let _leftover = Leftover::of(pid);
     assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
     tool_process.kill().unwrap();
     tool_process.wait().unwrap();

@@ -49,7 +49,7 @@ fn interrupt(target: &str, group_of_tool: bool) -> Vec<String> {
     let child = cmd.spawn().unwrap();
     let tool_pid = child.id();
     let pid = read_pid(&pid_file);
-    let _leftover = Leftover(pid);
+    let _leftover = Leftover::of(pid);
     assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
     // The mechanism: the command is not in the group a terminal's Ctrl-C
     // (or `kill -INT -PGID`) signals, so only the tool's copy reaches it.
@@ -110,7 +110,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
     .spawn()
     .unwrap();
     let pid = read_pid(&pid_file);
-    let _leftover = Leftover(pid);
+    let _leftover = Leftover::of(pid);
     assert!(wait_until(HANG, || held_everywhere(&servers, b"job")));
     send("TERM", &child.id().to_string());
     let status = wait_for(child);

@@ -535,9 +535,37 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("CLIENT PAUSE on {}: {e}", self.describe()));
     }
 
-    /// A new inspection connection (read/write timeout 5 s).
+    /// A new inspection connection (read/write timeout 5 s). A server
+    /// that cannot be reached fails the test with what its process became
+    /// and the end of its log: a server that exited on its own (a crash, a
+    /// `SHUTDOWN`, SIGTERM: the log says which) is told from one that was
+    /// killed (SIGKILL leaves no line).
     pub fn conn(&self) -> redis::Connection {
-        connect(&self.url())
+        let url = self.url();
+        try_connect(&url).unwrap_or_else(|e| {
+            panic!(
+                "inspection connection to {url} ({}): {e}; its process: {}; its log ends:\n{}",
+                self.describe(),
+                self.process_state(),
+                tail(&self.log(), 10)
+            )
+        })
+    }
+
+    /// What `/proc` says of the server's process: its state letter (`Z`:
+    /// it exited and was not collected yet), or that none is left.
+    fn process_state(&self) -> String {
+        let Some(child) = &self.child else {
+            return "killed by the test (kill9)".to_owned();
+        };
+        let pid = child.id();
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => {
+                let state = stat.rfind(')').and_then(|at| stat.get(at + 2..at + 3));
+                format!("pid {pid}, state {}", state.unwrap_or("?"))
+            }
+            Err(e) => format!("pid {pid}, no /proc entry ({e})"),
+        }
     }
 
     /// Runs a command on a new inspection connection.
@@ -647,15 +675,15 @@ impl std::ops::DerefMut for RedisServers {
 
 /// An inspection connection to `url` with 5 s timeouts.
 pub fn connect(url: &str) -> redis::Connection {
+    try_connect(url).unwrap_or_else(|e| panic!("inspection connection to {url}: {e}"))
+}
+
+fn try_connect(url: &str) -> redis::RedisResult<redis::Connection> {
     let client = redis::Client::open(url).expect("inspection URL");
-    let conn = client
-        .get_connection_with_timeout(INSPECT_TIMEOUT)
-        .unwrap_or_else(|e| panic!("inspection connection to {url}: {e}"));
-    conn.set_read_timeout(Some(INSPECT_TIMEOUT))
-        .expect("read timeout");
-    conn.set_write_timeout(Some(INSPECT_TIMEOUT))
-        .expect("write timeout");
-    conn
+    let conn = client.get_connection_with_timeout(INSPECT_TIMEOUT)?;
+    conn.set_read_timeout(Some(INSPECT_TIMEOUT))?;
+    conn.set_write_timeout(Some(INSPECT_TIMEOUT))?;
+    Ok(conn)
 }
 
 /// Sends a signal with `kill(1)`: no libc dependency (and no `unsafe`) for

@@ -122,14 +122,15 @@ pub fn still_running_check(pids: &[u32]) -> String {
     )
 }
 
-/// SIGKILL to a process the tool should have ended, so that a failing
-/// test leaves nothing behind.
-pub fn kill_leftover(pid: u32) {
-    if running(pid) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
+/// When process `pid` started (field 22 of `/proc/PID/stat`, in clock
+/// ticks since boot): with the pid, it names one process, where the pid
+/// alone may name another once the first was collected (`pid_max` is 32768
+/// on many machines, and a busy run wraps it within minutes).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let after_name = stat.get(stat.rfind(')')? + 2..)?;
+    after_name.split(' ').nth(19)?.parse().ok()
 }
 
 /// Sends `signal` (`TERM`, `INT`, ...) to `target` with kill(1): a pid,
@@ -154,12 +155,33 @@ pub fn lines(file: &Path) -> Vec<String> {
 }
 
 /// Kills process `pid` on drop if it still runs: a failing test (a panic)
-/// leaves no command behind.
-pub struct Leftover(pub u32);
+/// leaves no command behind. Only that process: by the time the guard
+/// drops, the pid may belong to another (a server of a test running
+/// beside this one, once the kernel wrapped around its pids), so the
+/// process must still have the start time it had when the guard was made.
+pub struct Leftover {
+    pid: u32,
+    started: Option<u64>,
+}
+
+impl Leftover {
+    /// A guard for `pid`, the process that has it now.
+    pub fn of(pid: u32) -> Self {
+        Self {
+            pid,
+            started: start_time(pid),
+        }
+    }
+}
 
 impl Drop for Leftover {
     fn drop(&mut self) {
-        kill_leftover(self.0);
+        let same = self.started.is_some() && start_time(self.pid) == self.started;
+        if same && running(self.pid) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.pid.to_string()])
+                .status();
+        }
     }
 }
 
