@@ -162,6 +162,14 @@ impl MemoryBackend {
         state.keys.len()
     }
 
+    /// Keys its listeners listen for, summed over the listeners (as
+    /// Redis' `PUBSUB NUMSUB` of each channel would sum them).
+    #[cfg(test)]
+    pub(crate) fn listened_keys(&self) -> usize {
+        let state = self.inner.state.lock();
+        state.listeners.values().map(notices::Inbox::listens).sum()
+    }
+
     /// Round trips served so far (a batch counts once).
     pub fn round_trips(&self) -> u64 {
         self.inner.round_trips.load(Ordering::Relaxed)

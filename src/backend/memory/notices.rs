@@ -25,6 +25,12 @@ impl Inbox {
         self.arrived.clear();
     }
 
+    /// How many keys it listens for.
+    #[cfg(test)]
+    pub(super) fn listens(&self) -> usize {
+        self.keys.len()
+    }
+
     /// Takes the notice of `key`'s release when this listener listens for
     /// it: `None` when it does not, else the waker to call (once the
     /// node's lock is let go), if its owner left one.

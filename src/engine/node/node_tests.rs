@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::liveness::{FIRST_BACKOFF, MAX_BACKOFF};
+use super::notices::{Doorbell, SUBSCRIPTION_CHECK};
 use super::retries::RETRY_EVERY;
 use super::*;
 use crate::backend::KeySet;
@@ -432,4 +433,33 @@ fn an_item_without_an_op_fails_in_its_place_and_is_never_sent() {
     );
     assert_eq!(node.round_trips(), calls, "nothing to send: no call");
     assert!(!state.is_down() && !health.is_down());
+}
+
+/// A listener that rings on arrival spares the node's thread the polling
+/// for notices, but the end of a wait rings nothing: the node still looks
+/// at the watched keys within [`SUBSCRIPTION_CHECK`], so that a
+/// subscription nobody waits for is dropped although no other work comes
+/// (seen in CI: a server still had a waiter's subscription 5 s after the
+/// waiter got its lock, its rounds driven by the caller, so the node's
+/// thread never woke).
+#[test]
+fn a_subscription_nobody_waits_for_is_dropped_without_other_work() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let shared = shared(&clock, None);
+    let now = Instant::now();
+    let (state, _) = node_state(&node, Arc::clone(&shared), now);
+    let mut state = state.ringing(Doorbell::new(|| {}));
+    let watch = shared.waiters.register(&KeySet::one("k"));
+    let _ = state.listen(now);
+    assert_eq!(node.listened_keys(), 1, "subscribed while someone waits");
+    drop(watch);
+    let wake = state.poll_timeout();
+    assert!(
+        wake.is_some_and(|at| at <= now + SUBSCRIPTION_CHECK),
+        "the node's thread would sleep until other work comes: {wake:?}"
+    );
+    let _ = state.timer_fired(now + SUBSCRIPTION_CHECK);
+    assert_eq!(node.listened_keys(), 0, "unsubscribed once nobody waits");
+    assert_eq!(state.poll_timeout(), None, "nothing left to wake for");
 }

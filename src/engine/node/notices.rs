@@ -6,8 +6,9 @@
 //! Notices are events: a listener that can ring the node's [`Doorbell`]
 //! at each arrival (the Redis backend's reader thread, the memory
 //! backend's release) wakes the node thread, which sleeps on its queue
-//! otherwise, so a process whose threads only wait for a lock uses next
-//! to no CPU. A listener that cannot (TLS, a backend without the ability)
+//! otherwise (but for a look at the watched keys once a second while
+//! subscribed, [`SUBSCRIPTION_CHECK`]), so a process whose threads only
+//! wait for a lock uses next to no CPU. A listener that cannot (TLS, a backend without the ability)
 //! is polled: while some key is watched, the node thread waits for jobs at
 //! most [`NOTICE_POLL`] at a time and looks for notices in between. Like
 //! the rest of the node's state, this takes the time as an argument.
@@ -72,6 +73,14 @@ impl Doorbell {
     }
 }
 
+/// How often a node whose listener rings looks at the watched keys while
+/// it is subscribed: the end of a wait rings nothing (a waiter unregisters
+/// without telling the node's thread, which may have no other work, its
+/// rounds driven by the callers), so this bounds how long a subscription
+/// outlives its last waiter. One wake-up a second per node, only while
+/// subscribed.
+pub(super) const SUBSCRIPTION_CHECK: Duration = Duration::from_secs(1);
+
 /// How long after a subscription failed for want of the server (down,
 /// timed out, connection lost) the node thread tries again.
 const RELISTEN_AFTER: Duration = Duration::from_secs(1);
@@ -124,12 +133,22 @@ impl NodeNotices {
         }
     }
 
-    /// When the node must look at the notices again, if at all.
+    /// When the node must look at the notices again, if at all: while it
+    /// is subscribed, every [`NOTICE_POLL`] when its listener cannot ring,
+    /// every [`SUBSCRIPTION_CHECK`] when it can (for the keys nobody waits
+    /// for any more); and when a failed subscription is due to be tried
+    /// again.
     pub(super) fn next_wake(&self) -> Option<Instant> {
-        if !self.listening.is_empty() && !self.rings {
-            return self.looked_at.map(|at| at + NOTICE_POLL);
+        if self.listening.is_empty() {
+            return self.retry_at;
         }
-        self.retry_at
+        let every = if self.rings {
+            SUBSCRIPTION_CHECK
+        } else {
+            NOTICE_POLL
+        };
+        let look = self.looked_at.map(|at| at + every);
+        look.into_iter().chain(self.retry_at).min()
     }
 
     fn lose_subscriptions(&mut self, node: &Ears<'_>, retry: bool, now: Instant) {
