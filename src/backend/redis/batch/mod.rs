@@ -17,40 +17,31 @@
 //! that did not run (`ERR unknown command`: a proxy, a downgrade;
 //! `NOPERM`: an ACL written for the scripts) is treated as `NOSCRIPT` is:
 //! the re-run goes by script, and the backend keeps to scripts after.
+//!
+//! The parts: `pack.rs` writes one op into the buffer, `answer.rs` judges
+//! one op's replies; this file runs the round trips between them.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::Value;
 
-use crate::backend::{BackendError, Op, OpKind, Reply, ServerInfo};
+use crate::backend::{BackendError, Op, Reply, ServerInfo};
 
+use self::answer::First;
+use self::pack::{pack_holder_check, request_size};
 use super::Inner;
 use super::confirm::{Confirmation, writes_a_hold};
-use super::encode::command;
 use super::flight::ttl_ms;
-use super::forms::wire::{self, Bad, Pending, Said};
-use super::forms::{self, Form, Scripts, form_of, script_for};
+use super::forms::wire::{self, Pending};
+use super::forms::{self, Form, form_of, script_for};
 use super::frame::value_text;
 use super::info::Ask;
 use super::pool::{Checkout, Failure};
 use super::scripts::{Digests, Script};
 
-/// What the first round trip said about one op.
-enum First {
-    /// A final answer.
-    Done(Result<Reply, BackendError>),
-    /// A refused acquire: `GET` the key to tell "held elsewhere" from
-    /// "already ours" and from a key of another type, and its `PTTL` for
-    /// the waiters (how long the holder's key has left).
-    NeedsGet,
-    /// `NOSCRIPT` (or a command form that did not run, under
-    /// `Scripts::Auto`): it and every later op run again, by script.
-    Rerun,
-    /// A command form's answer that needs a second round trip (a
-    /// release's notices, a refused set's members).
-    Pending(Pending),
-}
+mod answer;
+mod pack;
 
 /// What the first round trip of a batch carried, for reading its replies.
 pub(super) struct FirstSent {
@@ -320,194 +311,4 @@ impl Inner {
         }
         Ok(confirmed)
     }
-
-    /// The answer of a re-run of `op` (scripts by text; a plain acquire as
-    /// `SET NX PX`, `GET` and `PTTL`).
-    fn rerun_answer(
-        &self,
-        op: &Op<'_>,
-        replies: &mut impl Iterator<Item = Value>,
-    ) -> Result<Reply, BackendError> {
-        let mut next = || replies.next().unwrap_or(Value::Nil);
-        match script_for(op) {
-            None => {
-                let (set, get, pttl) = (next(), next(), next());
-                match set {
-                    Value::Okay => Ok(Reply::Yes),
-                    Value::Nil => self.refused_acquire(op, get, &pttl),
-                    Value::ServerError(e) => Err(self.server_error(&e, Some(op.token))),
-                    other => Err(self.protocol_error("SET NX", &other)),
-                }
-            }
-            Some(script) => match next() {
-                Value::ServerError(e) => Err(self.op_server_error(op, &e)),
-                value => self.script_reply(script, value),
-            },
-        }
-    }
-
-    /// The first round trip's replies to `op`, sent in `form`.
-    fn first_answer(
-        &self,
-        op: &Op<'_>,
-        form: Form,
-        replies: &mut impl Iterator<Item = Value>,
-    ) -> First {
-        let script = match form {
-            Form::SetNx => None,
-            Form::Script(script) => Some(script),
-            _ => {
-                return match wire::read_command(form, op, self.cluster_shard, replies) {
-                    Ok(Said::Done(reply)) => First::Done(Ok(reply)),
-                    Ok(Said::Then(pending)) => First::Pending(pending),
-                    Err(Bad::Refused(e)) if self.scripts == Scripts::Auto && forms::not_run(&e) => {
-                        // The scripts from now on, on this backend: an ACL
-                        // written for them does not name the commands.
-                        self.commands_refused.store(true, Ordering::Relaxed);
-                        First::Rerun
-                    }
-                    Err(bad) => First::Done(Err(self.bad_reply(op, form, bad))),
-                };
-            }
-        };
-        match (script, replies.next().unwrap_or(Value::Nil)) {
-            (None, Value::Okay) => First::Done(Ok(Reply::Yes)),
-            (None, Value::Nil) => First::NeedsGet,
-            (_, Value::ServerError(e)) if e.code() == "NOSCRIPT" => First::Rerun,
-            (_, Value::ServerError(e)) => First::Done(Err(self.op_server_error(op, &e))),
-            (None, other) => First::Done(Err(self.protocol_error("SET NX", &other))),
-            (Some(script), value) => First::Done(self.script_reply(script, value)),
-        }
-    }
-
-    /// What the `GET` after a refused acquire says: our token (another
-    /// name of this server set it: not a second vote), another value or
-    /// none (expired in between: not set by us either way), or a key of
-    /// another type (`SET NX` on a hash answers nil, `GET` fails). Another
-    /// value comes with the time its key has left, when the `PTTL` beside
-    /// the `GET` tells it (a key without expiry, or gone, tells none).
-    fn refused_acquire(
-        &self,
-        op: &Op<'_>,
-        get: Value,
-        pttl: &Value,
-    ) -> Result<Reply, BackendError> {
-        match get {
-            Value::BulkString(held) if held == op.token => Ok(Reply::AlreadyOurs),
-            Value::BulkString(held) => Ok(match pttl {
-                Value::Int(ms) if *ms >= 0 => {
-                    Reply::held_by(&held).expiring_in(Duration::from_millis(ms.unsigned_abs()))
-                }
-                _ => Reply::held_by(&held),
-            }),
-            Value::Nil => Ok(Reply::No),
-            Value::ServerError(e) => Err(self.op_server_error(op, &e)),
-            other => Err(self.protocol_error("GET", &other)),
-        }
-    }
-
-    /// A script's reply (see [`Script::reply`]).
-    fn script_reply(&self, script: Script, value: Value) -> Result<Reply, BackendError> {
-        script
-            .reply(value)
-            .map_err(|other| self.protocol_error(script.name(), &other))
-    }
-
-    /// `op` in `form`: `SET NX PX` for a plain acquire of one key; a
-    /// script by `EVALSHA` when its digest is known (`digests`), else by
-    /// `EVAL` with its text: the one-key scripts for one key, the set
-    /// scripts (all or nothing) for several; the server's own commands
-    /// (`forms/wire.rs`).
-    fn pack_op(
-        &self,
-        op: &Op<'_>,
-        form: Form,
-        ttl_ms: u64,
-        digests: Option<&Digests>,
-        buf: &mut Vec<u8>,
-    ) {
-        let Form::Script(script) = form else {
-            return wire::pack_command(form, op, ttl_ms, buf);
-        };
-        let Op { keys, token, kind } = *op;
-        // The lock's keys, then the fence counters' hash when the script
-        // reads it (the last of `KEYS`); a read-write lock's two keys in
-        // the order of their roles in its script: the op's own key (the
-        // readers', or the writer's for the admission), then the other.
-        // `ARGV`: the token, then the TTL, the fence or the record.
-        let (extra_key, second): (Option<&[u8]>, Second<'_>) = match kind {
-            OpKind::Acquire { .. } | OpKind::Extend { .. } | OpKind::ReadExtend { .. } => {
-                (None, Second::Number(ttl_ms))
-            }
-            OpKind::Release | OpKind::ReadRelease => (None, Second::Nothing),
-            OpKind::AcquireFenced { counter, .. } => (Some(counter), Second::Number(ttl_ms)),
-            OpKind::RaiseFence { counter, fence } => (Some(counter), Second::Number(fence)),
-            OpKind::ReadAcquire { writer, .. } => (Some(writer), Second::Number(ttl_ms)),
-            OpKind::Admit { readers, .. } => (Some(readers), Second::Number(ttl_ms)),
-            OpKind::Proclaim { record_key, record } => (Some(record_key), Second::Bytes(record)),
-        };
-        let key_count = keys.len() + usize::from(extra_key.is_some());
-        // An empty argument is left out (as before: a script reads only
-        // the arguments it is given).
-        let second = match second {
-            Second::Bytes([]) => Second::Nothing,
-            other => other,
-        };
-        let args = usize::from(!token.is_empty()) + usize::from(!matches!(second, Second::Nothing));
-        let mut cmd = command(buf, 3 + key_count + args);
-        match digests {
-            Some(digests) => cmd.bytes(b"EVALSHA").bytes(digests.of(script).as_bytes()),
-            None => cmd.bytes(b"EVAL").bytes(script.text().as_bytes()),
-        };
-        cmd.number(key_count as u64);
-        for key in keys.iter().chain(extra_key) {
-            cmd.bytes(key);
-        }
-        if !token.is_empty() {
-            cmd.bytes(token);
-        }
-        match second {
-            Second::Nothing => {}
-            Second::Number(n) => {
-                cmd.number(n);
-            }
-            Second::Bytes(b) => {
-                cmd.bytes(b);
-            }
-        }
-    }
-}
-
-/// Room for the first round trip's ops, so that the buffer is allocated
-/// once in the usual case: per key, the key twice (a release's notice
-/// channel names it) and a command's framing; per op, the token and a
-/// script's call (`EVALSHA`, its digest, the counts and the TTL).
-fn request_size(ops: &[Op<'_>], sent: &[(usize, Form)]) -> usize {
-    sent.iter()
-        .map(|&(i, _)| {
-            let op = &ops[i];
-            let keys: usize = op.keys.iter().map(|k| 2 * k.len() + 96).sum();
-            keys + op.token.len() + 128
-        })
-        .sum::<usize>()
-        + 64
-}
-
-/// A script's second argument (after the token).
-enum Second<'a> {
-    Nothing,
-    /// A TTL in milliseconds, or a fence.
-    Number(u64),
-    Bytes(&'a [u8]),
-}
-
-/// `GET` and `PTTL` of a refused acquire's key, one round trip: who holds
-/// it, and for how long yet.
-fn pack_holder_check(op: &Op<'_>, buf: &mut Vec<u8>) {
-    redis::cmd("GET")
-        .arg(op.keys.first())
-        .write_packed_command(buf);
-    redis::cmd("PTTL")
-        .arg(op.keys.first())
-        .write_packed_command(buf);
 }

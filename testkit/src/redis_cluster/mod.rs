@@ -5,13 +5,19 @@
 //! slots with `CLUSTER ADDSLOTSRANGE` and their masters with `CLUSTER
 //! REPLICATE`: no `redis-cli --cluster` needed (the Valkey wheels ship
 //! none). Every process stops on drop, as every `RedisServer` does.
+//!
+//! This file holds [`RedisCluster`], the cluster as a whole (one type,
+//! its methods together); what a single member is started with and what
+//! it says of itself and of the slots (`CONFIG GET`, its role, `CLUSTER
+//! SLOTS`) is in `member.rs`.
 
 use std::time::Duration;
 
-use redis::Value;
-
+use self::member::{config, member_args, role, slot_map};
 use crate::server::{RedisServer, TempDir, certificate, free_port};
 use crate::wait::wait_until_with;
+
+mod member;
 
 /// The number of hash slots in a cluster.
 const SLOTS: usize = 16384;
@@ -35,24 +41,6 @@ pub struct RedisCluster {
     servers: Vec<RedisServer>,
     /// The TLS certificate the members share (removed on drop).
     _certs: Option<TempDir>,
-}
-
-/// The arguments of every member (a cluster bus port of its own).
-fn member_args(bus: &str) -> Vec<&str> {
-    vec![
-        "--cluster-enabled",
-        "yes",
-        "--cluster-port",
-        bus,
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "2000",
-        // A replica's first sync waits this long (5 s by
-        // default) for other replicas to share it.
-        "--repl-diskless-sync-delay",
-        "0",
-    ]
 }
 
 impl RedisCluster {
@@ -472,44 +460,4 @@ impl RedisCluster {
             .find(|s| s.port() == port)
             .unwrap_or_else(|| panic!("no server of this cluster on port {port}"))
     }
-}
-
-/// One `CONFIG GET` value.
-fn config(server: &RedisServer, name: &str) -> String {
-    let pair: Vec<String> = server.cmd(redis::cmd("CONFIG").arg("GET").arg(name));
-    pair.get(1).cloned().unwrap_or_default()
-}
-
-/// `role:` of `INFO replication` (`master` or `slave`).
-fn role(server: &RedisServer) -> String {
-    let info: String = server.cmd(redis::cmd("INFO").arg("replication"));
-    info.lines()
-        .find_map(|l| l.trim_end().strip_prefix("role:"))
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// `CLUSTER SLOTS` as (start, end, master port, replicas).
-fn slot_map(server: &RedisServer) -> Vec<(usize, usize, u16, usize)> {
-    let reply: Value = server.cmd(redis::cmd("CLUSTER").arg("SLOTS"));
-    let Value::Array(entries) = reply else {
-        panic!("CLUSTER SLOTS of {}: {reply:?}", server.describe());
-    };
-    let int = |v: &Value| match v {
-        Value::Int(n) => usize::try_from(*n).unwrap(),
-        other => panic!("CLUSTER SLOTS: {other:?}"),
-    };
-    entries
-        .iter()
-        .map(|entry| {
-            let Value::Array(fields) = entry else {
-                panic!("CLUSTER SLOTS entry: {entry:?}");
-            };
-            let Value::Array(master) = &fields[2] else {
-                panic!("CLUSTER SLOTS master: {:?}", fields[2]);
-            };
-            let port = u16::try_from(int(&master[1])).unwrap();
-            (int(&fields[0]), int(&fields[1]), port, fields.len() - 3)
-        })
-        .collect()
 }
