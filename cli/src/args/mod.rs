@@ -11,10 +11,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use quorum_lock::{LockManager, RetryPolicy, Scripts};
 
+pub(crate) use self::elect::{ElectArgs, LeaderArgs};
 pub(crate) use self::run::{RunArgs, Side, default_owner};
 use self::values::parse_scripts;
 pub(crate) use self::values::{parse_duration, rejoin_sentinels};
 
+mod elect;
 mod run;
 mod values;
 
@@ -103,9 +105,9 @@ pub(crate) enum Command {
     Break(BreakArgs),
     /// Run a command only while this process leads the election NAME
     /// (campaigning until it does); its term is QUORUM_LOCK_TERM.
-    Elect(crate::elect::ElectArgs),
+    Elect(ElectArgs),
     /// Show who leads the election NAME: its value and term.
-    Leader(crate::elect::LeaderArgs),
+    Leader(LeaderArgs),
 }
 
 /// What `break --help` adds: its danger and its exit codes.
