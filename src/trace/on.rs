@@ -198,8 +198,9 @@ impl Round {
         }
     }
 
-    /// A round with no span (the ballot box's own tests).
-    #[cfg(test)]
+    /// A round with no span (the ballot box's own tests, not built for
+    /// loom).
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn none() -> Self {
         Self {
             span: Span::none(),
