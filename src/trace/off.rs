@@ -31,6 +31,17 @@ pub(crate) fn act<T>(
     body()
 }
 
+/// Runs `body`, a dropped guard's release, told that no span is on.
+#[inline(always)]
+pub(crate) fn dropped<T>(
+    _quorum: usize,
+    _held: &Held,
+    _resources: &KeySet,
+    body: impl FnOnce(bool) -> T,
+) -> T {
+    body(false)
+}
+
 /// Names the resources of the call being made.
 #[inline(always)]
 pub(crate) fn resources(_keys: &KeySet) {}
