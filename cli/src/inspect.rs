@@ -33,8 +33,10 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// The node at `url`; a malformed URL is an error (without its password).
-    pub(crate) fn open(url: &str, timeout: Duration) -> Result<Self, String> {
+    /// The node at `url`; a malformed URL is an error (without its
+    /// password), and so is a Sentinel node whose sentinels name no master
+    /// now ([`Unopened::NoMaster`]).
+    pub(crate) fn open(url: &str, timeout: Duration) -> Result<Self, Unopened> {
         let cluster = ["redis+cluster://", "rediss+cluster://"]
             .iter()
             .any(|scheme| url.starts_with(scheme));
@@ -43,11 +45,16 @@ impl Node {
             .any(|scheme| url.starts_with(scheme));
         let mut master = None;
         let (direct, backend): (String, Box<dyn Backend>) = if cluster {
-            let node = RedisClusterBackend::open(url, timeout).map_err(|e| e.to_string())?;
+            let node = RedisClusterBackend::open(url, timeout).map_err(Unopened::malformed)?;
             (url.replacen("+cluster", "", 1), Box::new(node))
         } else if sentinel {
-            let node = RedisSentinelBackend::open(url, timeout).map_err(|e| e.to_string())?;
-            let (host, port) = node.master_address().map_err(|e| e.to_string())?;
+            let node = RedisSentinelBackend::open(url, timeout).map_err(Unopened::malformed)?;
+            let (host, port) = node.master_address().map_err(|e| {
+                Unopened::NoMaster(NoMaster {
+                    name: node.url_redacted().to_owned(),
+                    why: e.to_string(),
+                })
+            })?;
             let direct = master_url(url, &host, port);
             master = Some(if host.contains(':') {
                 format!("[{host}]:{port}")
@@ -56,7 +63,7 @@ impl Node {
             });
             (direct, Box::new(node))
         } else {
-            let node = RedisBackend::open(url, timeout).map_err(|e| e.to_string())?;
+            let node = RedisBackend::open(url, timeout).map_err(Unopened::malformed)?;
             (url.to_owned(), Box::new(node))
         };
         let secret = direct
@@ -97,6 +104,7 @@ impl Node {
             &format!("{scheme}://{userinfo}{host}:{port}{tail}"),
             self.timeout,
         )
+        .map_err(|e| e.to_string())
     }
 
     /// The ACL user the URL names, if it names one (otherwise the
@@ -278,9 +286,59 @@ fn master_url(url: &str, host: &str, port: u16) -> String {
     format!("{scheme}://{userinfo}{host}:{port}/{db}{query}{fragment}")
 }
 
-/// Every configured node, or the first malformed URL's error.
+/// Why a node could not be opened.
+pub(crate) enum Unopened {
+    /// A malformed URL: the message, without the password.
+    Malformed(String),
+    NoMaster(NoMaster),
+}
+
+/// A Sentinel node whose sentinels name no master by a majority now (too
+/// many of them out of reach, or they disagree).
+pub(crate) struct NoMaster {
+    /// The node's URL without its passwords.
+    pub(crate) name: String,
+    /// Why, as `run` words it (naming the node, without passwords).
+    pub(crate) why: String,
+}
+
+impl Unopened {
+    fn malformed(e: impl std::fmt::Display) -> Self {
+        Self::Malformed(e.to_string())
+    }
+}
+
+impl std::fmt::Display for Unopened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Malformed(message) => f.write_str(message),
+            Self::NoMaster(no_master) => f.write_str(&no_master.why),
+        }
+    }
+}
+
+/// Every configured node, or the first error (a malformed URL, a
+/// Sentinel node without a master).
 pub(crate) fn nodes(urls: &[String], timeout: Duration) -> Result<Vec<Node>, String> {
-    urls.iter().map(|url| Node::open(url, timeout)).collect()
+    urls.iter()
+        .map(|url| Node::open(url, timeout).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// Every configured node, opened or why not, for checks that go on past
+/// a node they cannot reach: only a malformed URL is an error (the
+/// first one's).
+pub(crate) fn each_node(
+    urls: &[String],
+    timeout: Duration,
+) -> Result<Vec<Result<Node, NoMaster>>, String> {
+    urls.iter()
+        .map(|url| match Node::open(url, timeout) {
+            Ok(node) => Ok(Ok(node)),
+            Err(Unopened::NoMaster(no_master)) => Ok(Err(no_master)),
+            Err(Unopened::Malformed(message)) => Err(message),
+        })
+        .collect()
 }
 
 /// `field:value` lines of an `INFO` reply.

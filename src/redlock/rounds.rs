@@ -371,11 +371,38 @@ impl Rounds {
         }
     }
 
-    /// Queues the release on every node and returns at once (guard drop).
+    /// Queues the release on every node and returns at once (guard drop),
+    /// in a span of its own with the `tracing` feature.
     pub(crate) fn release_detached(&self, lease: &Lease) {
         let mut state = lease.state();
         state.finish();
-        self.engine.release_detached(&lease.hold, lease.token);
+        let quorum = self.config.quorum;
+        crate::trace::dropped(quorum, &lease.trace, &lease.resources, |traced| {
+            if !traced {
+                self.engine.release_detached(&lease.hold, lease.token);
+                return;
+            }
+            // The same release, queued on every node (parked for a node
+            // marked down) and awaited by nobody, as a round: its span,
+            // carried with each node's batch, records the answers the
+            // node threads read. Only with a span on (it costs a ballot
+            // box). One difference, in when and not whether the release
+            // goes: a node marked down whose backend reports it is back
+            // gets it queued behind its probe, where the engine's
+            // `release_detached` parks it until the node is back.
+            let request = Request {
+                action: Action::Release,
+                hold: &lease.hold,
+                token: lease.token,
+            };
+            let round = self.engine.scatter(
+                &request,
+                self.config.node_timeout,
+                Direct::Never,
+                Gather::All,
+            );
+            drop(round);
+        });
     }
 
     /// A dropped guard that holds the local turn: hands the lock itself to

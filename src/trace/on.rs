@@ -198,8 +198,9 @@ impl Round {
         }
     }
 
-    /// A round with no span (the ballot box's own tests).
-    #[cfg(test)]
+    /// A round with no span (the ballot box's own tests, not built for
+    /// loom).
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn none() -> Self {
         Self {
             span: Span::none(),
@@ -307,6 +308,36 @@ impl Held {
         }
         Self(span)
     }
+}
+
+/// Runs `body`, a dropped guard's release (queued, not awaited), in a
+/// span of its own: `release` with `quorum_lock.ended_by = "drop"`, a
+/// root following from the lock's ([`Held`]), recorded by the lock's
+/// subscriber whatever thread drops the guard. `body` is told whether
+/// the span is on: then the release goes out as a round begun in it,
+/// whose span the node threads record each answer in.
+pub(crate) fn dropped<T>(
+    quorum: usize,
+    held: &Held,
+    resources: &KeySet,
+    body: impl FnOnce(bool) -> T,
+) -> T {
+    with_its_subscriber(&held.0, || {
+        let span = tracing::info_span!(
+            parent: None,
+            "release",
+            otel.kind = "client",
+            quorum_lock.resource = field::Empty,
+            quorum_lock.quorum = quorum,
+            quorum_lock.ended_by = "drop",
+        );
+        if span.is_disabled() {
+            return body(false);
+        }
+        span.follows_from(&held.0);
+        span.record("quorum_lock.resource", field::display(shown(resources)));
+        span.in_scope(|| body(true))
+    })
 }
 
 /// The span of one auto-extension (a root, following from the lock's).

@@ -5,7 +5,8 @@
 //! record for, so nothing global is needed and the test shares its
 //! process. One lock's life on memory nodes: it waits for another
 //! manager's holder (a release notice ends the wait), is auto-extended,
-//! extended by hand and released.
+//! extended by hand and released. A dropped guard's background release
+//! has a span of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use std::cell::RefCell;
@@ -414,6 +415,67 @@ fn a_lock_that_waited_was_extended_and_released() {
         .chain(log.events.iter().flat_map(|e| e.fields.keys()));
     for name in names {
         assert!(!name.contains("token"), "{name}");
+    }
+}
+
+/// A dropped guard: its background release is a `release` span of its
+/// own (`quorum_lock.ended_by` = `drop`), a root following from the
+/// lock's, recorded by the lock's subscriber though the guard is dropped
+/// on a thread without one; under it the release round, with each node's
+/// answer (read by the node threads after the drop returned). The
+/// resource is named, the token never is.
+#[test]
+fn a_dropped_guard_releases_in_a_span_of_its_own() {
+    let nodes = nodes();
+    let locks = manager(&nodes);
+    let capture = Capture::default();
+    let dispatch = dispatch(&capture);
+    let guard = tracing::dispatcher::with_default(&dispatch, || locks.try_lock("carts:9").unwrap());
+    // Held on every node (a round returns at a quorum).
+    assert!(locks.flush(Duration::from_secs(10)));
+    let token = guard.token().as_bytes().to_vec();
+    let holder = nodes[2].holder(b"carts:9").unwrap();
+    assert!(holder.starts_with(&token), "{holder:?}");
+    thread::spawn(move || drop(guard)).join().unwrap();
+    assert!(locks.flush(Duration::from_secs(10)));
+
+    let held = &capture.spans("held")[0];
+    let releases = capture.spans("release");
+    assert_eq!(releases.len(), 1, "{releases:#?}");
+    let release = &releases[0];
+    assert_eq!(release.field("quorum_lock.ended_by"), Some("drop"));
+    assert_eq!(release.field("quorum_lock.resource"), Some("\"carts:9\""));
+    assert_eq!(release.field("quorum_lock.quorum"), Some("2"));
+    assert_eq!(release.parent, None);
+    assert_eq!(release.follows, vec![held.id]);
+    let rounds = capture.children(release.id, "round");
+    assert_eq!(rounds.len(), 1, "{rounds:#?}");
+    assert_eq!(rounds[0].field("quorum_lock.round"), Some("release"));
+    let all_granted: Vec<_> = (0..3)
+        .map(|i| (format!("trace-{i}"), "granted".to_owned()))
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(10), || capture.votes(rounds[0].id)
+            == all_granted),
+        "{:?}",
+        capture.votes(rounds[0].id)
+    );
+    for node in &nodes {
+        assert_eq!(node.holder(b"carts:9"), None);
+    }
+
+    // No field is named for the token, and none shows it (in full, or
+    // as its `Display` begins).
+    let hex: String = token.iter().map(|b| format!("{b:02x}")).collect();
+    let log = capture.log.lock().unwrap();
+    let fields = log
+        .spans
+        .values()
+        .flat_map(|s| &s.fields)
+        .chain(log.events.iter().flat_map(|e| &e.fields));
+    for (name, value) in fields {
+        assert!(!name.contains("token"), "{name}");
+        assert!(!value.contains(&hex[..8]), "{name} = {value}");
     }
 }
 

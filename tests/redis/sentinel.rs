@@ -364,3 +364,38 @@ fn an_old_master_without_its_replicas_counts_no_hold() {
     );
     assert!(backend::release(&node, b"m:3", token).unwrap());
 }
+
+/// Lock, extend and release through `rediss+sentinel://`: TLS to the
+/// sentinels (their TLS ports) and to the master they name (its TLS
+/// port: they watch it over TLS), the self-signed certificate taken with
+/// `#insecure` as on a `rediss://` URL; without it the sentinels' are
+/// refused, so no master is found.
+#[cfg(feature = "tls")]
+#[test]
+fn lock_extend_release_over_tls_through_the_sentinels() {
+    let set = SentinelSet::start_tls();
+    let url = set.url();
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    assert!(url.ends_with("#insecure"), "{url}");
+    let master_tls = set.master().tls_port().unwrap();
+    let node = RedisSentinelBackend::open(&url, TIMEOUT).unwrap();
+    assert_eq!(
+        node.master_address().unwrap(),
+        ("127.0.0.1".to_owned(), master_tls)
+    );
+    let locks = manager_of([&url], TTL, TIMEOUT);
+    let mut guard = locks.try_lock("orders:tls").unwrap();
+    let token = guard.token().as_bytes().to_vec();
+    assert!(holds(set.master().get(b"orders:tls"), &token));
+    assert!(
+        holds(set.replica().get(b"orders:tls"), &token),
+        "a granted hold is on the replica (WAIT, replicated over TLS)"
+    );
+    guard.extend(TTL).unwrap();
+    assert!(set.master().pttl(b"orders:tls") > 5_000);
+    guard.release().unwrap();
+    assert_eq!(set.master().get(b"orders:tls"), None);
+    let strict = RedisSentinelBackend::open(&url.replace("#insecure", ""), TIMEOUT).unwrap();
+    let e = strict.master_address().unwrap_err();
+    assert!(e.to_string().contains("0 of them answered"), "{e}");
+}

@@ -15,6 +15,10 @@
 //! lock through the library. A plain URL to a cluster member fails, naming
 //! the `redis+cluster://` URL to use instead (`server.rs`).
 //!
+//! A Sentinel node (`redis+sentinel://`) whose sentinels name no master
+//! by a majority now (too many of them out of reach, or they disagree)
+//! fails with what each sentinel said, and the other nodes are checked.
+//!
 //! One verdict line per node (`ok`, `warn`, `fail`), with the cause of
 //! its level in a few words; findings of a lesser level on lines of their
 //! own above it, each said once (details, such as the probe lock's
@@ -33,15 +37,16 @@ use quorum_lock::{LockManager, RetryPolicy};
 use crate::args::{DoctorArgs, Global};
 use crate::checkup::{Checkup, Value, Verdict};
 use crate::exit;
-use crate::inspect::{self, Node};
+use crate::inspect::{self, NoMaster, Node};
 use crate::json::Json;
 
 mod cluster;
 mod rights;
 mod server;
 
-/// Marks every node whose server already appeared under an earlier name.
-fn find_duplicates(nodes: &[Node], checkups: &mut [Checkup]) {
+/// Marks every node whose server already appeared under an earlier name
+/// (`names`: the nodes' names, in order).
+fn find_duplicates(names: &[&str], checkups: &mut [Checkup]) {
     for i in 0..checkups.len() {
         let Some(id) = checkups[i].run_id.clone() else {
             continue;
@@ -52,7 +57,7 @@ fn find_duplicates(nodes: &[Node], checkups: &mut [Checkup]) {
         {
             let finding = format!(
                 "the same server as {} (same run_id): only one of them votes; list each server once",
-                nodes[first].name
+                names[first]
             );
             checkups[i].note(Verdict::Fail, finding);
         }
@@ -60,7 +65,7 @@ fn find_duplicates(nodes: &[Node], checkups: &mut [Checkup]) {
 }
 
 pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
-    let nodes = match inspect::nodes(&global.nodes, global.node_timeout) {
+    let nodes = match inspect::each_node(&global.nodes, global.node_timeout) {
         Ok(nodes) => nodes,
         Err(e) => {
             eprintln!("quorum-lock: {e}");
@@ -76,8 +81,21 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
             return exit::CONFIG;
         }
     };
-    let mut checkups: Vec<Checkup> = nodes.iter().map(|n| check(n, global, drift)).collect();
-    find_duplicates(&nodes, &mut checkups);
+    let names: Vec<&str> = nodes
+        .iter()
+        .map(|node| match node {
+            Ok(node) => node.name.as_str(),
+            Err(no_master) => no_master.name.as_str(),
+        })
+        .collect();
+    let mut checkups: Vec<Checkup> = nodes
+        .iter()
+        .map(|node| match node {
+            Ok(node) => check(node, global, drift),
+            Err(unopened) => no_master(unopened),
+        })
+        .collect();
+    find_duplicates(&names, &mut checkups);
     let quorum = global.quorum();
     // A node that only warns can still vote (a quarantine ends by itself).
     let usable = checkups
@@ -109,10 +127,10 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
         .then(|| quarantines.get(quorum - voting - 1).copied().flatten())
         .flatten();
     if args.json {
-        let per_node = nodes
+        let per_node = names
             .iter()
             .zip(&checkups)
-            .map(|(node, c)| {
+            .map(|(name, c)| {
                 let facts = c
                     .facts
                     .iter()
@@ -131,7 +149,7 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
                     .collect();
                 let findings = c.findings.iter().map(|(_, f)| f.clone().into()).collect();
                 Json::Obj(vec![
-                    ("node", node.name.clone().into()),
+                    ("node", (*name).to_owned().into()),
                     ("verdict", c.verdict.as_str().into()),
                     ("facts", Json::Obj(facts)),
                     ("findings", Json::Arr(findings)),
@@ -150,8 +168,8 @@ pub(crate) fn doctor(global: &Global, args: &DoctorArgs) -> u8 {
         let out = Json::Obj(summary);
         println!("{out}");
     } else {
-        for (node, c) in nodes.iter().zip(&checkups) {
-            println!("{}", node.name);
+        for (name, c) in names.iter().zip(&checkups) {
+            println!("{name}");
             for fact in &c.facts {
                 match &fact.value {
                     Value::Text(text) => println!("  {}: {text}", fact.label),
@@ -192,6 +210,20 @@ fn check(node: &Node, global: &Global, drift: Duration) -> Checkup {
         server::check(node, global, drift, false)
     };
     check_probe_lock(node, global, &mut c);
+    c
+}
+
+/// A Sentinel node whose sentinels name no master now: it fails, with
+/// what the sentinels said, and is not reached otherwise.
+fn no_master(node: &NoMaster) -> Checkup {
+    let mut c = Checkup::new();
+    c.note(
+        Verdict::Fail,
+        format!(
+            "{}; it does not vote until a majority of its sentinels name one master",
+            node.why
+        ),
+    );
     c
 }
 

