@@ -9,7 +9,7 @@ use super::ballots;
 use super::drive::Driven;
 use super::node::Vote;
 use super::node::worker::{MAX_QUEUED, NotQueued, ReplyTo};
-use super::{Action, Direct, Engine, Gather, Hold, Pending, Request};
+use super::{Action, Direct, Engine, Gather, Hold, Node, Pending, Request};
 use crate::backend::{BackendError, BackendErrorKind};
 use crate::report::NodeOutcome;
 use crate::token::Token;
@@ -123,8 +123,24 @@ impl Engine {
 
     /// Queues a release of `hold` on every node (down or not) and returns
     /// at once. Each release runs after whatever was queued before it.
+    /// With a span on (the `tracing` feature: a dropped guard's), a round
+    /// in it goes with each batch, so the node threads record the answers
+    /// there.
     pub(crate) fn release_detached(&self, hold: &Hold, token: Token) {
-        self.release_detached_where(hold, token, &vec![true; self.nodes.len()]);
+        let req = Request {
+            action: Action::Release,
+            hold,
+            token,
+        };
+        let traced = crate::trace::Round::begin(&self.traced, req.action.name());
+        let ballot = traced.is_on().then(|| ballots::new_round(traced).0);
+        for (slot, node) in self.nodes.iter().enumerate() {
+            let reply = ballot.as_ref().map(|ballot| ReplyTo {
+                ballot: ballot.clone(),
+                slot,
+            });
+            send_release(node, &req, reply);
+        }
     }
 
     /// [`release_detached`](Self::release_detached) on the nodes where
@@ -138,11 +154,7 @@ impl Engine {
             token,
         };
         for (node, _) in self.nodes.iter().zip(reached).filter(|(_, r)| **r) {
-            // A release is never refused for a full queue (the bound is
-            // for what can take or prolong a key), so it always follows
-            // the acquire it undoes; a failed send means the worker is
-            // gone, and nothing is left to release through it.
-            let _ = node.park_release(&req) || node.send(&req, None).is_ok();
+            send_release(node, &req, None);
         }
     }
 
@@ -157,6 +169,15 @@ impl Engine {
         }
         self.release_detached_where(hold, token, reached);
     }
+}
+
+/// A release awaited by nobody (but a round's span, with `reply`): parked
+/// when the node is marked down, else queued. A release is never refused
+/// for a full queue (the bound is for what can take or prolong a key), so
+/// it always follows the acquire it undoes; a failed send means the
+/// worker is gone, and nothing is left to release through it.
+fn send_release(node: &Node, req: &Request<'_>, reply: Option<ReplyTo>) {
+    let _ = node.park_release(req) || node.send(req, reply).is_ok();
 }
 
 fn not_queued(refused: NotQueued) -> NodeOutcome {

@@ -377,31 +377,8 @@ impl Rounds {
         let mut state = lease.state();
         state.finish();
         let quorum = self.config.quorum;
-        crate::trace::dropped(quorum, &lease.trace, &lease.resources, |traced| {
-            if !traced {
-                self.engine.release_detached(&lease.hold, lease.token);
-                return;
-            }
-            // The same release, queued on every node (parked for a node
-            // marked down) and awaited by nobody, as a round: its span,
-            // carried with each node's batch, records the answers the
-            // node threads read. Only with a span on (it costs a ballot
-            // box). One difference, in when and not whether the release
-            // goes: a node marked down whose backend reports it is back
-            // gets it queued behind its probe, where the engine's
-            // `release_detached` parks it until the node is back.
-            let request = Request {
-                action: Action::Release,
-                hold: &lease.hold,
-                token: lease.token,
-            };
-            let round = self.engine.scatter(
-                &request,
-                self.config.node_timeout,
-                Direct::Never,
-                Gather::All,
-            );
-            drop(round);
+        crate::trace::dropped(quorum, &lease.trace, &lease.resources, || {
+            self.engine.release_detached(&lease.hold, lease.token);
         });
     }
 

@@ -31,15 +31,15 @@ pub(crate) fn act<T>(
     body()
 }
 
-/// Runs `body`, a dropped guard's release, told that no span is on.
+/// Runs `body`, a dropped guard's release (no span without the feature).
 #[inline(always)]
 pub(crate) fn dropped<T>(
     _quorum: usize,
     _held: &Held,
     _resources: &KeySet,
-    body: impl FnOnce(bool) -> T,
+    body: impl FnOnce() -> T,
 ) -> T {
-    body(false)
+    body()
 }
 
 /// Names the resources of the call being made.
@@ -76,6 +76,12 @@ impl Round {
     #[inline(always)]
     pub(crate) fn begin(_nodes: &Nodes, _action: &'static str) -> Self {
         Self
+    }
+
+    /// Whether a span records the round: never without the feature.
+    #[inline(always)]
+    pub(crate) fn is_on(&self) -> bool {
+        false
     }
 
     #[inline(always)]

@@ -209,6 +209,11 @@ impl Round {
         }
     }
 
+    /// Whether a span records the round (a subscriber wants it).
+    pub(crate) fn is_on(&self) -> bool {
+        self.nodes.is_some()
+    }
+
     /// Node `slot` answered (on any thread).
     pub(crate) fn vote(&self, slot: usize, outcome: &NodeOutcome) {
         self.event(slot, outcome, self.decided.load(Ordering::Relaxed));
@@ -313,14 +318,14 @@ impl Held {
 /// Runs `body`, a dropped guard's release (queued, not awaited), in a
 /// span of its own: `release` with `quorum_lock.ended_by = "drop"`, a
 /// root following from the lock's ([`Held`]), recorded by the lock's
-/// subscriber whatever thread drops the guard. `body` is told whether
-/// the span is on: then the release goes out as a round begun in it,
-/// whose span the node threads record each answer in.
+/// subscriber whatever thread drops the guard. The release `body` sends
+/// in it goes out with a round begun in it (the engine's
+/// `release_detached`), whose span the node threads record each answer in.
 pub(crate) fn dropped<T>(
     quorum: usize,
     held: &Held,
     resources: &KeySet,
-    body: impl FnOnce(bool) -> T,
+    body: impl FnOnce() -> T,
 ) -> T {
     with_its_subscriber(&held.0, || {
         let span = tracing::info_span!(
@@ -332,11 +337,11 @@ pub(crate) fn dropped<T>(
             quorum_lock.ended_by = "drop",
         );
         if span.is_disabled() {
-            return body(false);
+            return body();
         }
         span.follows_from(&held.0);
         span.record("quorum_lock.resource", field::display(shown(resources)));
-        span.in_scope(|| body(true))
+        span.in_scope(body)
     })
 }
 
