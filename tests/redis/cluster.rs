@@ -546,9 +546,31 @@ fn valkey_9_without_lua_a_cluster_and_redis_7_make_one_lock() {
     let (holder, waiter) = (manager(&urls), manager(&urls));
     let mut guard = testkit::hold_settled(&holder, "job");
     guard.extend(TTL).unwrap();
+    // The holder's lock was on every node (settled): its release is
+    // granted by every node. The waiter's lock may lack a node: woken by
+    // the first release notice, its acquire can reach a node before the
+    // holder's release does (refused there: seen in CI on the cluster
+    // node), and it returns with a quorum. Its release is then granted
+    // where it holds and `not held by us` elsewhere; either way the
+    // Valkey 9.1 node without scripts answers it (`DELIFEQ`), where a
+    // script would fail (denied).
+    let mut releases = 0;
     woken_by_the_release(&waiter, "job", guard, |report| {
-        assert_eq!(report.granted(), 3, "every node released: {report}");
+        releases += 1;
+        if releases == 1 {
+            assert_eq!(report.granted(), 3, "every node released: {report}");
+        } else {
+            assert!(report.granted() >= 2, "a quorum released: {report}");
+            assert!(
+                !matches!(
+                    report.nodes()[0].outcome(),
+                    quorum_lock::report::NodeOutcome::Failed(_)
+                ),
+                "the node without scripts answered the release: {report}"
+            );
+        }
     });
+    assert_eq!(releases, 2);
     assert!(holder.flush(TIMEOUT) && waiter.flush(TIMEOUT));
     assert!(
         no_lua.keys().is_empty() && old.keys().is_empty(),
