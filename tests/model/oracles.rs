@@ -169,30 +169,46 @@ impl World {
         let quorum = self.shape.nodes / 2 + 1;
         for (r, name) in RESOURCES.iter().enumerate() {
             let inspector = self.inspector.as_ref().expect("built with the world");
+            let holder = (0..CLIENTS).find_map(|c| self.holder_of(c, r).map(|g| (c, g)));
+            // The resource's key (no prefix here), also for a set.
+            let key = name.as_bytes();
+            // The nodes that hold the holder's key at least as long as its
+            // guard claims, read before the inspection: a round decided at
+            // a quorum leaves the other nodes' part to their threads, so a
+            // node may apply the acquire while the inspection runs, or
+            // after it; only the nodes that held it from the start (and
+            // still do at the end: no step runs in between) must be seen.
+            let ours_now = |guard: &LockGuard, validity: Duration| -> Vec<usize> {
+                (0..self.shape.nodes)
+                    .filter(|&n| {
+                        let node = &self.nodes[n];
+                        node.holder(key)
+                            .is_some_and(|v| guard.token().matches_stored(&v))
+                            && node.remaining_ttl(key) >= Some(validity)
+                    })
+                    .collect()
+            };
+            let before = holder.map(|(_, guard)| ours_now(guard, guard.validity()));
             let seen = inspector.inspect(name).unwrap();
-            let Some((c, guard)) = (0..CLIENTS).find_map(|c| self.holder_of(c, r).map(|g| (c, g)))
-            else {
+            let (Some((c, guard)), Some(before)) = (holder, before) else {
                 continue;
             };
             let validity = guard.validity();
-            // The resource's key (no prefix here), also for a set.
-            let key = name.as_bytes();
-            let ours: Vec<usize> = (0..self.shape.nodes)
-                .filter(|&n| {
-                    let node = &self.nodes[n];
-                    node.holder(key)
-                        .is_some_and(|v| guard.token().matches_stored(&v))
-                        && node.remaining_ttl(key) >= Some(validity)
-                })
-                .collect();
+            let after = ours_now(guard, validity);
+            let ours: Vec<usize> = before.into_iter().filter(|n| after.contains(n)).collect();
             if ours.len() < quorum {
                 continue;
             }
             let label = format!("client-{c}");
             let context = || {
                 format!(
-                    "seed {seed}: client {c} holds {name} ({validity:?} left) but the \
-                     inspection says: {seen}; last steps: {:?}",
+                    "seed {seed}: client {c} holds {name} ({validity:?} left) on nodes \
+                     {ours:?} throughout, but the inspection says: {seen}; per node: {:?}; \
+                     last steps: {:?}",
+                    seen.nodes()
+                        .iter()
+                        .map(|n| format!("{:?}", n.state()))
+                        .collect::<Vec<_>>(),
                     &self.log[self.log.len().saturating_sub(12)..]
                 )
             };
