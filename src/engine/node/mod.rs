@@ -314,21 +314,25 @@ impl State {
     /// rights while up, a look at the notices or the server's settings;
     /// `None`: nothing until the next job.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        // While down only the probe is due; the releases wait for it.
-        let (work, recheck, rights) = match self.liveness.probe_at() {
-            Some(at) => (Some(at), None, None),
+        // While down only the probe is due: the releases, rechecks, rights
+        // and the settings look wait for it, as `timer_fired` does none of
+        // them while down (one of them here would be a time already past,
+        // and the thread would wake at once, again and again).
+        let (work, recheck, rights, look) = match self.liveness.probe_at() {
+            Some(at) => (Some(at), None, None, None),
             None => (
                 self.retries.next_wake(),
                 self.refusal.recheck_at(),
                 self.rights.try_at(),
+                self.settings_look.next_wake(),
             ),
         };
         [
             work,
             recheck,
             rights,
+            look,
             self.notices.next_wake(),
-            self.settings_look.next_wake(),
             self.unread.due(),
         ]
         .into_iter()

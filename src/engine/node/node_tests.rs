@@ -463,3 +463,38 @@ fn a_subscription_nobody_waits_for_is_dropped_without_other_work() {
     assert_eq!(node.listened_keys(), 0, "unsubscribed once nobody waits");
     assert_eq!(state.poll_timeout(), None, "nothing left to wake for");
 }
+
+/// A node marked down while a lock may still be held on it, with its
+/// settings due for a look: the look waits for the node to be back, and
+/// the thread's next wake is the probe, never a moment already past (it
+/// was: the thread woke at once, did nothing, and woke again, a core
+/// burnt until the node came back; the model test's CPU grew with the
+/// machine's load from it).
+#[test]
+fn a_down_node_with_a_look_due_sleeps_until_its_probe() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let t0 = Instant::now();
+    let (mut state, _) = node_state(&node, shared(&clock, None), t0);
+    let granted = round_trip(&mut state, vec![acquire("k", token())], t0);
+    assert!(matches!(granted[..], [NodeOutcome::Granted]), "{granted:?}");
+    node.set_down(true);
+    let later = t0 + Duration::from_secs(1);
+    round_trip(&mut state, vec![acquire("k2", token())], later);
+    round_trip(&mut state, vec![acquire("k2", token())], later);
+    assert!(state.is_down());
+    let mut now = later;
+    for _ in 0..5 {
+        let _ = state.timer_fired(now);
+        let wake = state.poll_timeout().expect("the probe is due some time");
+        assert!(
+            wake > now,
+            "a down node's thread would wake at once, again and again: {:?} past",
+            now - wake
+        );
+        now = wake;
+    }
+    node.set_down(false);
+    let _ = state.timer_fired(now);
+    assert!(!state.is_down(), "the probe answered");
+}
