@@ -108,28 +108,19 @@ pub fn render(results: &Results, plan: &Plan) -> String {
         }
     }
     if let Some(sc) = &results.scaling {
-        for &(n, threads, at_least) in &THROUGHPUT {
+        let release = THROUGHPUT
+            .iter()
+            .map(|t| (t, Client::Ours, "release()", "rslock"));
+        let drop = THROUGHPUT_DROP
+            .iter()
+            .map(|t| (t, Client::OursDrop, "drop", "rslock's release"));
+        for (&(n, threads, at_least), client, how, against) in release.chain(drop) {
             line(
                 &mut out,
                 &format!(
-                    "{threads} threads, distinct keys, N={n}, release(): throughput >= {at_least}x rslock"
+                    "{threads} threads, distinct keys, N={n}, {how}: throughput >= {at_least}x {against}"
                 ),
-                sc.ratio(n, threads, Client::Ours, Client::Rslock),
-                |r| r >= at_least,
-                if plan.scaling.threads.contains(&threads) {
-                    ""
-                } else {
-                    "this thread count is not in the run's plan"
-                },
-            );
-        }
-        for &(n, threads, at_least) in &THROUGHPUT_DROP {
-            line(
-                &mut out,
-                &format!(
-                    "{threads} threads, distinct keys, N={n}, drop: throughput >= {at_least}x rslock's release"
-                ),
-                sc.ratio(n, threads, Client::OursDrop, Client::Rslock),
+                sc.ratio(n, threads, client, Client::Rslock),
                 |r| r >= at_least,
                 if plan.scaling.threads.contains(&threads) {
                     ""
