@@ -13,8 +13,8 @@ use quorum_lock::{LockManager, RetryPolicy, Scripts};
 
 pub(crate) use self::elect::{ElectArgs, LeaderArgs};
 pub(crate) use self::run::{RunArgs, Side, default_owner};
-use self::values::parse_scripts;
 pub(crate) use self::values::{parse_duration, rejoin_sentinels};
+use self::values::{parse_scripts, permit_count};
 
 mod elect;
 mod run;
@@ -164,7 +164,7 @@ pub(crate) struct StatusArgs {
         short = 'n',
         long = "permits",
         value_name = "K",
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(quorum_lock::MAX_PERMITS))
+        value_parser = permit_count()
     )]
     pub(crate) permits: Option<u32>,
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::values::parse_duration;
+use super::values::{parse_duration, permit_count};
 
 /// The longest default `--kill-after` (the default with the default TTL).
 const KILL_AFTER: Duration = Duration::from_secs(10);
@@ -50,7 +50,7 @@ pub(crate) struct RunArgs {
         short = 'n',
         long = "permits",
         value_name = "K",
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(quorum_lock::MAX_PERMITS))
+        value_parser = permit_count()
     )]
     pub(crate) permits: Option<u32>,
     /// Take the read side of the read-write lock NAME (as `flock -s`): any

@@ -7,6 +7,12 @@ use std::time::Duration;
 
 use quorum_lock::Scripts;
 
+/// `-n K` / `--permits K` (of `run` and `status`): a count of permits the
+/// library accepts, 1 to [`MAX_PERMITS`](quorum_lock::MAX_PERMITS).
+pub(crate) fn permit_count() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..=i64::from(quorum_lock::MAX_PERMITS))
+}
+
 /// `30s`, `500ms`, `2m`, `1h`, `1.5s`: a number and a unit (ms, s, m, h).
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
