@@ -127,34 +127,39 @@ impl Engine {
     /// in it goes with each batch, so the node threads record the answers
     /// there.
     pub(crate) fn release_detached(&self, hold: &Hold, token: Token) {
-        let req = Request {
-            action: Action::Release,
-            hold,
-            token,
-        };
-        let traced = crate::trace::Round::begin(&self.traced, req.action.name());
+        let traced = crate::trace::Round::begin(&self.traced, Action::Release.name());
         let ballot = traced.is_on().then(|| ballots::new_round(traced).0);
-        for (slot, node) in self.nodes.iter().enumerate() {
-            let reply = ballot.as_ref().map(|ballot| ReplyTo {
-                ballot: ballot.clone(),
-                slot,
-            });
-            send_release(node, &req, reply);
-        }
+        self.send_releases(hold, token, |_| true, ballot.as_ref());
     }
 
     /// [`release_detached`](Self::release_detached) on the nodes where
     /// `reached` is true: those that an attempt's acquire may have reached
     /// ([`Pending::reached`]). A node that never got the acquire needs no
-    /// release.
+    /// release. Untraced: an undo is part of its attempt's round.
     pub(crate) fn release_detached_where(&self, hold: &Hold, token: Token, reached: &[bool]) {
+        self.send_releases(hold, token, |slot| reached.get(slot) == Some(&true), None);
+    }
+
+    /// A release of `hold` sent to every node `to` picks, answered on
+    /// `ballot`'s round when given (for its span), else to nobody.
+    fn send_releases(
+        &self,
+        hold: &Hold,
+        token: Token,
+        to: impl Fn(usize) -> bool,
+        ballot: Option<&ballots::Ballot>,
+    ) {
         let req = Request {
             action: Action::Release,
             hold,
             token,
         };
-        for (node, _) in self.nodes.iter().zip(reached).filter(|(_, r)| **r) {
-            send_release(node, &req, None);
+        for (slot, node) in self.nodes.iter().enumerate().filter(|(slot, _)| to(*slot)) {
+            let reply = ballot.map(|ballot| ReplyTo {
+                ballot: ballot.clone(),
+                slot,
+            });
+            send_release(node, &req, reply);
         }
     }
 
