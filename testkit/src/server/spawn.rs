@@ -5,9 +5,10 @@
 //! Sentinel harness starts its processes the same way.
 
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::binary::{ServerKind, TLS_SERVER_ENV};
@@ -16,11 +17,40 @@ use crate::clock;
 /// How long a starting server may take to answer `PING`.
 pub(super) const START_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A free loopback port (bound, then released; a race with other processes
-/// is possible, so starting retries).
+/// How many ports [`free_port`] draws before it gives up.
+const PORT_DRAWS: usize = 200;
+
+/// A free loopback TCP port, claimed for the rest of this process: no
+/// other call here, and no other process that claims its ports this way
+/// (every test binary of the workspace, through this harness), gets it
+/// while this process lives.
+///
+/// Why a claim: a server the tests kill comes back on its port (a
+/// restart), and between the two the kernel sees the port as free. An
+/// unclaimed draw in another test process could then start its own
+/// server there; whichever bound second exits, and its `PING` was
+/// answered by the other one (a CI run failed so: a server that had
+/// never listened, "bind: Address already in use" in its log). The
+/// claim is a UDP socket bound to the same port number, held in a
+/// static: the UDP and TCP port spaces are apart, so it keeps the TCP
+/// port free for the server, and the kernel drops it when the process
+/// ends, however it ends.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
+    static CLAIMS: Mutex<Vec<UdpSocket>> = Mutex::new(Vec::new());
+    for _ in 0..PORT_DRAWS {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local_addr").port();
+        // Claimed while the listener still holds the TCP port, so no
+        // other draw can have it in between.
+        if let Ok(claim) = UdpSocket::bind(("127.0.0.1", port)) {
+            CLAIMS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(claim);
+            return port;
+        }
+    }
+    panic!("no free loopback port that no other test process claimed in {PORT_DRAWS} draws")
 }
 
 /// Sends a signal with `kill(1)`: no libc dependency (and no `unsafe`) for
