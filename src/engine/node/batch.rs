@@ -57,8 +57,8 @@ pub(crate) struct Batch {
     /// The stored value of each item (token, then the owner label), all
     /// of one length, packed in item order.
     values: Vec<u8>,
-    /// The key of the node's fence counters (empty when no op is fenced).
-    counters: Arc<[u8]>,
+    /// The key of the node's fence counters, when an op is fenced.
+    counters: Option<Arc<[u8]>>,
     /// Settled without the server (a node marked down): nothing is sent.
     unsent: bool,
 }
@@ -75,11 +75,7 @@ impl Batch {
         Self {
             items,
             values,
-            counters: if fenced {
-                Arc::clone(counters)
-            } else {
-                Arc::from(&[][..])
-            },
+            counters: fenced.then(|| Arc::clone(counters)),
             unsent: false,
         }
     }
@@ -89,7 +85,7 @@ impl Batch {
         Self {
             items,
             values: Vec::new(),
-            counters: Arc::from(&[][..]),
+            counters: None,
             unsent: true,
         }
     }
@@ -106,13 +102,29 @@ impl Batch {
         self.each_op().filter_map(Result::ok).collect()
     }
 
+    /// `f` of the batch's [`ops`](Self::ops). A batch of one op (what a
+    /// caller drives) lends it in place: no list is made, at its send nor
+    /// at its read.
+    pub(super) fn with_ops<R>(&self, f: impl FnOnce(&[Op<'_>]) -> R) -> R {
+        if let [_] = self.items[..] {
+            return match self.each_op().next() {
+                Some(Ok(op)) => f(std::slice::from_ref(&op)),
+                _ => f(&[]),
+            };
+        }
+        f(&self.ops())
+    }
+
     /// Each item's op, or its refusal, in item order.
     fn each_op(&self) -> impl Iterator<Item = Result<Op<'_>, Impossible>> {
         let len = self.values.len().checked_div(self.items.len()).unwrap_or(0);
         self.items
             .iter()
             .zip(self.values.chunks(len.max(1)))
-            .map(|(item, value)| item.action.op(&item.hold, value, &self.counters))
+            .map(|(item, value)| {
+                let counters = self.counters.as_deref().unwrap_or_default();
+                item.action.op(&item.hold, value, counters)
+            })
     }
 
     /// One result per item from `answers`, the backend's to
@@ -191,7 +203,7 @@ impl Sent {
             started,
         } = self;
         let answers = match in_flight {
-            Some(in_flight) => Some(io::finish(in_flight, &batch.ops())),
+            Some(in_flight) => Some(batch.with_ops(|ops| io::finish(in_flight, ops))),
             None if batch.unsent => None,
             // Nothing to send: every item was refused (`Batch::spread`).
             None => Some((Vec::new(), Sources::One(None))),

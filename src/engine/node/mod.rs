@@ -270,8 +270,8 @@ impl State {
             &self.shared.value_suffix,
             &self.shared.fence_counters,
         );
-        let ops = batch.ops();
-        let in_flight = (!ops.is_empty()).then(|| io::send(&*self.backend, &ops));
+        let in_flight =
+            batch.with_ops(|ops| (!ops.is_empty()).then(|| io::send(&*self.backend, ops)));
         Sent::new(batch, in_flight, now)
     }
 
