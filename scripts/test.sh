@@ -303,6 +303,7 @@ cargo fmt --all -- --check
 # it fails the run at the end, with the lane's output.
 lints_lane() {
   say "cargo clippy --workspace --all-targets --all-features -- -D warnings"
+  export CARGO_BUILD_JOBS=1
   cargo clippy --workspace --all-targets --all-features --target-dir target/clippy -- -D warnings
   say "cargo clippy --no-default-features --all-targets (memory backend only) -- -D warnings"
   cargo clippy --no-default-features --all-targets --target-dir target/clippy -- -D warnings
@@ -347,6 +348,14 @@ model_lane() {
     run_binary model "$MODEL_BIN" "$MODEL_BIN" --test-threads=2
 }
 
+# Loom, in its own target dir (--cfg loom rebuilds the dependencies).
+loom_checks() {
+  run_tests "loom: the engine's gate and a node's unread batch (every loom_checks module)" \
+    "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
+    env RUSTFLAGS="--cfg loom" CARGO_BUILD_JOBS=1 cargo test --no-default-features --lib --no-fail-fast \
+    --target-dir target/loom loom_checks -- --nocapture --test-threads=2
+}
+
 # The explorers, optimized, in a target dir of their own (so that their
 # build never holds the lock the other lanes' `cargo test` take): they
 # explore every schedule of a small model, which takes minutes in a debug
@@ -355,13 +364,18 @@ model_lane() {
 # TLS. At opt-level 1: measured here, the build takes 142 s of CPU instead
 # of 174 s at the release profile's 3, and the explorers run as fast (32 s
 # either way; with the dependencies at 0 instead, 89 s). The lane starts
-# after the first build, beside the model and the builds that follow.
+# after the first build, beside the model and the builds that follow, and
+# runs loom after the explorers. Its builds, and the lints', run one
+# compiler at a time (CARGO_BUILD_JOBS=1): they are off the suite's
+# critical path, and fewer compilers than the foreground's on two cores
+# lose less of their CPU time to each other.
 optimized_lane() {
   run_tests "the exhaustive explorers, optimized (${EXPLORERS[*]})" \
     "CARGO_PROFILE_RELEASE_OPT_LEVEL=1 cargo test --release --no-default-features --target-dir target/optimized" \
-    env CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+    env CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_BUILD_JOBS=1 \
     cargo test --release --no-default-features --lib --no-fail-fast \
     --target-dir target/optimized -- --test-threads=2 "${EXPLORERS[@]}"
+  loom_checks
 }
 
 # The real-server tests again on the other servers: Valkey 8.1 (the TLS
@@ -434,13 +448,6 @@ cargo test -p testkit --no-run
 # mostly waits on servers and timers, so the two cores serve several.
 # Every pass still runs to its end; a lane's output is shown when it ends.
 
-# Loom, in its own target dir (--cfg loom rebuilds the dependencies).
-loom_checks() {
-  run_tests "loom: the engine's gate and a node's unread batch (every loom_checks module)" \
-    "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
-    env RUSTFLAGS="--cfg loom" cargo test --no-default-features --lib --no-fail-fast \
-    --target-dir target/loom loom_checks -- --nocapture --test-threads=2
-}
 
 valkey_lane() {
   on_server valkey "$VALKEY_SERVER"
@@ -454,8 +461,7 @@ redis8_lane() {
 }
 
 # The command-line tool (the real binary on real servers), the harness'
-# own tests, the library without its default features, and loom (this
-# lane ends first without it).
+# own tests, and the library without its default features.
 tools_lane() {
   run_tests "cargo test -p quorum-lock-cli" "cargo test -p quorum-lock-cli" \
     cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
@@ -465,7 +471,6 @@ tools_lane() {
     "cargo test --no-default-features" \
     cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-fail-fast -- \
     --test-threads=2 "${SKIP_EXPLORERS[@]}"
-  loom_checks
 }
 
 STEP="the test passes"
