@@ -77,7 +77,10 @@ impl<'a> Driven<'a> {
             ..
         } = self;
         let arrived = sent.read();
-        let vote = state.answers_arrived(arrived, Instant::now()).pop()?;
+        // One item: its vote is the last (and only) one.
+        let mut last = None;
+        state.answers_arrived(arrived, Instant::now(), |vote| last = Some(vote));
+        let vote = last?;
         let wake = earlier(state.poll_timeout(), wake_before);
         Some((vote, wake))
     }

@@ -20,11 +20,17 @@ use crate::token::Token;
 impl State {
     // Handlers: what happened, at `now`.
 
-    /// A batch's answers, read at `now`: one vote per item, and
-    /// everything that follows a round trip (latency, liveness, identity
-    /// and quarantine, release retries, notices, holders for the
-    /// waiters, the settings look).
-    pub(crate) fn answers_arrived(&mut self, arrived: Arrived, now: Instant) -> Vec<Vote> {
+    /// A batch's answers, read at `now`: one vote per item, handed to
+    /// `each` in item order (no list is made: a driven round has one item
+    /// per node), and everything that follows a round trip (latency,
+    /// liveness, identity and quarantine, release retries, notices,
+    /// holders for the waiters, the settings look).
+    pub(crate) fn answers_arrived(
+        &mut self,
+        arrived: Arrived,
+        now: Instant,
+        mut each: impl FnMut(Vote),
+    ) {
         let Arrived {
             batch,
             answers,
@@ -32,7 +38,10 @@ impl State {
         } = arrived;
         let Some(answers) = answers else {
             // Settled without the server: the node is down.
-            return vec![Vote::of(NodeOutcome::Down); batch.items().len()];
+            for _ in batch.items() {
+                each(Vote::of(NodeOutcome::Down));
+            }
+            return;
         };
         if !answers.0.is_empty() {
             let took = now.saturating_duration_since(started);
@@ -44,7 +53,6 @@ impl State {
         // was never sent, and fails (`Action::op`).
         let (results, sources) = batch.spread(answers);
         let mut holds = false;
-        let mut votes = Vec::with_capacity(results.len());
         match sources {
             Sources::One(server) => {
                 let standing = self.standing(&results, server.as_ref(), now);
@@ -57,7 +65,7 @@ impl State {
                         grant(standing, eviction, names)
                     });
                     holds |= item.action != Action::Release && vote.outcome.is_granted();
-                    votes.push(vote);
+                    each(vote);
                 }
             }
             // A cluster node: each answer judged by the shard that gave it.
@@ -85,7 +93,7 @@ impl State {
                         || grant(judged.standing, judged.eviction.as_deref(), names),
                     );
                     holds |= item.action != Action::Release && vote.outcome.is_granted();
-                    votes.push(vote);
+                    each(vote);
                 }
                 self.publish_shards();
             }
@@ -95,7 +103,6 @@ impl State {
             // settings are watched that long (see `settings_look.rs`).
             self.settings_look.granted(now);
         }
-        votes
     }
 
     /// The timer fired at `now`: probes a down node and retries releases

@@ -37,7 +37,7 @@
 //! release notices, the settings look) happens there, whoever drove it.
 //!
 //! ```text
-//!   begin(items, now) ──> Sent ──read()──> Arrived ──answers_arrived(now)──> votes
+//!   begin(items, now) ──> Sent ──read()──> Arrived ──answers_arrived(now, each)──> votes
 //!   timer_fired(now): a probe when due, release retries, a settings look, notices
 //!   poll_timeout(): the next time timer_fired has something to do
 //! ```
@@ -291,9 +291,9 @@ impl State {
             return false;
         };
         let arrived = sent.read();
-        for vote in self.answers_arrived(arrived, Instant::now()) {
+        self.answers_arrived(arrived, Instant::now(), |vote| {
             worker::reply_to(reply.as_ref(), vote);
-        }
+        });
         true
     }
 

@@ -66,8 +66,9 @@ fn release(key: &str, token: Token) -> Item {
 /// One round trip as both drivers run it: begin, read, answers arrived.
 fn round_trip(state: &mut State, items: Vec<Item>, now: Instant) -> Vec<NodeOutcome> {
     let sent = state.begin(items, now);
-    let votes = state.answers_arrived(sent.read(), now);
-    votes.into_iter().map(|vote| vote.outcome).collect()
+    let mut outcomes = Vec::new();
+    state.answers_arrived(sent.read(), now, |vote| outcomes.push(vote.outcome));
+    outcomes
 }
 
 fn token() -> Token {

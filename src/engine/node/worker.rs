@@ -360,10 +360,10 @@ fn run_ops(state: &mut State, items: &mut Vec<Item>, replies: &mut Vec<Option<Re
     }
     let sent = state.begin(std::mem::take(items), Instant::now());
     let arrived = sent.read();
-    let votes = state.answers_arrived(arrived, Instant::now());
-    for (vote, reply) in votes.into_iter().zip(replies.drain(..)) {
-        reply_to(reply.as_ref(), vote);
-    }
+    let mut replies = replies.drain(..);
+    state.answers_arrived(arrived, Instant::now(), |vote| {
+        reply_to(replies.next().flatten().as_ref(), vote);
+    });
 }
 
 pub(super) fn reply_to(reply: Option<&ReplyTo>, vote: Vote) {
