@@ -364,18 +364,17 @@ loom_checks() {
 # TLS. At opt-level 1: measured here, the build takes 142 s of CPU instead
 # of 174 s at the release profile's 3, and the explorers run as fast (32 s
 # either way; with the dependencies at 0 instead, 89 s). The lane starts
-# after the first build, beside the model and the builds that follow, and
-# runs loom after the explorers. Its builds, and the lints', run one
-# compiler at a time (CARGO_BUILD_JOBS=1): they are off the suite's
-# critical path, and fewer compilers than the foreground's on two cores
-# lose less of their CPU time to each other.
+# after the first build, beside the model, loom and the builds that
+# follow. Its build, loom's and the lints' run one compiler at a time
+# (CARGO_BUILD_JOBS=1): they are off the suite's critical path, and fewer
+# compilers than the foreground's on two cores lose less of their CPU
+# time to each other.
 optimized_lane() {
   run_tests "the exhaustive explorers, optimized (${EXPLORERS[*]})" \
     "CARGO_PROFILE_RELEASE_OPT_LEVEL=1 cargo test --release --no-default-features --target-dir target/optimized" \
     env CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_BUILD_JOBS=1 \
     cargo test --release --no-default-features --lib --no-fail-fast \
     --target-dir target/optimized -- --test-threads=2 "${EXPLORERS[@]}"
-  loom_checks
 }
 
 # The real-server tests again on the other servers: Valkey 8.1 (the TLS
@@ -437,6 +436,7 @@ STEP="the test passes"
 lane torture torture_lane
 lane model model_lane
 lane optimized optimized_lane
+lane loom loom_checks
 STEP="building the tests"
 say "$STEP: no default features, the CLI, the harness"
 cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-run
@@ -444,7 +444,8 @@ cargo test -p quorum-lock-cli --no-run
 cargo test -p testkit --no-run
 
 # ---- 2. The test passes, in lanes at once (with the lints, the torture,
-# the model and the explorers already running: eight with the foreground): each pass
+# the model, the explorers and loom already running: nine with the
+# foreground): each pass
 # mostly waits on servers and timers, so the two cores serve several.
 # Every pass still runs to its end; a lane's output is shown when it ends.
 
