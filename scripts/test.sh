@@ -365,15 +365,14 @@ loom_checks() {
 # of 174 s at the release profile's 3, and the explorers run as fast (32 s
 # either way; with the dependencies at 0 instead, 89 s). The lane starts
 # after the first build, beside the model, loom and the builds that
-# follow. Loom's and the lints' builds run one compiler at a time
+# follow. Its build, loom's and the lints' run one compiler at a time
 # (CARGO_BUILD_JOBS=1): they are off the suite's critical path, and fewer
 # compilers than the foreground's on two cores lose less of their CPU
-# time to each other; this one, the last lane to end with one compiler
-# (ci-21: 803 s, the others by 749 s), keeps two.
+# time to each other.
 optimized_lane() {
   run_tests "the exhaustive explorers, optimized (${EXPLORERS[*]})" \
     "CARGO_PROFILE_RELEASE_OPT_LEVEL=1 cargo test --release --no-default-features --target-dir target/optimized" \
-    env CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+    env CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_BUILD_JOBS=1 \
     cargo test --release --no-default-features --lib --no-fail-fast \
     --target-dir target/optimized -- --test-threads=2 "${EXPLORERS[@]}"
 }
