@@ -135,7 +135,13 @@ fn on_a_terminal_break_asks_and_only_yes_breaks() {
     for server in servers.iter() {
         server.set(b"job", b"stuck-by-someone-else");
     }
-    let command = format!("{BIN} --nodes {} break job", servers.urls().join(","));
+    // A node timeout of 2 s, not the default 100 ms: the test is about
+    // the question, and on a loaded machine (ci-23) a 100 ms read of two
+    // of the three keys timed out, and it asked about one node.
+    let command = format!(
+        "{BIN} --nodes {} --node-timeout 2s break job",
+        servers.urls().join(",")
+    );
     let answer = |typed: &str| {
         let mut script = Command::new("script")
             .args(["-qec", &command, "/dev/null"])
