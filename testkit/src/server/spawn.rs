@@ -19,11 +19,16 @@ pub(super) const START_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many ports [`free_port`] draws before it gives up.
 const PORT_DRAWS: usize = 200;
+/// How many claims a process keeps, the newest: far more than the servers
+/// of the tests running at once, and few enough file descriptors for a
+/// fresh machine's default limit of 1,024 (the oldest claims are of tests
+/// long over).
+const CLAIMS_KEPT: usize = 256;
 
-/// A free loopback TCP port, claimed for the rest of this process: no
-/// other call here, and no other process that claims its ports this way
-/// (every test binary of the workspace, through this harness), gets it
-/// while this process lives.
+/// A free loopback TCP port, claimed by this process (its newest
+/// [`CLAIMS_KEPT`] claims are kept): no other call here, and no other
+/// process that claims its ports this way (every test binary of the
+/// workspace, through this harness), gets it meanwhile.
 ///
 /// Why a claim: a server the tests kill comes back on its port (a
 /// restart), and between the two the kernel sees the port as free. An
@@ -43,10 +48,13 @@ pub fn free_port() -> u16 {
         // Claimed while the listener still holds the TCP port, so no
         // other draw can have it in between.
         if let Ok(claim) = UdpSocket::bind(("127.0.0.1", port)) {
-            CLAIMS
+            let mut claims = CLAIMS
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(claim);
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if claims.len() >= CLAIMS_KEPT {
+                claims.remove(0);
+            }
+            claims.push(claim);
             return port;
         }
     }
