@@ -21,6 +21,9 @@ pub(crate) enum Canary {
     /// engine/node/unread.rs: a send goes on without reading the batch
     /// parked unread before it.
     SendOverUnread,
+    /// engine/node/queue.rs: a driver's end does not look at the queue, so
+    /// a job queued while it drove (which woke nobody) is left there.
+    DriverEndLooksAway,
     /// redlock/verdict.rs: any confirmed extend sets the deadline, not only
     /// the one begun last.
     AnyExtendSetsDeadline,

@@ -1,22 +1,61 @@
 //! The synchronisation primitives under the engine's gate
-//! ([`engine::gate`](crate::engine)): parking_lot's mutex and std's atomics,
-//! or loom's when the crate is built with `--cfg loom`, so that loom can
-//! explore every interleaving of the gate's own code (as tokio does with its
-//! `loom` facade). Only the gate goes through here: the rest of the crate
-//! keeps its locks short and argues about them locally.
+//! ([`engine::gate`](crate::engine)) and a node's job queue: parking_lot's
+//! mutex and condition variable and std's atomics, or loom's when the
+//! crate is built with `--cfg loom`, so that loom can explore every
+//! interleaving of their own code (as tokio does with its `loom` facade).
+//! Only those two go through here: the rest of the crate keeps its locks
+//! short and argues about them locally.
 //!
 //! Run the loom checks with
-//! `RUSTFLAGS="--cfg loom" cargo test --lib --no-default-features --target-dir target/loom gate`.
+//! `RUSTFLAGS="--cfg loom" cargo test --lib --no-default-features --target-dir target/loom -- loom_checks wire_order`.
 
+#[cfg(not(loom))]
+pub(crate) use self::fast::Condvar;
 #[cfg(not(loom))]
 pub(crate) use parking_lot::{Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[cfg(loom)]
+pub(crate) use self::checked::Condvar;
+#[cfg(loom)]
 pub(crate) use self::checked::{Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering};
+
+/// parking_lot's condition variable, with the guard passed by value (the
+/// signature loom's has).
+#[cfg(not(loom))]
+mod fast {
+    use std::time::Instant;
+
+    use super::MutexGuard;
+
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(parking_lot::Condvar);
+
+    impl Condvar {
+        pub(crate) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(&mut guard);
+            guard
+        }
+
+        /// Waits until notified or `deadline`; the flag says whether it
+        /// timed out.
+        pub(crate) fn wait_until<'a, T>(
+            &self,
+            mut guard: MutexGuard<'a, T>,
+            deadline: Instant,
+        ) -> (MutexGuard<'a, T>, bool) {
+            let timed_out = self.0.wait_until(&mut guard, deadline).timed_out();
+            (guard, timed_out)
+        }
+
+        pub(crate) fn notify_one(&self) {
+            self.0.notify_one();
+        }
+    }
+}
 
 /// loom's mutex behind parking_lot's signatures (no poisoning: a panic
 /// under the lock fails the loom test anyway).
@@ -40,6 +79,32 @@ mod checked {
 
         pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
             self.0.try_lock().ok()
+        }
+    }
+
+    /// loom's condition variable. loom does not model time: a wait with
+    /// a deadline is a wait that only a notification ends, so a model
+    /// that loses one deadlocks, which loom reports.
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0
+                .wait(guard)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        }
+
+        pub(crate) fn wait_until<'a, T>(
+            &self,
+            guard: MutexGuard<'a, T>,
+            _deadline: std::time::Instant,
+        ) -> (MutexGuard<'a, T>, bool) {
+            (self.wait(guard), false)
+        }
+
+        pub(crate) fn notify_one(&self) {
+            self.0.notify_one();
         }
     }
 }

@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 use super::ballots::Ballot;
 use super::gate::Gate;
+use super::node::queue::Driving;
 use super::node::worker::{Job, NodeExec, ReplyTo};
 use super::node::{self, Item, Sent, Vote};
 use super::pending::{Pending, known_tally};
-use super::{Engine, Gather};
+use super::{Engine, Gather, Node};
 use crate::sync::MutexGuard;
 
 /// The shortest wait for one node's answer before the others are looked
@@ -38,40 +39,57 @@ const MIN_SLICE: Duration = Duration::from_micros(500);
 /// A node this caller drives: its state held, its batch sent.
 pub(super) struct Driven<'a> {
     pub(super) slot: usize,
+    /// Declared before `driving`, so dropped first (on a panic too): the
+    /// node's thread, woken by the driver's end, finds the state free.
     state: MutexGuard<'a, node::State>,
+    /// This caller counted as the node's driver: operations queued
+    /// meanwhile wake nobody and are this caller's to run (combining).
+    driving: Driving<'a, Job>,
+    exec: &'a NodeExec,
     sent: Sent,
     /// When the node's thread had to wake before: a changed wake time
     /// (a probe, a release to retry) must be told to it.
     wake_before: Option<Instant>,
 }
 
-impl NodeExec {
+impl Node {
     /// The node's state, if the node is idle and up: the caller may drive
     /// it ([`Driven::begin`]); `None` otherwise.
     pub(super) fn idle(&self) -> Option<MutexGuard<'_, node::State>> {
-        let mut state = Gate::try_idle(&self.gate)?;
+        let mut state = Gate::try_idle(&self.exec.gate)?;
         (!state.is_down() && state.unread_answered()).then_some(state)
     }
 }
 
 impl<'a> Driven<'a> {
-    /// Sends `item` to the node whose idle state the caller holds.
-    pub(super) fn begin(slot: usize, mut state: MutexGuard<'a, node::State>, item: &Item) -> Self {
+    /// Sends `item` to `node`, whose idle state the caller holds.
+    pub(super) fn begin(
+        slot: usize,
+        node: &'a Node,
+        mut state: MutexGuard<'a, node::State>,
+        item: &Item,
+    ) -> Self {
+        let driving = node.jobs.drive();
         let wake_before = state.poll_timeout();
         let sent = state.begin(vec![item.clone()], Instant::now());
         Self {
             slot,
             state,
+            driving,
+            exec: &node.exec,
             sent,
             wake_before,
         }
     }
 
-    /// Reads the answer. The flag says whether the node's thread must be
-    /// woken ([`Job::Wake`]) to act on its own.
-    fn finish(self) -> Option<(Vote, bool)> {
+    /// Reads the answer, then runs what was queued behind it
+    /// ([`NodeExec::leave_driven`]). The flag says whether the node's
+    /// thread must be woken ([`Job::Wake`]) to act on its own.
+    fn finish(self) -> (Option<Vote>, bool) {
         let Self {
             mut state,
+            driving,
+            exec,
             sent,
             wake_before,
             ..
@@ -80,9 +98,8 @@ impl<'a> Driven<'a> {
         // One item: its vote is the last (and only) one.
         let mut last = None;
         state.answers_arrived(arrived, Instant::now(), |vote| last = Some(vote));
-        let vote = last?;
-        let wake = earlier(state.poll_timeout(), wake_before);
-        Some((vote, wake))
+        let wake = exec.leave_driven(state, driving, true);
+        (last, earlier(wake, wake_before))
     }
 }
 
@@ -130,9 +147,10 @@ impl Engine {
                 for mut node in driven.drain(..) {
                     if node.sent.ready(now) {
                         let slot = node.slot;
-                        if let Some((vote, wake)) = node.finish() {
+                        let (vote, wake) = node.finish();
+                        self.wake_if(slot, wake);
+                        if let Some(vote) = vote {
                             reply.trace().vote(slot, &vote.outcome);
-                            self.wake_if(slot, wake);
                             outcomes[slot] = Some(vote);
                         }
                     } else {
@@ -159,11 +177,12 @@ impl Engine {
                 next = 0;
             }
             let slot = node.slot;
-            let Some((vote, wake)) = node.finish() else {
+            let (vote, wake) = node.finish();
+            self.wake_if(slot, wake);
+            let Some(vote) = vote else {
                 continue;
             };
             reply.trace().vote(slot, &vote.outcome);
-            self.wake_if(slot, wake);
             tally.record(vote.outcome.is_granted());
             outcomes[slot] = Some(vote);
         }
@@ -186,6 +205,8 @@ impl Engine {
         let Driven {
             slot,
             mut state,
+            driving,
+            exec,
             sent,
             wake_before,
         } = driven;
@@ -194,9 +215,10 @@ impl Engine {
             slot,
         });
         state.park_unread(sent, reply, Instant::now());
-        let wake = earlier(state.poll_timeout(), wake_before);
-        drop(state);
-        self.wake_if(slot, wake);
+        // Nothing queued behind it can be sent before the parked batch is
+        // read: the node's thread runs it (woken by the driver's end).
+        let wake = exec.leave_driven(state, driving, false);
+        self.wake_if(slot, earlier(wake, wake_before));
     }
 }
 

@@ -65,9 +65,9 @@ impl Engine {
         if direct == Direct::IdleNodes {
             for (slot, node) in self.nodes.iter().enumerate() {
                 if node.exec.can_run_within(wait)
-                    && let Some(state) = node.exec.idle()
+                    && let Some(state) = node.idle()
                 {
-                    driven.push(Driven::begin(slot, state, &item));
+                    driven.push(Driven::begin(slot, node, state, &item));
                 }
             }
         }

@@ -76,6 +76,8 @@ mod settings_look;
 mod shards;
 mod unread;
 mod vitals;
+#[cfg(all(test, loom))]
+mod wire_order;
 pub(super) mod worker;
 
 use std::sync::Arc;

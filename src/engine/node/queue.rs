@@ -1,21 +1,37 @@
 //! A node thread's job queue: many senders, one receiver that sleeps at
 //! once when the queue is empty, and a send that wakes it only when it
-//! sleeps.
+//! sleeps and no caller is driving the node.
 //!
 //! The channel crate's blocking receive first spins, then yields the CPU
 //! (`sched_yield`) a few times before it sleeps. A node thread mostly
 //! waits, and with more threads than cores each yield is a switch to
 //! another thread: measured with 8 threads taking locks on N=3 nodes,
 //! about one `sched_yield` per lock came from the node threads. Here the
-//! receiver parks on a condition variable (no spin, no yield), and a
-//! sender whose job finds nobody asleep pays no system call (parking_lot's
-//! `notify_one` with no waiter is one atomic load).
+//! receiver parks on a condition variable (no spin, no yield), and only a
+//! job that finds it asleep, with no wake-up already on its way, wakes it.
+//!
+//! **Drivers.** A caller that drives the node (`../../drive.rs`) is
+//! counted here ([`Sender::drive`]) while it holds the node's state.
+//! A job queued meanwhile does not wake the node's thread: the driver
+//! runs what is queued behind its own operation before it lets the node
+//! go (combining, `worker.rs`), and its end ([`Driving`] dropped) wakes the
+//! thread if anything is still queued then. One lock orders the two: a
+//! sender that sees a driver counted queued its job before that driver's
+//! end looks at the queue, so no job is left with nobody woken (checked
+//! by loom, `unread.rs`).
+//!
+//! Jobs are taken only by whoever holds the node's state (the node's
+//! thread waits for a job with [`Receiver::wait_until`] and takes them
+//! under the state's lock): so what two holders take one after the other
+//! runs in queue order.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
+
+use crate::canary::{self, Canary};
 
 struct Shared<T> {
     state: Mutex<State<T>>,
@@ -29,6 +45,12 @@ struct State<T> {
     senders: usize,
     /// Whether the [`Receiver`] still exists: sends fail once it is gone.
     receiving: bool,
+    /// Callers driving the node now: a job queued while one is counted
+    /// is theirs to run or to hand on, and wakes nobody.
+    drivers: usize,
+    /// Whether the receiver sleeps and no wake-up is on its way to it:
+    /// only then does a job need one.
+    asleep: bool,
 }
 
 /// The sending side; cloned for every holder.
@@ -37,7 +59,7 @@ pub(crate) struct Sender<T>(Arc<Shared<T>>);
 /// The node thread's side.
 pub(crate) struct Receiver<T>(Arc<Shared<T>>);
 
-/// Why [`Receiver::recv_until`] returned no job.
+/// Why [`Receiver::wait_until`] returned without a job queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Empty {
     /// The deadline passed with the queue empty.
@@ -53,24 +75,88 @@ pub(crate) fn queue<T>() -> (Sender<T>, Receiver<T>) {
             jobs: VecDeque::new(),
             senders: 1,
             receiving: true,
+            drivers: 0,
+            asleep: false,
         }),
-        ready: Condvar::new(),
+        ready: Condvar::default(),
     });
     (Sender(Arc::clone(&shared)), Receiver(shared))
 }
 
 impl<T> Sender<T> {
-    /// Queues `job`, waking the receiver if it sleeps. Gives the job back
-    /// when the receiver is gone.
+    /// Queues `job`, waking the receiver if it sleeps and no caller
+    /// drives the node. Gives the job back when the receiver is gone.
     pub(crate) fn send(&self, job: T) -> Result<(), T> {
         let mut state = self.0.state.lock();
         if !state.receiving {
             return Err(job);
         }
         state.jobs.push_back(job);
+        let wake = state.drivers == 0 && state.wake_up();
         drop(state);
-        self.0.ready.notify_one();
+        if wake {
+            self.0.ready.notify_one();
+        }
         Ok(())
+    }
+
+    /// Counts a caller that drives the node until the returned guard is
+    /// dropped.
+    pub(crate) fn drive(&self) -> Driving<'_, T> {
+        self.0.state.lock().drivers += 1;
+        Driving(self)
+    }
+}
+
+/// A caller driving the node, counted (see the module's text). Dropping
+/// it uncounts the driver and wakes the receiver when jobs are still
+/// queued: those queued while it drove woke nobody.
+pub(crate) struct Driving<'a, T>(&'a Sender<T>);
+
+impl<T> Driving<'_, T> {
+    /// Moves the jobs at the head of the queue that `take` accepts, at most
+    /// `most`, into `into`: the driver's share of the queue. The driver
+    /// must hold the node's state (see the module's text).
+    pub(crate) fn take_front(&self, most: usize, take: impl Fn(&T) -> bool, into: &mut Vec<T>) {
+        let mut state = (self.0).0.state.lock();
+        while into.len() < most {
+            match state.jobs.front() {
+                Some(job) if take(job) => into.extend(state.jobs.pop_front()),
+                _ => break,
+            }
+        }
+    }
+}
+
+impl<T> Drop for Driving<'_, T> {
+    fn drop(&mut self) {
+        let shared = &(self.0).0;
+        let mut state = shared.state.lock();
+        state.drivers -= 1;
+        let wake =
+            !state.jobs.is_empty() && !canary::on(Canary::DriverEndLooksAway) && state.wake_up();
+        drop(state);
+        if wake {
+            shared.ready.notify_one();
+        }
+    }
+}
+
+impl<T> State<T> {
+    /// Whether a wake-up must be sent now: the receiver sleeps and none
+    /// is on its way (then one is, from the caller).
+    fn wake_up(&mut self) -> bool {
+        std::mem::replace(&mut self.asleep, false)
+    }
+}
+
+#[cfg(all(test, loom))]
+impl<T> Sender<T> {
+    /// Whether jobs are queued while the receiver sleeps with no wake-up
+    /// on its way: a job nobody will run (for the loom model).
+    pub(crate) fn left_asleep(&self) -> bool {
+        let state = self.0.state.lock();
+        state.asleep && !state.jobs.is_empty()
     }
 }
 
@@ -85,35 +171,37 @@ impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         let mut state = self.0.state.lock();
         state.senders -= 1;
-        let last = state.senders == 0;
+        let wake = state.senders == 0 && state.wake_up();
         drop(state);
-        if last {
+        if wake {
             self.0.ready.notify_one();
         }
     }
 }
 
 impl<T> Receiver<T> {
-    /// The next job, sleeping until one arrives or `deadline` passes
-    /// (`None`: until every sender is gone).
-    pub(crate) fn recv_until(&self, deadline: Option<Instant>) -> Result<T, Empty> {
+    /// Returns once a job is queued (without taking it: the caller takes
+    /// it under the node's state, [`take_queued`](Self::take_queued)),
+    /// sleeping until one arrives or `deadline` passes (`None`: until every
+    /// sender is gone).
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> Result<(), Empty> {
         let mut state = self.0.state.lock();
         loop {
-            if let Some(job) = state.jobs.pop_front() {
-                return Ok(job);
+            if !state.jobs.is_empty() {
+                return Ok(());
             }
             if state.senders == 0 {
                 return Err(Empty::Closed);
             }
+            state.asleep = true;
+            let mut timed_out = false;
             match deadline {
-                None => self.0.ready.wait(&mut state),
-                Some(deadline) => {
-                    if self.0.ready.wait_until(&mut state, deadline).timed_out()
-                        && state.jobs.is_empty()
-                    {
-                        return Err(Empty::Timeout);
-                    }
-                }
+                None => state = self.0.ready.wait(state),
+                Some(deadline) => (state, timed_out) = self.0.ready.wait_until(state, deadline),
+            }
+            state.asleep = false;
+            if timed_out && state.jobs.is_empty() {
+                return Err(Empty::Timeout);
             }
         }
     }
@@ -145,6 +233,15 @@ mod tests {
 
     use super::*;
 
+    /// The node thread's way: wait for a job, then take one (`None`
+    /// would be a wait that returned with nothing queued).
+    fn next<T>(queue: &Receiver<T>, deadline: Option<Instant>) -> Result<Option<T>, Empty> {
+        queue.wait_until(deadline)?;
+        let mut one = Vec::new();
+        queue.take_queued(1, &mut one);
+        Ok(one.pop())
+    }
+
     #[test]
     fn jobs_come_in_order_and_the_last_sender_closes_a_drained_queue() {
         let (jobs, queue) = queue();
@@ -152,27 +249,58 @@ mod tests {
         jobs.send(1).unwrap();
         other.send(2).unwrap();
         let mut more = Vec::new();
-        assert_eq!(queue.recv_until(None), Ok(1));
+        assert_eq!(next(&queue, None), Ok(Some(1)));
         queue.take_queued(10, &mut more);
         assert_eq!(more, [2]);
         let soon = Instant::now() + Duration::from_millis(5);
-        assert_eq!(queue.recv_until(Some(soon)), Err(Empty::Timeout));
+        assert_eq!(queue.wait_until(Some(soon)), Err(Empty::Timeout));
         jobs.send(3).unwrap();
         drop((jobs, other));
-        assert_eq!(queue.recv_until(None), Ok(3), "queued before the close");
-        assert_eq!(queue.recv_until(None), Err(Empty::Closed));
+        assert_eq!(next(&queue, None), Ok(Some(3)), "queued before the close");
+        assert_eq!(queue.wait_until(None), Err(Empty::Closed));
     }
 
     #[test]
     fn a_sleeping_receiver_is_woken_by_a_send_and_by_the_last_drop() {
         let (jobs, queue) = queue::<u32>();
         let far = Some(Instant::now() + Duration::from_secs(30));
-        let receiver = thread::spawn(move || (queue.recv_until(far), queue.recv_until(far)));
+        let receiver = thread::spawn(move || (next(&queue, far), queue.wait_until(far)));
         thread::sleep(Duration::from_millis(20));
         jobs.send(7).unwrap();
         thread::sleep(Duration::from_millis(20));
         drop(jobs);
-        assert_eq!(receiver.join().unwrap(), (Ok(7), Err(Empty::Closed)));
+        assert_eq!(receiver.join().unwrap(), (Ok(Some(7)), Err(Empty::Closed)));
+    }
+
+    /// A job queued while a caller drives is the driver's: it takes the
+    /// plain ones at the head, in order, and stops at the first it does
+    /// not run, which the receiver gets after the driver's end. (That the
+    /// end wakes a receiver that slept through the sends is loom's to
+    /// check, over every interleaving: `unread.rs`.)
+    #[test]
+    fn a_driver_takes_the_head_of_the_queue_and_leaves_the_rest_to_the_receiver() {
+        let (jobs, queue) = queue::<u32>();
+        let driving = jobs.drive();
+        for job in [1, 2, 30, 4] {
+            jobs.send(job).unwrap();
+        }
+        let mut taken = Vec::new();
+        driving.take_front(10, |&job| job < 10, &mut taken);
+        assert_eq!(
+            taken,
+            [1, 2],
+            "the head, up to the first job it does not run"
+        );
+        let far = Some(Instant::now() + Duration::from_secs(30));
+        let receiver = thread::spawn(move || {
+            let mut rest = Vec::new();
+            queue
+                .wait_until(far)
+                .map(|()| queue.take_queued(10, &mut rest))?;
+            Ok::<_, Empty>(rest)
+        });
+        drop(driving);
+        assert_eq!(receiver.join().unwrap(), Ok(vec![30, 4]));
     }
 
     #[test]

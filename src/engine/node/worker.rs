@@ -24,6 +24,7 @@ use crate::backend::{Backend, BackendError, Holding, KeySet, Reply};
 use crate::engine::action::Action;
 use crate::engine::ballots::Ballot;
 use crate::engine::gate::Gate;
+use crate::sync::MutexGuard;
 
 /// Most operations handed to the backend in one batch (one round trip).
 const MAX_BATCH: usize = 512;
@@ -159,6 +160,48 @@ impl NodeExec {
             .map_err(|_| NotQueued::Gone)
     }
 
+    /// Lets go of the node a caller drove (`state`, with the caller
+    /// counted as its driver by `driving`) and returns the node's next
+    /// wake time. First, with `serve`, it runs the operations queued
+    /// behind the caller's own (which woke nobody) as one batch on this
+    /// thread and answers each: combining, one write and one read for
+    /// them all and no thread hand-off. Then `driving` ends, which wakes
+    /// the node's thread if jobs are still queued.
+    ///
+    /// Only a prefix of plain operations is run, in queue order; a job of
+    /// another kind and what follows it are left to the node's thread.
+    /// `serve` must be false while the state has a batch unread (every
+    /// send reads that first, and a caller never waits for a straggler).
+    pub(crate) fn leave_driven(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        driving: queue::Driving<'_, Job>,
+        serve: bool,
+    ) -> Option<Instant> {
+        let mut ran = 0;
+        if serve && !state.is_down() {
+            let mut taken = Vec::new();
+            driving.take_front(
+                MAX_BATCH,
+                |job| matches!(job, Job::Work(Work::Op { .. })),
+                &mut taken,
+            );
+            ran = taken.len();
+            let (mut items, mut replies): (Vec<_>, Vec<_>) = taken
+                .into_iter()
+                .filter_map(|job| match job {
+                    Job::Work(Work::Op { item, reply }) => Some((item, reply)),
+                    _ => None,
+                })
+                .unzip();
+            run_ops(&mut state, &mut items, &mut replies);
+        }
+        let wake = state.poll_timeout();
+        self.gate.finish(state, ran);
+        drop(driving);
+        wake
+    }
+
     /// Whether a caller that waits at most `wait` may run this node's
     /// operation itself: only when the backend bounds its calls within it.
     pub(crate) fn can_run_within(&self, wait: Duration) -> bool {
@@ -241,9 +284,9 @@ impl NodeThread<'_> {
     fn run(&self, mut wake: Option<Instant>) {
         let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
         loop {
-            let first = match self.jobs.recv_until(wake) {
-                Ok(job) => Some(job),
-                Err(Empty::Timeout) => None,
+            let queued = match self.jobs.wait_until(wake) {
+                Ok(()) => true,
+                Err(Empty::Timeout) => false,
                 // Every sender is gone and the queue is drained: pending
                 // retries are abandoned, their keys expire with the TTL;
                 // a batch still parked is read (every batch is read once).
@@ -253,19 +296,22 @@ impl NodeThread<'_> {
                 }
             };
             let mut state = self.exec.gate.lock();
-            if first.is_some() {
+            if queued {
+                // Taken under the state: a caller that drove the node
+                // meanwhile may have run them already (`serve_queued`).
+                self.jobs.take_queued(MAX_BATCH, &mut batch);
+            }
+            if !batch.is_empty() {
                 // The jobs were queued after the parked batch was sent:
                 // it is read before any of them reaches the node.
                 state.read_unread();
             }
             let short = state.timer_fired(Instant::now());
             self.wake_peers_if(short);
-            let Some(first) = first else {
+            if batch.is_empty() {
                 wake = state.poll_timeout();
                 continue;
-            };
-            batch.push(first);
-            self.jobs.take_queued(MAX_BATCH - 1, &mut batch);
+            }
             if batch
                 .iter()
                 .any(|job| matches!(job, Job::Barrier { listen: true, .. }))
