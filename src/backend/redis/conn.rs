@@ -26,6 +26,7 @@ use redis::Value;
 use crate::backend::{ServerInfo, ServerVersion};
 
 use super::asking;
+use super::decode;
 use super::fault::{Fault, Phase};
 use super::frame::{self, MAX_REPLY_BYTES, Scan, describe_value};
 use super::info::{Ask, Identity};
@@ -297,11 +298,15 @@ impl Conn {
         }
         match frame::scan(pending) {
             Scan::Complete(len) => {
-                let value = self.parser.parse_value(&pending[..len]).map_err(|e| {
-                    // Whatever it kept of a reply it could not read goes.
-                    self.parser = redis::Parser::new();
-                    Fault::Protocol(format!("unparsable reply: {e}"))
-                })?;
+                let frame = &pending[..len];
+                let value = match decode::decode(frame) {
+                    Some(value) => value,
+                    None => self.parser.parse_value(frame).map_err(|e| {
+                        // Whatever it kept of a reply it could not read goes.
+                        self.parser = redis::Parser::new();
+                        Fault::Protocol(format!("unparsable reply: {e}"))
+                    })?,
+                };
                 self.start += len;
                 self.need = 0;
                 if self.start == self.buf.len() {

@@ -130,7 +130,7 @@ pub(super) fn scan(buf: &[u8]) -> Scan {
 }
 
 /// The index of the first `\r\n` at or after `from`.
-fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
+pub(super) fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
     let rest = buf.get(from..)?;
     rest.windows(2).position(|w| w == b"\r\n").map(|i| from + i)
 }

@@ -62,6 +62,7 @@ mod batch;
 mod bounded;
 pub(crate) mod confirm;
 mod conn;
+mod decode;
 mod encode;
 mod errors;
 mod fault;
