@@ -108,3 +108,32 @@ mod checked {
         }
     }
 }
+
+/// Runs `model` under loom over every interleaving (with at most
+/// `preemptions`, if set; a canary on this thread stays in force, as loom
+/// runs the model's threads on it) and returns how many executions loom
+/// ran and the first violation one of them returned. A violation is
+/// returned, not panicked on: a panic inside the model would abort in
+/// loom's destructors.
+#[cfg(all(test, loom))]
+pub(crate) fn explore(
+    preemptions: Option<usize>,
+    model: impl Fn() -> Option<String> + Sync + Send + 'static,
+) -> (usize, Option<String>) {
+    use std::sync::{Arc, Mutex};
+
+    let seen: Arc<Mutex<(usize, Option<String>)>> = Arc::default();
+    let record = Arc::clone(&seen);
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = preemptions;
+    builder.check(move || {
+        let violation = model();
+        let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
+        seen.0 += 1;
+        if seen.1.is_none() {
+            seen.1 = violation;
+        }
+    });
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    (seen.0, seen.1.clone())
+}

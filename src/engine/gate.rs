@@ -90,8 +90,6 @@ impl<S> Gate<S> {
 /// the same caller admitted before it (per-node FIFO).
 #[cfg(all(test, loom))]
 mod loom_checks {
-    use std::sync::{Arc as StdArc, Mutex as StdMutex};
-
     use loom::sync::Arc;
     use loom::sync::mpsc::{Receiver, channel};
     use loom::thread;
@@ -129,18 +127,10 @@ mod loom_checks {
         }
     }
 
-    /// Explores every interleaving (with at most `preemptions`, if set),
-    /// with the canary on this thread in force (loom runs the model's
-    /// threads on this thread). Returns how many
-    /// executions loom ran and the first violation seen, if any. A
-    /// violation is recorded, not panicked on: a panic inside the model
-    /// would abort in loom's channel destructors.
+    /// Explores every interleaving (with at most `preemptions`, if set;
+    /// `sync::explore`): how many executions, and the first violation.
     fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
-        let seen: StdArc<StdMutex<(usize, Option<String>)>> = StdArc::default();
-        let record = StdArc::clone(&seen);
-        let mut model = loom::model::Builder::new();
-        model.preemption_bound = preemptions;
-        model.check(move || {
+        crate::sync::explore(preemptions, || {
             let gate = Arc::new(Gate::new(Vec::new()));
             let (jobs, queue) = channel();
             let node = {
@@ -174,14 +164,8 @@ mod loom_checks {
             if gate.queued() != 0 {
                 violation.get_or_insert(format!("{} jobs still counted at the end", gate.queued()));
             }
-            let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
-            seen.0 += 1;
-            if seen.1.is_none() {
-                seen.1 = violation;
-            }
-        });
-        let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-        (seen.0, seen.1.clone())
+            violation
+        })
     }
 
     #[test]

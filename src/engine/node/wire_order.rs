@@ -15,7 +15,6 @@
 //! reach the wire in its order, and once both callers are done no job is
 //! queued while the node's thread sleeps with no wake-up on its way.
 
-use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::Instant;
 
 use loom::sync::Arc;
@@ -177,16 +176,10 @@ fn judge(wire: &[Wire]) -> Option<String> {
     None
 }
 
-/// Explores every interleaving (with at most `preemptions`, if set).
-/// Returns how many executions loom ran and the first violation seen.
-/// A violation is recorded, not panicked on: a panic inside the model
-/// would abort in loom's destructors.
+/// Explores every interleaving (with at most `preemptions`, if set;
+/// `sync::explore`): how many executions, and the first violation.
 fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
-    let seen: StdArc<StdMutex<(usize, Option<String>)>> = StdArc::default();
-    let record = StdArc::clone(&seen);
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = preemptions;
-    model.check(move || {
+    crate::sync::explore(preemptions, || {
         let gate = Arc::new(Gate::new(Node::default()));
         let (jobs, queue) = queue::queue::<u32>();
         let node = {
@@ -216,14 +209,8 @@ fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
         if violation.is_none() {
             violation = judge(&gate.lock().wire);
         }
-        let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
-        seen.0 += 1;
-        if seen.1.is_none() {
-            seen.1 = violation;
-        }
-    });
-    let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-    (seen.0, seen.1.clone())
+        violation
+    })
 }
 
 /// Three preemptions (loom advises two or three for bugs found in
