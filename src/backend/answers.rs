@@ -84,8 +84,10 @@ pub(crate) enum Sources {
 /// Who gave the answers.
 #[derive(Debug, Clone)]
 enum Servers {
-    /// One server for every answer (`None`: unknown).
-    All(Option<Arc<ServerInfo>>),
+    /// One server for every answer (`None`: unknown). Kept by value: the
+    /// answers move to the engine whole, and an `Arc` here was one more
+    /// allocation per batch.
+    All(Option<ServerInfo>),
     /// One server per answer, in order (`None`: unknown).
     Each(Vec<Option<Arc<ServerInfo>>>),
 }
@@ -96,7 +98,7 @@ impl Answers {
     pub fn new(results: Vec<Result<Reply, BackendError>>, server: Option<ServerInfo>) -> Self {
         Self {
             results,
-            servers: Servers::All(server.map(Arc::new)),
+            servers: Servers::All(server),
         }
     }
 
@@ -122,7 +124,7 @@ impl Answers {
     /// of them.
     pub fn server(&self) -> Option<&ServerInfo> {
         match &self.servers {
-            Servers::All(server) => server.as_deref(),
+            Servers::All(server) => server.as_ref(),
             Servers::Each(servers) => {
                 let (first, rest) = servers.split_first()?;
                 let first = first.as_deref()?;
@@ -140,7 +142,7 @@ impl Answers {
             return None;
         }
         match &self.servers {
-            Servers::All(server) => server.as_deref(),
+            Servers::All(server) => server.as_ref(),
             Servers::Each(servers) => servers.get(i)?.as_deref(),
         }
     }
@@ -151,7 +153,7 @@ impl Answers {
     /// cluster node's shards are judged one by one, never as one server).
     pub(crate) fn into_sources(self) -> (Vec<Result<Reply, BackendError>>, Sources) {
         match self.servers {
-            Servers::All(one) => (self.results, Sources::One(one.map(Arc::unwrap_or_clone))),
+            Servers::All(one) => (self.results, Sources::One(one)),
             Servers::Each(each) => (self.results, Sources::Each(each)),
         }
     }
@@ -169,7 +171,7 @@ impl Answers {
             Servers::Each(_) => self.server().cloned(),
         };
         match self.servers {
-            Servers::All(one) => (self.results, one.map(Arc::unwrap_or_clone)),
+            Servers::All(one) => (self.results, one),
             Servers::Each(_) => (self.results, server),
         }
     }
