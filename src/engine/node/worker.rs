@@ -8,7 +8,11 @@
 //! operation when the node is idle (nothing queued, nothing running; the
 //! other driver, `../drive.rs`), which saves two thread hand-offs and keeps
 //! the FIFO order: an operation only runs directly when every operation
-//! queued before it has finished (the gate's rule, checked by loom).
+//! queued before it has finished (the gate's rule, checked by loom). Such
+//! a caller then runs what other callers queued behind it
+//! ([`NodeExec::leave_driven`]); jobs are taken from the queue only under
+//! the state, by whichever driver holds it, so they run in queue order
+//! (checked by loom with the real queue, `wire_order.rs`).
 
 use std::sync::Arc;
 use std::thread;
@@ -298,7 +302,7 @@ impl NodeThread<'_> {
             let mut state = self.exec.gate.lock();
             if queued {
                 // Taken under the state: a caller that drove the node
-                // meanwhile may have run them already (`serve_queued`).
+                // meanwhile may have run them already (`leave_driven`).
                 self.jobs.take_queued(MAX_BATCH, &mut batch);
             }
             if !batch.is_empty() {
