@@ -70,7 +70,11 @@ fn main() -> ExitCode {
     };
     if let Some(comparison) = only {
         let runs = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(5);
-        return match comparison(runs) {
+        let result = match (args[0].as_str(), args.get(2)) {
+            ("--wakes", Some(block)) => wakes::one_block(runs, block),
+            _ => comparison(runs),
+        };
+        return match result {
             Ok(table) => {
                 print!("{table}");
                 ExitCode::SUCCESS

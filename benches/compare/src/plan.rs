@@ -22,9 +22,10 @@ Options:
                     and rslock taking turns, R runs (default 5); also the `cross` section of a run
   --election-cost [R] only: a leader's campaign + resign() against a fenced lock + release(),
                     paired, N=3, R runs (default 5)
-  --wakes [R]         only: context switches and allocations per lock, for quorum-lock (release()
+  --wakes [R [BLOCK]] only: context switches and allocations per lock, for quorum-lock (release()
                     and drop), its RedisBackend direct, the floor and rslock: 1 thread at N=1 and
-                    N=3, 8 threads on distinct keys at N=3 (floor, quorum-lock), R runs (default 5)
+                    N=3, 8 threads on distinct keys at N=3 (floor, quorum-lock), R runs (default 5);
+                    BLOCK = N:THREADS:CLIENT (e.g. 3:8:ours) runs that block alone, for a profiler
   --runs R          runs of every comparison; ratios are per run, then median and min-max
                     (default 5; 2 with --quick)
   --quick           small counts: a smoke test that the benchmark runs (under a minute)

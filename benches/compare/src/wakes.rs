@@ -18,7 +18,9 @@
 //! before the block's end). For futex calls per lock, run the same command
 //! under `perf stat -e syscalls:sys_enter_futex` (it needs access to the
 //! kernel's tracepoints) and divide by the locks the table reports
-//! (docs/benchmarks.md).
+//! (docs/benchmarks.md). `--wakes R N:THREADS:CLIENT` runs one block
+//! alone (say `3:8:ours`), so that a profiler or `perf` counts nothing
+//! else but the servers' start.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -108,6 +110,43 @@ type Cell = (usize, usize, Who);
 
 /// Runs `runs` runs and returns the markdown tables.
 pub fn wakes(runs: usize) -> Result<String, String> {
+    run(runs, None)
+}
+
+/// Runs only the block `spec` names (`N:THREADS:CLIENT`, the client as
+/// `--only` names it), `runs` times.
+pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
+    let bad = || {
+        format!(
+            "--wakes block {spec:?}: expected N:THREADS:CLIENT, one of 1:1 or 3:1 with \
+             floor, backend, ours, ours-drop or rslock, or 3:8 with floor, ours or ours-drop"
+        )
+    };
+    let mut parts = spec.split(':');
+    let (Some(n), Some(threads), Some(client), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    let who = match client {
+        "floor" => Who::Floor,
+        "backend" => Who::Backend,
+        "ours" => Who::Ours,
+        "ours-drop" => Who::OursDrop,
+        "rslock" => Who::Rslock,
+        _ => return Err(bad()),
+    };
+    let block = match (n, threads) {
+        ("1", "1") => (1, 1, who),
+        ("3", "1") => (3, 1, who),
+        ("3", "8") if Who::THREADS.contains(&who) => (3, 8, who),
+        _ => return Err(bad()),
+    };
+    run(runs, Some(block))
+}
+
+/// The runs, of every block or only of `only`.
+fn run(runs: usize, only: Option<Cell>) -> Result<String, String> {
     let servers = (0..3)
         .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
@@ -123,6 +162,9 @@ pub fn wakes(runs: usize) -> Result<String, String> {
         None => cells.push((cell, vec![b])),
     };
     for n in [1usize, 3] {
+        if only.is_some_and(|(want, _, _)| want != n) {
+            continue;
+        }
         let locks = ours::manager(&urls[..n], &settings)?;
         let mut lockers = Vec::new();
         for who in Who::ONE_THREAD {
@@ -143,6 +185,9 @@ pub fn wakes(runs: usize) -> Result<String, String> {
                 let k = set.len();
                 for i in order(run, k) {
                     let (who, threads) = &mut set[i];
+                    if only.is_some_and(|cell| cell != (n, threads.len(), *who)) {
+                        continue;
+                    }
                     eprintln!(
                         "quorum-bench: [wakes N={n}, {} thread(s), {} {}, run {}/{runs}]",
                         threads.len(),
