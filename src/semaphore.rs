@@ -143,7 +143,9 @@ impl Semaphore {
     /// };
     /// drop(held); // frees the permit: the waiter takes it
     /// let report = waiter.join().unwrap()??;
-    /// assert_eq!(report.granted(), 3);
+    /// // Released on a quorum at least (a node that answers after the
+    /// // node timeout, on a busy machine, is not counted).
+    /// assert!(report.granted() >= report.quorum());
     /// # Ok::<(), quorum_lock::Error>(())
     /// ```
     ///
