@@ -191,14 +191,9 @@ impl NodeExec {
                 &mut taken,
             );
             ran = taken.len();
-            let (mut items, mut replies): (Vec<_>, Vec<_>) = taken
-                .into_iter()
-                .filter_map(|job| match job {
-                    Job::Work(Work::Op { item, reply }) => Some((item, reply)),
-                    _ => None,
-                })
-                .unzip();
-            run_ops(&mut state, &mut items, &mut replies);
+            // Only ops: `run_jobs` sends them as one batch, as the node's
+            // thread would.
+            run_jobs(&mut state, &mut taken);
         }
         let wake = state.poll_timeout();
         self.gate.finish(state, ran);
