@@ -72,7 +72,10 @@ const KIND: &str = "read-write lock";
 /// let first = config.try_read()?;
 /// let second = config.try_read()?; // readers share
 /// assert!(theirs.try_write().unwrap_err().is_contended());
-/// drop((first, second));
+/// // `release` waits for the nodes' answers; a drop only queues the
+/// // releases, and the other manager could still find the readers.
+/// first.release()?;
+/// second.release()?;
 /// let writer = theirs.try_write()?; // alone now
 /// assert!(config.try_read().unwrap_err().is_contended());
 /// # drop(writer);
