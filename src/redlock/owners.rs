@@ -156,11 +156,12 @@ impl Drop for Owned {
     fn drop(&mut self) {
         let mut held = self.owners.held.lock();
         for member in self.lease.hold.members() {
-            let entry = (member, self.thread);
-            if let Some(leases) = held.get_mut(&entry)
-                && leases.remove(&self.lease)
+            // One lookup (the key is hashed once) for both the find and
+            // the removal.
+            if let Entry::Occupied(mut leases) = held.entry((member, self.thread))
+                && leases.get_mut().remove(&self.lease)
             {
-                held.remove(&entry);
+                leases.remove();
             }
         }
     }
