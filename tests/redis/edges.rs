@@ -452,3 +452,51 @@ fn evictions_between_two_reads_show_in_the_evicted_keys_count() {
         "{health}"
     );
 }
+
+/// A manager that holds a lock and sends nothing reads each node's
+/// settings itself (the looks that find an evicting policy switched on,
+/// above) about once a second, and wakes its nodes for nothing else.
+/// Before the fix the look's clock ran ahead of the connection's: every
+/// other wake found the settings "fresh" and sent a bare `PING`, twice
+/// the wakes for the same reads. Counted by the servers: over 3.5 s of
+/// holding, each receives 2 to 4 looks (three `INFO <section>` each) and
+/// no `PING`.
+#[test]
+fn an_idle_holder_reads_the_settings_about_once_a_second_and_sends_nothing_else() {
+    use testkit::commandstats::{calls, reset};
+
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let ttl = Duration::from_secs(10);
+    let locks = fresh_builder(&urls, ttl, Duration::from_millis(300))
+        .max_ttl(ttl)
+        .build()
+        .unwrap();
+    let guard = locks.try_lock("held").unwrap();
+    assert!(locks.flush(Duration::from_secs(5)));
+    servers.iter().for_each(reset);
+    // The window the servers count over (not a wait for a state).
+    std::thread::sleep(Duration::from_millis(3_500));
+    for (server, url) in servers.iter().zip(&urls) {
+        let received = calls(server);
+        let of = |command: &str| {
+            received
+                .iter()
+                .find(|(name, _)| name == command)
+                .map_or(0, |(_, n)| *n)
+        };
+        assert_eq!(of("ping"), 0, "{url}: bare PINGs: {received:?}");
+        // `CONFIG RESETSTAT` is counted once it has run.
+        let others: Vec<_> = received
+            .iter()
+            .filter(|(name, _)| !["info", "config|resetstat"].contains(&name.as_str()))
+            .collect();
+        assert!(others.is_empty(), "{url}: {others:?}");
+        assert!(
+            (2 * 3..=4 * 3).contains(&of("info")),
+            "{url}: {} INFO in 3.5 s, not 2 to 4 looks of three: {received:?}",
+            of("info")
+        );
+    }
+    guard.release().unwrap();
+}

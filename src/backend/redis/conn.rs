@@ -353,6 +353,11 @@ impl Conn {
         self.identity.ask()
     }
 
+    /// What a look at the server asks on this connection ([`Identity::look`]).
+    pub(super) fn look(&self) -> Ask {
+        self.identity.look()
+    }
+
     /// Records the replies to what `ask` asked (in order).
     pub(super) fn learn(&mut self, ask: Ask, replies: &mut impl Iterator<Item = Value>) {
         self.identity.learn(ask, replies);

@@ -82,6 +82,17 @@ impl Identity {
         }
     }
 
+    /// What a look at the server asks ([`Probe`](crate::backend::Probe)):
+    /// the identity on a new connection, the settings on a known one
+    /// however fresh (the engine looks when it wants them read), nothing
+    /// (a `PING` only) when the server refuses `INFO`.
+    pub(super) fn look(&self) -> Ask {
+        match self {
+            Self::Known { .. } => Ask::Settings,
+            Self::Unread | Self::Unavailable => self.ask(),
+        }
+    }
+
     /// Records the replies to what `ask` asked (in order). An error reply
     /// or one that is not text leaves the identity unknown for good: a
     /// server whose settings cannot be read again cannot be vouched for.

@@ -50,7 +50,8 @@
 //! change at run time (`maxmemory`, `maxmemory_policy`, the role and
 //! replication history, `evicted_keys`) are read again (`INFO memory`,
 //! `replication`, `stats`) in the pipeline of the first batch once they
-//! are `SETTINGS_MAX_AGE` (500 ms) old. The
+//! are `SETTINGS_MAX_AGE` (500 ms) old, and at every look of the engine
+//! ([`Probe::server_info`](crate::backend::Probe::server_info)). The
 //! [`Answers`](crate::backend::Answers) of a batch report the identity of
 //! the connection that carried it. When that `INFO` is refused (an
 //! ACL user without `+info` gets `NOPERM`) or its reply is unreadable, the
@@ -433,8 +434,9 @@ impl Backend for RedisBackend {
 
 impl Probe for RedisBackend {
     /// The identity of a connection, after checking that the server
-    /// answers on it: its settings again once they are old, a `PING`
-    /// otherwise (a new connection has read its identity as it opened).
+    /// answers on it: its settings read again (a new connection has read
+    /// its identity as it opened), a `PING` on a server that refuses
+    /// `INFO`.
     ///
     /// `Ok` with no `run_id` when the server answers but refuses `INFO`
     /// (e.g. `NOPERM`) or its reply was unreadable.
@@ -442,10 +444,10 @@ impl Probe for RedisBackend {
         let inner = &*self.inner;
         let deadline = inner.deadline();
         inner.with_conn(deadline, |c| {
-            // The identity on a new connection, the settings once they are
-            // old (the engine's background look while locks are held), a
-            // PING otherwise.
-            let ask = c.conn.ask();
+            // The identity on a new connection, the settings on a known
+            // one, however fresh: the engine looks (while locks may be
+            // held, or at a node it marked down) when it wants them read.
+            let ask = c.conn.look();
             let mut buf = Vec::new();
             ask.pack(&mut buf);
             if ask == Ask::Nothing {

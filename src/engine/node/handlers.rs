@@ -73,7 +73,7 @@ impl State {
                 if servers.iter().any(Option::is_some) {
                     // The shards' settings came with their answers: no
                     // background look while batches bring them.
-                    self.settings_look.seen(now);
+                    self.settings_look.brought(now);
                 }
                 let confirming = servers
                     .iter()
@@ -306,7 +306,7 @@ impl State {
         let looked = io::server_info(&*self.backend);
         // Seen, or tried: a failing look is not repeated at once (a node
         // that stops answering is found by the lock traffic and probes).
-        self.settings_look.seen(now);
+        self.settings_look.looked(now);
         if let Ok(server) = looked
             && server.run_id.is_some()
         {

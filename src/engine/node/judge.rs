@@ -40,7 +40,7 @@ impl State {
             .identity
             .judge(server, clock_now, &self.shared.registry);
         if server.is_some() {
-            self.settings_look.seen(now);
+            self.settings_look.brought(now);
         }
         if let Some(what) = self.identity.take_forgotten() {
             log::warn!(

@@ -1,12 +1,27 @@
 //! When a node's thread reads its server's settings by itself: while a
 //! lock may be held on the node (up to max TTL after its last grant) and
-//! no batch has brought them for [`SETTINGS_MAX_AGE`]. A server switched to
-//! an evicting policy at run time, or turned replica, is then seen within
-//! about twice that age, not at the next lock call, which may never come.
+//! the settings it has may be [`LOOK_EVERY`] old. A server switched to an
+//! evicting policy at run time, or turned replica, is then seen within
+//! about a second, not at the next lock call, which may never come.
+//!
+//! A batch's answers carry the settings its connection last read, which
+//! the backend reads again once they are [`SETTINGS_MAX_AGE`] old: so
+//! they count as read that long before they came. A look reads them
+//! there and then (the backend asks for them, however fresh its own copy:
+//! a look that found them fresh and only pinged the server was a wasted
+//! wake every other time, when the look's clock ran ahead of the
+//! connection's).
 
 use std::time::{Duration, Instant};
 
 use crate::backend::SETTINGS_MAX_AGE;
+
+/// How old a node's settings may grow before its thread reads them
+/// itself, while a lock may be held: twice what a batch accepts. An
+/// idle holder's nodes are woken once a second each for it; every 500 ms
+/// would double those wakes and the servers' `INFO` for a bound nobody
+/// asked for.
+pub(crate) const LOOK_EVERY: Duration = SETTINGS_MAX_AGE.saturating_mul(2);
 
 /// The schedule of one node's background look at its settings.
 #[derive(Debug)]
@@ -15,8 +30,8 @@ pub(crate) struct SettingsLook {
     window: Duration,
     /// Until when a lock may be held on the node.
     held_until: Option<Instant>,
-    /// When the settings last came (with a batch, or from a look).
-    seen_at: Option<Instant>,
+    /// The settings known now were read at this instant or later.
+    read_since: Option<Instant>,
 }
 
 impl SettingsLook {
@@ -24,7 +39,7 @@ impl SettingsLook {
         Self {
             window,
             held_until: None,
-            seen_at: None,
+            read_since: None,
         }
     }
 
@@ -33,17 +48,28 @@ impl SettingsLook {
         self.held_until = Some(now + self.window);
     }
 
-    /// The server's settings came at `now`.
-    pub(crate) fn seen(&mut self, now: Instant) {
-        self.seen_at = Some(now);
+    /// A batch's answers brought the settings at `now` (read by the
+    /// connection at most [`SETTINGS_MAX_AGE`] before).
+    pub(crate) fn brought(&mut self, now: Instant) {
+        self.read_at(now.checked_sub(SETTINGS_MAX_AGE).unwrap_or(now));
+    }
+
+    /// A look read them (or tried to) at `now`.
+    pub(crate) fn looked(&mut self, now: Instant) {
+        self.read_at(now);
+    }
+
+    fn read_at(&mut self, at: Instant) {
+        // Never older than what is known already.
+        self.read_since = Some(self.read_since.map_or(at, |known| known.max(at)));
     }
 
     /// When the next look is due, if a lock may still be held then.
     pub(crate) fn next_wake(&self) -> Option<Instant> {
         let held_until = self.held_until?;
         let at = self
-            .seen_at
-            .map_or(Some(held_until), |seen| seen.checked_add(SETTINGS_MAX_AGE))?;
+            .read_since
+            .map_or(Some(held_until), |read| read.checked_add(LOOK_EVERY))?;
         (at < held_until).then_some(at)
     }
 
@@ -58,25 +84,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn looks_come_every_settings_age_while_a_lock_may_be_held() {
-        let t0 = Instant::now();
+    fn looks_come_a_second_after_the_settings_were_read_while_a_lock_may_be_held() {
+        let t0 = Instant::now() + Duration::from_secs(1);
         let mut look = SettingsLook::new(Duration::from_secs(5));
         assert_eq!(
             look.next_wake(),
             None,
             "nothing granted: nothing to look for"
         );
-        look.seen(t0);
+        look.looked(t0);
         assert_eq!(look.next_wake(), None);
         look.granted(t0);
-        assert_eq!(look.next_wake(), Some(t0 + SETTINGS_MAX_AGE));
-        assert!(!look.due(t0) && look.due(t0 + SETTINGS_MAX_AGE));
-        // A batch brought them: the look moves on.
-        let t1 = t0 + Duration::from_millis(300);
-        look.seen(t1);
-        assert_eq!(look.next_wake(), Some(t1 + SETTINGS_MAX_AGE));
+        assert_eq!(look.next_wake(), Some(t0 + LOOK_EVERY));
+        assert!(!look.due(t0) && look.due(t0 + LOOK_EVERY));
+        // A batch brought them: read up to SETTINGS_MAX_AGE before it
+        // came, so the look comes that much sooner than after a look.
+        let t1 = t0 + Duration::from_millis(800);
+        look.brought(t1);
+        assert_eq!(look.next_wake(), Some(t1 - SETTINGS_MAX_AGE + LOOK_EVERY));
+        // An older batch's settings never move the look back.
+        look.brought(t0 + Duration::from_millis(100));
+        assert_eq!(look.next_wake(), Some(t1 - SETTINGS_MAX_AGE + LOOK_EVERY));
+        // Nor does a batch right after a look move it later than the look.
+        let t2 = t1 + Duration::from_millis(500);
+        look.looked(t2);
+        look.brought(t2 + Duration::from_millis(10));
+        assert_eq!(look.next_wake(), Some(t2 + LOOK_EVERY));
         // Past max TTL after the last grant no lock can be held: no look.
-        look.seen(t0 + Duration::from_secs(5));
+        look.looked(t0 + Duration::from_secs(5));
         assert_eq!(look.next_wake(), None);
     }
 }
