@@ -33,9 +33,10 @@ use crate::trace::{self, Call};
 /// least half the TTL is left, at most 64 times in a row, then the servers
 /// get it back so other processes have a chance).
 ///
-/// So for a moment after the drop another process can still find the lock
-/// held; when its next step counts on the lock being free (a test, a
-/// hand-off between processes), call [`release`](Self::release): it
+/// Because the drop returns before the nodes have the release, another
+/// process can, for a moment, still find the lock held; when its next
+/// step counts on the lock being free (a test, a hand-off between
+/// processes), call [`release`](Self::release) instead: it
 /// always releases on the servers (no hand-over), waits, and reports each
 /// node's answer; [`forget`](Self::forget) lets the
 /// lock expire on its own. Either way, no extend is sent for this lock
