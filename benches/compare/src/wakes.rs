@@ -30,7 +30,7 @@ use quorum_lock::LockManager;
 use testkit::RedisServer;
 
 use crate::alloc_count::Allocs;
-use crate::clients::{Locker, Settings};
+use crate::clients::{Client, Locker, Settings};
 use crate::floor::Floor;
 use crate::ours::{self, Direct, Ours};
 use crate::paired::order;
@@ -69,6 +69,17 @@ impl Who {
         Who::Rslock,
     ];
     const THREADS: [Who; 3] = [Who::Floor, Who::Ours, Who::OursDrop];
+
+    /// The client it is, by `--only`'s name ([`Client::key`]).
+    fn client(self) -> Client {
+        match self {
+            Who::Floor => Client::Floor,
+            Who::Backend => Client::Backend,
+            Who::Ours => Client::Ours,
+            Who::OursDrop => Client::OursDrop,
+            Who::Rslock => Client::Rslock,
+        }
+    }
 
     fn name(self) -> &'static str {
         match self {
@@ -128,13 +139,11 @@ pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
     else {
         return Err(bad());
     };
-    let who = match client {
-        "floor" => Who::Floor,
-        "backend" => Who::Backend,
-        "ours" => Who::Ours,
-        "ours-drop" => Who::OursDrop,
-        "rslock" => Who::Rslock,
-        _ => return Err(bad()),
+    let Some(who) = Who::ONE_THREAD
+        .into_iter()
+        .find(|w| w.client().key() == client)
+    else {
+        return Err(bad());
     };
     let block = match (n, threads) {
         ("1", "1") => (1, 1, who),

@@ -14,11 +14,7 @@
 
 use redis::Value;
 
-use super::frame::find_crlf;
-
-/// Deepest nesting decoded here (`frame::scan` accepts 8; deeper goes to
-/// the crate's parser).
-const MAX_DEPTH: usize = 16;
+use super::frame::{MAX_DEPTH, find_crlf};
 
 /// The value of the whole reply `frame`, or `None` when the crate's parser
 /// must read it.
@@ -60,6 +56,8 @@ fn one(buf: &[u8], pos: &mut usize, depth: usize) -> Option<Value> {
             let Ok(len) = usize::try_from(integer(line)?) else {
                 return Some(Value::Nil);
             };
+            // `scan` refuses deeper nesting before a frame gets here;
+            // the recursion is bounded all the same.
             if depth >= MAX_DEPTH {
                 return None;
             }
@@ -84,6 +82,8 @@ fn integer(line: &[u8]) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    use testkit::rng::Rng;
+
     use super::*;
     use crate::backend::redis::frame::{Scan, scan};
 
@@ -142,23 +142,6 @@ mod tests {
         }
     }
 
-    /// A small deterministic generator (xorshift), so the test needs no
-    /// new dependency and fails the same way every run.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     /// A random RESP2 value of at most `depth` levels, written to `out`;
     /// whether it holds an error reply.
     fn random_frame(rng: &mut Rng, depth: usize, out: &mut Vec<u8>) -> bool {
@@ -170,7 +153,7 @@ mod tests {
             }),
             1 => {
                 let n = match rng.below(3) {
-                    0 => rng.next() as i64,
+                    0 => rng.next_u64() as i64,
                     1 => rng.below(100) as i64 - 50,
                     _ => [i64::MIN, i64::MAX, 0][rng.below(3) as usize],
                 };
@@ -206,7 +189,7 @@ mod tests {
 
     #[test]
     fn random_replies_decode_as_the_crate_s_parser_reads_them() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(46);
         let mut decoded = 0;
         for _ in 0..5_000 {
             let mut frame = Vec::new();

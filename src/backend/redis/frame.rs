@@ -24,7 +24,7 @@ pub(super) const MAX_REPLY_BYTES: usize = 64 * 1024;
 const MAX_ARRAY_LEN: i64 = 1024;
 
 /// Deepest nesting of arrays accepted.
-const MAX_DEPTH: usize = 8;
+pub(super) const MAX_DEPTH: usize = 8;
 
 /// What the buffer holds.
 #[derive(Debug, PartialEq, Eq)]
