@@ -26,7 +26,9 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorum-lock:released:";
 ///
 /// A listener may call [`wake`](Self::wake) from any thread, with its own
 /// locks held, as often as it likes: the owner coalesces the calls, and
-/// `wake` never blocks or calls back into the listener.
+/// `wake` never blocks or calls back into the listener, unless the
+/// listener allows it
+/// ([`may_receive_in_wake`](ReleaseListener::may_receive_in_wake)).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -125,6 +127,18 @@ pub trait ReleaseListener: Send + 'static {
     /// [`listen`](Self::listen).
     fn wake_on_arrival(&mut self, waker: NoticeWaker) -> bool {
         let _ = waker;
+        false
+    }
+
+    /// Whether its owner may call [`receive`](Self::receive) from inside
+    /// the [`NoticeWaker::wake`] this listener calls: yes only when the
+    /// listener calls `wake` holding none of its own locks (and none that
+    /// `receive` takes). The engine then takes the notices on the thread
+    /// that rang, when the node is free (it may briefly take locks of its
+    /// own there), instead of waking the node's thread to take them: one
+    /// thread hand-off less between a release and its waiters. The
+    /// default, `false`, keeps `wake` a bare signal.
+    fn may_receive_in_wake(&self) -> bool {
         false
     }
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use super::ballots::Ballot;
 use super::gate::Gate;
 use super::node::queue::Driving;
-use super::node::worker::{Job, NodeExec, ReplyTo};
+use super::node::worker::{Job, NodeExec, ReplyTo, came_earlier};
 use super::node::{self, Item, Sent, Vote};
 use super::pending::{Pending, known_tally};
 use super::{Engine, Gather, Node};
@@ -99,17 +99,7 @@ impl<'a> Driven<'a> {
         let mut last = None;
         state.answers_arrived(arrived, Instant::now(), |vote| last = Some(vote));
         let wake = exec.leave_driven(state, driving, true);
-        (last, earlier(wake, wake_before))
-    }
-}
-
-/// Whether the node's wake time `now` came earlier than `before`, the one
-/// its thread waits for: only then does the thread need a wake-up (one
-/// that moved later finds the thread awake early, with nothing due).
-fn earlier(now: Option<Instant>, before: Option<Instant>) -> bool {
-    match (now, before) {
-        (Some(now), Some(before)) => now < before,
-        (now, before) => now.is_some() && before.is_none(),
+        (last, came_earlier(wake, wake_before))
     }
 }
 
@@ -218,7 +208,7 @@ impl Engine {
         // Nothing queued behind it can be sent before the parked batch is
         // read: the node's thread runs it (woken by the driver's end).
         let wake = exec.leave_driven(state, driving, false);
-        self.wake_if(slot, earlier(wake, wake_before));
+        self.wake_if(slot, came_earlier(wake, wake_before));
     }
 }
 

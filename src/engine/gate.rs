@@ -68,6 +68,13 @@ impl<S> Gate<S> {
         (self.queued.load(Ordering::SeqCst) == 0).then_some(state)
     }
 
+    /// The state, if nobody holds it, whether jobs are queued or not: for
+    /// work that sends nothing to the node (taking release notices), which
+    /// the queue's order does not concern.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, S>> {
+        self.state.try_lock()
+    }
+
     /// The state, waiting for it: the node's thread, to run what is queued
     /// or to look at its timers.
     pub(crate) fn lock(&self) -> MutexGuard<'_, S> {

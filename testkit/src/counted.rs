@@ -48,6 +48,9 @@ impl ReleaseListener for CountedListener {
     fn wake_on_arrival(&mut self, waker: NoticeWaker) -> bool {
         self.inner.wake_on_arrival(waker)
     }
+    fn may_receive_in_wake(&self) -> bool {
+        self.inner.may_receive_in_wake()
+    }
 }
 
 impl<B: Backend> Backend for CountedNotices<B> {

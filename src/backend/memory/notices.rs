@@ -99,6 +99,12 @@ impl ReleaseListener for MemoryListener {
         state.listeners.entry(self.id).or_default().waker = Some(waker);
         true
     }
+
+    /// Yes: a release rings its listeners after it let go of the node's
+    /// lock, the one `receive` takes.
+    fn may_receive_in_wake(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for MemoryListener {

@@ -354,6 +354,12 @@ impl ReleaseListener for Subscriber {
         self.waker = Some(waker);
         true
     }
+
+    /// Yes: the reader thread rings with nothing locked (it has passed the
+    /// reply on its channel, which `receive` empties without waiting).
+    fn may_receive_in_wake(&self) -> bool {
+        true
+    }
 }
 
 /// The channel that announces the releases of `key`.

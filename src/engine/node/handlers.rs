@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::batch::{Arrived, Batch, Item, Vote, grant, vote};
 use super::liveness::Change;
-use super::notices::Ears;
+use super::notices::{Ears, NodeNotices};
 use super::{State, io, refusal};
 use crate::backend::{BackendError, BackendErrorKind, Reply, Sources};
 use crate::engine::action::Action;
@@ -151,6 +151,20 @@ impl State {
     /// arrived. Whether the other nodes should read theirs at once.
     #[must_use]
     pub(crate) fn listen(&mut self, now: Instant) -> bool {
+        self.with_ears(|notices, ears| notices.tend(ears, now))
+    }
+
+    /// Hands out the release notices that have arrived, on the thread
+    /// whose listener rang (see `notices.rs`, `Doorbell`), and nothing
+    /// else. Whether a waiter heard from too few nodes yet, as
+    /// [`Self::timer_fired`].
+    #[must_use]
+    pub(crate) fn take_rung_notices(&mut self, now: Instant) -> bool {
+        self.with_ears(|notices, ears| notices.take_rung(ears, now))
+    }
+
+    /// Runs `f` on the node's subscription with what it needs of the node.
+    fn with_ears<T>(&mut self, f: impl FnOnce(&mut NodeNotices, &Ears<'_>) -> T) -> T {
         let ears = Ears {
             backend: &*self.backend,
             waiters: &self.shared.waiters,
@@ -158,7 +172,7 @@ impl State {
             name: self.publish.name(),
             down: self.liveness.is_down(),
         };
-        self.notices.tend(&ears, now)
+        f(&mut self.notices, &ears)
     }
 
     /// Tries what locks need on the node when an operation refused by

@@ -113,6 +113,12 @@ pub(super) fn take(
     catch_unwind(AssertUnwindSafe(|| listener.receive())).map_err(|_| ListenerPanicked)
 }
 
+/// Whether `listener` lets its notices be taken inside its waker (a
+/// panic: no).
+pub(super) fn may_receive_in_wake(listener: &dyn ReleaseListener) -> bool {
+    catch_unwind(AssertUnwindSafe(|| listener.may_receive_in_wake())).unwrap_or(false)
+}
+
 /// Whether `listener` will ring `waker` at each arrival (a panic: no).
 pub(super) fn wake_on_arrival(listener: &mut dyn ReleaseListener, waker: NoticeWaker) -> bool {
     catch_unwind(AssertUnwindSafe(|| listener.wake_on_arrival(waker))).unwrap_or(false)

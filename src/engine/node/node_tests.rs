@@ -17,7 +17,7 @@ use crate::token::Token;
 
 const WINDOW: Duration = Duration::from_secs(10);
 
-fn shared(clock: &ManualClock, quarantine: Option<Duration>) -> Arc<Shared> {
+pub(super) fn shared(clock: &ManualClock, quarantine: Option<Duration>) -> Arc<Shared> {
     Arc::new(Shared {
         clock: Arc::new(clock.clone()),
         quarantine,
@@ -34,7 +34,11 @@ fn shared(clock: &ManualClock, quarantine: Option<Duration>) -> Arc<Shared> {
     })
 }
 
-fn node_state(node: &MemoryBackend, shared: Arc<Shared>, now: Instant) -> (State, Arc<Vitals>) {
+pub(super) fn node_state(
+    node: &MemoryBackend,
+    shared: Arc<Shared>,
+    now: Instant,
+) -> (State, Arc<Vitals>) {
     let health = Arc::new(Vitals::default());
     let backend: Arc<dyn Backend> = Arc::new(node.clone());
     let state = State::new(0, backend, Arc::clone(&health), shared, now);
@@ -49,7 +53,7 @@ fn item(action: Action, key: &str, token: Token) -> Item {
     }
 }
 
-fn acquire(key: &str, token: Token) -> Item {
+pub(super) fn acquire(key: &str, token: Token) -> Item {
     item(
         Action::Acquire {
             ttl: Duration::from_secs(30),
@@ -59,19 +63,19 @@ fn acquire(key: &str, token: Token) -> Item {
     )
 }
 
-fn release(key: &str, token: Token) -> Item {
+pub(super) fn release(key: &str, token: Token) -> Item {
     item(Action::Release, key, token)
 }
 
 /// One round trip as both drivers run it: begin, read, answers arrived.
-fn round_trip(state: &mut State, items: Vec<Item>, now: Instant) -> Vec<NodeOutcome> {
+pub(super) fn round_trip(state: &mut State, items: Vec<Item>, now: Instant) -> Vec<NodeOutcome> {
     let sent = state.begin(items, now);
     let mut outcomes = Vec::new();
     state.answers_arrived(sent.read(), now, |vote| outcomes.push(vote.outcome));
     outcomes
 }
 
-fn token() -> Token {
+pub(super) fn token() -> Token {
     Token::random().unwrap()
 }
 
@@ -450,7 +454,7 @@ fn a_subscription_nobody_waits_for_is_dropped_without_other_work() {
     let shared = shared(&clock, None);
     let now = Instant::now();
     let (state, _) = node_state(&node, Arc::clone(&shared), now);
-    let mut state = state.ringing(Doorbell::new(|| {}));
+    let mut state = state.ringing(Doorbell::new(|_| {}));
     let watch = shared.waiters.register(&KeySet::one("k"));
     let _ = state.listen(now);
     assert_eq!(node.listened_keys(), 1, "subscribed while someone waits");

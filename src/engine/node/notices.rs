@@ -35,25 +35,49 @@ use crate::engine::waiters::Waiters;
 /// cost a few percent of a core while a manager waits.
 pub(super) const NOTICE_POLL: Duration = Duration::from_millis(1);
 
-/// How a listener wakes its node thread: the waker it is given rings the
-/// bell (queues a wake-up for the node thread) only when it is not rung
-/// already, and the node answers it (clears it) just before it takes the
-/// notices. So a burst of notices costs one wake-up, and a notice that
-/// arrives after the take rings again: none is left unread until the next
-/// job.
+/// How a listener reaches its node: the waker it is given rings the bell
+/// only when it is not rung already, and the node answers it (clears it)
+/// just before it takes the notices. So a burst of notices costs one ring,
+/// and a notice that arrives after the take rings again: none is left
+/// unread until the next job.
+///
+/// A ring takes the notices at once on the ringing thread (the listener's
+/// reader thread, or the thread whose release on a memory node announced
+/// it) when the listener allows it and nobody holds the node's state;
+/// else it queues a wake-up for the node's thread, which takes them
+/// (`worker.rs`). Taking them where they rang spares a thread hand-off
+/// between a release and its waiters: counted with 4 processes taking
+/// turns on one key, the node threads' context switches fell from 30 to
+/// 12 per lock (docs/benchmarks.md).
 #[derive(Clone)]
 pub(crate) struct Doorbell {
     rung: Arc<AtomicBool>,
-    ring: Arc<dyn Fn() + Send + Sync>,
+    /// Whether the node's listener took the waker (it rings at each
+    /// arrival): its notices need no other wake-up.
+    wired: Arc<AtomicBool>,
+    /// Whether the listener lets its notices be taken inside the waker.
+    take_here: Arc<AtomicBool>,
+    ring: Arc<dyn Fn(bool) + Send + Sync>,
 }
 
 impl Doorbell {
-    /// A bell that calls `ring` to wake the node thread.
-    pub(crate) fn new(ring: impl Fn() + Send + Sync + 'static) -> Self {
+    /// A bell that calls `ring` at a ring, with whether the notices may
+    /// be taken on the ringing thread.
+    pub(crate) fn new(ring: impl Fn(bool) + Send + Sync + 'static) -> Self {
         Self {
             rung: Arc::new(AtomicBool::new(false)),
+            wired: Arc::new(AtomicBool::new(false)),
+            take_here: Arc::new(AtomicBool::new(false)),
             ring: Arc::new(ring),
         }
+    }
+
+    /// Whether the node's listener rings this bell at each arrival: then
+    /// its notices are taken without being asked, and another node that
+    /// read a notice need not wake this node's thread to look (see
+    /// `worker.rs`).
+    pub(crate) fn is_wired(&self) -> bool {
+        self.wired.load(Ordering::Acquire)
     }
 
     /// The waker a listener is given.
@@ -61,7 +85,7 @@ impl Doorbell {
         let bell = self.clone();
         NoticeWaker::new(move || {
             if !bell.rung.swap(true, Ordering::AcqRel) {
-                (bell.ring)();
+                (bell.ring)(bell.take_here.load(Ordering::Acquire));
             }
         })
     }
@@ -192,7 +216,12 @@ impl NodeNotices {
         let listener = self.listener.get_or_insert_with(|| {
             let mut listener = io::listener(backend);
             if let (Some(listener), Some(bell)) = (listener.as_mut(), doorbell) {
+                // Read before the waker is handed over: no ring comes
+                // before the first subscription, after this.
+                let here = io::may_receive_in_wake(listener.as_ref());
+                bell.take_here.store(here, Ordering::Release);
                 *rings = io::wake_on_arrival(listener.as_mut(), bell.waker());
+                bell.wired.store(*rings, Ordering::Release);
             }
             listener
         });
@@ -247,6 +276,18 @@ impl NodeNotices {
                 self.turn_off(node);
             }
         }
+    }
+
+    /// Hands out the notices that have arrived, on the thread whose
+    /// listener rang (see [`Doorbell`]): the subscription is left as it
+    /// is (changing it waits for the server, which is the node thread's
+    /// work). Whether a waiter heard from too few nodes yet, as
+    /// [`Self::tend`].
+    pub(super) fn take_rung(&mut self, node: &Ears<'_>, now: Instant) -> bool {
+        if self.off || self.listening.is_empty() {
+            return false;
+        }
+        self.hand_out(node, now)
     }
 
     fn turn_off(&mut self, node: &Ears<'_>) {

@@ -63,7 +63,7 @@ fn after_its_timer_the_node_never_wakes_at_a_time_already_past() {
         let shared = shared(&clock, Some(Duration::from_secs(2)));
         let mut now = Instant::now();
         let (state, _) = node_state(&node, Arc::clone(&shared), now);
-        let mut state = state.ringing(Doorbell::new(|| {}));
+        let mut state = state.ringing(Doorbell::new(|_| {}));
         let mut watches = Vec::new();
         let mut log = Vec::new();
         for step in 0..150 {

@@ -1,0 +1,70 @@
+//! The doorbell a node's release listener rings: the ringing thread takes
+//! the notices itself when the node's state is free, and queues a wake-up
+//! for the node's thread when it is not. No thread is started: the test
+//! plays the node's thread.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::super::tests::{acquire, node_state, release, round_trip, shared, token};
+use super::*;
+use crate::backend::KeySet;
+use crate::backend::memory::MemoryBackend;
+use crate::clock::ManualClock;
+
+/// A release on the node, by another client of the same server.
+fn released_elsewhere(node: &MemoryBackend, key: &str) {
+    let clock = ManualClock::new();
+    let now = Instant::now();
+    let (mut other, _) = node_state(node, shared(&clock, None), now);
+    let t = token();
+    round_trip(&mut other, vec![acquire(key, t)], now);
+    round_trip(&mut other, vec![release(key, t)], now);
+}
+
+/// Whether a job is queued for the node's thread (without waiting).
+fn queued(jobs: &queue::Receiver<Job>) -> bool {
+    jobs.wait_until(Some(Instant::now())).is_ok()
+}
+
+#[test]
+fn a_ring_takes_the_notices_on_the_ringing_thread_unless_the_node_is_held() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let shared = shared(&clock, None);
+    let now = Instant::now();
+    let peers: Peers = Arc::default();
+    let bell = doorbell(0, &peers);
+    let (state, _) = node_state(&node, Arc::clone(&shared), now);
+    let exec = Arc::new(NodeExec::new(state.ringing(bell.clone()), None, bell));
+    let (sender, jobs) = queue::queue();
+    peers.lock().push((sender, Arc::clone(&exec)));
+    let watch = shared.waiters.register(&KeySet::one("k"));
+    let _ = exec.gate.lock().listen(now);
+    assert_eq!(node.listened_keys(), 1, "subscribed");
+
+    // Nobody holds the node: the release's own thread (a memory node rings
+    // from the release) hands the notice to the waiter, before the
+    // release returns, and the node's thread is left asleep.
+    released_elsewhere(&node, "k");
+    assert!(
+        watch.notices().try_recv().is_ok(),
+        "the waiter heard of the release on the ringing thread"
+    );
+    assert!(!queued(&jobs), "the node's thread was woken for nothing");
+
+    // The node's state is held (its thread, or a caller driving it): the
+    // ring only queues a wake-up, and the holder's thread takes the
+    // notice when it looks.
+    let mut held = exec.gate.lock();
+    released_elsewhere(&node, "k");
+    assert!(queued(&jobs), "no wake-up queued for the node's thread");
+    assert!(
+        watch.notices().try_recv().is_err(),
+        "taken under a held state"
+    );
+    let _ = held.timer_fired(now);
+    drop(held);
+    assert!(
+        watch.notices().try_recv().is_ok(),
+        "the node's thread handed the notice out"
+    );
+}
