@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
+use testkit::rng::Rng;
 
 /// A node marked down while a lock may still be held on it, with its
 /// settings due for a look: the look waits for the node to be back, and
@@ -50,14 +51,8 @@ fn a_down_node_with_a_look_due_sleeps_until_its_probe() {
 #[test]
 fn after_its_timer_the_node_never_wakes_at_a_time_already_past() {
     for seed in 1..=200u64 {
-        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut draw = move |n: u64| {
-            // xorshift64: deterministic per seed, no dependency.
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut rng = Rng::new(seed);
+        let mut draw = move |n: u64| rng.below(n);
         let clock = ManualClock::new();
         let node = MemoryBackend::with_clock("n", Arc::new(clock.clone()));
         let shared = shared(&clock, Some(Duration::from_secs(2)));
