@@ -25,9 +25,12 @@ use quorum_lock::LockManager;
 use crate::stats::Spread;
 use testkit::RedisServer;
 
-/// Processes contending (the machine has 2 cores: more would measure the
-/// scheduler).
+/// Processes contending in the default run (the machine has 2 cores: more
+/// would measure the scheduler); `--cross-process R --processes K` sets
+/// another count, from 2 to [`MOST_PROCESSES`].
 pub const PROCESSES: usize = 4;
+/// Most processes `--processes` accepts.
+pub const MOST_PROCESSES: usize = 16;
 /// Critical sections per process.
 pub const SECTIONS: usize = 25;
 /// How long each critical section lasts.
@@ -72,6 +75,8 @@ fn wall_ns() -> u128 {
 #[derive(Debug)]
 pub struct Cross {
     runs: usize,
+    /// Processes contending in each run.
+    processes: usize,
     /// `--only` names, in the order of `per_client`.
     clients: Vec<&'static str>,
     /// Per client, one entry per run, in run order.
@@ -131,28 +136,31 @@ impl Cross {
 
     /// The markdown table of every run and a summary per client.
     pub fn render(&self) -> String {
-        render(self.runs, &self.clients, &self.per_client)
+        render(self.runs, self.processes, &self.clients, &self.per_client)
     }
 }
 
 /// The parent, on its own (`--cross-process R`): starts the servers, runs
-/// `runs` runs of every client, and returns a markdown table.
-pub fn cross_process(runs: usize) -> Result<String, String> {
+/// `runs` runs of every client with `processes` processes each, and
+/// returns a markdown table.
+pub fn cross_process(runs: usize, processes: usize) -> Result<String, String> {
     let servers = (0..3)
         .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let log = |what: &str| eprintln!("quorum-bench: [{what}]");
-    let cross = measure(&urls, runs, &CLIENTS, &log)?;
+    let cross = measure(&urls, runs, processes, &CLIENTS, &log)?;
     drop(servers);
     Ok(cross.render())
 }
 
-/// `runs` runs of each of `clients` (names from [`CLIENTS`]) on the
-/// servers at `urls`, taking turns in an order that changes run by run.
+/// `runs` runs of each of `clients` (names from [`CLIENTS`]), `processes`
+/// processes each, on the servers at `urls`, taking turns in an order that
+/// changes run by run.
 pub fn measure(
     urls: &[String],
     runs: usize,
+    processes: usize,
     clients: &[&'static str],
     log: &dyn Fn(&str),
 ) -> Result<Cross, String> {
@@ -160,26 +168,32 @@ pub fn measure(
     for run in 0..runs {
         for c in crate::paired::order(run, clients.len()) {
             log(&format!(
-                "cross-process, {PROCESSES} processes, one key, {}, run {}/{runs}",
+                "cross-process, {processes} processes, one key, {}, run {}/{runs}",
                 clients[c],
                 run + 1
             ));
             let key = format!("qbench:cross:{}:r{run}", clients[c]);
-            per_client[c].push(one_run(clients[c], urls, &key)?);
+            per_client[c].push(one_run(clients[c], urls, &key, processes)?);
         }
     }
     Ok(Cross {
         runs,
+        processes,
         clients: clients.to_vec(),
         per_client,
     })
 }
 
 /// K children of one client on `key`, started together.
-fn one_run(client: &str, urls: &[String], key: &str) -> Result<RunFigures, String> {
+fn one_run(
+    client: &str,
+    urls: &[String],
+    key: &str,
+    processes: usize,
+) -> Result<RunFigures, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut children: Vec<Child> = Vec::with_capacity(PROCESSES);
-    for _ in 0..PROCESSES {
+    let mut children: Vec<Child> = Vec::with_capacity(processes);
+    for _ in 0..processes {
         let child = Command::new(&exe)
             .args(["--cross-process-child", client, key, &urls.join(",")])
             .stdin(Stdio::piped())
@@ -198,7 +212,7 @@ fn one_run(client: &str, urls: &[String], key: &str) -> Result<RunFigures, Strin
     let outcome = drive(&mut children);
     kill_all(&mut children);
     let (start, reports) = outcome?;
-    Ok(figures(start, &reports))
+    Ok(figures(start, &reports, processes))
 }
 
 /// Waits for every child to be ready, starts them together, and reads
@@ -271,7 +285,7 @@ fn kill_all(children: &mut [Child]) {
     }
 }
 
-fn figures(start: u128, reports: &[ChildReport]) -> RunFigures {
+fn figures(start: u128, reports: &[ChildReport], processes: usize) -> RunFigures {
     let mut all: Vec<(u128, u128, Duration)> = reports
         .iter()
         .flat_map(|r| r.sections.iter().copied())
@@ -283,13 +297,13 @@ fn figures(start: u128, reports: &[ChildReport]) -> RunFigures {
     let total = nanos(end.saturating_sub(start));
     let critical: Duration = all.iter().map(|s| nanos(s.1.saturating_sub(s.0))).sum();
     let longest_wait = all.iter().map(|s| s.2).max().unwrap_or_default();
-    let missing = PROCESSES * SECTIONS - all.len();
+    let missing = (processes * SECTIONS).saturating_sub(all.len());
     let per_lock = reports
         .iter()
         .map(|r| r.counters)
         .collect::<Option<Vec<[u64; 3]>>>()
         .map(|all_counters| {
-            let locks = (PROCESSES * SECTIONS) as f64;
+            let locks = (processes * SECTIONS) as f64;
             let sum = |i: usize| all_counters.iter().map(|c| c[i]).sum::<u64>() as f64 / locks;
             [sum(0), sum(1), sum(2)]
         });
@@ -305,9 +319,14 @@ fn figures(start: u128, reports: &[ChildReport]) -> RunFigures {
     }
 }
 
-fn render(runs: usize, clients: &[&str], per_client: &[Vec<RunFigures>]) -> String {
+fn render(
+    runs: usize,
+    processes: usize,
+    clients: &[&str],
+    per_client: &[Vec<RunFigures>],
+) -> String {
     let mut out = format!(
-        "{PROCESSES} processes (each its own client), one key, N=3, {SECTIONS} critical \
+        "{processes} processes (each its own client), one key, N=3, {SECTIONS} critical \
          sections of {CRITICAL:?} each per process, default retry policy\n\n\
          | run | client | total | in critical sections | total / critical | longest lock wait | failed attempts / lock | wake-ups / lock | exclusive | errors |\n\
          |---|---|---|---|---|---|---|---|---|---|\n"

@@ -58,6 +58,22 @@ use testkit::RedisServer;
 /// Callers of the auto-extension thread census.
 const CENSUS_CALLERS: usize = 128;
 
+/// `--processes K` among `args` (for `--cross-process`): 4 without it;
+/// from 2 to [`cross::MOST_PROCESSES`].
+fn cross_processes(args: &[String]) -> Result<usize, String> {
+    let Some(at) = args.iter().position(|a| a == "--processes") else {
+        return Ok(cross::PROCESSES);
+    };
+    let given = args.get(at + 1).map(String::as_str).unwrap_or_default();
+    match given.parse::<usize>() {
+        Ok(k) if (2..=cross::MOST_PROCESSES).contains(&k) => Ok(k),
+        _ => Err(format!(
+            "--processes wants a count from 2 to {}, not {given:?}",
+            cross::MOST_PROCESSES
+        )),
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only: Option<fn(usize) -> Result<String, String>> = match args.first().map(String::as_str) {
@@ -99,8 +115,19 @@ fn main() -> ExitCode {
         };
     }
     if args.first().map(String::as_str) == Some("--cross-process") {
-        let runs = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(5);
-        return match cross::cross_process(runs) {
+        let runs = args
+            .get(1)
+            .filter(|r| !r.starts_with("--"))
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(5);
+        let processes = match cross_processes(&args) {
+            Ok(processes) => processes,
+            Err(e) => {
+                eprintln!("quorum-bench: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        return match cross::cross_process(runs, processes) {
             Ok(table) => {
                 print!("{table}");
                 ExitCode::SUCCESS
@@ -214,7 +241,13 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
             .filter(|name| plan.clients.iter().any(|c| c.key() == *name))
             .collect();
         if !clients.is_empty() {
-            results.cross = Some(cross::measure(&urls[..3], plan.runs, &clients, &log));
+            results.cross = Some(cross::measure(
+                &urls[..3],
+                plan.runs,
+                cross::PROCESSES,
+                &clients,
+                &log,
+            ));
         }
     }
     let elapsed = started.elapsed();

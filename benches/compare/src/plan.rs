@@ -18,8 +18,10 @@ Options:
                     release, paired, R runs (default 5); on a server that has them (Valkey 9.1)
   --rw-cost [R]       only: the read-write lock against the mutex: read / write + release, paired,
                     and 8 threads' throughput, readers on one lock vs one mutex, R runs (default 5)
-  --cross-process [R] only: 4 processes (each its own client) contend for one key, quorum-lock
-                    and rslock taking turns, R runs (default 5); also the `cross` section of a run
+  --cross-process [R] [--processes K]
+                    only: 4 processes (K: 2 to 16; each its own client) contend for one key,
+                    quorum-lock and rslock taking turns, R runs (default 5); also the `cross`
+                    section of a run (always 4)
   --election-cost [R] only: a leader's campaign + resign() against a fenced lock + release(),
                     paired, N=3, R runs (default 5)
   --wakes [R [BLOCK]] only: context switches and allocations per lock, for quorum-lock (release()
