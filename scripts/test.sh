@@ -350,10 +350,10 @@ model_lane() {
 
 # Loom, in its own target dir (--cfg loom rebuilds the dependencies).
 loom_checks() {
-  run_tests "loom: the engine's gate and a node's wire order (loom_checks, wire_order)" \
+  run_tests "loom: the engine's gate, a node's wire order and the wake chain (loom_checks, wire_order, wake_chain)" \
     "RUSTFLAGS='--cfg loom' cargo test --no-default-features --target-dir target/loom" \
     env RUSTFLAGS="--cfg loom" CARGO_BUILD_JOBS=1 cargo test --no-default-features --lib --no-fail-fast \
-    --target-dir target/loom -- loom_checks wire_order --nocapture --test-threads=2
+    --target-dir target/loom -- loom_checks wire_order wake_chain --nocapture --test-threads=2
 }
 
 # The explorers, optimized, in a target dir of their own (so that their

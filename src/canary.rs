@@ -24,6 +24,10 @@ pub(crate) enum Canary {
     /// engine/node/queue.rs: a driver's end does not look at the queue, so
     /// a job queued while it drove (which woke nobody) is left there.
     DriverEndLooksAway,
+    /// engine/node/queue.rs: a nudge does not wake the receiver, so a job
+    /// sent quietly (a detached release of a wake chain) is left queued
+    /// with nobody woken.
+    NudgeWakesNobody,
     /// redlock/verdict.rs: any confirmed extend sets the deadline, not only
     /// the one begun last.
     AnyExtendSetsDeadline,

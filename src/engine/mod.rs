@@ -104,6 +104,28 @@ impl Node {
         self.exec.enqueue(&self.jobs, job)
     }
 
+    /// Queues `req` for this node's thread without waking it (see
+    /// [`NodeExec::enqueue_quietly`]): whether it owes the thread a
+    /// [`nudge`](Self::nudge).
+    fn send_quietly(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> bool {
+        let job = Job::Work(Work::Op {
+            item: req.item(),
+            reply,
+        });
+        self.exec.enqueue_quietly(&self.jobs, job) == Ok(true)
+    }
+
+    /// Wakes this node's thread if it sleeps with work queued.
+    fn nudge(&self) {
+        self.jobs.nudge();
+    }
+
+    /// Queues a [`Job::Nudge`] without waking the thread: whether the
+    /// thread still sleeps, so that waking it will run the nudge.
+    fn send_nudge_quietly(&self) -> bool {
+        self.exec.enqueue_quietly(&self.jobs, Job::Nudge) == Ok(true)
+    }
+
     /// Queues `req` for this node's thread.
     fn send(&self, req: &Request<'_>, reply: Option<ReplyTo>) -> Result<(), NotQueued> {
         self.enqueue(Job::Work(Work::Op {

@@ -77,6 +77,8 @@ mod shards;
 mod unread;
 mod vitals;
 #[cfg(all(test, loom))]
+mod wake_chain;
+#[cfg(all(test, loom))]
 mod wire_order;
 pub(super) mod worker;
 

@@ -100,6 +100,35 @@ impl<T> Sender<T> {
         Ok(())
     }
 
+    /// Queues `job` without waking the receiver, and says whether it
+    /// needs a wake-up (it sleeps, none is on its way, and no caller
+    /// drives the node): the caller then owes it a [`nudge`](Self::nudge),
+    /// directly or through another node's thread (a wake chain, see
+    /// `../../scatter.rs`). Gives the job back when the receiver is gone.
+    pub(crate) fn send_quietly(&self, job: T) -> Result<bool, T> {
+        let mut state = self.0.state.lock();
+        if !state.receiving {
+            return Err(job);
+        }
+        state.jobs.push_back(job);
+        Ok(state.drivers == 0 && state.asleep)
+    }
+
+    /// Wakes the receiver if jobs are queued while it sleeps with no
+    /// wake-up on its way and no caller driving the node: what a quiet
+    /// send left owed.
+    pub(crate) fn nudge(&self) {
+        let mut state = self.0.state.lock();
+        let wake = !state.jobs.is_empty()
+            && state.drivers == 0
+            && !canary::on(Canary::NudgeWakesNobody)
+            && state.wake_up();
+        drop(state);
+        if wake {
+            self.0.ready.notify_one();
+        }
+    }
+
     /// Counts a caller that drives the node until the returned guard is
     /// dropped.
     pub(crate) fn drive(&self) -> Driving<'_, T> {

@@ -74,6 +74,10 @@ pub(crate) enum Job {
     /// is marked down (its backend reported a recovery), so that the ops
     /// queued after it go to the node.
     Wake { probe: bool },
+    /// Asks the thread to wake the other nodes' threads that sleep with
+    /// work queued (sent quietly), before its own round trip: the second
+    /// link of a wake chain (`../../scatter.rs`, `send_releases`).
+    Nudge,
 }
 
 /// Work for a node's thread.
@@ -153,6 +157,26 @@ impl NodeExec {
         }
     }
 
+    /// Queues `job` for the node's thread without waking it: whether it
+    /// needs a wake-up ([`queue::Sender::send_quietly`]), which the caller
+    /// then owes it. Only for jobs the queue's bound does not concern
+    /// (releases, nudges).
+    pub(crate) fn enqueue_quietly(
+        &self,
+        jobs: &queue::Sender<Job>,
+        job: Job,
+    ) -> Result<bool, NotQueued> {
+        let mut sleeps = false;
+        self.gate
+            .admit(|| {
+                jobs.send_quietly(job).map(|s| {
+                    sleeps = s;
+                })
+            })
+            .map_err(|_| NotQueued::Gone)?;
+        Ok(sleeps)
+    }
+
     /// Queues `job` for the node's thread. Returns `false` when the thread
     /// is gone.
     pub(crate) fn enqueue(&self, jobs: &queue::Sender<Job>, job: Job) -> Result<(), NotQueued> {
@@ -166,7 +190,7 @@ impl NodeExec {
         let bounded = match &job {
             Job::Work(Work::Op { item, .. }) => item.action != Action::Release,
             Job::Work(Work::Inspect { .. } | Work::Proclaim { .. }) => true,
-            Job::Barrier { .. } | Job::Wake { .. } => false,
+            Job::Barrier { .. } | Job::Wake { .. } | Job::Nudge => false,
         };
         if bounded && self.gate.queued() >= MAX_QUEUED {
             return Err(NotQueued::Full);
@@ -362,6 +386,11 @@ impl NodeThread<'_> {
                 // meanwhile may have run them already (`leave_driven`).
                 self.jobs.take_queued(MAX_BATCH, &mut batch);
             }
+            if batch.iter().any(|job| matches!(job, Job::Nudge)) {
+                // Before this node's round trip: the others' work waits
+                // for nothing but their wake-up.
+                self.nudge_peers();
+            }
             if !batch.is_empty() {
                 // The jobs were queued after the parked batch was sent:
                 // it is read before any of them reaches the node.
@@ -395,6 +424,15 @@ impl NodeThread<'_> {
     /// See [`wake_polling_peers`].
     fn wake_peers_if(&self, short: bool) {
         wake_polling_peers(self.peers, self.index, short);
+    }
+
+    /// Wakes every other node's thread that sleeps with work queued.
+    fn nudge_peers(&self) {
+        for (i, (jobs, _)) in self.peers.lock().iter().enumerate() {
+            if i != self.index {
+                jobs.nudge();
+            }
+        }
     }
 }
 
@@ -434,8 +472,9 @@ fn run_jobs(state: &mut State, batch: &mut Vec<Job>) {
                 run_ops(state, &mut items, &mut replies);
                 state.probe_now(Instant::now());
             }
-            // Its work is the timer's, done before the batch.
-            Job::Wake { probe: false } => {}
+            // Its work is the timer's, done before the batch; a nudge's
+            // was done when the batch was taken.
+            Job::Wake { probe: false } | Job::Nudge => {}
         }
     }
     run_ops(state, &mut items, &mut replies);
