@@ -43,12 +43,13 @@ impl<S> Gate<S> {
     }
 
     /// Admits one job: counts it, then `send` makes it visible to the
-    /// node's thread. A failed send uncounts it and returns its error.
-    pub(crate) fn admit<E>(&self, send: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+    /// node's thread. A failed send uncounts it and returns its error;
+    /// a send that worked passes on what it returned.
+    pub(crate) fn admit<T, E>(&self, send: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
         if canary::on(Canary::GateCountsAfterSend) {
-            send()?;
+            let sent = send()?;
             self.queued.fetch_add(1, Ordering::SeqCst);
-            return Ok(());
+            return Ok(sent);
         }
         self.queued.fetch_add(1, Ordering::SeqCst);
         send().inspect_err(|_| {

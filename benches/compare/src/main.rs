@@ -115,11 +115,7 @@ fn main() -> ExitCode {
         };
     }
     if args.first().map(String::as_str) == Some("--cross-process") {
-        let runs = args
-            .get(1)
-            .filter(|r| !r.starts_with("--"))
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(5);
+        let runs = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(5);
         let processes = match cross_processes(&args) {
             Ok(processes) => processes,
             Err(e) => {

@@ -166,15 +166,9 @@ impl NodeExec {
         jobs: &queue::Sender<Job>,
         job: Job,
     ) -> Result<bool, NotQueued> {
-        let mut sleeps = false;
         self.gate
-            .admit(|| {
-                jobs.send_quietly(job).map(|s| {
-                    sleeps = s;
-                })
-            })
-            .map_err(|_| NotQueued::Gone)?;
-        Ok(sleeps)
+            .admit(|| jobs.send_quietly(job))
+            .map_err(|_| NotQueued::Gone)
     }
 
     /// Queues `job` for the node's thread. Returns `false` when the thread
