@@ -3,6 +3,7 @@
 //! keys, and its replication role and history.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How old a server's settings that can change at run time (eviction and
@@ -23,7 +24,7 @@ pub(crate) const SETTINGS_MAX_AGE: Duration = Duration::from_millis(500);
 #[non_exhaustive]
 pub struct ServerInfo {
     /// An identifier that changes whenever the server restarts.
-    pub run_id: Option<String>,
+    pub run_id: Option<Arc<str>>,
     /// How long the server has been up. With whole-second reports (Redis'
     /// `uptime_in_seconds`), the engine credits one second less.
     pub uptime: Option<Duration>,
@@ -31,7 +32,7 @@ pub struct ServerInfo {
     pub maxmemory: Option<u64>,
     /// What the server drops when it reaches `maxmemory`
     /// (`maxmemory-policy`, e.g. `noeviction` or `volatile-lru`).
-    pub maxmemory_policy: Option<String>,
+    pub maxmemory_policy: Option<Arc<str>>,
     /// Whether the server is a replica now (`role` in `INFO replication`):
     /// a master turned replica (`REPLICAOF`, a failover) drops its keys for
     /// its new master's.
@@ -40,7 +41,7 @@ pub struct ServerInfo {
     /// `INFO replication`): a new one without a restart means the server
     /// took another server's data set or was promoted, so the keys it held
     /// may be gone.
-    pub replication_id: Option<String>,
+    pub replication_id: Option<Arc<str>>,
     /// Keys the server has evicted since its start (`evicted_keys` in
     /// `INFO stats`): a count that grew between two reads means keys were
     /// evicted in between, whatever the policy says now.
@@ -168,7 +169,7 @@ impl fmt::Display for ServerVersion {
 impl ServerInfo {
     /// A server that says who it is (`run_id`, new at every start) and how
     /// long it has been up, when it knows.
-    pub fn new(run_id: impl Into<String>, uptime: Option<Duration>) -> Self {
+    pub fn new(run_id: impl Into<Arc<str>>, uptime: Option<Duration>) -> Self {
         Self {
             run_id: Some(run_id.into()),
             uptime,
@@ -178,7 +179,7 @@ impl ServerInfo {
 
     /// The same, with the memory limit and the eviction policy.
     #[must_use]
-    pub fn with_memory(mut self, maxmemory: u64, policy: impl Into<String>) -> Self {
+    pub fn with_memory(mut self, maxmemory: u64, policy: impl Into<Arc<str>>) -> Self {
         self.maxmemory = Some(maxmemory);
         self.maxmemory_policy = Some(policy.into());
         self
@@ -186,7 +187,7 @@ impl ServerInfo {
 
     /// The same, with its replication role and history.
     #[must_use]
-    pub fn with_replication(mut self, replica: bool, replication_id: impl Into<String>) -> Self {
+    pub fn with_replication(mut self, replica: bool, replication_id: impl Into<Arc<str>>) -> Self {
         self.replica = Some(replica);
         self.replication_id = Some(replication_id.into());
         self

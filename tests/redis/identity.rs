@@ -86,7 +86,9 @@ fn try_acquire_and_check(
         "{:?}",
         answers.results()
     );
-    let reported = answers.server().and_then(|s| s.run_id.clone());
+    let reported = answers
+        .server()
+        .and_then(|s| s.run_id.as_deref().map(str::to_owned));
     let holder = servers
         .iter()
         .position(|(_, run_id)| Some(run_id) == reported.as_ref())

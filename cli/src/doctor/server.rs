@@ -23,7 +23,7 @@ pub(super) fn check(node: &Node, global: &Global, drift: Duration, shard: bool) 
     // redis_version:7.2.4 in every release).
     let version = match node.probe() {
         Ok(info) => {
-            c.run_id = info.run_id;
+            c.run_id = info.run_id.as_deref().map(str::to_owned);
             info.version
         }
         Err(e) => {

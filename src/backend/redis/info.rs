@@ -183,12 +183,12 @@ fn parse_into(info: &mut ServerInfo, text: &str) {
             continue;
         };
         match name {
-            "run_id" => info.run_id = Some(value.to_owned()).filter(|id| !id.is_empty()),
+            "run_id" => info.run_id = (!value.is_empty()).then(|| value.into()),
             "uptime_in_seconds" => {
                 info.uptime = value.parse::<u64>().ok().map(Duration::from_secs);
             }
             "maxmemory" => info.maxmemory = value.parse::<u64>().ok(),
-            "maxmemory_policy" => info.maxmemory_policy = Some(value.to_owned()),
+            "maxmemory_policy" => info.maxmemory_policy = Some(value.into()),
             "role" => info.replica = Some(value != "master"),
             "evicted_keys" => info.evicted_keys = value.parse::<u64>().ok(),
             "redis_version" if info.version.is_none() => {
@@ -196,7 +196,7 @@ fn parse_into(info: &mut ServerInfo, text: &str) {
             }
             "valkey_version" => info.version = ServerVersion::parse(ServerProduct::Valkey, value),
             "master_replid" => {
-                info.replication_id = Some(value.to_owned()).filter(|id| !id.is_empty());
+                info.replication_id = (!value.is_empty()).then(|| value.into());
             }
             _ => {}
         }

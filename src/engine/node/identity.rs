@@ -10,6 +10,7 @@
 //! by then every lock it could have forgotten has expired anyway.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -20,7 +21,7 @@ use crate::backend::ServerInfo;
 /// (e.g. `localhost` and `127.0.0.1`) must not cast two votes.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    by_run_id: Mutex<HashMap<String, usize>>,
+    by_run_id: Mutex<HashMap<Arc<str>, usize>>,
 }
 
 impl Clone for Registry {
@@ -58,7 +59,7 @@ pub(crate) struct Identity {
     node: usize,
     /// `None`: quarantine is off.
     quarantine: Option<Duration>,
-    run_id: Option<String>,
+    run_id: Option<Arc<str>>,
     quarantined_until: Option<Instant>,
     duplicate_of: Option<usize>,
     /// The settings that let the server evict lock keys, when it said so.
@@ -73,7 +74,7 @@ pub(crate) struct Identity {
     /// Why the current quarantine was set, in words.
     quarantine_reason: &'static str,
     /// The replication history last seen (`master_replid`).
-    replication_id: Option<String>,
+    replication_id: Option<Arc<str>>,
     /// Whether the server said it is a replica.
     replica: bool,
     /// The count of keys the server had evicted at the last read.
@@ -157,7 +158,7 @@ impl Identity {
             // backend's settings age before the batch was sent.
             self.observe_settings(server, now);
         }
-        match server.and_then(|s| s.run_id.as_deref().map(|id| (id, s.uptime))) {
+        match server.and_then(|s| s.run_id.as_ref().map(|id| (id, s.uptime))) {
             Some((run_id, uptime)) => self.observe(run_id, uptime, now, registry),
             None if self.quarantine.is_some() => return Standing::Unverified,
             None => {}
@@ -203,14 +204,17 @@ impl Identity {
             self.replica = replica;
         }
         if let Some(id) = &server.replication_id {
-            if same_server && self.replication_id.as_ref().is_some_and(|old| old != id) {
+            let changed = self.replication_id.as_ref() != Some(id);
+            if same_server && changed && self.replication_id.is_some() {
                 self.forgotten = Some(format!(
                     "took a new replication history (master_replid {}...)",
-                    id.get(..8).unwrap_or(id)
+                    id.get(..8).unwrap_or(id.as_ref())
                 ));
                 self.quarantine_from(now, self.forget_window, NEW_HISTORY);
             }
-            self.replication_id = Some(id.clone());
+            if changed {
+                self.replication_id = Some(id.clone());
+            }
         }
     }
 
@@ -231,12 +235,12 @@ impl Identity {
     /// changed run id does any work.
     fn observe(
         &mut self,
-        run_id: &str,
+        run_id: &Arc<str>,
         uptime: Option<Duration>,
         now: Instant,
         registry: &Registry,
     ) {
-        if self.run_id.as_deref() == Some(run_id) {
+        if self.run_id.as_ref() == Some(run_id) {
             return;
         }
         let restarted = self.run_id.is_some();
@@ -247,10 +251,10 @@ impl Identity {
             {
                 seen.remove(&old);
             }
-            let owner = *seen.entry(run_id.to_owned()).or_insert(self.node);
+            let owner = *seen.entry(Arc::clone(run_id)).or_insert(self.node);
             self.duplicate_of = (owner != self.node).then_some(owner);
         }
-        self.run_id = Some(run_id.to_owned());
+        self.run_id = Some(Arc::clone(run_id));
         if restarted {
             // Not a forget of its own: with durable persistence a restart
             // keeps the keys, and without it the restart quarantine keeps
