@@ -246,6 +246,14 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
             ));
         }
     }
+    if plan.runs_section("wakes") {
+        // On servers of its own, after the others (about 7 s a run).
+        log(&format!(
+            "wakes: context switches and allocations per lock, {} runs",
+            plan.runs
+        ));
+        results.wakes = Some(wakes::measure(plan.runs));
+    }
     let elapsed = started.elapsed();
     drop(hog);
     drop(servers);
@@ -271,6 +279,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
     md.push_str(&report::memory(&results));
     md.push_str(&report::waiting(&results));
     md.push_str(&report::cross(&results));
+    md.push_str(&report::wakes(&results));
     print!("{md}");
     let charts = charts::charts(&results);
     charts::write(&plan.out, &charts, &md)?;

@@ -34,7 +34,8 @@ Options:
   --only LIST       clients, comma-separated: floor,ours,ours-drop,backend,redlock,redsync,rslock
                     (default: all; the floor is needed for the ratios)
   --sections LIST   what to run, comma-separated: latency,counters,scaling,contention,third,memory,
-                    waiting,cross (default: all)
+                    waiting,cross,wakes (default: all; wakes always counts its own fixed set of
+                    clients, whatever --only says)
   --retry-ms D      contention: pause after a failed attempt, uniform in [0, D) ms (default 4)
   --out DIR         where the SVG charts and results.md go (default: target/bench of the
                     repository; docs/bench holds the published run, copied there by hand)
@@ -43,7 +44,7 @@ Options:
 ";
 
 /// The parts of a run.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "latency",
     "counters",
     "scaling",
@@ -52,6 +53,7 @@ pub const SECTIONS: [&str; 8] = [
     "memory",
     "waiting",
     "cross",
+    "wakes",
 ];
 
 /// The run parameters of a paired comparison.

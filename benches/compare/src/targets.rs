@@ -13,6 +13,7 @@ use crate::plan::Plan;
 use crate::report::{Results, switch_ratio};
 use crate::scaling::{self, CpuFigure, Scaling};
 use crate::stats::Spread;
+use crate::wakes::{Count, Wakes};
 
 /// Throughput on distinct keys with `release()`, against rslock's in the
 /// same run: (N, threads, the ratio to reach).
@@ -255,7 +256,48 @@ pub fn render(results: &Results, plan: &Plan) -> String {
             );
         }
     }
+    if let Some(Ok(w)) = &results.wakes {
+        wakes_lines(&mut out, w);
+    }
     out
+}
+
+/// The rows of the `wakes` section: thread hand-offs at 8 threads against
+/// the floor's, and the engine's allocations against the bare backend's.
+fn wakes_lines(out: &mut String, w: &Wakes) {
+    let per = |n, threads, client, count| {
+        w.per_lock(n, threads, client, count)
+            .map_or_else(|| "-".into(), |v| format!("{v:.1}"))
+    };
+    line(
+        out,
+        "context switches per lock + release(), 8 threads on distinct keys, N=3: <= the floor's",
+        w.switches_vs_floor(),
+        |r| r <= 1.0,
+        &format!(
+            "per lock: quorum-lock {}, floor {} (every thread of the process); with drop: {}",
+            per(3, 8, Client::Ours, Count::Switches),
+            per(3, 8, Client::Floor, Count::Switches),
+            per(3, 8, Client::OursDrop, Count::Switches),
+        ),
+    );
+    for n in [1, 3] {
+        line(
+            out,
+            &format!(
+                "allocations per lock + release(), 1 thread, N={n}: <= 1.3x its RedisBackend called directly"
+            ),
+            w.allocations_vs_backend(n),
+            |r| r <= 1.3,
+            &format!(
+                "per lock: quorum-lock {}, RedisBackend direct {}, floor {}, rslock {}",
+                per(n, 1, Client::Ours, Count::Allocations),
+                per(n, 1, Client::Backend, Count::Allocations),
+                per(n, 1, Client::Floor, Count::Allocations),
+                per(n, 1, Client::Rslock, Count::Allocations),
+            ),
+        );
+    }
 }
 
 /// The CPU row's note: both clients' figures per lock + release, what

@@ -119,8 +119,22 @@ impl Block {
 /// A row of the summary: (N, threads, client).
 type Cell = (usize, usize, Who);
 
+/// What the runs counted: per row, one block per run.
+#[derive(Debug)]
+pub struct Wakes {
+    cells: Vec<(Cell, Vec<Block>)>,
+    runs: usize,
+}
+
 /// Runs `runs` runs and returns the markdown tables.
 pub fn wakes(runs: usize) -> Result<String, String> {
+    run(runs, None).map(|w| w.render())
+}
+
+/// The section of a full run: every block, `runs` times (on servers of
+/// its own, so that the other sections' keys and connections are not in
+/// its counts).
+pub fn measure(runs: usize) -> Result<Wakes, String> {
     run(runs, None)
 }
 
@@ -151,11 +165,11 @@ pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
         ("3", "8") if Who::THREADS.contains(&who) => (3, 8, who),
         _ => return Err(bad()),
     };
-    run(runs, Some(block))
+    run(runs, Some(block)).map(|w| w.render())
 }
 
 /// The runs, of every block or only of `only`.
-fn run(runs: usize, only: Option<Cell>) -> Result<String, String> {
+fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
     let servers = (0..3)
         .map(|_| RedisServer::try_start())
         .collect::<Result<Vec<_>, _>>()?;
@@ -214,7 +228,7 @@ fn run(runs: usize, only: Option<Cell>) -> Result<String, String> {
         drop(locks);
     }
     drop(servers);
-    Ok(render(&cells, runs))
+    Ok(Wakes { cells, runs })
 }
 
 fn make<'a>(
@@ -305,6 +319,74 @@ fn block(
         allocs,
         took: started.elapsed(),
     })
+}
+
+impl Wakes {
+    /// The blocks of one row, one per run.
+    fn blocks(&self, cell: Cell) -> Option<&[Block]> {
+        self.cells
+            .iter()
+            .find(|(c, _)| *c == cell)
+            .map(|(_, b)| b.as_slice())
+    }
+
+    /// Per run, quorum-lock's (`release()`) `count` per lock over
+    /// `other`'s, in the row of `n` nodes and `threads` threads.
+    fn ratio(
+        &self,
+        n: usize,
+        threads: usize,
+        other: Who,
+        count: impl Fn(&Block) -> u64,
+    ) -> Option<Spread> {
+        let ours = self.blocks((n, threads, Who::Ours))?;
+        let theirs = self.blocks((n, threads, other))?;
+        let r: Vec<f64> = ours
+            .iter()
+            .zip(theirs)
+            .map(|(o, t)| o.per(count(o)) / t.per(count(t)))
+            .collect();
+        Spread::of(&r)
+    }
+
+    /// Context switches (voluntary and involuntary) per lock +
+    /// `release()`, 8 threads on distinct keys, N=3: quorum-lock's over
+    /// the floor's, per run.
+    pub fn switches_vs_floor(&self) -> Option<Spread> {
+        self.ratio(3, 8, Who::Floor, |b| b.voluntary + b.involuntary)
+    }
+
+    /// Allocations per lock + `release()`, 1 thread, `n` nodes:
+    /// quorum-lock's over its `RedisBackend` called directly, per run.
+    pub fn allocations_vs_backend(&self, n: usize) -> Option<Spread> {
+        self.ratio(n, 1, Who::Backend, |b| b.allocs.calls)
+    }
+
+    /// The median per lock of `count` in a row, for a note.
+    pub fn per_lock(&self, n: usize, threads: usize, client: Client, count: Count) -> Option<f64> {
+        let who = Who::ONE_THREAD.into_iter().find(|w| w.client() == client)?;
+        let blocks = self.blocks((n, threads, who))?;
+        let v: Vec<f64> = blocks
+            .iter()
+            .map(|b| match count {
+                Count::Switches => b.per(b.voluntary + b.involuntary),
+                Count::Allocations => b.per(b.allocs.calls),
+            })
+            .collect();
+        Spread::of(&v).map(|s| s.median)
+    }
+
+    /// The summary tables (see [`render`]).
+    pub fn render(&self) -> String {
+        render(&self.cells, self.runs)
+    }
+}
+
+/// What [`Wakes::per_lock`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Count {
+    Switches,
+    Allocations,
 }
 
 /// The summary (medians over the runs, min-max) and, per run, the ratio

@@ -1,6 +1,7 @@
-//! The counters section: the process's context switches and syscalls per
+//! The counters sections: the process's context switches and syscalls per
 //! lock + release, per client, and each against the floor's of the same
-//! run ([`switch_ratio`], which the targets read too).
+//! run ([`switch_ratio`], which the targets read too); and the `wakes`
+//! section's thread hand-offs and allocations per lock ([`wakes`]).
 
 use std::fmt::Write as _;
 
@@ -87,4 +88,24 @@ pub fn switch_ratio(
         .map(|(a, b)| f(a) / f(b))
         .collect();
     Spread::of(&v)
+}
+
+/// The `wakes` section: context switches and allocations per lock, 1
+/// thread at N=1 and N=3 and 8 threads at N=3 (`--wakes`).
+pub fn wakes(results: &Results) -> String {
+    let mut out = String::new();
+    let Some(wakes) = &results.wakes else {
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "\n#### Thread hand-offs and allocations per lock (`--wakes`, on servers of its own)\n"
+    );
+    match wakes {
+        Ok(w) => out.push_str(&w.render()),
+        Err(e) => {
+            let _ = writeln!(out, "failed: {}", clip(e, 120));
+        }
+    }
+    out
 }

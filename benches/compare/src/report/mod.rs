@@ -20,7 +20,7 @@ mod results;
 mod scaling;
 
 pub use self::contention::{contention, cross, waiting};
-pub use self::counters::{counters, switch_ratio};
+pub use self::counters::{counters, switch_ratio, wakes};
 pub use self::header::header;
 pub use self::latency::{latency, third};
 pub use self::memory::memory;

@@ -32,4 +32,6 @@ pub struct Results {
     pub waiting: Option<Result<crate::waiting::Waiting, String>>,
     /// Processes (each its own client) contending for one key.
     pub cross: Option<Result<crate::cross::Cross, String>>,
+    /// Context switches and allocations per lock (`--wakes`).
+    pub wakes: Option<Result<crate::wakes::Wakes, String>>,
 }
