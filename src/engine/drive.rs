@@ -71,7 +71,7 @@ impl<'a> Driven<'a> {
     ) -> Self {
         let driving = node.jobs.drive();
         let wake_before = state.poll_timeout();
-        let sent = state.begin(vec![item.clone()], Instant::now());
+        let sent = state.begin(item.clone(), Instant::now());
         Self {
             slot,
             state,

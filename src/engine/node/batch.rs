@@ -49,11 +49,40 @@ pub(crate) struct Item {
     pub(crate) token: Token,
 }
 
+/// A batch's items: one (what a caller drives: no list to allocate and
+/// free per node and round) or several.
+#[derive(Debug)]
+pub(crate) enum Items {
+    One(Item),
+    Many(Vec<Item>),
+}
+
+impl Items {
+    pub(super) fn as_slice(&self) -> &[Item] {
+        match self {
+            Self::One(item) => std::slice::from_ref(item),
+            Self::Many(items) => items,
+        }
+    }
+}
+
+impl From<Item> for Items {
+    fn from(item: Item) -> Self {
+        Self::One(item)
+    }
+}
+
+impl From<Vec<Item>> for Items {
+    fn from(items: Vec<Item>) -> Self {
+        Self::Many(items)
+    }
+}
+
 /// Operations that go to a node in one round trip, with the data their
 /// ops borrow.
 #[derive(Debug)]
 pub(crate) struct Batch {
-    items: Vec<Item>,
+    items: Items,
     /// The stored value of each item (token, then the owner label), all
     /// of one length, packed in item order.
     values: Vec<u8>,
@@ -66,12 +95,14 @@ pub(crate) struct Batch {
 impl Batch {
     /// `items`, their values made with the owner label `suffix`; fenced
     /// ops name the hash `counters`.
-    pub(super) fn new(items: Vec<Item>, suffix: &[u8], counters: &Arc<[u8]>) -> Self {
-        let mut values = Vec::with_capacity(items.len() * (TOKEN_LEN + suffix.len()));
-        for item in &items {
+    pub(super) fn new(items: impl Into<Items>, suffix: &[u8], counters: &Arc<[u8]>) -> Self {
+        let items = items.into();
+        let list = items.as_slice();
+        let mut values = Vec::with_capacity(list.len() * (TOKEN_LEN + suffix.len()));
+        for item in list {
             owner::push_value(&item.token, suffix, &mut values);
         }
-        let fenced = items.iter().any(|i| i.action.is_fenced());
+        let fenced = list.iter().any(|i| i.action.is_fenced());
         Self {
             items,
             values,
@@ -81,9 +112,9 @@ impl Batch {
     }
 
     /// A batch whose ops are never sent (a node marked down).
-    pub(super) fn unsent(items: Vec<Item>) -> Self {
+    pub(super) fn unsent(items: impl Into<Items>) -> Self {
         Self {
-            items,
+            items: items.into(),
             values: Vec::new(),
             counters: None,
             unsent: true,
@@ -91,7 +122,7 @@ impl Batch {
     }
 
     pub(super) fn items(&self) -> &[Item] {
-        &self.items
+        self.items.as_slice()
     }
 
     /// The backend's ops: views of the batch's own data, one per item
@@ -106,7 +137,7 @@ impl Batch {
     /// caller drives) lends it in place: no list is made, at its send nor
     /// at its read.
     pub(super) fn with_ops<R>(&self, f: impl FnOnce(&[Op<'_>]) -> R) -> R {
-        if let [_] = self.items[..] {
+        if let [_] = self.items() {
             return match self.each_op().next() {
                 Some(Ok(op)) => f(std::slice::from_ref(&op)),
                 _ => f(&[]),
@@ -117,8 +148,9 @@ impl Batch {
 
     /// Each item's op, or its refusal, in item order.
     fn each_op(&self) -> impl Iterator<Item = Result<Op<'_>, Impossible>> {
-        let len = self.values.len().checked_div(self.items.len()).unwrap_or(0);
-        self.items
+        let items = self.items();
+        let len = self.values.len().checked_div(items.len()).unwrap_or(0);
+        items
             .iter()
             .zip(self.values.chunks(len.max(1)))
             .map(|(item, value)| {

@@ -359,7 +359,7 @@ impl State {
             self.publish.name(),
             self.retries.len()
         );
-        let items = self
+        let items: Vec<Item> = self
             .retries
             .pending()
             .map(|r| Item {

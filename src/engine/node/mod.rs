@@ -85,7 +85,7 @@ pub(super) mod worker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::batch::Batch;
+use self::batch::{Batch, Items};
 pub(crate) use self::batch::{Item, Sent, Vote};
 #[cfg(test)]
 pub(crate) use self::identity::Standing;
@@ -256,7 +256,8 @@ impl State {
     /// Sends `items` to the node as one batch at `now` (a node marked
     /// down skips acquires and extends at no cost, and keeps its releases
     /// for when it is back: an earlier acquire may have landed there).
-    pub(crate) fn begin(&mut self, items: Vec<Item>, now: Instant) -> Sent {
+    pub(crate) fn begin(&mut self, items: impl Into<Items>, now: Instant) -> Sent {
+        let items = items.into();
         // The batch left unread first: nothing is sent over it.
         let now = if self.read_unread() {
             Instant::now()
@@ -264,7 +265,11 @@ impl State {
             now
         };
         if self.liveness.is_down() {
-            for item in items.iter().filter(|i| i.action == Action::Release) {
+            for item in items
+                .as_slice()
+                .iter()
+                .filter(|i| i.action == Action::Release)
+            {
                 self.keep(&item.hold, item.token, now);
             }
             return Sent::new(Batch::unsent(items), None, now);

@@ -27,7 +27,7 @@ impl State {
                 let name = format!("{:016x}", random_u64());
                 let key = [&self.shared.rights_key[..], b":", name.as_bytes()].concat();
                 let hold = Hold::Lock(KeySet::one(key));
-                let items = TRIED
+                let items: Vec<Item> = TRIED
                     .iter()
                     .map(|op| Item {
                         action: match op {

@@ -221,9 +221,11 @@ impl NodeExec {
                 &mut taken,
             );
             ran = taken.len();
-            // Only ops: `run_jobs` sends them as one batch, as the node's
-            // thread would.
-            run_jobs(&mut state, &mut taken);
+            if ran > 0 {
+                // Only ops: `run_jobs` sends them as one batch, as the
+                // node's thread would.
+                run_jobs(&mut state, &mut taken);
+            }
         }
         let wake = state.poll_timeout();
         self.gate.finish(state, ran);
