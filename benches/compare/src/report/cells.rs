@@ -1,7 +1,8 @@
 //! How a table cell writes a number: a duration (us, ms or s by size), a
 //! rate, a spread of runs (median and range), a ratio, a thread census,
-//! and an error clipped to fit a cell. Apart from the sections because
-//! every section writes its cells the same way.
+//! and an error clipped to fit a cell; and a section that renders itself
+//! under its title ([`titled`]). Apart from the sections because every
+//! section writes its cells the same way.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,6 +25,20 @@ pub fn fmt_rate(r: f64) -> String {
         format!("{:.1}k/s", r / 1000.0)
     } else {
         format!("{r:.0}/s")
+    }
+}
+
+/// A section that renders itself: `title` as its heading, then its text,
+/// or why it failed; nothing when it did not run.
+pub(super) fn titled<T>(
+    title: &str,
+    section: Option<&Result<T, String>>,
+    render: impl FnOnce(&T) -> String,
+) -> String {
+    match section {
+        None => String::new(),
+        Some(Ok(t)) => format!("\n#### {title}\n\n{}", render(t)),
+        Some(Err(e)) => format!("\n#### {title}\n\nfailed: {}\n", clip(e, 120)),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::cells::{clip, spread_ratio, spread_us};
+use super::cells::{clip, spread_ratio, spread_us, titled};
 use super::results::Results;
 use crate::clients::Client;
 use crate::plan::Plan;
@@ -92,20 +92,9 @@ pub fn waiting(results: &Results) -> String {
 
 /// Processes contending for one key.
 pub fn cross(results: &Results) -> String {
-    let mut out = String::new();
-    let Some(cross) = &results.cross else {
-        return out;
-    };
-    let _ = writeln!(
-        out,
-        "\n#### Processes contending for one key (the benchmark's own binary as children, \
-         each its own client)\n"
-    );
-    match cross {
-        Ok(c) => out.push_str(&c.render()),
-        Err(e) => {
-            let _ = writeln!(out, "failed: {}", clip(e, 120));
-        }
-    }
-    out
+    titled(
+        "Processes contending for one key (the benchmark's own binary as children, each its own client)",
+        results.cross.as_ref(),
+        crate::cross::Cross::render,
+    )
 }

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::cells::{clip, spread_ratio};
+use super::cells::{clip, spread_ratio, titled};
 use super::results::Results;
 use crate::clients::Client;
 use crate::counters::ClientCounters;
@@ -93,19 +93,9 @@ pub fn switch_ratio(
 /// The `wakes` section: context switches and allocations per lock, 1
 /// thread at N=1 and N=3 and 8 threads at N=3 (`--wakes`).
 pub fn wakes(results: &Results) -> String {
-    let mut out = String::new();
-    let Some(wakes) = &results.wakes else {
-        return out;
-    };
-    let _ = writeln!(
-        out,
-        "\n#### Thread hand-offs and allocations per lock (`--wakes`, on servers of its own)\n"
-    );
-    match wakes {
-        Ok(w) => out.push_str(&w.render()),
-        Err(e) => {
-            let _ = writeln!(out, "failed: {}", clip(e, 120));
-        }
-    }
-    out
+    titled(
+        "Thread hand-offs and allocations per lock (`--wakes`, on servers of its own)",
+        results.wakes.as_ref(),
+        crate::wakes::Wakes::render,
+    )
 }
