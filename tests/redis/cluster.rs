@@ -411,10 +411,34 @@ fn a_server_without_scripts_a_cluster_and_a_plain_server_make_one_lock() {
     let extended = guard.extend(TTL).unwrap();
     assert!(extended > Duration::ZERO);
     // The waiter, woken by the release's notice, well before its 5 s retry.
+    // The holder's lock was on every node (settled): its release is
+    // granted by every node that can release. The waiter's lock may lack
+    // the cluster node where every node sends notices (the node without
+    // scripts can release): woken by a quorum of notices, its acquire can
+    // reach the cluster before the holder's release does, be refused
+    // there and return with the other two (the race c400717 saw in the
+    // Valkey 9.1 test below). Its release then needs a quorum, and the
+    // node without scripts answers it where it can release.
     let expected = if can.release && can.extend { 3 } else { 2 };
+    let mut releases = 0;
     woken_by_the_release(&waiter, "job", guard, |report| {
-        assert!(report.granted() >= expected, "{report}");
+        releases += 1;
+        if releases == 1 {
+            assert!(report.granted() >= expected, "the holder's: {report}");
+        } else {
+            assert!(report.granted() >= 2, "the waiter's, a quorum: {report}");
+            if can.release {
+                assert!(
+                    !matches!(
+                        report.nodes()[0].outcome(),
+                        quorum_lock::report::NodeOutcome::Failed(_)
+                    ),
+                    "the node without scripts answered the release: {report}"
+                );
+            }
+        }
     });
+    assert_eq!(releases, 2);
     assert!(holder.flush(TIMEOUT) && waiter.flush(TIMEOUT));
     assert!(cluster.keys_everywhere().is_empty(), "left on the cluster");
     assert!(plain.keys().is_empty(), "left on the plain server");
