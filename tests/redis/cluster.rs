@@ -383,6 +383,39 @@ fn woken_by_the_release(
     );
 }
 
+/// Checks the two reports of [`woken_by_the_release`], in order. The
+/// holder's lock was on every node (settled): its release is granted by
+/// `holders` nodes (every node that can release). The waiter's lock may
+/// lack a node: woken by a quorum of release notices, its acquire can
+/// reach a node before the holder's release does (refused there: seen in
+/// CI on the cluster node) and return with a quorum; its release is then
+/// granted where it holds and `not held by us` elsewhere. With
+/// `no_lua_releases`, the node without scripts (node 0) answers it with
+/// its own command, where a script would fail (denied).
+fn releases_checked(
+    holders: usize,
+    no_lua_releases: bool,
+) -> impl FnMut(quorum_lock::report::Report) {
+    let mut releases = 0;
+    move |report| {
+        releases += 1;
+        if releases == 1 {
+            assert!(report.granted() >= holders, "the holder's: {report}");
+            return;
+        }
+        assert!(report.granted() >= 2, "the waiter's, a quorum: {report}");
+        if no_lua_releases {
+            assert!(
+                !matches!(
+                    report.nodes()[0].outcome(),
+                    quorum_lock::report::NodeOutcome::Failed(_)
+                ),
+                "the node without scripts answered the release: {report}"
+            );
+        }
+    }
+}
+
 /// The three kinds of node in one manager: a server whose user is
 /// denied `@scripting` (its own commands, where its version has them), a
 /// three-shard cluster, and a server with every right. It locks, extends,
@@ -411,34 +444,13 @@ fn a_server_without_scripts_a_cluster_and_a_plain_server_make_one_lock() {
     let extended = guard.extend(TTL).unwrap();
     assert!(extended > Duration::ZERO);
     // The waiter, woken by the release's notice, well before its 5 s retry.
-    // The holder's lock was on every node (settled): its release is
-    // granted by every node that can release. The waiter's lock may lack
-    // the cluster node where every node sends notices (the node without
-    // scripts can release): woken by a quorum of notices, its acquire can
-    // reach the cluster before the holder's release does, be refused
-    // there and return with the other two (the race c400717 saw in the
-    // Valkey 9.1 test below). Its release then needs a quorum, and the
-    // node without scripts answers it where it can release.
-    let expected = if can.release && can.extend { 3 } else { 2 };
-    let mut releases = 0;
-    woken_by_the_release(&waiter, "job", guard, |report| {
-        releases += 1;
-        if releases == 1 {
-            assert!(report.granted() >= expected, "the holder's: {report}");
-        } else {
-            assert!(report.granted() >= 2, "the waiter's, a quorum: {report}");
-            if can.release {
-                assert!(
-                    !matches!(
-                        report.nodes()[0].outcome(),
-                        quorum_lock::report::NodeOutcome::Failed(_)
-                    ),
-                    "the node without scripts answered the release: {report}"
-                );
-            }
-        }
-    });
-    assert_eq!(releases, 2);
+    let holders = if can.release && can.extend { 3 } else { 2 };
+    woken_by_the_release(
+        &waiter,
+        "job",
+        guard,
+        releases_checked(holders, can.release),
+    );
     assert!(holder.flush(TIMEOUT) && waiter.flush(TIMEOUT));
     assert!(cluster.keys_everywhere().is_empty(), "left on the cluster");
     assert!(plain.keys().is_empty(), "left on the plain server");
@@ -570,31 +582,7 @@ fn valkey_9_without_lua_a_cluster_and_redis_7_make_one_lock() {
     let (holder, waiter) = (manager(&urls), manager(&urls));
     let mut guard = testkit::hold_settled(&holder, "job");
     guard.extend(TTL).unwrap();
-    // The holder's lock was on every node (settled): its release is
-    // granted by every node. The waiter's lock may lack a node: woken by
-    // the first release notice, its acquire can reach a node before the
-    // holder's release does (refused there: seen in CI on the cluster
-    // node), and it returns with a quorum. Its release is then granted
-    // where it holds and `not held by us` elsewhere; either way the
-    // Valkey 9.1 node without scripts answers it (`DELIFEQ`), where a
-    // script would fail (denied).
-    let mut releases = 0;
-    woken_by_the_release(&waiter, "job", guard, |report| {
-        releases += 1;
-        if releases == 1 {
-            assert_eq!(report.granted(), 3, "every node released: {report}");
-        } else {
-            assert!(report.granted() >= 2, "a quorum released: {report}");
-            assert!(
-                !matches!(
-                    report.nodes()[0].outcome(),
-                    quorum_lock::report::NodeOutcome::Failed(_)
-                ),
-                "the node without scripts answered the release: {report}"
-            );
-        }
-    });
-    assert_eq!(releases, 2);
+    woken_by_the_release(&waiter, "job", guard, releases_checked(3, true));
     assert!(holder.flush(TIMEOUT) && waiter.flush(TIMEOUT));
     assert!(
         no_lua.keys().is_empty() && old.keys().is_empty(),
