@@ -137,3 +137,26 @@ pub(crate) fn explore(
     let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
     (seen.0, seen.1.clone())
 }
+
+/// Asserts that an [`explore`] of the model `name` found no violation.
+#[cfg(all(test, loom))]
+#[allow(clippy::print_stdout)] // a test's report
+pub(crate) fn assert_clean(name: &str, (executions, violation): (usize, Option<String>)) {
+    println!("{name}: loom explored {executions} executions, no violation");
+    assert_eq!(violation, None, "{name}: after {executions} executions");
+}
+
+/// Runs `explore` with the canary `broken` on and asserts that it found
+/// the violation the canary must cause.
+#[cfg(all(test, loom))]
+#[allow(clippy::print_stdout, clippy::panic)] // a test's report and failure
+pub(crate) fn assert_caught(
+    broken: crate::canary::Canary,
+    explore: impl FnOnce() -> (usize, Option<String>),
+) {
+    let (executions, violation) = crate::canary::with(broken, explore);
+    let Some(violation) = violation else {
+        panic!("canary {broken:?}: no violation in {executions} executions");
+    };
+    println!("canary {broken:?} caught: {violation}");
+}

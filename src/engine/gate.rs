@@ -103,7 +103,7 @@ mod loom_checks {
     use loom::thread;
 
     use super::Gate;
-    use crate::canary::{self, Canary};
+    use crate::canary::Canary;
 
     enum Msg {
         Job(u32),
@@ -179,9 +179,7 @@ mod loom_checks {
     #[test]
     fn a_direct_run_never_overtakes_a_job_queued_before_it() {
         // Unbounded: every interleaving.
-        let (executions, violation) = explore(None);
-        println!("gate: loom explored {executions} executions, no violation");
-        assert_eq!(violation, None, "after {executions} executions");
+        crate::sync::assert_clean("gate", explore(None));
     }
 
     /// Each canary breaks one half of the rule; loom must find the
@@ -190,11 +188,7 @@ mod loom_checks {
     #[test]
     fn canaries_breaking_either_half_of_the_rule_are_caught() {
         for broken in [Canary::GateCountsAfterSend, Canary::GateIgnoresCount] {
-            let (executions, violation) = canary::with(broken, || explore(Some(2)));
-            let Some(violation) = violation else {
-                panic!("canary {broken:?}: no violation in {executions} executions");
-            };
-            println!("canary {broken:?} caught: {violation}");
+            crate::sync::assert_caught(broken, || explore(Some(2)));
         }
     }
 }

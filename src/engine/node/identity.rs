@@ -203,18 +203,21 @@ impl Identity {
             }
             self.replica = replica;
         }
-        if let Some(id) = &server.replication_id {
-            let changed = self.replication_id.as_ref() != Some(id);
-            if same_server && changed && self.replication_id.is_some() {
+        // Kept only when it changed: the same history is a reference
+        // count per batch less.
+        if let Some(id) = server
+            .replication_id
+            .as_ref()
+            .filter(|id| self.replication_id.as_ref() != Some(*id))
+        {
+            if same_server && self.replication_id.is_some() {
                 self.forgotten = Some(format!(
                     "took a new replication history (master_replid {}...)",
                     id.get(..8).unwrap_or(id.as_ref())
                 ));
                 self.quarantine_from(now, self.forget_window, NEW_HISTORY);
             }
-            if changed {
-                self.replication_id = Some(id.clone());
-            }
+            self.replication_id = Some(Arc::clone(id));
         }
     }
 

@@ -10,7 +10,8 @@
 use loom::thread;
 
 use super::queue::{self, Sender};
-use crate::canary::{self, Canary};
+use crate::canary::Canary;
+use crate::sync::{assert_caught, assert_clean};
 
 /// The nudge job; the others are work.
 const NUDGE: u32 = 0;
@@ -91,16 +92,10 @@ fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
 
 #[test]
 fn a_wake_chain_leaves_no_node_asleep_with_work() {
-    let (executions, violation) = explore(Some(3));
-    println!("wake chain: loom explored {executions} executions, no violation");
-    assert_eq!(violation, None, "after {executions} executions");
+    assert_clean("wake chain", explore(Some(3)));
 }
 
 #[test]
 fn the_canary_of_a_nudge_that_wakes_nobody_is_caught() {
-    let (executions, violation) = canary::with(Canary::NudgeWakesNobody, || explore(Some(3)));
-    let Some(violation) = violation else {
-        panic!("no violation in {executions} executions");
-    };
-    println!("canary caught: {violation}");
+    assert_caught(Canary::NudgeWakesNobody, || explore(Some(3)));
 }

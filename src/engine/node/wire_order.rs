@@ -24,6 +24,7 @@ use super::queue::{self, Empty, Receiver, Sender};
 use super::unread::Line;
 use crate::canary::{self, Canary};
 use crate::engine::gate::Gate;
+use crate::sync::{assert_caught, assert_clean};
 
 /// What reached the node, in wire order: a batch's operations at its
 /// send, and its read.
@@ -217,9 +218,7 @@ fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
 /// practice); unbounded, the two callers' calls take hours to explore.
 #[test]
 fn a_node_s_wire_keeps_every_caller_s_order_and_reads_each_batch_once() {
-    let (executions, violation) = explore(Some(3));
-    println!("wire order: loom explored {executions} executions, no violation");
-    assert_eq!(violation, None, "after {executions} executions");
+    assert_clean("wire order", explore(Some(3)));
 }
 
 /// Each canary breaks one rule, and must be found: sending without
@@ -233,10 +232,6 @@ fn canaries_breaking_the_line_the_gate_or_the_driver_s_end_are_caught() {
         Canary::GateIgnoresCount,
         Canary::DriverEndLooksAway,
     ] {
-        let (executions, violation) = canary::with(broken, || explore(Some(2)));
-        let Some(violation) = violation else {
-            panic!("canary {broken:?}: no violation in {executions} executions");
-        };
-        println!("canary {broken:?} caught: {violation}");
+        assert_caught(broken, || explore(Some(2)));
     }
 }
