@@ -106,28 +106,33 @@ impl<'a> Driven<'a> {
 impl Engine {
     /// Reads the answers of the `driven` nodes (see the module's text)
     /// into `round`, with the queued nodes' answers that arrive meanwhile
-    /// (the node threads answer on `reply`).
+    /// (the node threads answer on `reply`, the round's box when it has
+    /// one).
     pub(super) fn drive(
         &self,
         mut driven: Vec<Driven<'_>>,
         gather: Gather,
-        reply: &Ballot,
+        reply: Option<&Ballot>,
         round: &mut Pending,
     ) {
         let Pending {
-            outcomes,
+            slots,
             answers,
             deadline,
-            ..
         } = round;
         let deadline = *deadline;
-        let mut tally = known_tally(gather, outcomes);
+        let mut tally = known_tally(gather, slots);
+        let trace = |slot, vote: &Vote| {
+            if let Some(reply) = reply {
+                reply.trace().vote(slot, &vote.outcome);
+            }
+        };
         driven.sort_by_key(|d| self.nodes[d.slot].health.latency());
         let mut next = 0;
         while !driven.is_empty() {
-            while let Some((slot, vote)) = answers.try_take() {
+            while let Some((slot, vote)) = answers.as_ref().and_then(|a| a.try_take()) {
                 tally.record(vote.outcome.is_granted());
-                outcomes[slot] = Some(vote);
+                slots[slot].vote = Some(vote);
             }
             let now = Instant::now();
             let decided = gather != Gather::All && tally.decided();
@@ -140,8 +145,8 @@ impl Engine {
                         let (vote, wake) = node.finish();
                         self.wake_if(slot, wake);
                         if let Some(vote) = vote {
-                            reply.trace().vote(slot, &vote.outcome);
-                            outcomes[slot] = Some(vote);
+                            trace(slot, &vote);
+                            slots[slot].vote = Some(vote);
                         }
                     } else {
                         self.leave_unread(node, reply);
@@ -172,9 +177,9 @@ impl Engine {
             let Some(vote) = vote else {
                 continue;
             };
-            reply.trace().vote(slot, &vote.outcome);
+            trace(slot, &vote);
             tally.record(vote.outcome.is_granted());
-            outcomes[slot] = Some(vote);
+            slots[slot].vote = Some(vote);
         }
     }
 
@@ -188,10 +193,11 @@ impl Engine {
 
     /// Parks a driven node's unread batch in its state (`node/unread.rs`):
     /// the next caller that drives the node, or the node's thread within
-    /// a short grace, reads the answer (and sends it on `reply`, where the
-    /// round may still count it) before anything else is sent there. The
-    /// node's thread is woken only when its next wake time came earlier.
-    fn leave_unread(&self, driven: Driven<'_>, reply: &Ballot) {
+    /// a short grace, reads the answer (and posts it in `reply`, the
+    /// round's box if it has one, where the round may still count it)
+    /// before anything else is sent there. The node's thread is woken only
+    /// when its next wake time came earlier.
+    fn leave_unread(&self, driven: Driven<'_>, reply: Option<&Ballot>) {
         let Driven {
             slot,
             mut state,
@@ -200,8 +206,8 @@ impl Engine {
             sent,
             wake_before,
         } = driven;
-        let reply = Some(ReplyTo {
-            ballot: reply.clone(),
+        let reply = reply.map(|ballot| ReplyTo {
+            ballot: ballot.clone(),
             slot,
         });
         state.park_unread(sent, reply, Instant::now());

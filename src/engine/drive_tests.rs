@@ -165,8 +165,9 @@ fn a_caller_that_gives_up_at_its_deadline_leaves_no_key_behind() {
     let token = Token::random().unwrap();
     let gather = Gather::UntilDecided { quorum: 2 };
     let pending = engine.scatter(&acquire(&key, token), wait, Direct::IdleNodes, gather);
-    let reached = pending.reached();
-    let outcomes = pending.gather(gather);
+    let gathered = pending.gather(gather);
+    let reached: Vec<bool> = gathered.reached().map(|(reached, _)| reached).collect();
+    let outcomes: Vec<_> = gathered.into_outcomes().collect();
     assert!(outcomes.iter().all(|o| !o.is_granted()), "{outcomes:?}");
     assert!(reached.iter().all(|r| *r), "every node got the acquire");
     // The failed attempt's release, as the rounds queue it.

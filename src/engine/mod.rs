@@ -35,8 +35,8 @@ pub(crate) use self::node::worker::Record;
 use self::node::worker::{self, Job, NodeExec, NotQueued, Peers, ReplyTo, Work};
 use self::node::{Item, Shared, Vitals};
 use self::node::{io, queue};
-pub(crate) use self::pending::Pending;
 pub(crate) use self::pending::majority;
+pub(crate) use self::pending::{Gathered, Pending};
 use self::waiters::Waiters;
 pub(crate) use self::waiters::{HolderNews, Watch};
 // The protocol check (src/redlock/checks/protocol.rs) runs the engine's own

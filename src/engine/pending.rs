@@ -1,6 +1,7 @@
 //! A round between scatter and gather: the votes known at once, the
-//! channel the node threads answer on, and the count that says when the
-//! outcome is decided (waiting longer could not change it).
+//! box the node threads answer in, and the count that says when the
+//! outcome is decided (waiting longer could not change it); then the
+//! gathered round.
 
 use std::time::Instant;
 
@@ -9,84 +10,141 @@ use super::ballots::Ballots;
 use super::node::Vote;
 use crate::report::NodeOutcome;
 
+/// One node's place in a round.
+#[derive(Clone)]
+pub(super) struct Slot {
+    /// Its vote, once known.
+    pub(super) vote: Option<Vote>,
+    /// Whether the operation went there (queued, or sent by the caller,
+    /// whatever its outcome: a timed-out run may have been applied). Only
+    /// a node skipped as down or refusing the job never got it.
+    pub(super) reached: bool,
+}
+
+impl Slot {
+    /// A node the operation went to, its vote not known yet.
+    pub(super) const REACHED: Self = Self {
+        vote: None,
+        reached: true,
+    };
+}
+
 /// A scattered round whose answers have not been gathered yet.
 pub(crate) struct Pending {
-    /// Votes known at scatter time (node down, worker gone, or the node
-    /// the caller ran itself).
-    pub(super) outcomes: Vec<Option<Vote>>,
-    pub(super) answers: Ballots,
+    /// Per node, in node order: votes known at scatter time (node down,
+    /// worker gone, or a node the caller ran itself), and where the
+    /// operation went.
+    pub(super) slots: Vec<Slot>,
+    /// Where the node threads post their votes; `None` when no node thread
+    /// answers this round (the caller drove every node itself, untraced):
+    /// the round then needs no box.
+    pub(super) answers: Option<Ballots>,
     /// When gathering stops (`None`: the wait was too long to express).
     pub(super) deadline: Option<Instant>,
-    /// Per node: whether the operation was queued (or run) there.
-    pub(super) queued: Vec<bool>,
 }
 
 impl Pending {
-    /// Per node, whether the operation may have reached it: it was queued
-    /// or run there (not skipped as down, not refused). Only those nodes
-    /// need the release that undoes an acquire.
-    pub(crate) fn reached(&self) -> Vec<bool> {
-        self.queued.clone()
-    }
-
-    /// Gathers answers per `gather` until the deadline set at scatter time.
-    /// Returns one outcome per node, in node order.
-    pub(crate) fn gather(self, gather: Gather) -> Vec<NodeOutcome> {
-        self.gather_votes(gather)
-            .into_iter()
-            .map(|vote| vote.outcome)
-            .collect()
-    }
-
-    /// [`gather`](Self::gather), with the fence counter each granting node
-    /// read (fenced acquires).
-    pub(crate) fn gather_votes(self, gather: Gather) -> Vec<Vote> {
+    /// Gathers answers per `gather` until the deadline set at scatter
+    /// time. A node that has not answered by then counts as
+    /// [`TimedOut`](NodeOutcome::TimedOut), or as
+    /// [`NotAwaited`](NodeOutcome::NotAwaited) once the round was decided
+    /// without it.
+    pub(crate) fn gather(self, gather: Gather) -> Gathered {
         let Self {
-            mut outcomes,
+            mut slots,
             answers,
             deadline,
-            queued: _,
         } = self;
-        let mut tally = known_tally(gather, &outcomes);
+        let mut tally = known_tally(gather, &slots);
         let mut timed_out = false;
         while tally.pending() > 0 && !(gather != Gather::All && tally.decided()) {
-            let Ok((slot, vote)) = answers.take_until(tally.wanted(gather), deadline) else {
+            let taken = answers
+                .as_ref()
+                .map(|answers| answers.take_until(tally.wanted(gather), deadline));
+            let Some(Ok((slot, vote))) = taken else {
                 timed_out = true;
                 break;
             };
             tally.record(vote.outcome.is_granted());
-            outcomes[slot] = Some(vote);
+            slots[slot].vote = Some(vote);
         }
         let missing = if timed_out {
             NodeOutcome::TimedOut
         } else {
             NodeOutcome::NotAwaited
         };
-        if crate::trace::ON {
-            let granted = outcomes.iter().flatten();
+        if crate::trace::ON
+            && let Some(answers) = &answers
+        {
+            let votes = slots.iter().map(|s| s.vote.as_ref());
+            let granted = votes.clone().flatten();
             let granted = granted.filter(|v| v.outcome.is_granted()).count();
-            let unanswered = outcomes.iter().filter(|o| o.is_none()).count();
+            let unanswered = votes.filter(Option::is_none).count();
             answers.trace().decided(granted, unanswered, timed_out);
         }
-        outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| Vote::of(missing.clone())))
+        // In place: a slot and an answer take the same room.
+        let nodes = slots.into_iter().map(|slot| Answer {
+            vote: slot.vote.unwrap_or_else(|| Vote::of(missing.clone())),
+            reached: slot.reached,
+        });
+        Gathered {
+            nodes: nodes.collect(),
+        }
+    }
+}
+
+/// A gathered round: per node, in node order, its vote and whether the
+/// operation reached it.
+pub(crate) struct Gathered {
+    nodes: Vec<Answer>,
+}
+
+struct Answer {
+    vote: Vote,
+    reached: bool,
+}
+
+impl Gathered {
+    /// Each node's outcome, in node order.
+    pub(crate) fn outcomes(&self) -> impl Iterator<Item = &NodeOutcome> + Clone {
+        self.nodes.iter().map(|node| &node.vote.outcome)
+    }
+
+    /// Each node's outcome, in node order, for a report.
+    pub(crate) fn into_outcomes(self) -> impl ExactSizeIterator<Item = NodeOutcome> {
+        self.nodes.into_iter().map(|node| node.vote.outcome)
+    }
+
+    /// The fence counters the granting nodes read (fenced acquires).
+    pub(crate) fn fences(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter_map(|node| node.vote.fence)
             .collect()
+    }
+
+    /// Per node, whether the operation may have reached it, with its
+    /// outcome: only nodes it reached need the release that undoes an
+    /// acquire.
+    pub(crate) fn reached(&self) -> impl Iterator<Item = (bool, &NodeOutcome)> {
+        self.nodes
+            .iter()
+            .map(|node| (node.reached, &node.vote.outcome))
     }
 }
 
 /// The count for a round gathered per `gather`, with the votes already
-/// known in `outcomes`.
-pub(super) fn known_tally(gather: Gather, outcomes: &[Option<Vote>]) -> Tally {
-    let n = outcomes.len();
+/// known in `slots`.
+pub(super) fn known_tally(gather: Gather, slots: &[Slot]) -> Tally {
+    let n = slots.len();
     let quorum = match gather {
         Gather::UntilDecided { quorum } => quorum,
         Gather::All => n,
     };
     let mut tally = Tally::new(n, quorum);
-    outcomes
+    slots
         .iter()
-        .flatten()
+        .filter_map(|slot| slot.vote.as_ref())
         .for_each(|vote| tally.record(vote.outcome.is_granted()));
     tally
 }

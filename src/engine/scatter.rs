@@ -9,6 +9,7 @@ use super::ballots;
 use super::drive::Driven;
 use super::node::Vote;
 use super::node::worker::{MAX_QUEUED, NotQueued, ReplyTo};
+use super::pending::Slot;
 use super::{Action, Direct, Engine, Gather, Hold, Pending, Request};
 use crate::backend::{BackendError, BackendErrorKind};
 use crate::report::NodeOutcome;
@@ -24,7 +25,8 @@ impl Engine {
         wait: Duration,
         direct: Direct,
     ) -> Vec<NodeOutcome> {
-        self.scatter(req, wait, direct, gather).gather(gather)
+        let gathered = self.scatter(req, wait, direct, gather).gather(gather);
+        gathered.into_outcomes().collect()
     }
 
     /// Sends `req` to every node; the answers are collected by
@@ -49,13 +51,7 @@ impl Engine {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
         let traced = crate::trace::Round::begin(&self.traced, req.action.name());
-        let (reply, answers) = ballots::new_round(traced);
-        let mut outcomes: Vec<Option<Vote>> = vec![None; n];
-        // Per node: whether the operation went there (queued, or sent by
-        // this caller, whatever its outcome: a timed-out run may have been
-        // applied). Only a node skipped as down or refusing the job never
-        // got it.
-        let mut queued = vec![true; n];
+        let mut slots = vec![Slot::REACHED; n];
         let item = req.item();
         // The caller drives every idle node whose backend bounds its calls
         // (no thread hand-off there) and queues to the others, whose
@@ -71,6 +67,12 @@ impl Engine {
                 }
             }
         }
+        // The box the node threads post their votes in: a round that no
+        // node thread answers (the caller drives every node) needs none,
+        // unless a span records the round there.
+        let (reply, answers) = (driven.len() < n || traced.is_on())
+            .then(|| ballots::new_round(traced))
+            .unzip();
         let mut taken = driven.iter().map(|d| d.slot).peekable();
         for (slot, node) in self.nodes.iter().enumerate() {
             if taken.next_if_eq(&slot).is_some() {
@@ -81,42 +83,46 @@ impl Engine {
             // (an earlier acquire may have landed), parked until it is
             // back; nobody waits for its answer.
             if down && (req.action != Action::Release || node.park_release(req)) {
-                outcomes[slot] = Some(Vote::of(NodeOutcome::Down));
-                queued[slot] = false;
+                slots[slot] = Slot {
+                    vote: Some(Vote::of(NodeOutcome::Down)),
+                    reached: false,
+                };
                 continue;
             }
-            outcomes[slot] = match node.send(
-                req,
-                (!down).then(|| ReplyTo {
-                    ballot: reply.clone(),
+            let reply_to = match &reply {
+                Some(ballot) if !down => Some(ReplyTo {
+                    ballot: ballot.clone(),
                     slot,
                 }),
-            ) {
+                _ => None,
+            };
+            slots[slot].vote = match node.send(req, reply_to) {
                 Err(refused) => {
-                    queued[slot] = false;
+                    slots[slot].reached = false;
                     Some(Vote::of(not_queued(refused)))
                 }
                 Ok(()) if down => Some(Vote::of(NodeOutcome::Down)),
                 Ok(()) => None,
             };
         }
-        if crate::trace::ON {
+        if crate::trace::ON
+            && let Some(reply) = &reply
+        {
             // What is known at once (down, not queued) is in the round's
             // span too.
-            for (slot, vote) in outcomes.iter().enumerate() {
-                if let Some(vote) = vote {
+            for (slot, known) in slots.iter().enumerate() {
+                if let Some(vote) = &known.vote {
                     reply.trace().vote(slot, &vote.outcome);
                 }
             }
         }
         let mut round = Pending {
-            outcomes,
+            slots,
             answers,
             deadline,
-            queued,
         };
         if !driven.is_empty() {
-            self.drive(driven, gather, &reply, &mut round);
+            self.drive(driven, gather, reply.as_ref(), &mut round);
         }
         round
     }
@@ -134,8 +140,9 @@ impl Engine {
 
     /// [`release_detached`](Self::release_detached) on the nodes where
     /// `reached` is true: those that an attempt's acquire may have reached
-    /// ([`Pending::reached`]). A node that never got the acquire needs no
-    /// release. Untraced: an undo is part of its attempt's round.
+    /// ([`Gathered::reached`](super::Gathered::reached)). A node that
+    /// never got the acquire needs no release. Untraced: an undo is part
+    /// of its attempt's round.
     pub(crate) fn release_detached_where(&self, hold: &Hold, token: Token, reached: &[bool]) {
         self.send_releases(hold, token, |slot| reached.get(slot) == Some(&true), None);
     }

@@ -103,7 +103,9 @@ fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
                 Direct::Never,
                 Gather::All,
             )
-            .gather(Gather::All);
+            .gather(Gather::All)
+            .into_outcomes()
+            .collect::<Vec<_>>();
         if matches!(&outcomes[0], NodeOutcome::Failed(e) if e.message().contains("already waiting"))
         {
             full = true;

@@ -29,7 +29,7 @@ use super::validity::drift;
 use super::verdict::{AcquireVerdict, Votes, acquire_verdict, undo_where};
 use crate::backend::KeySet;
 use crate::clock::Clock;
-use crate::engine::{Action, Direct, Engine, Gather, Hold, Request};
+use crate::engine::{Action, Direct, Engine, Gather, Gathered, Hold, Request};
 use crate::error::{Error, Result};
 use crate::report::{Name, NodeOutcome, NodeReport, Report, Round};
 use crate::token::Token;
@@ -213,32 +213,27 @@ impl Rounds {
         let pending = self
             .engine
             .scatter(&request, config.node_timeout, Direct::IdleNodes, gather);
-        // Only nodes that got the acquire need its release.
-        let reached = pending.reached();
-        let votes = pending.gather_votes(gather);
-        let reads: Vec<u64> = votes.iter().filter_map(|vote| vote.fence).collect();
-        let outcomes = votes.into_iter().map(|vote| vote.outcome).collect();
+        let gathered = pending.gather(gather);
         let elapsed = self.now().saturating_duration_since(start);
         let drift = drift(ttl, config.drift_factor);
-        let report = self.report(Round::Acquire, resources, outcomes, elapsed);
-        let votes = Votes {
-            granted: report.granted(),
-            refused: report.refused(),
-            nodes: report.nodes.len(),
-            quorum: config.quorum,
-        };
+        let votes = Votes::of(gathered.outcomes(), config.quorum);
         let verdict = acquire_verdict(votes, ttl, drift, start, elapsed);
-        // Where a failure must release: every node the attempt reached
-        // except those that said the key is another token's (worked out
-        // on failure only).
-        let undo = |report: &Report| undo_where(&reached, report.nodes.iter().map(|n| &n.outcome));
+        // A failure gives up on the attempt everywhere it may have landed:
+        // the nodes it reached that granted, failed or have not answered
+        // (any of them may hold our token), not those that said the key is
+        // another token's. Worked out on failure only, as is the report: a
+        // granted lock needs neither.
+        let fail = |gathered: Gathered| {
+            self.engine
+                .undo_where(hold, token, &undo_where(gathered.reached()));
+            self.report(Round::Acquire, resources, gathered.into_outcomes(), elapsed)
+        };
         if let AcquireVerdict::Granted { deadline } = verdict {
             let fence = if fenced {
-                match self.fence(hold, token, reads, deadline) {
+                match self.fence(hold, token, gathered.fences(), deadline) {
                     Ok(fence) => Some(fence),
-                    Err(error) => {
-                        self.engine.undo_where(hold, token, &undo(&report));
-                        let error = error.into_error(report, self.engine.node_names());
+                    Err(failure) => {
+                        let error = failure.into_error(fail(gathered), self.engine.node_names());
                         self.counters.note_failed_attempt(&error);
                         return Err(error);
                     }
@@ -246,7 +241,7 @@ impl Rounds {
             } else {
                 None
             };
-            let granted = report.nodes.iter().map(|n| n.outcome.is_granted());
+            let granted = gathered.outcomes().map(NodeOutcome::is_granted);
             let support = Support::of_grants(&epochs, granted);
             let lease = Lease::new(
                 resources.clone(),
@@ -260,11 +255,7 @@ impl Rounds {
             self.counters.note(Event::Acquired);
             return Ok(Arc::new(lease));
         }
-        // Give up on this attempt everywhere it may have landed: the nodes
-        // that granted, failed or have not answered (any of them may hold
-        // our token), not those that said the key is another token's.
-        self.engine.undo_where(hold, token, &undo(&report));
-        let report = Box::new(report);
+        let report = Box::new(fail(gathered));
         let error = match verdict {
             AcquireVerdict::TooSlow => Error::ValidityExpired { report },
             AcquireVerdict::Contended => Error::Contended { report },
@@ -358,7 +349,7 @@ impl Rounds {
         );
         // The next local waiter's acquire now queues behind this release.
         drop(turn);
-        let outcomes = pending.gather(Gather::All);
+        let outcomes = pending.gather(Gather::All).into_outcomes();
         let elapsed = self.now().saturating_duration_since(start);
         let report = self.report(Round::Release, &lease.resources, outcomes, elapsed);
         // Once a quorum has answered, no quorum can still hold our token.
@@ -431,7 +422,7 @@ impl Rounds {
         &self,
         operation: Round,
         resources: &KeySet,
-        outcomes: Vec<NodeOutcome>,
+        outcomes: impl IntoIterator<Item = NodeOutcome>,
         elapsed: Duration,
     ) -> Report {
         Report {

@@ -57,6 +57,25 @@ pub(crate) struct Votes {
     pub(crate) quorum: usize,
 }
 
+impl Votes {
+    /// The count of a round's `outcomes` (one per node), as its
+    /// [`Report`](crate::report::Report) counts them.
+    pub(crate) fn of<'a>(outcomes: impl Iterator<Item = &'a NodeOutcome>, quorum: usize) -> Self {
+        let mut votes = Self {
+            granted: 0,
+            refused: 0,
+            nodes: 0,
+            quorum,
+        };
+        for outcome in outcomes {
+            votes.nodes += 1;
+            votes.granted += usize::from(outcome.is_granted());
+            votes.refused += usize::from(matches!(outcome, NodeOutcome::Refused));
+        }
+        votes
+    }
+}
+
 /// What one extend round's votes decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ExtendVerdict {
@@ -141,14 +160,14 @@ pub(crate) fn sets_deadline(seq: u64, latest: u64) -> bool {
 /// of ours left it there either. A grant, an error, a timeout, a node not
 /// waited for, a quarantined or unverified grant may all have landed: the
 /// release goes there, behind the acquire (per-node FIFO).
+///
+/// `nodes`: per node, whether the attempt reached it, and its outcome.
 pub(crate) fn undo_where<'a>(
-    reached: &[bool],
-    outcomes: impl IntoIterator<Item = &'a NodeOutcome>,
+    nodes: impl IntoIterator<Item = (bool, &'a NodeOutcome)>,
 ) -> Vec<bool> {
-    reached
-        .iter()
-        .zip(outcomes)
-        .map(|(&reached, outcome)| reached && !matches!(outcome, NodeOutcome::Refused))
+    nodes
+        .into_iter()
+        .map(|(reached, outcome)| reached && !matches!(outcome, NodeOutcome::Refused))
         .collect()
 }
 
@@ -174,16 +193,17 @@ mod tests {
             NodeOutcome::HandedOver,
         ];
         for outcome in &maybe_landed {
-            assert_eq!(undo_where(&[true], [outcome]), [true], "{outcome:?}");
-            assert_eq!(undo_where(&[false], [outcome]), [false], "{outcome:?}");
+            assert_eq!(undo_where([(true, outcome)]), [true], "{outcome:?}");
+            assert_eq!(undo_where([(false, outcome)]), [false], "{outcome:?}");
         }
-        assert_eq!(undo_where(&[true], [&NodeOutcome::Refused]), [false]);
+        assert_eq!(undo_where([(true, &NodeOutcome::Refused)]), [false]);
         let mixed = [
             NodeOutcome::Refused,
             NodeOutcome::Granted,
             NodeOutcome::NotAwaited,
         ];
-        assert_eq!(undo_where(&[true, true, true], &mixed), [false, true, true]);
+        let reached_all = mixed.iter().map(|outcome| (true, outcome));
+        assert_eq!(undo_where(reached_all), [false, true, true]);
     }
 
     #[test]

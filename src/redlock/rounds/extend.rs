@@ -168,9 +168,10 @@ impl Rounds {
         round: Round,
     ) -> Judged {
         let config = &self.config;
-        let outcomes = pending.gather(Gather::UntilDecided {
+        let gather = Gather::UntilDecided {
             quorum: config.quorum,
-        });
+        };
+        let outcomes = pending.gather(gather).into_outcomes();
         let end = self.now();
         let elapsed = end.saturating_duration_since(ticket.start());
         let report = self.report(round, &lease.resources, outcomes, elapsed);
