@@ -104,13 +104,13 @@ impl<'a> Driven<'a> {
 }
 
 impl Engine {
-    /// Reads the answers of the `driven` nodes (see the module's text)
-    /// into `round`, with the queued nodes' answers that arrive meanwhile
+    /// Reads the answers of the `driven` nodes (each taken out as it is
+    /// read or left; see the module's text) into `round`, with the queued nodes' answers that arrive meanwhile
     /// (the node threads answer on `reply`, the round's box when it has
     /// one).
     pub(super) fn drive(
         &self,
-        mut driven: Vec<Driven<'_>>,
+        driven: &mut [Option<Driven<'_>>],
         gather: Gather,
         reply: Option<&Ballot>,
         round: &mut Pending,
@@ -127,9 +127,11 @@ impl Engine {
                 reply.trace().vote(slot, &vote.outcome);
             }
         };
-        driven.sort_by_key(|d| self.nodes[d.slot].health.latency());
+        let latency = |node: &Driven<'_>| self.nodes[node.slot].health.latency();
+        driven.sort_by_key(|node| node.as_ref().map(latency));
+        let len = driven.len();
         let mut next = 0;
-        while !driven.is_empty() {
+        loop {
             while let Some((slot, vote)) = answers.as_ref().and_then(|a| a.try_take()) {
                 tally.record(vote.outcome.is_granted());
                 slots[slot].vote = Some(vote);
@@ -139,7 +141,7 @@ impl Engine {
             if decided || deadline.is_some_and(|d| now >= d) {
                 // An answer already in costs nothing to read (and spares
                 // the node's thread a wake-up); the others go to it.
-                for mut node in driven.drain(..) {
+                for mut node in driven.iter_mut().filter_map(Option::take) {
                     if node.sent.ready(now) {
                         let slot = node.slot;
                         let (vote, wake) = node.finish();
@@ -154,23 +156,28 @@ impl Engine {
                 }
                 break;
             }
-            // Wait a little for the next node (fastest first: they were
-            // all sent at once, so the next answer is usually in and the
-            // read returns at once); a node whose answer is not in by
-            // then is passed over for now, so a node that stalls does not
-            // hold up a round the others decide.
-            let latency = self.nodes[driven[next].slot].health.latency();
-            let slice = Duration::from_nanos(latency.saturating_mul(2)).max(MIN_SLICE);
+            // The next node not read yet, from `next` on, round robin.
+            let mut unread = (next..next + len).map(|i| i % len);
+            let Some(pos) = unread.find(|&i| driven[i].is_some()) else {
+                break;
+            };
+            let Some(node) = &mut driven[pos] else {
+                break;
+            };
+            // Wait a little for it (fastest first: they were all sent at
+            // once, so the next answer is usually in and the read returns
+            // at once); a node whose answer is not in by then is passed
+            // over for now, so a node that stalls does not hold up a
+            // round the others decide.
+            let slice = Duration::from_nanos(latency(node).saturating_mul(2)).max(MIN_SLICE);
             let until = deadline.map_or(now + slice, |d| d.min(now + slice));
-            if !driven[next].sent.ready(until) {
-                next = (next + 1) % driven.len();
+            next = pos + 1;
+            if !node.sent.ready(until) {
                 continue;
             }
-            let pos = next;
-            let node = driven.remove(pos);
-            if next >= driven.len() {
-                next = 0;
-            }
+            let Some(node) = driven[pos].take() else {
+                break;
+            };
             let slot = node.slot;
             let (vote, wake) = node.finish();
             self.wake_if(slot, wake);

@@ -73,8 +73,9 @@ impl Backend for Wire {
     }
 }
 
-fn wires(delays: [Duration; 3], bound: Duration, apply_late: bool) -> Vec<Wire> {
+fn wires(delays: impl AsRef<[Duration]>, bound: Duration, apply_late: bool) -> Vec<Wire> {
     delays
+        .as_ref()
         .iter()
         .enumerate()
         .map(|(i, &delay)| Wire {
@@ -118,6 +119,37 @@ fn acquire<'a>(hold: &'a Hold, token: Token) -> Request<'a> {
 }
 
 const SLOW: Duration = Duration::from_millis(1500);
+
+/// The caller reads every node it drives exactly once, whether it keeps
+/// them on its stack (up to five) or in a list (more), and however their
+/// answers come in: here the later a node's slot, the sooner it answers,
+/// so the caller passes over the first ones and comes back to them.
+#[test]
+fn a_caller_reads_every_node_it_drives_once_on_the_stack_or_in_a_list() {
+    for n in [1, 3, 5, 6, 7] {
+        let delays: Vec<Duration> = (0..n)
+            .map(|i| Duration::from_millis(2 * (n - i) as u64))
+            .collect();
+        let wires = wires(delays, Duration::from_secs(5), false);
+        let engine = engine(&wires, majority(n));
+        let key = Hold::Lock(KeySet::one("k"));
+        let outcomes = engine.round(
+            &acquire(&key, Token::random().unwrap()),
+            Gather::All,
+            Duration::from_secs(5),
+            Direct::IdleNodes,
+        );
+        assert_eq!(outcomes.len(), n);
+        assert!(
+            outcomes.iter().all(NodeOutcome::is_granted),
+            "n={n}: {outcomes:?}"
+        );
+        for (i, wire) in wires.iter().enumerate() {
+            assert_eq!(*wire.readers.lock(), ["a caller"], "n={n}, node {i}");
+        }
+        assert!(engine.flush(Duration::from_secs(30)));
+    }
+}
 
 /// Two fast nodes decide the round: the caller read them itself and left
 /// the slow node's answer to that node's thread.

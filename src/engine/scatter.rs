@@ -15,6 +15,10 @@ use crate::backend::{BackendError, BackendErrorKind};
 use crate::report::NodeOutcome;
 use crate::token::Token;
 
+/// The most nodes a caller drives in one round without a list: most
+/// deployments run 3 or 5.
+const DRIVEN_IN_PLACE: usize = 5;
+
 impl Engine {
     /// Scatters `req` to every node and gathers per `gather` for at most
     /// `wait` (real time). Returns one outcome per node, in node order.
@@ -56,24 +60,36 @@ impl Engine {
         // The caller drives every idle node whose backend bounds its calls
         // (no thread hand-off there) and queues to the others, whose
         // threads batch what contending callers queue. Gates are taken
-        // with `try_lock` only: a caller never blocks holding one.
-        let mut driven = Vec::new();
+        // with `try_lock` only: a caller never blocks holding one. Up to
+        // `DRIVEN_IN_PLACE` nodes are kept on the stack (no list to
+        // allocate per round).
+        let mut in_place: [Option<Driven<'_>>; DRIVEN_IN_PLACE] = Default::default();
+        let mut listed = Vec::new();
+        let driven = if n <= DRIVEN_IN_PLACE {
+            &mut in_place[..n]
+        } else {
+            listed.resize_with(n, || None);
+            &mut listed[..]
+        };
+        let mut count = 0;
         if direct == Direct::IdleNodes {
             for (slot, node) in self.nodes.iter().enumerate() {
                 if node.exec.can_run_within(wait)
                     && let Some(state) = node.idle()
                 {
-                    driven.push(Driven::begin(slot, node, state, &item));
+                    driven[count] = Some(Driven::begin(slot, node, state, &item));
+                    count += 1;
                 }
             }
         }
+        let driven = &mut driven[..count];
         // The box the node threads post their votes in: a round that no
         // node thread answers (the caller drives every node) needs none,
         // unless a span records the round there.
-        let (reply, answers) = (driven.len() < n || traced.is_on())
+        let (reply, answers) = (count < n || traced.is_on())
             .then(|| ballots::new_round(traced))
             .unzip();
-        let mut taken = driven.iter().map(|d| d.slot).peekable();
+        let mut taken = driven.iter().flatten().map(|d| d.slot).peekable();
         for (slot, node) in self.nodes.iter().enumerate() {
             if taken.next_if_eq(&slot).is_some() {
                 continue;
@@ -121,7 +137,7 @@ impl Engine {
             answers,
             deadline,
         };
-        if !driven.is_empty() {
+        if count > 0 {
             self.drive(driven, gather, reply.as_ref(), &mut round);
         }
         round
