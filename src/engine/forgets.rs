@@ -18,6 +18,43 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// node's index and why, in words.
 pub(crate) type ForgetHook = Box<dyn Fn(usize, &str) + Send + Sync>;
 
+/// The most nodes whose epochs a snapshot keeps without a list: one is
+/// taken per acquire, extend and admission.
+const EPOCHS_IN_PLACE: usize = 8;
+
+/// Every node's forget epoch at one moment, in node order: a slice
+/// (`Deref`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Epochs(Stored);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Stored {
+    InPlace {
+        epochs: [u64; EPOCHS_IN_PLACE],
+        n: usize,
+    },
+    Listed(Box<[u64]>),
+}
+
+/// Epochs given as a list (tests of the lease, which take no snapshot).
+#[cfg(test)]
+impl From<Vec<u64>> for Epochs {
+    fn from(epochs: Vec<u64>) -> Self {
+        Self(Stored::Listed(epochs.into_boxed_slice()))
+    }
+}
+
+impl std::ops::Deref for Epochs {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        match &self.0 {
+            Stored::InPlace { epochs, n } => &epochs[..*n],
+            Stored::Listed(epochs) => epochs,
+        }
+    }
+}
+
 /// The forget epochs of one engine's nodes.
 pub(crate) struct Forgets {
     epochs: Box<[AtomicU64]>,
@@ -33,11 +70,15 @@ impl Forgets {
     }
 
     /// Every node's epoch now, in node order.
-    pub(crate) fn snapshot(&self) -> Vec<u64> {
-        self.epochs
-            .iter()
-            .map(|e| e.load(Ordering::SeqCst))
-            .collect()
+    pub(crate) fn snapshot(&self) -> Epochs {
+        let now = self.epochs.iter().map(|e| e.load(Ordering::SeqCst));
+        let n = self.epochs.len();
+        if n > EPOCHS_IN_PLACE {
+            return Epochs(Stored::Listed(now.collect()));
+        }
+        let mut epochs = [0; EPOCHS_IN_PLACE];
+        epochs.iter_mut().zip(now).for_each(|(slot, e)| *slot = e);
+        Epochs(Stored::InPlace { epochs, n })
     }
 
     /// One node's epoch now (0 for a node that does not exist).
@@ -67,7 +108,7 @@ impl Forgets {
 impl fmt::Debug for Forgets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Forgets")
-            .field("epochs", &self.snapshot())
+            .field("epochs", &&*self.snapshot())
             .finish_non_exhaustive()
     }
 }
@@ -91,7 +132,12 @@ mod tests {
             seen.lock().push((node, why.to_owned(), epoch));
         }));
         forgets.note(2, "evicting");
-        assert_eq!(forgets.snapshot(), [0, 1, 1]);
+        assert_eq!(*forgets.snapshot(), [0, 1, 1]);
+        let many = Forgets::new(EPOCHS_IN_PLACE + 2);
+        many.note(EPOCHS_IN_PLACE + 1, "beyond the place kept");
+        let mut expected = [0; EPOCHS_IN_PLACE + 2];
+        expected[EPOCHS_IN_PLACE + 1] = 1;
+        assert_eq!(*many.snapshot(), expected);
         assert_eq!(*heard.lock(), [(2, "evicting".to_owned(), Some(1))]);
         assert_eq!(forgets.epoch(7), 0);
     }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 pub(crate) use self::action::{Action, Direct, Gather, Request};
-pub(crate) use self::forgets::Forgets;
+pub(crate) use self::forgets::{Epochs, Forgets};
 pub(crate) use self::hold::{Hold, Pair};
 #[cfg(not(test))]
 use self::node::Registry;

@@ -13,7 +13,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::support::Support;
 use super::verdict::{ExtendVerdict, begin_cap, sets_deadline};
 use crate::backend::KeySet;
-use crate::engine::Hold;
+use crate::engine::{Epochs, Hold};
 use crate::error::Error;
 use crate::token::Token;
 
@@ -110,7 +110,7 @@ pub(crate) struct ExtendTicket {
     old_deadline: Instant,
     seq: u64,
     /// Every node's forget epoch, read before the extend was sent.
-    epochs: Box<[u64]>,
+    epochs: Epochs,
 }
 
 impl ExtendTicket {
@@ -291,7 +291,7 @@ impl LeaseState {
         start: Instant,
         ttl: Duration,
         drift: Duration,
-        epochs: Vec<u64>,
+        epochs: Epochs,
     ) -> Result<ExtendTicket, CannotExtend> {
         if let Some(lost) = self.lost() {
             return Err(CannotExtend::Lost(lost.clone()));
@@ -311,7 +311,7 @@ impl LeaseState {
             drift,
             old_deadline,
             seq: self.extends_begun,
-            epochs: epochs.into_boxed_slice(),
+            epochs,
         })
     }
 

@@ -57,9 +57,13 @@ fn an_acquire_is_supported_by_the_nodes_that_granted_it() {
 fn the_extend_begun_last_sets_the_support_with_its_own_epochs() {
     let now = Instant::now();
     let mut state = acquired(now, [0, 0, 0], [true, true, true]);
-    let first = state.begin_extend(now, TTL, DRIFT, vec![0, 0, 0]).unwrap();
+    let first = state
+        .begin_extend(now, TTL, DRIFT, vec![0, 0, 0].into())
+        .unwrap();
     // Node 0 forgot between the two extends: its epoch is 1 from here on.
-    let last = state.begin_extend(now, TTL, DRIFT, vec![1, 0, 0]).unwrap();
+    let last = state
+        .begin_extend(now, TTL, DRIFT, vec![1, 0, 0].into())
+        .unwrap();
     state
         .finish_extend(last, confirmed(now), [true, true, false], lost)
         .unwrap();
@@ -77,7 +81,9 @@ fn the_extend_begun_last_sets_the_support_with_its_own_epochs() {
 fn a_failed_extend_leaves_the_support_and_loses_the_lease() {
     let now = Instant::now();
     let mut state = acquired(now, [0, 0, 0], [true, true, false]);
-    let ticket = state.begin_extend(now, TTL, DRIFT, vec![0, 0, 0]).unwrap();
+    let ticket = state
+        .begin_extend(now, TTL, DRIFT, vec![0, 0, 0].into())
+        .unwrap();
     let failed = ExtendVerdict::TooFewVotes {
         granted: 1,
         quorum: QUORUM,

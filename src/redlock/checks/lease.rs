@@ -259,7 +259,7 @@ impl Explorer {
                     now,
                     Duration::from_millis(ttl),
                     drift,
-                    vec![0; NODES],
+                    vec![0; NODES].into(),
                 ) {
                     Ok(ticket) => {
                         let seq = lease.state.extends_begun();
@@ -380,7 +380,7 @@ impl Explorer {
                 let mut probe = state.clone();
                 let ttl = Duration::from_millis(SHORT);
                 if probe
-                    .begin_extend(now, ttl, Self::drift(SHORT), vec![0; NODES])
+                    .begin_extend(now, ttl, Self::drift(SHORT), vec![0; NODES].into())
                     .is_ok()
                 {
                     return Some(format!(
