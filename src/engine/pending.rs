@@ -82,54 +82,48 @@ impl Pending {
             let unanswered = votes.filter(Option::is_none).count();
             answers.trace().decided(granted, unanswered, timed_out);
         }
-        // In place: a slot and an answer take the same room.
-        let nodes = slots.into_iter().map(|slot| Answer {
-            vote: slot.vote.unwrap_or_else(|| Vote::of(missing.clone())),
-            reached: slot.reached,
-        });
-        Gathered {
-            nodes: nodes.collect(),
+        for slot in &mut slots {
+            slot.vote.get_or_insert_with(|| Vote::of(missing.clone()));
         }
+        Gathered { slots }
     }
 }
 
 /// A gathered round: per node, in node order, its vote and whether the
 /// operation reached it.
 pub(crate) struct Gathered {
-    nodes: Vec<Answer>,
-}
-
-struct Answer {
-    vote: Vote,
-    reached: bool,
+    /// Every slot holds a vote ([`Pending::gather`] made it so).
+    slots: Vec<Slot>,
 }
 
 impl Gathered {
+    /// Each node's vote, in node order.
+    fn votes(&self) -> impl Iterator<Item = &Vote> + Clone {
+        self.slots.iter().filter_map(|slot| slot.vote.as_ref())
+    }
+
     /// Each node's outcome, in node order.
     pub(crate) fn outcomes(&self) -> impl Iterator<Item = &NodeOutcome> + Clone {
-        self.nodes.iter().map(|node| &node.vote.outcome)
+        self.votes().map(|vote| &vote.outcome)
     }
 
     /// Each node's outcome, in node order, for a report.
-    pub(crate) fn into_outcomes(self) -> impl ExactSizeIterator<Item = NodeOutcome> {
-        self.nodes.into_iter().map(|node| node.vote.outcome)
+    pub(crate) fn into_outcomes(self) -> impl Iterator<Item = NodeOutcome> {
+        let votes = self.slots.into_iter().filter_map(|slot| slot.vote);
+        votes.map(|vote| vote.outcome)
     }
 
     /// The fence counters the granting nodes read (fenced acquires).
     pub(crate) fn fences(&self) -> Vec<u64> {
-        self.nodes
-            .iter()
-            .filter_map(|node| node.vote.fence)
-            .collect()
+        self.votes().filter_map(|vote| vote.fence).collect()
     }
 
     /// Per node, whether the operation may have reached it, with its
     /// outcome: only nodes it reached need the release that undoes an
     /// acquire.
     pub(crate) fn reached(&self) -> impl Iterator<Item = (bool, &NodeOutcome)> {
-        self.nodes
-            .iter()
-            .map(|node| (node.reached, &node.vote.outcome))
+        let slots = self.slots.iter();
+        slots.filter_map(|slot| Some((slot.reached, &slot.vote.as_ref()?.outcome)))
     }
 }
 
