@@ -11,7 +11,8 @@
 //! counting for the thread that took it.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use std::collections::hash_map::{Entry, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Weak};
 use std::thread::{self, ThreadId};
 use std::time::Instant;
@@ -26,12 +27,49 @@ use crate::engine::Hold;
 #[derive(Debug, Default)]
 pub(crate) struct Owners {
     /// The leases of the live guards each (member, thread) took.
-    held: Mutex<HashMap<Holder, Leases>>,
+    held: Mutex<HashMap<Holder, Leases, BuildHasherDefault<Prehashed>>>,
+    /// The keys of the holders' hashes (SipHash, as a `HashMap`'s own:
+    /// the keys are the application's resource names).
+    keys: RandomState,
 }
 
 /// One member of a hold ([`Hold::members`]: a key of a lock, or a
-/// read-write lock's side) and the thread that took a guard for it.
-type Holder = (Hold, ThreadId);
+/// read-write lock's side) and the thread that took a guard for it, with
+/// their hash, computed once: a guard's drop finds its entry again
+/// without hashing its keys a second time.
+#[derive(Debug, PartialEq, Eq)]
+struct Holder {
+    hash: u64,
+    member: Hold,
+    thread: ThreadId,
+}
+
+impl Hash for Holder {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// The map's hasher: a [`Holder`] brings its hash.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // `Holder` writes one `u64`; anything else is folded in.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
+}
 
 /// The leases of the live guards one (member, thread) took: one, unless the
 /// thread locked again after its earlier lock expired. The one is kept in
@@ -80,6 +118,15 @@ impl Leases {
 }
 
 impl Owners {
+    /// `member` held by `thread`, hashed.
+    fn holder(&self, member: Hold, thread: ThreadId) -> Holder {
+        Holder {
+            hash: self.keys.hash_one((&member, thread)),
+            member,
+            thread,
+        }
+    }
+
     /// Whether the current thread holds a live guard for any member of
     /// `hold` ([`Hold::members`]) whose lock is still valid at `now` (on
     /// the manager's clock).
@@ -87,7 +134,7 @@ impl Owners {
         let me = thread::current().id();
         let held = self.held.lock();
         hold.members().any(|member| {
-            held.get(&(member, me)).is_some_and(|leases| {
+            held.get(&self.holder(member, me)).is_some_and(|leases| {
                 leases.iter().filter_map(Weak::upgrade).any(|lease| {
                     let state = lease.state();
                     state.lost().is_none() && state.deadline() > now
@@ -116,10 +163,13 @@ impl Owners {
     /// returned [`Owned`] (which holds the lease) is dropped.
     pub(crate) fn own(self: &Arc<Self>, lease: Arc<Lease>) -> Owned {
         let thread = thread::current().id();
+        let mut first = None;
         let mut held = self.held.lock();
         for member in lease.hold.members() {
+            let holder = self.holder(member, thread);
+            first.get_or_insert(holder.hash);
             let mine = Arc::downgrade(&lease);
-            match held.entry((member, thread)) {
+            match held.entry(holder) {
                 Entry::Occupied(mut leases) => leases.get_mut().push(mine),
                 Entry::Vacant(entry) => {
                     entry.insert(Leases::One(mine));
@@ -131,6 +181,7 @@ impl Owners {
             owners: Arc::clone(self),
             lease,
             thread,
+            first: first.unwrap_or_default(),
         }
     }
 }
@@ -143,6 +194,8 @@ pub(crate) struct Owned {
     owners: Arc<Owners>,
     lease: Arc<Lease>,
     thread: ThreadId,
+    /// The hash of the first member's entry (a single lock's only one).
+    first: u64,
 }
 
 impl Owned {
@@ -155,10 +208,18 @@ impl Owned {
 impl Drop for Owned {
     fn drop(&mut self) {
         let mut held = self.owners.held.lock();
-        for member in self.lease.hold.members() {
-            // One lookup (the key is hashed once) for both the find and
-            // the removal.
-            if let Entry::Occupied(mut leases) = held.entry((member, self.thread))
+        for (i, member) in self.lease.hold.members().enumerate() {
+            // The first member's hash is known (a single lock's: the hot
+            // path); one lookup for both the find and the removal.
+            let holder = match i {
+                0 => Holder {
+                    hash: self.first,
+                    member,
+                    thread: self.thread,
+                },
+                _ => self.owners.holder(member, self.thread),
+            };
+            if let Entry::Occupied(mut leases) = held.entry(holder)
                 && leases.get_mut().remove(&self.lease)
             {
                 leases.remove();
@@ -247,6 +308,32 @@ mod tests {
         assert!(!owners.held_by_me(&lock("x:readers"), now));
         let plain = Hold::Lock(KeySet::new(["x:readers", "x:writer"]).unwrap());
         assert!(!owners.held_by_me(&plain, now), "not the plain set");
+    }
+
+    /// A set's guard holds each of its keys, and its drop finds every
+    /// entry again: the first by the hash kept, the others hashed anew.
+    #[test]
+    fn a_set_holds_each_key_until_its_guard_is_dropped() {
+        let owners = Arc::new(Owners::default());
+        let now = Instant::now();
+        let set = Arc::new(Lease::new(
+            KeySet::new(["a", "b", "c"]).unwrap(),
+            Hold::Lock(KeySet::new(["a", "b", "c"]).unwrap()),
+            Token::random().unwrap(),
+            Duration::from_secs(1),
+            now + Duration::from_secs(1),
+            Support::default(),
+            None,
+        ));
+        let owned = owners.own(set);
+        let lock = |k: &str| Hold::Lock(KeySet::one(k));
+        for key in ["a", "b", "c"] {
+            assert!(owners.held_by_me(&lock(key), now), "{key}");
+        }
+        assert!(!owners.held_by_me(&lock("d"), now));
+        assert_eq!(owners.held.lock().len(), 3);
+        drop(owned);
+        assert!(owners.held.lock().is_empty(), "every key's entry removed");
     }
 
     #[test]
