@@ -239,13 +239,16 @@ mod tests {
     use crate::token::Token;
 
     fn lease(key: &str, deadline: Instant) -> Arc<Lease> {
-        let token = Token::random().unwrap();
-        let ttl = Duration::from_secs(1);
+        holding(Hold::Lock(KeySet::one(key)), deadline)
+    }
+
+    /// A lease of `hold` (its resource names do not matter here).
+    fn holding(hold: Hold, deadline: Instant) -> Arc<Lease> {
         Arc::new(Lease::new(
             KeySet::one("r"),
-            Hold::Lock(KeySet::one(key)),
-            token,
-            ttl,
+            hold,
+            Token::random().unwrap(),
+            Duration::from_secs(1),
             deadline,
             Support::default(),
             None,
@@ -286,15 +289,7 @@ mod tests {
         let owners = Arc::new(Owners::default());
         let now = Instant::now();
         let pair = Pair::new(b"x:readers", b"x:writer").unwrap();
-        let reader = Arc::new(Lease::new(
-            KeySet::one("x"),
-            Hold::Reader(pair.clone()),
-            Token::random().unwrap(),
-            Duration::from_secs(1),
-            now + Duration::from_secs(1),
-            Support::default(),
-            None,
-        ));
+        let reader = holding(Hold::Reader(pair.clone()), now + Duration::from_secs(1));
         let _owned = owners.own(reader);
         assert!(
             owners.held_by_me(&Hold::Reader(pair.clone()), now),
@@ -316,15 +311,8 @@ mod tests {
     fn a_set_holds_each_key_until_its_guard_is_dropped() {
         let owners = Arc::new(Owners::default());
         let now = Instant::now();
-        let set = Arc::new(Lease::new(
-            KeySet::new(["a", "b", "c"]).unwrap(),
-            Hold::Lock(KeySet::new(["a", "b", "c"]).unwrap()),
-            Token::random().unwrap(),
-            Duration::from_secs(1),
-            now + Duration::from_secs(1),
-            Support::default(),
-            None,
-        ));
+        let set = Hold::Lock(KeySet::new(["a", "b", "c"]).unwrap());
+        let set = holding(set, now + Duration::from_secs(1));
         let owned = owners.own(set);
         let lock = |k: &str| Hold::Lock(KeySet::one(k));
         for key in ["a", "b", "c"] {
