@@ -105,9 +105,9 @@ impl<'a> Driven<'a> {
 
 impl Engine {
     /// Reads the answers of the `driven` nodes (each taken out as it is
-    /// read or left; see the module's text) into `round`, with the queued nodes' answers that arrive meanwhile
-    /// (the node threads answer on `reply`, the round's box when it has
-    /// one).
+    /// read or left; see the module's text) into `round`, with the queued
+    /// nodes' answers that arrive meanwhile (the node threads answer on
+    /// `reply`, the round's box when it has one).
     pub(super) fn drive(
         &self,
         driven: &mut [Option<Driven<'_>>],

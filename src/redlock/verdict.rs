@@ -70,7 +70,7 @@ impl Votes {
         for outcome in outcomes {
             votes.nodes += 1;
             votes.granted += usize::from(outcome.is_granted());
-            votes.refused += usize::from(matches!(outcome, NodeOutcome::Refused));
+            votes.refused += usize::from(outcome.is_refused());
         }
         votes
     }
@@ -167,7 +167,7 @@ pub(crate) fn undo_where<'a>(
 ) -> Vec<bool> {
     nodes
         .into_iter()
-        .map(|(reached, outcome)| reached && !matches!(outcome, NodeOutcome::Refused))
+        .map(|(reached, outcome)| reached && !outcome.is_refused())
         .collect()
 }
 

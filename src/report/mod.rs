@@ -82,7 +82,7 @@ impl Report {
 
     /// Nodes that answered no.
     pub fn refused(&self) -> usize {
-        self.count(|o| matches!(o, NodeOutcome::Refused))
+        self.count(NodeOutcome::is_refused)
     }
 
     /// Nodes that failed, timed out, were down or quarantined.

@@ -79,6 +79,13 @@ impl NodeOutcome {
         matches!(self, Self::Granted)
     }
 
+    /// Whether the node said no: the key is another token's. The one
+    /// definition behind a report's count of refusals and the rounds'
+    /// verdicts (a refused node took nothing and needs no undo).
+    pub(crate) fn is_refused(&self) -> bool {
+        matches!(self, Self::Refused)
+    }
+
     /// The outcome in words, for the line of `node` in a report.
     pub(crate) fn describe(&self, op: Round, node: &str) -> String {
         match (self, op) {
