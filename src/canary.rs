@@ -28,6 +28,13 @@ pub(crate) enum Canary {
     /// sent quietly (a detached release of a wake chain) is left queued
     /// with nobody woken.
     NudgeWakesNobody,
+    /// engine/node/queue.rs: a wake time sent to the receiver
+    /// (`Sender::wake_by`) does not wake it, so it sleeps past a parked
+    /// batch's due time.
+    WakeByWakesNobody,
+    /// engine/node/queue.rs: the receiver sleeps with the deadline it was
+    /// given, not the earlier wake time sent to it before it slept.
+    SleepIgnoresWakeBy,
     /// redlock/verdict.rs: any confirmed extend sets the deadline, not only
     /// the one begun last.
     AnyExtendSetsDeadline,

@@ -15,20 +15,31 @@
 //! Once the round is decided (a quorum of grants, or too few nodes left),
 //! or its deadline has passed, the batches it has not read yet stay
 //! parked in their nodes' states (`node/unread.rs`): the next caller that
-//! drives the node reads the late answer first (when it is in: a caller
-//! never waits for a straggler), or the node's thread does within a short
-//! grace, and passes it on; nothing is sent to the node before it is
-//! read, so a release queued later (say, of the acquire that lost) runs
-//! after it.
+//! drives the node reads the late answer first, or the node's thread does
+//! within a short grace, and passes it on; nothing is sent to the node
+//! before it is read, so a release queued later (say, of the acquire that
+//! lost) runs after it.
+//!
+//! A node whose only business is such a parked batch is idle: the next
+//! caller takes it, and when the late answer is not in yet, reads it as
+//! one more answer of its own round (among the others, each in its turn)
+//! and only then sends its operation there. Its round is never held up
+//! for it: when the round is decided first, the caller queues its
+//! operation for the node's thread, still holding the node so that
+//! nothing overtakes it, and lets go. Queuing at once instead, as a busy
+//! node's operation is, would hand the node to its thread: one thread
+//! hand-off, and the node busy for the rounds that follow (counted in
+//! docs/benchmarks.md).
 
 use std::time::{Duration, Instant};
 
 use super::ballots::Ballot;
 use super::gate::Gate;
 use super::node::queue::Driving;
-use super::node::worker::{Job, NodeExec, ReplyTo, came_earlier};
+use super::node::worker::{Job, NotQueued, ReplyTo, Work};
 use super::node::{self, Item, Sent, Vote};
-use super::pending::{Pending, known_tally};
+use super::pending::{Pending, Slot, known_tally};
+use super::scatter::not_queued;
 use super::{Engine, Gather, Node};
 use crate::sync::MutexGuard;
 
@@ -36,7 +47,8 @@ use crate::sync::MutexGuard;
 /// at again.
 const MIN_SLICE: Duration = Duration::from_micros(500);
 
-/// A node this caller drives: its state held, its batch sent.
+/// A node this caller drives: its state held, its batch sent (or to be
+/// sent once the batch an earlier round left unread is read).
 pub(super) struct Driven<'a> {
     pub(super) slot: usize,
     /// Declared before `driving`, so dropped first (on a panic too): the
@@ -45,24 +57,34 @@ pub(super) struct Driven<'a> {
     /// This caller counted as the node's driver: operations queued
     /// meanwhile wake nobody and are this caller's to run (combining).
     driving: Driving<'a, Job>,
-    exec: &'a NodeExec,
-    sent: Sent,
-    /// When the node's thread had to wake before: a changed wake time
-    /// (a probe, a release to retry) must be told to it.
-    wake_before: Option<Instant>,
+    node: &'a Node,
+    /// The caller's batch on the wire; `None` while an earlier round's
+    /// batch, parked unread, waits for its answers: nothing is sent over
+    /// it.
+    sent: Option<Sent>,
 }
 
 impl Node {
     /// The node's state, if the node is idle and up: the caller may drive
     /// it ([`Driven::begin`]); `None` otherwise.
     pub(super) fn idle(&self) -> Option<MutexGuard<'_, node::State>> {
-        let mut state = Gate::try_idle(&self.exec.gate)?;
-        (!state.is_down() && state.unread_answered()).then_some(state)
+        let state = Gate::try_idle(&self.exec.gate)?;
+        (!state.is_down()).then_some(state)
+    }
+
+    /// Tells the node's thread its next wake time, `at` (`None`: none);
+    /// it is woken only if it sleeps past it (`node/queue.rs`).
+    pub(super) fn wake_by(&self, at: Option<Instant>) {
+        if let Some(at) = at {
+            self.jobs.wake_by(at);
+        }
     }
 }
 
 impl<'a> Driven<'a> {
-    /// Sends `item` to `node`, whose idle state the caller holds.
+    /// Drives `node`, whose idle state the caller holds: sends `item` now,
+    /// unless an earlier round's batch is parked there with its answers
+    /// not in yet ([`send_when_answered`](Self::send_when_answered)).
     pub(super) fn begin(
         slot: usize,
         node: &'a Node,
@@ -70,36 +92,51 @@ impl<'a> Driven<'a> {
         item: &Item,
     ) -> Self {
         let driving = node.jobs.drive();
-        let wake_before = state.poll_timeout();
-        let sent = state.begin(item.clone(), Instant::now());
+        let sent = state
+            .unread_answered(None)
+            .then(|| state.begin(item.clone(), Instant::now()));
         Self {
             slot,
             state,
             driving,
-            exec: &node.exec,
+            node,
             sent,
-            wake_before,
         }
     }
 
+    /// Whether the caller's answer is in, waiting at most until `until`:
+    /// first for the parked batch's answers, if its own batch is not sent
+    /// yet, then (sent) for its own.
+    fn ready(&mut self, item: &Item, until: Instant) -> bool {
+        if self.sent.is_none() {
+            if !self.state.unread_answered(Some(until)) {
+                return false;
+            }
+            // In: `begin` reads it, without waiting, before it sends.
+            self.sent = Some(self.state.begin(item.clone(), Instant::now()));
+        }
+        self.sent.as_mut().is_some_and(|sent| sent.ready(until))
+    }
+
     /// Reads the answer, then runs what was queued behind it
-    /// ([`NodeExec::leave_driven`]). The flag says whether the node's
-    /// thread must be woken ([`Job::Wake`]) to act on its own.
-    fn finish(self) -> (Option<Vote>, bool) {
+    /// ([`NodeExec::leave_driven`]). Returns the vote and the node's next
+    /// wake time.
+    fn finish(self) -> (Option<Vote>, Option<Instant>) {
         let Self {
             mut state,
             driving,
-            exec,
+            node,
             sent,
-            wake_before,
             ..
         } = self;
-        let arrived = sent.read();
-        // One item: its vote is the last (and only) one.
         let mut last = None;
-        state.answers_arrived(arrived, Instant::now(), |vote| last = Some(vote));
-        let wake = exec.leave_driven(state, driving, true);
-        (last, came_earlier(wake, wake_before))
+        if let Some(sent) = sent {
+            let arrived = sent.read();
+            // One item: its vote is the last (and only) one.
+            state.answers_arrived(arrived, Instant::now(), |vote| last = Some(vote));
+        }
+        let wake = node.exec.leave_driven(state, driving, true);
+        (last, wake)
     }
 }
 
@@ -107,10 +144,12 @@ impl Engine {
     /// Reads the answers of the `driven` nodes (each taken out as it is
     /// read or left; see the module's text) into `round`, with the queued
     /// nodes' answers that arrive meanwhile (the node threads answer on
-    /// `reply`, the round's box when it has one).
+    /// `reply`, the round's box when it has one). `item` is the round's
+    /// operation, for the nodes it is not sent to yet.
     pub(super) fn drive(
         &self,
         driven: &mut [Option<Driven<'_>>],
+        item: &Item,
         gather: Gather,
         reply: Option<&Ballot>,
         round: &mut Pending,
@@ -142,16 +181,26 @@ impl Engine {
                 // An answer already in costs nothing to read (and spares
                 // the node's thread a wake-up); the others go to it.
                 for mut node in driven.iter_mut().filter_map(Option::take) {
-                    if node.sent.ready(now) {
-                        let slot = node.slot;
-                        let (vote, wake) = node.finish();
-                        self.wake_if(slot, wake);
-                        if let Some(vote) = vote {
-                            trace(slot, &vote);
-                            slots[slot].vote = Some(vote);
+                    let slot = node.slot;
+                    let answered = node.sent.as_mut().map(|sent| sent.ready(now));
+                    match answered {
+                        Some(true) => {
+                            let (vote, wake) = node.finish();
+                            self.nodes[slot].wake_by(wake);
+                            if let Some(vote) = vote {
+                                trace(slot, &vote);
+                                slots[slot].vote = Some(vote);
+                            }
                         }
-                    } else {
-                        self.leave_unread(node, reply);
+                        Some(false) => self.leave_unread(node, reply),
+                        None => {
+                            if let Err(refused) = self.hand_over(node, item, reply) {
+                                slots[slot] = Slot {
+                                    vote: Some(Vote::of(not_queued(refused))),
+                                    reached: false,
+                                };
+                            }
+                        }
                     }
                 }
                 break;
@@ -172,7 +221,7 @@ impl Engine {
             let slice = Duration::from_nanos(latency(node).saturating_mul(2)).max(MIN_SLICE);
             let until = deadline.map_or(now + slice, |d| d.min(now + slice));
             next = pos + 1;
-            if !node.sent.ready(until) {
+            if !node.ready(item, until) {
                 continue;
             }
             let Some(node) = driven[pos].take() else {
@@ -180,7 +229,7 @@ impl Engine {
             };
             let slot = node.slot;
             let (vote, wake) = node.finish();
-            self.wake_if(slot, wake);
+            self.nodes[slot].wake_by(wake);
             let Some(vote) = vote else {
                 continue;
             };
@@ -190,29 +239,23 @@ impl Engine {
         }
     }
 
-    /// Tells node `slot`'s thread, if `wake`, that it has something to
-    /// do on its own now (a probe, a release to retry).
-    fn wake_if(&self, slot: usize, wake: bool) {
-        if wake {
-            let _ = self.nodes[slot].enqueue(Job::Wake { probe: false });
-        }
-    }
-
     /// Parks a driven node's unread batch in its state (`node/unread.rs`):
     /// the next caller that drives the node, or the node's thread within
     /// a short grace, reads the answer (and posts it in `reply`, the
     /// round's box if it has one, where the round may still count it)
-    /// before anything else is sent there. The node's thread is woken only
-    /// when its next wake time came earlier.
+    /// before anything else is sent there. The node's thread is told its
+    /// new wake time, which wakes it only if it sleeps past it.
     fn leave_unread(&self, driven: Driven<'_>, reply: Option<&Ballot>) {
         let Driven {
             slot,
             mut state,
             driving,
-            exec,
+            node,
             sent,
-            wake_before,
         } = driven;
+        let Some(sent) = sent else {
+            return;
+        };
         let reply = reply.map(|ballot| ReplyTo {
             ballot: ballot.clone(),
             slot,
@@ -220,8 +263,40 @@ impl Engine {
         state.park_unread(sent, reply, Instant::now());
         // Nothing queued behind it can be sent before the parked batch is
         // read: the node's thread runs it (woken by the driver's end).
-        let wake = exec.leave_driven(state, driving, false);
-        self.wake_if(slot, came_earlier(wake, wake_before));
+        let wake = node.exec.leave_driven(state, driving, false);
+        node.wake_by(wake);
+    }
+
+    /// Queues `item` for the thread of a driven node that the round was
+    /// decided on before the caller could send it there (an earlier
+    /// round's batch is still unread): queued while the caller still
+    /// holds the node, so nothing sent there overtakes it, and without a
+    /// wake-up until the driver's end (`node/queue.rs`). The node's thread
+    /// reads the parked batch first. Its answer goes to `reply`, if any.
+    fn hand_over(
+        &self,
+        driven: Driven<'_>,
+        item: &Item,
+        reply: Option<&Ballot>,
+    ) -> Result<(), NotQueued> {
+        let Driven {
+            slot,
+            state,
+            driving,
+            node,
+            ..
+        } = driven;
+        let reply = reply.map(|ballot| ReplyTo {
+            ballot: ballot.clone(),
+            slot,
+        });
+        let queued = node.enqueue(Job::Work(Work::Op {
+            item: item.clone(),
+            reply,
+        }));
+        let wake = node.exec.leave_driven(state, driving, false);
+        node.wake_by(wake);
+        queued
     }
 }
 

@@ -184,6 +184,89 @@ fn a_round_decided_without_a_slow_node_leaves_its_answer_to_the_node_thread() {
     );
 }
 
+fn release<'a>(hold: &'a Hold, token: Token) -> Request<'a> {
+    Request {
+        action: Action::Release,
+        hold,
+        token,
+    }
+}
+
+/// A late answer left parked by one round is read by the caller of the
+/// next, as one more answer of its own round, when it finds the node
+/// otherwise idle; it then sends its own operation there and reads that
+/// too. Its operation is not handed to the node's thread (on main before
+/// this: it was queued there, since the node had an unread batch
+/// unanswered, and the thread read both).
+#[test]
+fn the_next_round_reads_a_late_answer_itself_and_then_drives_the_node() {
+    let late = Duration::from_millis(50);
+    let wires = wires([late, Duration::ZERO, Duration::ZERO], SLOW, false);
+    let engine = engine(&wires, 2);
+    let key = Hold::Lock(KeySet::one("k"));
+    let token = Token::random().unwrap();
+    let gather = Gather::UntilDecided { quorum: 2 };
+    let first = engine.round(&acquire(&key, token), gather, SLOW, Direct::IdleNodes);
+    let left = Instant::now();
+    assert!(matches!(first[0], NodeOutcome::NotAwaited), "{first:?}");
+    let second = engine.round(&release(&key, token), Gather::All, SLOW, Direct::IdleNodes);
+    // Within the grace, the node's thread cannot have read the parked
+    // batch before this round began (the test thread may be held up
+    // longer on a busy machine: then only the second read is certain).
+    let within_grace = left.elapsed() < crate::engine::node::UNREAD_GRACE;
+    assert!(second.iter().all(NodeOutcome::is_granted), "{second:?}");
+    assert!(engine.flush(Duration::from_secs(30)));
+    let readers = wires[0].readers.lock().clone();
+    assert_eq!(readers.len(), 2, "{readers:?}");
+    assert_eq!(readers[1], "a caller", "the caller drove the release");
+    if within_grace {
+        assert_eq!(readers[0], "a caller", "the caller read the late answer");
+    }
+    assert_eq!(wires[0].node.holder(key.keys().first()), None);
+}
+
+/// A round decided before the late answer it waits for on a node came
+/// in: the caller queues its operation for the node's thread, which
+/// reads the late answer and then runs it. Nothing is lost and nothing
+/// overtakes: the node holds both keys once it has answered.
+#[test]
+fn a_round_decided_before_a_late_answer_hands_its_operation_to_the_node_thread() {
+    let late = Duration::from_millis(50);
+    let wires = wires([late, Duration::ZERO, Duration::ZERO], SLOW, false);
+    let engine = engine(&wires, 2);
+    let gather = Gather::UntilDecided { quorum: 2 };
+    let (one, two) = (
+        Hold::Lock(KeySet::one("one")),
+        Hold::Lock(KeySet::one("two")),
+    );
+    let (t1, t2) = (Token::random().unwrap(), Token::random().unwrap());
+    let first = engine.round(&acquire(&one, t1), gather, SLOW, Direct::IdleNodes);
+    let second = engine.scatter(&acquire(&two, t2), SLOW, Direct::IdleNodes, gather);
+    let gathered = second.gather(gather);
+    let reached: Vec<bool> = gathered.reached().map(|(reached, _)| reached).collect();
+    let outcomes: Vec<_> = gathered.into_outcomes().collect();
+    for outcomes in [&first, &outcomes] {
+        assert!(
+            matches!(outcomes[0], NodeOutcome::NotAwaited),
+            "{outcomes:?}"
+        );
+        assert!(
+            outcomes[1..].iter().all(NodeOutcome::is_granted),
+            "{outcomes:?}"
+        );
+    }
+    assert_eq!(reached, [true; 3], "the slow node gets the acquire");
+    assert!(engine.flush(Duration::from_secs(30)));
+    let slow = &wires[0].node;
+    assert!(slow.holder(one.keys().first()).is_some());
+    assert!(slow.holder(two.keys().first()).is_some());
+    assert_eq!(
+        *wires[0].readers.lock(),
+        ["quorum-lock-node0", "quorum-lock-node0"],
+        "the node's thread read both"
+    );
+}
+
 /// The deadline passes with every answer still out: the caller returns
 /// (all timed out), the node threads read the answers, and a frozen
 /// server that applies the acquire late still gets the release queued

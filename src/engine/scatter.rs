@@ -138,7 +138,7 @@ impl Engine {
             deadline,
         };
         if count > 0 {
-            self.drive(driven, gather, reply.as_ref(), &mut round);
+            self.drive(driven, &item, gather, reply.as_ref(), &mut round);
         }
         round
     }
@@ -229,7 +229,7 @@ impl Engine {
     }
 }
 
-fn not_queued(refused: NotQueued) -> NodeOutcome {
+pub(super) fn not_queued(refused: NotQueued) -> NodeOutcome {
     NodeOutcome::Failed(match refused {
         NotQueued::Gone => BackendError::new(
             BackendErrorKind::Panicked,

@@ -24,8 +24,9 @@
 //!   decided ([`State::park_unread`], read by the next driver or at its
 //!   due time, [`State::read_unread`]; `unread.rs`);
 //! - **polls** (this file): [`State::poll_timeout`], the next time the
-//!   timer has work, and [`State::unread_answered`], whether a caller may
-//!   drive the node without waiting for a straggler.
+//!   timer has work, and [`State::unread_answered`], whether the batch
+//!   an earlier round left unread has its answers in (a driver sends
+//!   nothing before they are).
 //!
 //! Two drivers move it: the node's own thread (`worker.rs`: it waits for
 //! jobs until the poll timeout, then calls [`State::timer_fired`] and
@@ -100,6 +101,8 @@ use self::rights::Rights;
 use self::settings_look::SettingsLook;
 use self::shards::Shards;
 use self::unread::Line;
+#[cfg(test)]
+pub(crate) use self::unread::UNREAD_GRACE;
 pub(crate) use self::vitals::Vitals;
 use self::worker::{Record, ReplyTo, Unread};
 use super::action::Action;
@@ -306,14 +309,15 @@ impl State {
         true
     }
 
-    /// Whether a caller may drive the node without waiting for a
-    /// straggler: nothing is parked, or the parked batch's answers are in
-    /// (looked at without waiting; the clock is read only then, since
-    /// every round asks this of every idle node).
-    pub(crate) fn unread_answered(&mut self) -> bool {
+    /// Whether the parked batch's answers are in, waiting for them at
+    /// most until `until` (`None`: not at all): a caller that drives the
+    /// node sends nothing before they are. True when nothing is parked
+    /// (the clock is then not read: every round asks this of every idle
+    /// node).
+    pub(crate) fn unread_answered(&mut self, until: Option<Instant>) -> bool {
         self.unread
             .parked_mut()
-            .is_none_or(|unread| unread.sent.ready(Instant::now()))
+            .is_none_or(|unread| unread.sent.ready(until.unwrap_or_else(Instant::now)))
     }
 
     // Polls: when to call back.

@@ -20,6 +20,19 @@
 //! end looks at the queue, so no job is left with nobody woken (checked
 //! by loom, `unread.rs`).
 //!
+//! **Wake times.** The node's thread sleeps until the state's next timer
+//! (its poll timeout). A caller that moves that time earlier while it
+//! holds the state (a batch parked unread, a probe, a release to retry)
+//! tells the thread with [`Sender::wake_by`], not with a job: a queued job
+//! would count at the gate, and the node would look busy to the next
+//! caller until its thread had run it (`../gate.rs`), which then queues
+//! its operation there instead of driving it. The thread is woken only
+//! when it sleeps past the new time, and goes back to sleep until then
+//! without taking the state. A time sent while the thread is awake is
+//! kept until its next sleep: it reads the state's timers after it last
+//! woke, and anything set before that read is in them (checked by loom,
+//! `wire_order.rs`).
+//!
 //! Jobs are taken only by whoever holds the node's state (the node's
 //! thread waits for a job with [`Receiver::wait_until`] and takes them
 //! under the state's lock): so what two holders take one after the other
@@ -51,6 +64,12 @@ struct State<T> {
     /// Whether the receiver sleeps and no wake-up is on its way to it:
     /// only then does a job need one.
     asleep: bool,
+    /// The deadline the receiver sleeps with while `asleep` (`None`:
+    /// until a job comes).
+    sleeps_until: Option<Instant>,
+    /// The earliest wake time sent ([`Sender::wake_by`]) since the
+    /// receiver last returned: it sleeps no later than this.
+    wake_by: Option<Instant>,
 }
 
 /// The sending side; cloned for every holder.
@@ -77,6 +96,8 @@ pub(crate) fn queue<T>() -> (Sender<T>, Receiver<T>) {
             receiving: true,
             drivers: 0,
             asleep: false,
+            sleeps_until: None,
+            wake_by: None,
         }),
         ready: Condvar::default(),
     });
@@ -127,6 +148,24 @@ impl<T> Sender<T> {
         if wake {
             self.0.ready.notify_one();
         }
+    }
+
+    /// Tells the receiver to wake by `at` (the state's next timer came
+    /// earlier), without a job: it is woken now only if it sleeps past
+    /// `at`, and then sleeps again until `at`; awake, it sleeps no later
+    /// than `at` next time. Whether a wake-up was sent.
+    pub(crate) fn wake_by(&self, at: Instant) -> bool {
+        let mut state = self.0.state.lock();
+        state.wake_by = Some(state.wake_by.map_or(at, |by| by.min(at)));
+        let wake = state.asleep
+            && state.sleeps_until.is_none_or(|until| at < until)
+            && !canary::on(Canary::WakeByWakesNobody)
+            && state.wake_up();
+        drop(state);
+        if wake {
+            self.0.ready.notify_one();
+        }
+        wake
     }
 
     /// Counts a caller that drives the node until the returned guard is
@@ -187,6 +226,13 @@ impl<T> Sender<T> {
         let state = self.0.state.lock();
         state.asleep && !state.jobs.is_empty()
     }
+
+    /// Whether the receiver sleeps past `due`, with no wake-up on its way
+    /// (for the loom model).
+    pub(crate) fn sleeps_past(&self, due: Instant) -> bool {
+        let state = self.0.state.lock();
+        state.asleep && state.sleeps_until.is_none_or(|until| until > due)
+    }
 }
 
 impl<T> Clone for Sender<T> {
@@ -213,26 +259,38 @@ impl<T> Receiver<T> {
     /// it under the node's state, [`take_queued`](Self::take_queued)),
     /// sleeping until one arrives or `deadline` passes (`None`: until every
     /// sender is gone).
+    /// The deadline is moved earlier by any wake time sent
+    /// ([`Sender::wake_by`]) since this last returned: the caller reads the
+    /// state's timers after this returns, which include whatever was set
+    /// before.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> Result<(), Empty> {
         let mut state = self.0.state.lock();
-        loop {
+        let woke = loop {
             if !state.jobs.is_empty() {
-                return Ok(());
+                break Ok(());
             }
             if state.senders == 0 {
-                return Err(Empty::Closed);
+                break Err(Empty::Closed);
             }
+            let until = match state.wake_by {
+                _ if canary::on(Canary::SleepIgnoresWakeBy) => deadline,
+                Some(by) => Some(deadline.map_or(by, |d| d.min(by))),
+                None => deadline,
+            };
             state.asleep = true;
+            state.sleeps_until = until;
             let mut timed_out = false;
-            match deadline {
+            match until {
                 None => state = self.0.ready.wait(state),
-                Some(deadline) => (state, timed_out) = self.0.ready.wait_until(state, deadline),
+                Some(until) => (state, timed_out) = self.0.ready.wait_until(state, until),
             }
             state.asleep = false;
             if timed_out && state.jobs.is_empty() {
-                return Err(Empty::Timeout);
+                break Err(Empty::Timeout);
             }
-        }
+        };
+        state.wake_by = None;
+        woke
     }
 
     /// Moves up to `most` jobs that are already queued into `into`,
@@ -330,6 +388,45 @@ mod tests {
         });
         drop(driving);
         assert_eq!(receiver.join().unwrap(), Ok(vec![30, 4]));
+    }
+
+    /// Waits (bounded) until the receiver sleeps.
+    fn until_asleep<T>(jobs: &Sender<T>) {
+        let asleep = (0..10_000).any(|_| {
+            let asleep = jobs.0.state.lock().asleep;
+            if !asleep {
+                thread::sleep(Duration::from_millis(1));
+            }
+            asleep
+        });
+        assert!(asleep, "the receiver never slept");
+    }
+
+    /// A wake time earlier than the receiver's deadline wakes it, and it
+    /// then times out at that time, without a job; a later one wakes
+    /// nobody. One sent while the receiver is awake shortens its next
+    /// sleep.
+    #[test]
+    fn a_wake_time_wakes_the_receiver_only_if_it_sleeps_past_it() {
+        let (jobs, queue) = queue::<u32>();
+        let far = Instant::now() + Duration::from_secs(60);
+        let receiver = thread::spawn(move || {
+            let woke = queue.wait_until(Some(far));
+            (woke, Instant::now(), queue)
+        });
+        until_asleep(&jobs);
+        assert!(!jobs.wake_by(far + Duration::from_secs(1)), "a later time");
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert!(jobs.wake_by(soon), "an earlier time");
+        let (woke, at, queue) = receiver.join().unwrap();
+        assert_eq!(woke, Err(Empty::Timeout));
+        assert!(at < far, "woke before its own deadline");
+
+        // Awake: the time is kept for its next sleep.
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert!(!jobs.wake_by(soon), "nobody asleep to wake");
+        assert_eq!(queue.wait_until(Some(far)), Err(Empty::Timeout));
+        assert!(Instant::now() < far);
     }
 
     #[test]

@@ -3,11 +3,12 @@
 //! state, instead of waking the node's thread to read it.
 //!
 //! Whoever next takes the node's state reads it first: the next caller
-//! that drives the node (when its answer is already in: a caller never
-//! waits for a straggler), the node's thread before any job or timer work,
+//! that drives the node (a parked batch alone does not make the node
+//! busy: that caller reads the late answer among its own round's, then
+//! sends; `../drive.rs`), the node's thread before any job or timer work,
 //! or, when nobody comes, the node's thread at the batch's due time
 //! ([`UNREAD_GRACE`] after it was parked; part of the state's poll
-//! timeout). Nothing is sent to the node while a batch is parked: every
+//! timeout, told to the sleeping thread with `queue::Sender::wake_by`). Nothing is sent to the node while a batch is parked: every
 //! send first takes the parked batch ([`Line::take`]) and reads it, so a
 //! node's next batch is written only after the previous one is read
 //! (per-node FIFO on the wire, whatever connection each batch uses), and a

@@ -1,19 +1,29 @@
 //! What reaches one node's wire, by loom, over every interleaving of a
 //! node thread and two callers: the gate (`../gate.rs`), the line of the
-//! batch left unread (`unread.rs`) and the job queue with its drivers
-//! (`queue.rs`), as the engine uses them (`worker.rs`, `../drive.rs`).
+//! batch left unread (`unread.rs`) and the job queue with its drivers and
+//! wake times (`queue.rs`), as the engine uses them (`worker.rs`,
+//! `../drive.rs`).
 //!
 //! A call drives the node itself when the gate says it is idle: it sends
 //! its operation (reading what is parked first) and either leaves its
-//! batch unread (a round decided before this node answered) or reads it
-//! and then runs what was queued behind it as one batch (combining);
-//! otherwise it queues the operation for whoever holds the node next.
-//! Caller A sends an acquire and then its undo; caller B queues one
-//! operation (as a detached release is) and then calls with another.
+//! batch unread (a round decided before this node answered) and tells
+//! the node's thread the batch's due time, or reads it and then runs what
+//! was queued behind it as one batch (combining), or (a round decided
+//! before an earlier round's parked answer came in) queues its operation
+//! while it still drives the node and lets go; otherwise it queues the
+//! operation for whoever holds the node next. Two models:
+//!
+//! - caller A sends an acquire left unread and then its undo, driven and
+//!   combined; caller B queues one operation (as a detached release is)
+//!   and then calls with another, left unread;
+//! - caller A's undo is handed over (queued while it drives); caller B's
+//!   call is driven and combined.
+//!
 //! Checked: nothing is sent while a batch is unread, every batch is read
 //! exactly once, every operation is sent once, each caller's operations
-//! reach the wire in its order, and once both callers are done no job is
-//! queued while the node's thread sleeps with no wake-up on its way.
+//! reach the wire in its order; once both callers are done, no job is
+//! queued while the node's thread sleeps with no wake-up on its way, and
+//! the thread does not sleep past a parked batch's due time.
 
 use std::time::Instant;
 
@@ -78,14 +88,23 @@ fn run(node: &mut Node, ops: Vec<u32>) {
     }
 }
 
-/// The node's thread, as worker.rs runs it: wait for a job, take the
-/// state, take what is queued under it, read what is parked, run.
+/// The node's thread, as worker.rs runs it: wait for a job or the parked
+/// batch's due time (its timer), take the state, take what is queued
+/// under it, read what is parked, run; the next wake time read under the
+/// state. (loom does not model time: a wait with a deadline ends when the
+/// thread is woken, or at the close.)
 fn node_thread(gate: &Gate<Node>, queue: &Receiver<u32>) {
     let mut batch = Vec::new();
+    let mut wake = None;
     loop {
-        match queue.wait_until(None) {
+        match queue.wait_until(wake) {
             Ok(()) => {}
-            Err(Empty::Timeout) => continue,
+            Err(Empty::Timeout) => {
+                let mut node = gate.lock();
+                node.read_parked();
+                wake = node.line.due();
+                continue;
+            }
             Err(Empty::Closed) => {
                 gate.lock().read_parked();
                 return;
@@ -94,36 +113,57 @@ fn node_thread(gate: &Gate<Node>, queue: &Receiver<u32>) {
         let mut node = gate.lock();
         queue.take_queued(16, &mut batch);
         if batch.is_empty() {
+            wake = node.line.due();
             continue;
         }
         node.read_parked();
         let ran = batch.len();
         run(&mut node, std::mem::take(&mut batch));
+        wake = node.line.due();
         gate.finish(node, ran);
     }
 }
 
-/// A caller's operation: driven on an idle node (left unread with
-/// `park`, else read and followed by what was queued behind it), or
-/// queued.
-fn call(gate: &Gate<Node>, jobs: &Sender<u32>, op: u32, park: bool) {
+/// What a caller that drives the node does after it sent its operation.
+#[derive(Clone, Copy)]
+enum Then {
+    /// Leaves its batch unread (its round was decided without it).
+    Park,
+    /// Reads its answer, then runs what was queued behind it.
+    ReadAndCombine,
+    /// Its round was decided before the parked answer came in: it queues
+    /// its operation, still driving the node, instead of sending it.
+    HandOver,
+}
+
+/// A caller's operation: driven on an idle node (`then` says how), or
+/// queued. A driver that leaves tells the node's thread its wake time.
+fn call(gate: &Gate<Node>, jobs: &Sender<u32>, op: u32, then: Then) {
     let Some(mut node) = gate.try_idle() else {
         let _ = gate.admit(|| jobs.send(op));
         return;
     };
     let driving = jobs.drive();
     let mut ran = 0;
-    if park {
-        node.send_and_park(vec![op]);
-    } else {
-        node.send_and_read(vec![op]);
-        let mut queued = Vec::new();
-        driving.take_front(16, |_| true, &mut queued);
-        ran = queued.len();
-        run(&mut node, queued);
+    match then {
+        Then::Park => node.send_and_park(vec![op]),
+        Then::ReadAndCombine => {
+            node.send_and_read(vec![op]);
+            let mut queued = Vec::new();
+            driving.take_front(16, |_| true, &mut queued);
+            ran = queued.len();
+            run(&mut node, queued);
+        }
+        Then::HandOver => {
+            let _ = gate.admit(|| jobs.send(op));
+        }
     }
+    let wake = node.line.due();
     gate.finish(node, ran);
     drop(driving);
+    if let Some(at) = wake {
+        jobs.wake_by(at);
+    }
 }
 
 /// The first rule the wire breaks, if any.
@@ -177,10 +217,24 @@ fn judge(wire: &[Wire]) -> Option<String> {
     None
 }
 
-/// Explores every interleaving (with at most `preemptions`, if set;
-/// `sync::explore`): how many executions, and the first violation.
-fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
-    crate::sync::explore(preemptions, || {
+/// The two models (see the module's text): how caller A's undo and
+/// caller B's second call end.
+#[derive(Clone, Copy)]
+enum Model {
+    /// A's undo is driven and combined; B's call is left unread.
+    BLeavesUnread,
+    /// A's undo is handed over; B's call is driven and combined.
+    AHandsOver,
+}
+
+/// Explores every interleaving of `model` (with at most `preemptions`, if
+/// set; `sync::explore`): how many executions, and the first violation.
+fn explore(model: Model, preemptions: Option<usize>) -> (usize, Option<String>) {
+    let (undo, b_call) = match model {
+        Model::BLeavesUnread => (Then::ReadAndCombine, Then::Park),
+        Model::AHandsOver => (Then::HandOver, Then::ReadAndCombine),
+    };
+    crate::sync::explore(preemptions, move || {
         let gate = Arc::new(Gate::new(Node::default()));
         let (jobs, queue) = queue::queue::<u32>();
         let node = {
@@ -191,18 +245,28 @@ fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
             let (gate, jobs) = (Arc::clone(&gate), jobs.clone());
             thread::spawn(move || {
                 let _ = gate.admit(|| jobs.send(3));
-                call(&gate, &jobs, 4, false);
+                call(&gate, &jobs, 4, b_call);
             })
         };
         // Caller A: an acquire left unread, then its undo.
-        call(&gate, &jobs, 1, true);
-        call(&gate, &jobs, 2, false);
+        call(&gate, &jobs, 1, Then::Park);
+        call(&gate, &jobs, 2, undo);
         let _ = b.join();
         let mut violation = jobs.left_asleep().then(|| {
             "both callers are done and a job is queued with the node's thread asleep, \
              nobody to wake it"
                 .to_string()
         });
+        if violation.is_none()
+            && let Some(due) = gate.lock().line.due()
+            && jobs.sleeps_past(due)
+        {
+            violation = Some(
+                "both callers are done and a batch is parked unread while the node's \
+                 thread sleeps past its due time"
+                    .to_string(),
+            );
+        }
         // The last sender gone: the node's thread runs what is queued,
         // reads what is parked and ends.
         drop(jobs);
@@ -218,20 +282,31 @@ fn explore(preemptions: Option<usize>) -> (usize, Option<String>) {
 /// practice); unbounded, the two callers' calls take hours to explore.
 #[test]
 fn a_node_s_wire_keeps_every_caller_s_order_and_reads_each_batch_once() {
-    assert_clean("wire order", explore(Some(3)));
+    assert_clean(
+        "wire order, B leaves its batch unread",
+        explore(Model::BLeavesUnread, Some(3)),
+    );
+    assert_clean(
+        "wire order, A hands its undo over",
+        explore(Model::AHandsOver, Some(3)),
+    );
 }
 
 /// Each canary breaks one rule, and must be found: sending without
-/// reading what is parked, driving a node whose queue is not empty, and a
+/// reading what is parked, driving a node whose queue is not empty, a
 /// driver's end that does not look at the queue (a job queued while it
-/// drove woke nobody).
+/// drove woke nobody), a wake time that wakes nobody, and a thread that
+/// sleeps past a wake time sent while it was awake.
 #[test]
-fn canaries_breaking_the_line_the_gate_or_the_driver_s_end_are_caught() {
-    for broken in [
-        Canary::SendOverUnread,
-        Canary::GateIgnoresCount,
-        Canary::DriverEndLooksAway,
+fn canaries_breaking_the_line_the_gate_the_driver_s_end_or_the_wake_time_are_caught() {
+    for (broken, model) in [
+        (Canary::SendOverUnread, Model::BLeavesUnread),
+        (Canary::GateIgnoresCount, Model::BLeavesUnread),
+        (Canary::DriverEndLooksAway, Model::BLeavesUnread),
+        (Canary::DriverEndLooksAway, Model::AHandsOver),
+        (Canary::WakeByWakesNobody, Model::BLeavesUnread),
+        (Canary::SleepIgnoresWakeBy, Model::BLeavesUnread),
     ] {
-        assert_caught(broken, || explore(Some(2)));
+        assert_caught(broken, || explore(model, Some(2)));
     }
 }

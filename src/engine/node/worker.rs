@@ -69,10 +69,11 @@ pub(crate) enum Job {
     /// the thread first subscribes for the watched keys (the watch changed),
     /// before running any op of its batch.
     Barrier { listen: bool, done: Sender<()> },
-    /// Wakes the thread, so it sees a probe or retry time that a caller's
-    /// direct run has set. With `probe`, it also probes the node now if it
-    /// is marked down (its backend reported a recovery), so that the ops
-    /// queued after it go to the node.
+    /// Wakes the thread to look at its timers and notices now. With
+    /// `probe`, it also probes the node now if it is marked down (its
+    /// backend reported a recovery), so that the ops queued after it go to
+    /// the node. (A wake time a driver moved earlier is told without a
+    /// job: [`queue::Sender::wake_by`].)
     Wake { probe: bool },
     /// Asks the thread to wake the other nodes' threads that sleep with
     /// work queued (sent quietly), before its own round trip: the second
@@ -205,7 +206,8 @@ impl NodeExec {
     /// Only a prefix of plain operations is run, in queue order; a job of
     /// another kind and what follows it are left to the node's thread.
     /// `serve` must be false while the state has a batch unread (every
-    /// send reads that first, and a caller never waits for a straggler).
+    /// send reads that first: a caller that left its own batch unread, or
+    /// handed its operation over, does not wait for the late answer).
     pub(crate) fn leave_driven(
         &self,
         mut state: MutexGuard<'_, State>,
@@ -278,9 +280,9 @@ pub(crate) fn spawn(
 
 /// The bell node `index`'s release listener rings when notices arrive.
 /// With `here` (the listener allows it), the ringing thread takes the
-/// notices itself when nobody holds the node's state, and wakes the node's
-/// thread only if that moved its wake time earlier (a subscription lost
-/// while taking them is to be tried again). Otherwise it queues a wake-up
+/// notices itself when nobody holds the node's state, and tells the node's
+/// thread its wake time, which wakes it only if that came earlier (a
+/// subscription lost while taking them is to be tried again). Otherwise it queues a wake-up
 /// for the node's thread, which takes them. The node is found among the
 /// `peers` (filled once every node has started, before anyone can wait; a
 /// weak reference, so that a listener's thread never keeps the engine's
@@ -301,29 +303,19 @@ pub(super) fn doorbell(index: usize, peers: &Peers) -> Doorbell {
             return;
         };
         if here && let Some(mut state) = exec.gate.try_lock() {
-            let before = state.poll_timeout();
             let short = state.take_rung_notices(Instant::now());
-            let wake_thread = came_earlier(state.poll_timeout(), before);
+            let wake = state.poll_timeout();
             drop(state);
             wake_polling_peers(&peers, index, short);
-            if !wake_thread {
-                return;
+            if let (Some(at), Some((jobs, _))) = (wake, peers.lock().get(index)) {
+                jobs.wake_by(at);
             }
+            return;
         }
         if let Some((jobs, exec)) = peers.lock().get(index) {
             let _ = exec.enqueue(jobs, Job::Wake { probe: false });
         }
     })
-}
-
-/// Whether a node's wake time `now` came earlier than `before`, the one
-/// its thread waits for: only then does the thread need a wake-up (one
-/// that moved later finds the thread awake early, with nothing due).
-pub(crate) fn came_earlier(now: Option<Instant>, before: Option<Instant>) -> bool {
-    match (now, before) {
-        (Some(now), Some(before)) => now < before,
-        (now, before) => now.is_some() && before.is_none(),
-    }
 }
 
 /// A release reaches every node at about the same time: when a waiter
@@ -359,9 +351,9 @@ impl NodeThread<'_> {
     ///
     /// The next wake time is read before the gate is let go, and the
     /// thread takes the gate only when it has something to do: a caller
-    /// that changes the wake time later, while driving the node, queues a
-    /// [`Job::Wake`] (see `drive.rs`), and an idle node stays free for
-    /// callers to drive.
+    /// that changes the wake time later, while driving the node, tells it
+    /// the new time without a job ([`queue::Sender::wake_by`], see
+    /// `../drive.rs`), and an idle node stays free for callers to drive.
     fn run(&self, mut wake: Option<Instant>) {
         let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
         loop {
