@@ -92,12 +92,7 @@ pub(super) fn proclaim(
     if report.granted() >= config.quorum {
         return Ok(());
     }
-    let refused = report
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.outcome, NodeOutcome::Refused))
-        .count();
-    if report.nodes.len() - refused < config.quorum {
+    if report.nodes.len() - report.refused() < config.quorum {
         return Err(Error::Lost {
             reason: "the election's lock key no longer holds this leader's token on enough \
                      nodes for a quorum"
