@@ -39,7 +39,6 @@ use super::node::queue::Driving;
 use super::node::worker::{Job, NotQueued, ReplyTo, Work};
 use super::node::{self, Item, Sent, Vote};
 use super::pending::{Pending, Slot, known_tally};
-use super::scatter::not_queued;
 use super::{Engine, Gather, Node};
 use crate::sync::MutexGuard;
 
@@ -196,7 +195,7 @@ impl Engine {
                         None => {
                             if let Err(refused) = self.hand_over(node, item, reply) {
                                 slots[slot] = Slot {
-                                    vote: Some(Vote::of(not_queued(refused))),
+                                    vote: Some(Vote::of(refused.outcome())),
                                     reached: false,
                                 };
                             }

@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 use super::ballots;
 use super::drive::Driven;
 use super::node::Vote;
-use super::node::worker::{MAX_QUEUED, NotQueued, ReplyTo};
+use super::node::worker::ReplyTo;
 use super::pending::Slot;
 use super::{Action, Direct, Engine, Gather, Hold, Pending, Request};
-use crate::backend::{BackendError, BackendErrorKind};
 use crate::report::NodeOutcome;
 use crate::token::Token;
 
@@ -115,7 +114,7 @@ impl Engine {
             slots[slot].vote = match node.send(req, reply_to) {
                 Err(refused) => {
                     slots[slot].reached = false;
-                    Some(Vote::of(not_queued(refused)))
+                    Some(Vote::of(refused.outcome()))
                 }
                 Ok(()) if down => Some(Vote::of(NodeOutcome::Down)),
                 Ok(()) => None,
@@ -227,19 +226,4 @@ impl Engine {
         }
         self.release_detached_where(hold, token, reached);
     }
-}
-
-pub(super) fn not_queued(refused: NotQueued) -> NodeOutcome {
-    NodeOutcome::Failed(match refused {
-        NotQueued::Gone => BackendError::new(
-            BackendErrorKind::Panicked,
-            "the node's worker thread has stopped",
-        ),
-        NotQueued::Full => BackendError::new(
-            BackendErrorKind::Other,
-            format!(
-                "{MAX_QUEUED} operations are already waiting for this node: it is too slow for the load"
-            ),
-        ),
-    })
 }

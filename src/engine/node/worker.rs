@@ -24,10 +24,11 @@ use parking_lot::Mutex;
 use super::queue::{self, Empty};
 use super::vitals::Vitals;
 use super::{Doorbell, Item, Sent, Shared, State, Vote};
-use crate::backend::{Backend, BackendError, Holding, KeySet, Reply};
+use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, KeySet, Reply};
 use crate::engine::action::Action;
 use crate::engine::ballots::Ballot;
 use crate::engine::gate::Gate;
+use crate::report::NodeOutcome;
 use crate::sync::MutexGuard;
 
 /// Most operations handed to the backend in one batch (one round trip).
@@ -43,6 +44,24 @@ pub(crate) enum NotQueued {
     Gone,
     /// [`MAX_QUEUED`] operations are already waiting.
     Full,
+}
+
+impl NotQueued {
+    /// The node's outcome in a round whose operation was not queued.
+    pub(crate) fn outcome(self) -> NodeOutcome {
+        NodeOutcome::Failed(match self {
+            NotQueued::Gone => BackendError::new(
+                BackendErrorKind::Panicked,
+                "the node's worker thread has stopped",
+            ),
+            NotQueued::Full => BackendError::new(
+                BackendErrorKind::Other,
+                format!(
+                    "{MAX_QUEUED} operations are already waiting for this node: it is too slow for the load"
+                ),
+            ),
+        })
+    }
 }
 
 /// Where a node sends the answer for one operation.
