@@ -120,6 +120,19 @@ fn acquire<'a>(hold: &'a Hold, token: Token) -> Request<'a> {
 
 const SLOW: Duration = Duration::from_millis(1500);
 
+/// A round the fast nodes decided: the first (slow) node's answer was
+/// not awaited, the others granted.
+fn decided_without_the_first(outcomes: &[NodeOutcome]) {
+    assert!(
+        matches!(outcomes[0], NodeOutcome::NotAwaited),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes[1..].iter().all(NodeOutcome::is_granted),
+        "{outcomes:?}"
+    );
+}
+
 /// The caller reads every node it drives exactly once, whether it keeps
 /// them on its stack (up to five) or in a list (more), and however their
 /// answers come in: here the later a node's slot, the sooner it answers,
@@ -165,14 +178,7 @@ fn a_round_decided_without_a_slow_node_leaves_its_answer_to_the_node_thread() {
         SLOW * 2,
         Direct::IdleNodes,
     );
-    assert!(
-        matches!(outcomes[0], NodeOutcome::NotAwaited),
-        "{outcomes:?}"
-    );
-    assert!(
-        outcomes[1..].iter().all(NodeOutcome::is_granted),
-        "{outcomes:?}"
-    );
+    decided_without_the_first(&outcomes);
     assert!(engine.flush(Duration::from_secs(30)));
     let readers = |i: usize| wires[i].readers.lock().clone();
     assert_eq!(readers(1), ["a caller"], "the caller drove the fast nodes");
@@ -208,7 +214,7 @@ fn the_next_round_reads_a_late_answer_itself_and_then_drives_the_node() {
     let gather = Gather::UntilDecided { quorum: 2 };
     let first = engine.round(&acquire(&key, token), gather, SLOW, Direct::IdleNodes);
     let left = Instant::now();
-    assert!(matches!(first[0], NodeOutcome::NotAwaited), "{first:?}");
+    decided_without_the_first(&first);
     let second = engine.round(&release(&key, token), Gather::All, SLOW, Direct::IdleNodes);
     // Within the grace, the node's thread cannot have read the parked
     // batch before this round began (the test thread may be held up
@@ -245,16 +251,8 @@ fn a_round_decided_before_a_late_answer_hands_its_operation_to_the_node_thread()
     let gathered = second.gather(gather);
     let reached: Vec<bool> = gathered.reached().map(|(reached, _)| reached).collect();
     let outcomes: Vec<_> = gathered.into_outcomes().collect();
-    for outcomes in [&first, &outcomes] {
-        assert!(
-            matches!(outcomes[0], NodeOutcome::NotAwaited),
-            "{outcomes:?}"
-        );
-        assert!(
-            outcomes[1..].iter().all(NodeOutcome::is_granted),
-            "{outcomes:?}"
-        );
-    }
+    decided_without_the_first(&first);
+    decided_without_the_first(&outcomes);
     assert_eq!(reached, [true; 3], "the slow node gets the acquire");
     assert!(engine.flush(Duration::from_secs(30)));
     let slow = &wires[0].node;
