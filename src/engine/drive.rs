@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use super::ballots::Ballot;
 use super::gate::Gate;
+use super::node::jobs::{Job, NotQueued, ReplyTo, Work};
 use super::node::queue::Driving;
-use super::node::worker::{Job, NotQueued, ReplyTo, Work};
 use super::node::{self, Item, Sent, Vote};
 use super::pending::{Pending, Slot, known_tally};
 use super::{Engine, Gather, Node};
@@ -83,7 +83,7 @@ impl Node {
 impl<'a> Driven<'a> {
     /// Drives `node`, whose idle state the caller holds: sends `item` now,
     /// unless an earlier round's batch is parked there with its answers
-    /// not in yet ([`send_when_answered`](Self::send_when_answered)).
+    /// not in yet: then it sends once they are ([`ready`](Self::ready)).
     pub(super) fn begin(
         slot: usize,
         node: &'a Node,
@@ -118,7 +118,8 @@ impl<'a> Driven<'a> {
     }
 
     /// Reads the answer, then runs what was queued behind it
-    /// ([`NodeExec::leave_driven`]). Returns the vote and the node's next
+    /// ([`NodeExec::leave_driven`](super::node::worker::NodeExec::leave_driven)).
+    /// Returns the vote and the node's next
     /// wake time.
     fn finish(self) -> (Option<Vote>, Option<Instant>) {
         let Self {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Engine;
-use super::node::worker::{Inspected, Job, NotQueued, Proclaimed, Record, Work};
+use super::node::jobs::{Inspected, Job, NotQueued, Proclaimed, Record, Work};
 use crate::backend::{BackendError, BackendErrorKind, Holding, Reply};
 
 impl Engine {

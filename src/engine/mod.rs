@@ -31,8 +31,9 @@ pub(crate) use self::forgets::{Epochs, Forgets};
 pub(crate) use self::hold::{Hold, Pair};
 #[cfg(not(test))]
 use self::node::Registry;
-pub(crate) use self::node::worker::Record;
-use self::node::worker::{self, Job, NodeExec, NotQueued, Peers, ReplyTo, Work};
+pub(crate) use self::node::jobs::Record;
+use self::node::jobs::{Job, NotQueued, ReplyTo, Work};
+use self::node::worker::{self, NodeExec, Peers};
 use self::node::{Item, Shared, Vitals};
 use self::node::{io, queue};
 pub(crate) use self::pending::majority;

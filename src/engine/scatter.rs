@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::ballots;
 use super::drive::Driven;
 use super::node::Vote;
-use super::node::worker::ReplyTo;
+use super::node::jobs::ReplyTo;
 use super::pending::Slot;
 use super::{Action, Direct, Engine, Gather, Hold, Pending, Request};
 use crate::report::NodeOutcome;
@@ -168,7 +168,7 @@ impl Engine {
     /// **One wake-up for the caller, whatever N.** The releases are queued
     /// without waking the node threads; of those that sleep, the caller
     /// wakes one, and that one wakes the others before its own round trip
-    /// (a [`Job::Nudge`] queued with its release). Each wake-up of a
+    /// (a [`Job::Nudge`](super::node::jobs::Job::Nudge) queued with its release). Each wake-up of a
     /// sleeping thread costs the waker more than a queue push: the woken
     /// thread tends to run at once on the waker's CPU. Counted with an
     /// instrumented build before this (the latency block's drop timed

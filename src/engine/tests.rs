@@ -6,7 +6,7 @@
 use crate::backend::Op;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::MonotonicClock;
-use crate::engine::node::worker::MAX_QUEUED;
+use crate::engine::node::jobs::MAX_QUEUED;
 use crate::engine::*;
 use crate::report::NodeOutcome;
 use crate::token::Token;

@@ -64,6 +64,7 @@ mod batch;
 mod handlers;
 mod identity;
 pub(super) mod io;
+pub(super) mod jobs;
 mod judge;
 mod liveness;
 mod notices;
@@ -91,6 +92,7 @@ pub(crate) use self::batch::{Item, Sent, Vote};
 #[cfg(test)]
 pub(crate) use self::identity::Standing;
 pub(crate) use self::identity::{Identity, Registry};
+use self::jobs::{Record, ReplyTo, Unread};
 use self::liveness::Liveness;
 pub(crate) use self::notices::Doorbell;
 use self::notices::NodeNotices;
@@ -104,7 +106,6 @@ use self::unread::Line;
 #[cfg(test)]
 pub(crate) use self::unread::UNREAD_GRACE;
 pub(crate) use self::vitals::Vitals;
-use self::worker::{Record, ReplyTo, Unread};
 use super::action::Action;
 use super::forgets::Forgets;
 use super::waiters::Waiters;
