@@ -24,9 +24,10 @@
 //! caller takes it, and when the late answer is not in yet, reads it as
 //! one more answer of its own round (among the others, each in its turn)
 //! and only then sends its operation there. Its round is never held up
-//! for it: when the round is decided first, the caller queues its
-//! operation for the node's thread, still holding the node so that
-//! nothing overtakes it, and lets go. Queuing at once instead, as a busy
+//! for it: when the round is decided first, the caller sends there if the
+//! late answer is in by then (and leaves its own answer parked), else
+//! queues its operation for the node's thread, still holding the node so
+//! that nothing overtakes it, and lets go. Queuing at once instead, as a busy
 //! node's operation is, would hand the node to its thread: one thread
 //! hand-off, and the node busy for the rounds that follow (counted in
 //! docs/benchmarks.md).
@@ -179,28 +180,25 @@ impl Engine {
             let decided = gather != Gather::All && tally.decided();
             if decided || deadline.is_some_and(|d| now >= d) {
                 // An answer already in costs nothing to read (and spares
-                // the node's thread a wake-up); the others go to it.
+                // the node's thread a wake-up), nor does a send behind a
+                // late answer already in; the others go to the node's
+                // thread.
                 for mut node in driven.iter_mut().filter_map(Option::take) {
                     let slot = node.slot;
-                    let answered = node.sent.as_mut().map(|sent| sent.ready(now));
-                    match answered {
-                        Some(true) => {
-                            let (vote, wake) = node.finish();
-                            self.nodes[slot].wake_by(wake);
-                            if let Some(vote) = vote {
-                                trace(slot, &vote);
-                                slots[slot].vote = Some(vote);
-                            }
+                    if node.ready(item, now) {
+                        let (vote, wake) = node.finish();
+                        self.nodes[slot].wake_by(wake);
+                        if let Some(vote) = vote {
+                            trace(slot, &vote);
+                            slots[slot].vote = Some(vote);
                         }
-                        Some(false) => self.leave_unread(node, reply),
-                        None => {
-                            if let Err(refused) = self.hand_over(node, item, reply) {
-                                slots[slot] = Slot {
-                                    vote: Some(Vote::of(refused.outcome())),
-                                    reached: false,
-                                };
-                            }
-                        }
+                    } else if node.sent.is_some() {
+                        self.leave_unread(node, reply);
+                    } else if let Err(refused) = self.hand_over(node, item, reply) {
+                        slots[slot] = Slot {
+                            vote: Some(Vote::of(refused.outcome())),
+                            reached: false,
+                        };
                     }
                 }
                 break;
@@ -253,14 +251,13 @@ impl Engine {
             node,
             sent,
         } = driven;
-        let Some(sent) = sent else {
-            return;
-        };
-        let reply = reply.map(|ballot| ReplyTo {
-            ballot: ballot.clone(),
-            slot,
-        });
-        state.park_unread(sent, reply, Instant::now());
+        if let Some(sent) = sent {
+            let reply = reply.map(|ballot| ReplyTo {
+                ballot: ballot.clone(),
+                slot,
+            });
+            state.park_unread(sent, reply, Instant::now());
+        }
         // Nothing queued behind it can be sent before the parked batch is
         // read: the node's thread runs it (woken by the driver's end).
         let wake = node.exec.leave_driven(state, driving, false);
