@@ -119,10 +119,9 @@ impl<'a> Driven<'a> {
     }
 
     /// Reads the answer, then runs what was queued behind it
-    /// ([`NodeExec::leave_driven`](super::node::worker::NodeExec::leave_driven)).
-    /// Returns the vote and the node's next
-    /// wake time.
-    fn finish(self) -> (Option<Vote>, Option<Instant>) {
+    /// ([`NodeExec::leave_driven`](super::node::worker::NodeExec::leave_driven))
+    /// and tells the node's thread its next wake time. Returns the vote.
+    fn finish(self) -> Option<Vote> {
         let Self {
             mut state,
             driving,
@@ -137,7 +136,8 @@ impl<'a> Driven<'a> {
             state.answers_arrived(arrived, Instant::now(), |vote| last = Some(vote));
         }
         let wake = node.exec.leave_driven(state, driving, true);
-        (last, wake)
+        node.wake_by(wake);
+        last
     }
 }
 
@@ -186,9 +186,7 @@ impl Engine {
                 for mut node in driven.iter_mut().filter_map(Option::take) {
                     let slot = node.slot;
                     if node.ready(item, now) {
-                        let (vote, wake) = node.finish();
-                        self.nodes[slot].wake_by(wake);
-                        if let Some(vote) = vote {
+                        if let Some(vote) = node.finish() {
                             trace(slot, &vote);
                             slots[slot].vote = Some(vote);
                         }
@@ -226,9 +224,7 @@ impl Engine {
                 break;
             };
             let slot = node.slot;
-            let (vote, wake) = node.finish();
-            self.nodes[slot].wake_by(wake);
-            let Some(vote) = vote else {
+            let Some(vote) = node.finish() else {
                 continue;
             };
             trace(slot, &vote);

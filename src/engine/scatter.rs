@@ -168,11 +168,12 @@ impl Engine {
     /// **One wake-up for the caller, whatever N.** The releases are queued
     /// without waking the node threads; of those that sleep, the caller
     /// wakes one, and that one wakes the others before its own round trip
-    /// (a [`Job::Nudge`](super::node::jobs::Job::Nudge) queued with its release). Each wake-up of a
-    /// sleeping thread costs the waker more than a queue push: the woken
-    /// thread tends to run at once on the waker's CPU. Counted with an
-    /// instrumented build before this (the latency block's drop timed
-    /// apart), a drop cost its caller 6-8 us at N=1 and 67-84 us at N=3.
+    /// (a [`Job::Nudge`](super::node::jobs::Job::Nudge) queued with its
+    /// release). Each wake-up of a sleeping thread costs the waker more
+    /// than a queue push: the woken thread tends to run at once on the
+    /// waker's CPU. Counted with an instrumented build before this (the
+    /// latency block's drop timed apart), a drop cost its caller 6-8 us at
+    /// N=1 and 67-84 us at N=3.
     fn send_releases(
         &self,
         hold: &Hold,

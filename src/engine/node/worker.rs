@@ -184,8 +184,8 @@ pub(crate) fn spawn(
 /// With `here` (the listener allows it), the ringing thread takes the
 /// notices itself when nobody holds the node's state, and tells the node's
 /// thread its wake time, which wakes it only if that came earlier (a
-/// subscription lost while taking them is to be tried again). Otherwise it queues a wake-up
-/// for the node's thread, which takes them. The node is found among the
+/// subscription lost while taking them is to be tried again). Otherwise
+/// it queues a wake-up for the node's thread, which takes them. The node is found among the
 /// `peers` (filled once every node has started, before anyone can wait; a
 /// weak reference, so that a listener's thread never keeps the engine's
 /// queues open).
