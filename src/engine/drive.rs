@@ -27,10 +27,10 @@
 //! for it: when the round is decided first, the caller sends there if the
 //! late answer is in by then (and leaves its own answer parked), else
 //! queues its operation for the node's thread, still holding the node so
-//! that nothing overtakes it, and lets go. Queuing at once instead, as a busy
-//! node's operation is, would hand the node to its thread: one thread
-//! hand-off, and the node busy for the rounds that follow (counted in
-//! docs/benchmarks.md).
+//! that nothing overtakes it, and lets go. Queuing at once instead, as a
+//! busy node's operation is, would hand the node to its thread: one
+//! thread hand-off, and the node busy for the rounds that follow (counted
+//! in docs/benchmarks.md).
 
 use std::time::{Duration, Instant};
 

@@ -190,6 +190,7 @@ fn a_round_decided_without_a_slow_node_leaves_its_answer_to_the_node_thread() {
     );
 }
 
+/// A release of `hold` under `token`.
 fn release<'a>(hold: &'a Hold, token: Token) -> Request<'a> {
     Request {
         action: Action::Release,
@@ -201,9 +202,8 @@ fn release<'a>(hold: &'a Hold, token: Token) -> Request<'a> {
 /// A late answer left parked by one round is read by the caller of the
 /// next, as one more answer of its own round, when it finds the node
 /// otherwise idle; it then sends its own operation there and reads that
-/// too. Its operation is not handed to the node's thread (on main before
-/// this: it was queued there, since the node had an unread batch
-/// unanswered, and the thread read both).
+/// too. Its operation is not handed to the node's thread (which would
+/// then read both batches).
 #[test]
 fn the_next_round_reads_a_late_answer_itself_and_then_drives_the_node() {
     let late = Duration::from_millis(50);

@@ -52,7 +52,7 @@ pub(crate) struct ReplyTo {
     pub(crate) slot: usize,
 }
 
-/// What a node's thread is asked to do: work, or one of two control
+/// What a node's thread is asked to do: work, or one of three control
 /// messages.
 pub(crate) enum Job {
     /// Work for the node, run in queue order (per-node FIFO).

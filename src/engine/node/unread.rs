@@ -8,12 +8,13 @@
 //! sends; `../drive.rs`), the node's thread before any job or timer work,
 //! or, when nobody comes, the node's thread at the batch's due time
 //! ([`UNREAD_GRACE`] after it was parked; part of the state's poll
-//! timeout, told to the sleeping thread with `queue::Sender::wake_by`). Nothing is sent to the node while a batch is parked: every
-//! send first takes the parked batch ([`Line::take`]) and reads it, so a
-//! node's next batch is written only after the previous one is read
-//! (per-node FIFO on the wire, whatever connection each batch uses), and a
-//! batch is read exactly once (it is moved out of the line by the one
-//! reader that takes it).
+//! timeout, told to the sleeping thread with `queue::Sender::wake_by`).
+//! Nothing is sent to the node while a batch is parked: every send first
+//! takes the parked batch ([`Line::take`]) and reads it, so a node's next
+//! batch is written only after the previous one is read (per-node FIFO on
+//! the wire, whatever connection each batch uses), and a batch is read
+//! exactly once (it is moved out of the line by the one reader that takes
+//! it).
 //!
 //! The rule is checked by loom over every interleaving of a node thread
 //! and two callers, with the gate, the job queue and the callers that run

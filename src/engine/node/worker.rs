@@ -185,10 +185,10 @@ pub(crate) fn spawn(
 /// notices itself when nobody holds the node's state, and tells the node's
 /// thread its wake time, which wakes it only if that came earlier (a
 /// subscription lost while taking them is to be tried again). Otherwise
-/// it queues a wake-up for the node's thread, which takes them. The node is found among the
-/// `peers` (filled once every node has started, before anyone can wait; a
-/// weak reference, so that a listener's thread never keeps the engine's
-/// queues open).
+/// it queues a wake-up for the node's thread, which takes them. The node
+/// is found among the `peers` (filled once every node has started, before
+/// anyone can wait; a weak reference, so that a listener's thread never
+/// keeps the engine's queues open).
 ///
 /// The state is only tried (`try_lock`), never waited for: the ringing
 /// thread may hold another node's state (a release on a memory node rings
