@@ -348,9 +348,10 @@ impl Conn {
         self.start < self.buf.len()
     }
 
-    /// What the next batch on this connection must ask first.
-    pub(super) fn ask(&self) -> Ask {
-        self.identity.ask()
+    /// What the next batch on this connection, sent at `now`, must ask
+    /// first.
+    pub(super) fn ask(&self, now: Instant) -> Ask {
+        self.identity.ask(now)
     }
 
     /// What a look at the server asks on this connection ([`Identity::look`]).
@@ -381,7 +382,7 @@ impl Conn {
     /// has in place of scripts. A refusal (`NOPERM`) leaves the identity
     /// unknown for the connection's life, as in a batch.
     pub(super) fn read_identity(&mut self, deadline: Instant) -> Result<(), Fault> {
-        let ask = self.ask();
+        let ask = self.look();
         if ask != Ask::Identity {
             return Ok(());
         }

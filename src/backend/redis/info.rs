@@ -71,14 +71,17 @@ pub(super) enum Identity {
 }
 
 impl Identity {
-    /// What the next batch on this connection must ask first.
-    pub(super) fn ask(&self) -> Ask {
+    /// What the next batch on this connection, sent at `now`, must ask
+    /// first.
+    pub(super) fn ask(&self, now: Instant) -> Ask {
         match self {
-            Self::Unread => Ask::Identity,
-            Self::Known { settings_at, .. } if settings_at.elapsed() >= SETTINGS_MAX_AGE => {
+            Self::Known { settings_at, .. }
+                if now.saturating_duration_since(*settings_at) >= SETTINGS_MAX_AGE =>
+            {
                 Ask::Settings
             }
-            Self::Known { .. } | Self::Unavailable => Ask::Nothing,
+            Self::Known { .. } => Ask::Nothing,
+            Self::Unread | Self::Unavailable => self.look(),
         }
     }
 
@@ -89,7 +92,8 @@ impl Identity {
     pub(super) fn look(&self) -> Ask {
         match self {
             Self::Known { .. } => Ask::Settings,
-            Self::Unread | Self::Unavailable => self.ask(),
+            Self::Unread => Ask::Identity,
+            Self::Unavailable => Ask::Nothing,
         }
     }
 

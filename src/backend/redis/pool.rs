@@ -39,6 +39,11 @@ pub(super) struct Checkout {
     pub(super) conn: Box<Conn>,
     /// Taken from the idle list (as opposed to freshly connected).
     pub(super) reused: bool,
+    /// When it was checked out: the clock read once per batch for what
+    /// only needs a coarse time, the idle age, the settings' age
+    /// ([`Conn::ask`]) and the stamp it goes back to the idle list with
+    /// (older by the batch's round trip: closed at most that much sooner).
+    pub(super) at: Instant,
 }
 
 /// Why a round trip failed; the connection is dropped in every case.
@@ -112,13 +117,15 @@ impl Inner {
         deadline: Instant,
         fresh_only: bool,
     ) -> Result<Checkout, BackendError> {
+        let at = Instant::now();
         if !fresh_only {
             let mut idle = self.idle.lock();
             while let Some(c) = idle.pop() {
-                if c.since.elapsed() <= MAX_IDLE_AGE {
+                if at.saturating_duration_since(c.since) <= MAX_IDLE_AGE {
                     return Ok(Checkout {
                         conn: c.conn,
                         reused: true,
+                        at,
                     });
                 }
             }
@@ -134,6 +141,7 @@ impl Inner {
             Ok(conn) => Ok(Checkout {
                 conn: Box::new(conn),
                 reused: false,
+                at,
             }),
             Err(fault) => Err(self.fault_error(&fault)),
         }
@@ -148,7 +156,7 @@ impl Inner {
         if idle.len() < MAX_IDLE_CONNECTIONS {
             idle.push(IdleConn {
                 conn: c.conn,
-                since: Instant::now(),
+                since: c.at,
             });
         }
     }

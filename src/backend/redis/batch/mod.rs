@@ -107,7 +107,7 @@ impl Inner {
         results: &mut [Option<Result<Reply, BackendError>>],
         deadline: Instant,
     ) -> Result<FirstSent, Failure> {
-        let ask = c.conn.ask();
+        let ask = c.conn.ask(c.at);
         let digests = self.digests.lock().clone();
         let version = c.conn.version();
         let commands = if self.commands_refused.load(Ordering::Relaxed) {
