@@ -254,19 +254,34 @@ fn flush_after_an_advance_waits_for_the_due_extends() {
 /// A dropped guard's releases reach every node with nothing else to wake
 /// the node threads (no flush, no other call): the dropping thread wakes
 /// one node's thread, which wakes the others before its own round trip
-/// (a wake chain). The bound, 400 ms, is far above what the chain takes
-/// on a loaded machine (milliseconds) and below the node threads' own
-/// timers (a look at the settings about once a second): a thread the
-/// chain left asleep stays so past it. (Seen: with the chain's second
-/// link removed, 20 drops took 19.5 s, each waiting for a timer.)
+/// (a wake chain). With a max TTL of 400 ms the node threads have no
+/// timer of their own pending: their only one while the nodes are up, a
+/// look at the settings, comes while a lock may be held (max TTL after a
+/// grant) but not sooner than 500 ms after a batch brought the settings
+/// (every memory node's answer does, the grant's too), so it never comes
+/// due. A thread the
+/// chain left asleep then stays asleep with the release queued, and the
+/// wait (10 s, a bound on a hang, not on the chain's speed) runs out.
+/// (Seen, with the chain's second link removed: the first drop's keys
+/// stay on the nodes; under the default max TTL the settings look woke
+/// the threads about a second later instead.)
 #[test]
 fn a_dropped_guard_is_released_everywhere_with_nothing_else_to_wake_the_nodes() {
+    const SHORT: Duration = Duration::from_millis(400);
     let clock = ManualClock::new();
-    let (nodes, locks) = cluster_on(&clock, TTL);
+    let nodes = memory_nodes_on(3, &clock);
+    let locks = builder_on(&nodes, &clock)
+        .ttl(SHORT)
+        .max_ttl(SHORT)
+        // Below the TTL, as the builder requires; memory nodes answer in
+        // microseconds.
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
     for _ in 0..20 {
         let guard = hold_settled(&locks, "job");
         drop(guard);
-        let gone = wait_until(Duration::from_millis(400), || {
+        let gone = wait_until(Duration::from_secs(10), || {
             nodes.iter().all(|n| n.key_count() == 0)
         });
         let left: Vec<usize> = nodes.iter().map(|n| n.key_count()).collect();
