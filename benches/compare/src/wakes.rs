@@ -20,7 +20,9 @@
 //! kernel's tracepoints) and divide by the locks the table reports
 //! (docs/benchmarks.md). `--wakes R N:THREADS:CLIENT` runs one block
 //! alone (say `3:8:ours`), so that a profiler or `perf` counts nothing
-//! else but the servers' start.
+//! else but the servers' start; a block alone at N=3 may have another
+//! count of threads (2 to 128, say `3:32:ours`), which the default run
+//! does not count.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -144,7 +146,8 @@ pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
     let bad = || {
         format!(
             "--wakes block {spec:?}: expected N:THREADS:CLIENT, one of 1:1 or 3:1 with \
-             floor, backend, ours, ours-drop or rslock, or 3:8 with floor, ours or ours-drop"
+             floor, backend, ours, ours-drop or rslock, or 3:T (T from 2 to 128) with floor, \
+             ours or ours-drop"
         )
     };
     let mut parts = spec.split(':');
@@ -162,11 +165,17 @@ pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
     let block = match (n, threads) {
         ("1", "1") => (1, 1, who),
         ("3", "1") => (3, 1, who),
-        ("3", "8") if Who::THREADS.contains(&who) => (3, 8, who),
+        ("3", t) if Who::THREADS.contains(&who) => match t.parse() {
+            Ok(t @ 2..=MAX_THREADS) => (3, t, who),
+            _ => return Err(bad()),
+        },
         _ => return Err(bad()),
     };
     run(runs, Some(block)).map(|w| w.render())
 }
+
+/// The most caller threads a block run alone may have.
+const MAX_THREADS: usize = 128;
 
 /// The runs, of every block or only of `only`.
 fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
@@ -193,11 +202,16 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
         for who in Who::ONE_THREAD {
             lockers.push((who, vec![make(who, &urls[..n], &settings, &locks)?]));
         }
+        // 8 callers each, or as many as a block run alone asks for.
+        let callers = match only {
+            Some((3, t, _)) if t > 1 => t,
+            _ => 8,
+        };
         let mut eights = Vec::new();
         if n == 3 {
             for who in Who::THREADS {
                 let mut v = Vec::new();
-                for _ in 0..8 {
+                for _ in 0..callers {
                     v.push(make(who, &urls[..n], &settings, &locks)?);
                 }
                 eights.push((who, v));
