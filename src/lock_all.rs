@@ -16,7 +16,6 @@
 //! key.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
 
 use crate::backend::KeySet;
 use crate::backend::keyset::MAX_SET_SIZE;
@@ -82,12 +81,12 @@ impl LockManager {
         resources: impl IntoIterator<Item = R>,
         options: &LockOptions,
     ) -> Result<LockGuard> {
-        let started = Instant::now();
+        let started = crate::metrics::Stopwatch::start();
         let mut rounds = 0;
         let taken = crate::trace::take(Call::LockAll, self.quorum(), &mut rounds, |rounds| {
             self.take_all(resources, options, rounds)
         });
-        crate::metrics::acquire(outcome(&taken), started.elapsed(), rounds);
+        crate::metrics::acquire(outcome(&taken), started, rounds);
         taken
     }
 

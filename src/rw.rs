@@ -25,8 +25,6 @@
 //! `Hold::Writer` (`src/engine/hold.rs`): the engine makes each side's
 //! ops from that, and refuses what a side has no op for.
 
-use std::time::Instant;
-
 use crate::backend::KeySet;
 use crate::engine::{Hold, Pair};
 use crate::error::{Error, Result};
@@ -227,12 +225,12 @@ impl RwLock {
     /// holds the write side (at once, for a call that would wait), or holds
     /// a read guard of this lock while a writer waits for it.
     pub fn read_with(&self, options: &LockOptions) -> Result<LockGuard> {
-        let started = Instant::now();
+        let started = crate::metrics::Stopwatch::start();
         let mut attempts = 0;
         let taken = trace::take(Call::Read, self.locks.quorum(), &mut attempts, |n| {
             self.take_read(options, n)
         });
-        crate::metrics::acquire(outcome(&taken), started.elapsed(), attempts);
+        crate::metrics::acquire(outcome(&taken), started, attempts);
         taken
     }
 
@@ -315,12 +313,12 @@ impl RwLock {
     /// readers; [`Error::Deadlock`] at once when this thread holds a read
     /// guard of this lock (no upgrade, see [`RwLock`]).
     pub fn write_with(&self, options: &LockOptions) -> Result<LockGuard> {
-        let started = Instant::now();
+        let started = crate::metrics::Stopwatch::start();
         let mut attempts = 0;
         let taken = trace::take(Call::Write, self.locks.quorum(), &mut attempts, |n| {
             self.take_write(options, n)
         });
-        crate::metrics::acquire(outcome(&taken), started.elapsed(), attempts);
+        crate::metrics::acquire(outcome(&taken), started, attempts);
         taken
     }
 

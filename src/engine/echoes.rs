@@ -129,13 +129,14 @@ impl Echoes {
     /// Takes in the answer of `node` to a release of `token` on `keys`.
     /// Returns the keys whose notice, swallowed meanwhile, turned out to
     /// be somebody else's: the caller hands them out now. Nothing for a
-    /// release that is not a registered undo.
+    /// release that is not a registered undo. `now` is asked only for an
+    /// undo's answer (most releases are none: no clock read for them).
     pub(crate) fn answered(
         &self,
         node: usize,
         token: Token,
         heard: Heard,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) -> Vec<Box<[u8]>> {
         let mut inner = self.inner.lock();
         // Most releases are no undo: an empty table is not hashed into.
@@ -145,6 +146,7 @@ impl Echoes {
         let Some((hold, _)) = inner.undos.remove(&(node, token)) else {
             return Vec::new();
         };
+        let now = now();
         let mut handed = Vec::new();
         for key in hold.announced_on().iter() {
             let slot = (node, Box::from(key));
@@ -272,14 +274,22 @@ mod tests {
         let (first, second) = (token(), token());
         echoes.expect(0, &key(b"k"), first, now);
         assert!(echoes.swallow(0, b"k", now));
-        assert!(echoes.answered(0, first, Heard::Announced, now).is_empty());
+        assert!(
+            echoes
+                .answered(0, first, Heard::Announced, || now)
+                .is_empty()
+        );
         assert!(
             !echoes.swallow(0, b"k", now),
             "the next notice is another's"
         );
         // The answer before the notice.
         echoes.expect(0, &key(b"k"), second, now);
-        assert!(echoes.answered(0, second, Heard::Announced, now).is_empty());
+        assert!(
+            echoes
+                .answered(0, second, Heard::Announced, || now)
+                .is_empty()
+        );
         assert!(echoes.swallow(0, b"k", now));
         assert!(!echoes.swallow(0, b"k", now));
         assert_eq!(echoes.awaited(), (0, 0));
@@ -293,7 +303,7 @@ mod tests {
         echoes.expect(1, &key(b"k"), undo, now);
         // Somebody else's release, while the undo is pending.
         assert!(echoes.swallow(1, b"k", now));
-        let handed = echoes.answered(1, undo, Heard::Silent, now);
+        let handed = echoes.answered(1, undo, Heard::Silent, || now);
         assert_eq!(handed, vec![Box::<[u8]>::from(&b"k"[..])]);
         assert_eq!(echoes.awaited(), (0, 0));
     }
@@ -308,7 +318,7 @@ mod tests {
         // A holder's release (not registered) answers: nothing changes.
         assert!(
             echoes
-                .answered(0, token(), Heard::Announced, now)
+                .answered(0, token(), Heard::Announced, || now)
                 .is_empty()
         );
         assert!(echoes.swallow(0, b"k", now));
@@ -322,7 +332,11 @@ mod tests {
         let set = Hold::Lock(KeySet::new([b"a".to_vec(), b"b".to_vec()]).unwrap());
         let undo = token();
         echoes.expect(2, &set, undo, now);
-        assert!(echoes.answered(2, undo, Heard::Announced, now).is_empty());
+        assert!(
+            echoes
+                .answered(2, undo, Heard::Announced, || now)
+                .is_empty()
+        );
         assert!(echoes.swallow(2, b"a", now));
         assert!(echoes.swallow(2, b"b", now));
         assert_eq!(echoes.awaited(), (0, 0));
@@ -339,7 +353,11 @@ mod tests {
         echoes.expect(0, &Hold::Reader(pair), undo, now);
         assert!(!echoes.swallow(0, b"x:writer", now), "the writer's key");
         assert!(echoes.swallow(0, b"x:readers", now));
-        assert!(echoes.answered(0, undo, Heard::Announced, now).is_empty());
+        assert!(
+            echoes
+                .answered(0, undo, Heard::Announced, || now)
+                .is_empty()
+        );
         assert_eq!(echoes.awaited(), (0, 0));
     }
 
@@ -349,12 +367,20 @@ mod tests {
         let now = Instant::now();
         let (first, second) = (token(), token());
         echoes.expect(0, &key(b"k"), first, now);
-        assert!(echoes.answered(0, first, Heard::Announced, now).is_empty());
+        assert!(
+            echoes
+                .answered(0, first, Heard::Announced, || now)
+                .is_empty()
+        );
         let later = now + ECHO_LIFETIME;
         assert!(!echoes.swallow(0, b"k", later), "stale: another's notice");
         // A subscription lost: the expected echo is gone at once.
         echoes.expect(0, &key(b"k"), second, now);
-        assert!(echoes.answered(0, second, Heard::Announced, now).is_empty());
+        assert!(
+            echoes
+                .answered(0, second, Heard::Announced, || now)
+                .is_empty()
+        );
         echoes.lost_notices(0);
         assert!(!echoes.swallow(0, b"k", now));
     }
@@ -365,7 +391,7 @@ mod tests {
         let now = Instant::now();
         let undo = token();
         echoes.expect(0, &key(b"k"), undo, now);
-        assert!(echoes.answered(0, undo, Heard::Unknown, now).is_empty());
+        assert!(echoes.answered(0, undo, Heard::Unknown, || now).is_empty());
         assert_eq!(
             echoes.awaited(),
             (1, 1),

@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use self::take::outcome;
 use crate::backend::KeySet;
@@ -186,12 +186,12 @@ impl LockManager {
         resource: &[u8],
         options: &LockOptions,
     ) -> Result<LockGuard> {
-        let started = Instant::now();
+        let started = crate::metrics::Stopwatch::start();
         let mut rounds = 0;
         let taken = crate::trace::take(call, self.quorum(), &mut rounds, |rounds| {
             self.take(resource, options, rounds)
         });
-        crate::metrics::acquire(outcome(&taken), started.elapsed(), rounds);
+        crate::metrics::acquire(outcome(&taken), started, rounds);
         taken
     }
 

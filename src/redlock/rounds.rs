@@ -311,10 +311,10 @@ impl Rounds {
         lease: &Lease,
         turn: Option<Ticket>,
     ) -> Result<Report> {
-        let start = self.now();
         let kept = match turn {
             None => None,
             Some(turn) => {
+                let start = self.now();
                 let streak = turn.streak();
                 let Some(kept) = turn.offer_lock(|want| self.handoff(lease, want, streak)) else {
                     let nodes = self.engine.node_names().count();

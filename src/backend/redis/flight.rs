@@ -19,17 +19,22 @@ const MAX_TTL_MS: u64 = 1 << 53;
 
 /// Writes the pipeline for `ops` on a pooled connection and returns; the
 /// answers are read by [`InFlight::finish`], bounded by the same
-/// `deadline` (one node timeout from now, or sooner for a cluster's
+/// `deadline` (one node timeout from `now`, or sooner for a cluster's
 /// call). A stale pooled connection (closed by the server before
 /// anything was read) is retried once on a fresh one, within that
 /// deadline, as a whole batch.
-pub(super) fn send(inner: &Arc<Inner>, ops: &[Op<'_>], deadline: Instant) -> Box<dyn InFlight> {
+pub(super) fn send(
+    inner: &Arc<Inner>,
+    ops: &[Op<'_>],
+    now: Instant,
+    deadline: Instant,
+) -> Box<dyn InFlight> {
     let inner = Arc::clone(inner);
     let mut results = checked_ttls(ops);
     if results.iter().all(Option::is_some) {
         return Box::new(inner.answers(results, None));
     }
-    let mut conn = match inner.checkout(deadline, false) {
+    let mut conn = match inner.checkout(now, deadline, false) {
         Ok(conn) => conn,
         Err(e) => {
             fail_unanswered(&mut results, Err(e));

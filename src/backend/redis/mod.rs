@@ -403,7 +403,8 @@ impl Backend for RedisBackend {
     /// (expired in between), is a refusal; a key of another type gives
     /// [`BackendErrorKind::WrongType`].
     fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
-        flight::send(&self.inner, ops, self.inner.deadline())
+        let now = Instant::now();
+        flight::send(&self.inner, ops, now, self.inner.deadline_from(now))
     }
 
     /// Every call shares one deadline of the configured timeout (DNS
@@ -484,7 +485,11 @@ impl Inspect for RedisBackend {
 
 impl Inner {
     fn deadline(&self) -> Instant {
-        let now = Instant::now();
+        self.deadline_from(Instant::now())
+    }
+
+    /// One timeout after `now`.
+    fn deadline_from(&self, now: Instant) -> Instant {
         now.checked_add(self.timeout)
             .unwrap_or_else(|| now + Duration::from_secs(86_400))
     }

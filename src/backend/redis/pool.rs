@@ -85,7 +85,7 @@ impl Inner {
         mut f: impl FnMut(&mut Checkout) -> Result<T, Failure>,
     ) -> Result<T, BackendError> {
         loop {
-            let mut c = self.checkout(deadline, fresh_only)?;
+            let mut c = self.checkout(Instant::now(), deadline, fresh_only)?;
             match f(&mut c) {
                 Ok(value) => {
                     self.checkin(c);
@@ -112,12 +112,15 @@ impl Inner {
         }
     }
 
+    /// A connection for a call made at `at` (the caller's clock read,
+    /// which the connection carries: [`Checkout::at`]), bounded by
+    /// `deadline`: an idle one if any is young enough, else a new one.
     pub(super) fn checkout(
         &self,
+        at: Instant,
         deadline: Instant,
         fresh_only: bool,
     ) -> Result<Checkout, BackendError> {
-        let at = Instant::now();
         if !fresh_only {
             let mut idle = self.idle.lock();
             while let Some(c) = idle.pop() {

@@ -87,7 +87,13 @@ impl RedisBackend {
     /// trip of the batch ended by `until` when that comes before the
     /// timeout does: for a cluster's call, bounded as a whole.
     pub(crate) fn send_by(&self, ops: &[Op<'_>], until: Instant) -> Box<dyn InFlight> {
-        flight::send(&self.inner, ops, self.inner.deadline().min(until))
+        let now = Instant::now();
+        flight::send(
+            &self.inner,
+            ops,
+            now,
+            self.inner.deadline_from(now).min(until),
+        )
     }
 
     /// The same server, every command sent after `ASKING` (a connection

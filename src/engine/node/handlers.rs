@@ -203,10 +203,9 @@ impl State {
                 // (see `echoes.rs`); a notice it turns out not to have
                 // caused is handed out now.
                 let heard = Heard::of(result);
-                let real_now = Instant::now();
                 for key in waiters
                     .echoes()
-                    .answered(self.index, item.token, heard, real_now)
+                    .answered(self.index, item.token, heard, Instant::now)
                 {
                     waiters.notify(&key, Some(self.index));
                 }
