@@ -7,6 +7,7 @@ use std::thread;
 
 use parking_lot::Mutex;
 
+use super::read_rank;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::{Answers, InFlight, Op, run};
 use crate::clock::MonotonicClock;
@@ -294,4 +295,34 @@ fn a_caller_that_gives_up_at_its_deadline_leaves_no_key_behind() {
         );
         assert_eq!(wire.readers.lock()[0], format!("quorum-lock-node{i}"));
     }
+}
+
+/// The read order's rule: nodes whose round trips are close (loopback:
+/// tens of microseconds apart, and a node read later counts the reads
+/// before it into its own) keep the order they were sent in, whatever
+/// their smoothed round trips say; a node clearly slower than the fastest
+/// is read after the others, the slower later.
+#[test]
+fn nodes_are_read_in_send_order_unless_one_is_clearly_slower() {
+    let ranks = |latencies: &[u64]| -> Vec<u64> {
+        let fastest = latencies.iter().copied().min().unwrap_or(0);
+        latencies.iter().map(|&l| read_rank(l, fastest)).collect()
+    };
+    assert_eq!(ranks(&[90_000, 60_000, 75_000]), [0, 0, 0]);
+    assert_eq!(
+        ranks(&[220_000, 60_000, 75_000]),
+        [0, 0, 0],
+        "within 100 us"
+    );
+    assert_eq!(ranks(&[221_000, 60_000, 75_000]), [221_000, 0, 0]);
+    assert_eq!(
+        ranks(&[5_000_000, 300_000, 9_000_000]),
+        [5_000_000, 0, 9_000_000],
+        "a distant node after the near one, the farther last"
+    );
+    assert_eq!(
+        ranks(&[0, 80_000, 150_000]),
+        [0, 0, 150_000],
+        "not measured yet: 0"
+    );
 }
