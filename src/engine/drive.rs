@@ -10,8 +10,8 @@
 //! caller never blocks on one node while holding another.
 //!
 //! The caller reads the nodes in the order it sent to them, except that
-//! a node whose smoothed round trip is well above the fastest's (more
-//! than twice it, and 100 us more) is read after the others; it waits for
+//! a node whose smoothed round trip is above the fastest's by more than
+//! 100 us and a tenth of it is read after the others; it waits for
 //! each at most a short slice before passing it over for the next, and
 //! folds in the answers of the nodes it queued to as they come. (Read
 //! fastest first by the smoothed round trip alone, the order fed on
@@ -54,18 +54,24 @@ use crate::sync::MutexGuard;
 /// at again.
 const MIN_SLICE: Duration = Duration::from_micros(500);
 
-/// How much slower than the fastest driven node (beyond twice its round
-/// trip) a node must be to be read after the others: more than what
-/// reading the answers before it adds to its measured round trip (a few
-/// microseconds each on loopback).
-const SLOWER_BY: u64 = 100_000; // ns
+/// How much slower than the fastest driven node a node must be to be
+/// read after the others, at least (ns): more than what reading the
+/// answers before it adds to its measured round trip (a few microseconds
+/// each on loopback), so that the order cannot feed on itself. A tenth of
+/// the fastest's round trip is added on top, for the jitter of longer
+/// ones.
+const SLOWER_BY: u64 = 100_000;
 
 /// Where a driven node is read, by its smoothed round trip and the
 /// fastest driven node's (ns): 0, in send order (a stable sort keeps it),
-/// unless it is more than twice the fastest's and [`SLOWER_BY`] more;
-/// then after the others, the slower later.
+/// unless it is above the fastest's by more than [`SLOWER_BY`] and a
+/// tenth of it; then after the others, the slower later. (A node 50%
+/// slower read first would hold a round of three up by that much, where
+/// the two faster ones decide it.)
 fn read_rank(latency: u64, fastest: u64) -> u64 {
-    let slow_after = fastest.saturating_mul(2).saturating_add(SLOWER_BY);
+    let slow_after = fastest
+        .saturating_add(SLOWER_BY)
+        .saturating_add(fastest / 10);
     if latency > slow_after { latency } else { 0 }
 }
 
@@ -234,7 +240,7 @@ impl Engine {
             let Some(node) = &mut driven[pos] else {
                 break;
             };
-            // Wait a little for it (fastest first: they were all sent at
+            // Wait a little for it (in send order: they were all sent at
             // once, so the next answer is usually in and the read returns
             // at once); a node whose answer is not in by then is passed
             // over for now, so a node that stalls does not hold up a
