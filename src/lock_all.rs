@@ -22,7 +22,7 @@ use crate::backend::keyset::MAX_SET_SIZE;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
-use crate::manager::take::outcome;
+use crate::manager::take::measured;
 use crate::options::LockOptions;
 use crate::trace::Call;
 
@@ -81,13 +81,9 @@ impl LockManager {
         resources: impl IntoIterator<Item = R>,
         options: &LockOptions,
     ) -> Result<LockGuard> {
-        let started = crate::metrics::Stopwatch::start();
-        let mut rounds = 0;
-        let taken = crate::trace::take(Call::LockAll, self.quorum(), &mut rounds, |rounds| {
+        measured(Call::LockAll, self.quorum(), |rounds| {
             self.take_all(resources, options, rounds)
-        });
-        crate::metrics::acquire(outcome(&taken), started, rounds);
-        taken
+        })
     }
 
     fn take_all<R: AsRef<[u8]>>(

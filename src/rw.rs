@@ -30,7 +30,7 @@ use crate::engine::{Hold, Pair};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::manager::LockManager;
-use crate::manager::take::outcome;
+use crate::manager::take::measured;
 use crate::options::{LockOptions, RetryPolicy};
 use crate::redlock::Admission;
 use crate::report::{NodeOutcome, NodeReport, Report, Round};
@@ -225,13 +225,9 @@ impl RwLock {
     /// holds the write side (at once, for a call that would wait), or holds
     /// a read guard of this lock while a writer waits for it.
     pub fn read_with(&self, options: &LockOptions) -> Result<LockGuard> {
-        let started = crate::metrics::Stopwatch::start();
-        let mut attempts = 0;
-        let taken = trace::take(Call::Read, self.locks.quorum(), &mut attempts, |n| {
+        measured(Call::Read, self.locks.quorum(), |n| {
             self.take_read(options, n)
-        });
-        crate::metrics::acquire(outcome(&taken), started, attempts);
-        taken
+        })
     }
 
     /// [`read_with`](Self::read_with), counting its attempts in
@@ -313,13 +309,9 @@ impl RwLock {
     /// readers; [`Error::Deadlock`] at once when this thread holds a read
     /// guard of this lock (no upgrade, see [`RwLock`]).
     pub fn write_with(&self, options: &LockOptions) -> Result<LockGuard> {
-        let started = crate::metrics::Stopwatch::start();
-        let mut attempts = 0;
-        let taken = trace::take(Call::Write, self.locks.quorum(), &mut attempts, |n| {
+        measured(Call::Write, self.locks.quorum(), |n| {
             self.take_write(options, n)
-        });
-        crate::metrics::acquire(outcome(&taken), started, attempts);
-        taken
+        })
     }
 
     /// [`write_with`](Self::write_with), counting its rounds (intent and

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::take::outcome;
+use self::take::measured;
 use crate::backend::KeySet;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -186,13 +186,9 @@ impl LockManager {
         resource: &[u8],
         options: &LockOptions,
     ) -> Result<LockGuard> {
-        let started = crate::metrics::Stopwatch::start();
-        let mut rounds = 0;
-        let taken = crate::trace::take(call, self.quorum(), &mut rounds, |rounds| {
+        measured(call, self.quorum(), |rounds| {
             self.take(resource, options, rounds)
-        });
-        crate::metrics::acquire(outcome(&taken), started, rounds);
-        taken
+        })
     }
 
     /// A guard for a fresh `lease`, sharing this manager's core.

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::options::{DEFAULT_MAX_HOLD, LockOptions};
 use crate::redlock::{RenewalPlan, Turn, Want, check_ttl};
+use crate::trace::Call;
 use crate::waiting::{Tried, Waiting};
 
 impl LockManager {
@@ -201,8 +202,24 @@ impl LockManager {
     }
 }
 
+/// A call that takes a lock, `call`: `body` (which counts the rounds it
+/// makes) in the call's span, then the call's metric: how it ended, how
+/// long it took and its rounds. Every call that takes a lock goes
+/// through here.
+pub(crate) fn measured(
+    call: Call,
+    quorum: usize,
+    body: impl FnOnce(&mut u32) -> Result<LockGuard>,
+) -> Result<LockGuard> {
+    let started = crate::metrics::Stopwatch::start();
+    let mut rounds = 0;
+    let taken = crate::trace::take(call, quorum, &mut rounds, body);
+    crate::metrics::acquire(outcome(&taken), started, rounds);
+    taken
+}
+
 /// The outcome label of a call that takes a lock, for the metrics.
-pub(crate) fn outcome(taken: &Result<LockGuard>) -> &'static str {
+fn outcome(taken: &Result<LockGuard>) -> &'static str {
     match taken {
         Ok(_) => "acquired",
         Err(Error::Contended { .. }) => "contended",
