@@ -438,10 +438,11 @@ lane model model_lane
 lane optimized optimized_lane
 lane loom loom_checks
 STEP="building the tests"
-say "$STEP: no default features, the CLI, the harness"
+say "$STEP: no default features, the CLI, the harness, the benchmark"
 cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-run
 cargo test -p quorum-lock-cli --no-run
 cargo test -p testkit --no-run
+cargo test -p quorum-lock-bench --no-run
 
 # ---- 2. The test passes, in lanes at once (with the lints, the torture,
 # the model, the explorers and loom already running: nine with the
@@ -462,12 +463,15 @@ redis8_lane() {
 }
 
 # The command-line tool (the real binary on real servers), the harness'
-# own tests, and the library without its default features.
+# and the benchmark's own tests (its counters and statistics, no server),
+# and the library without its default features.
 tools_lane() {
   run_tests "cargo test -p quorum-lock-cli" "cargo test -p quorum-lock-cli" \
     cargo test -p quorum-lock-cli --no-fail-fast -- --test-threads=2
   run_tests "cargo test -p testkit" "cargo test -p testkit" \
     cargo test -p testkit --no-fail-fast -- --test-threads=2
+  run_tests "cargo test -p quorum-lock-bench" "cargo test -p quorum-lock-bench" \
+    cargo test -p quorum-lock-bench --no-fail-fast -- --test-threads=2
   run_tests "cargo test --no-default-features (memory backend only, without the explorers and the model)" \
     "cargo test --no-default-features" \
     cargo test --no-default-features --lib "${MEMORY_TARGETS[@]}" --no-fail-fast -- \

@@ -16,6 +16,13 @@
 //! it does, so the live ones are all of them; a change in their count
 //! during a block is reported, since an ended thread's time would be lost.
 //!
+//! Context switches too: this process's from the same `getrusage`
+//! (voluntary and involuntary, ended threads included), the servers'
+//! from the same `schedstat` lines (their third field, how many times the
+//! thread was put on a CPU: once after each of its switches out). They are
+//! counts, which the machine's noise barely moves, where the CPU times
+//! move with it.
+//!
 //! Neither side sees what no task is charged for: with this kernel's tick
 //! accounting the loopback TCP stack runs in the context of whichever task
 //! sends (so a client's send pays for part of the server's receive, and
@@ -30,9 +37,10 @@ use std::time::Duration;
 pub struct Reading {
     user: Duration,
     system: Duration,
-    /// The servers' nanoseconds on a CPU and their thread count (`None`
-    /// where a server's `/proc` could not be read).
-    servers: Option<(u64, usize)>,
+    switches: u64,
+    /// The servers' threads (`None` where a server's `/proc` could not
+    /// be read).
+    servers: Option<Tasks>,
 }
 
 /// What one block used.
@@ -44,8 +52,14 @@ pub struct CpuUse {
     /// The benchmark's own work inside the block (the thread census), to
     /// be taken off this process's total.
     pub excluded: Duration,
+    /// This process's context switches, voluntary and involuntary, every
+    /// thread (ended ones too).
+    pub switches: u64,
     /// The servers, every thread of each.
     pub servers: Option<Duration>,
+    /// The servers' context switches (times their threads were put on a
+    /// CPU), every thread of each.
+    pub server_switches: Option<u64>,
     /// A server's thread count changed during the block: an ended thread's
     /// time may be missing from `servers`.
     pub server_threads_changed: bool,
@@ -75,11 +89,12 @@ impl CpuMeter {
     /// The servers first, then this process: what reading the servers'
     /// files costs this process falls before its own reading.
     pub fn start(&self) -> Option<Reading> {
-        let servers = self.servers_ns();
-        let (user, system) = rusage_self()?;
+        let servers = self.servers();
+        let (user, system, switches) = rusage_self()?;
         Some(Reading {
             user,
             system,
+            switches,
             servers,
         })
     }
@@ -88,31 +103,35 @@ impl CpuMeter {
     /// way round). `excluded`: the benchmark's own CPU inside the block.
     pub fn stop(&self, start: Option<Reading>, excluded: Duration) -> Option<CpuUse> {
         let start = start?;
-        let (user, system) = rusage_self()?;
-        let servers = self.servers_ns();
-        let (servers, server_threads_changed) = match (start.servers, servers) {
-            (Some((a, ta)), Some((b, tb))) => {
-                (Some(Duration::from_nanos(b.saturating_sub(a))), ta != tb)
-            }
-            _ => (None, false),
+        let (user, system, switches) = rusage_self()?;
+        let servers = self.servers();
+        let (servers, server_switches, server_threads_changed) = match (start.servers, servers) {
+            (Some(a), Some(b)) => (
+                Some(Duration::from_nanos(b.ns.saturating_sub(a.ns))),
+                Some(b.runs.saturating_sub(a.runs)),
+                a.threads != b.threads,
+            ),
+            _ => (None, None, false),
         };
         Some(CpuUse {
             user: user.saturating_sub(start.user),
             system: system.saturating_sub(start.system),
             excluded,
+            switches: switches.saturating_sub(start.switches),
             servers,
+            server_switches,
             server_threads_changed,
         })
     }
 
-    /// Nanoseconds on a CPU summed over every thread of every server, and
-    /// how many threads that was.
-    fn servers_ns(&self) -> Option<(u64, usize)> {
-        let mut total = (0, 0);
+    /// Every thread of every server, summed.
+    fn servers(&self) -> Option<Tasks> {
+        let mut total = Tasks::default();
         for &pid in &self.servers {
-            let (ns, threads) = tasks_ns(&format!("/proc/{pid}/task"))?;
-            total.0 += ns;
-            total.1 += threads;
+            let tasks = tasks(&format!("/proc/{pid}/task"))?;
+            total.ns += tasks.ns;
+            total.runs += tasks.runs;
+            total.threads += tasks.threads;
         }
         Some(total)
     }
@@ -140,26 +159,44 @@ fn first_ns(stat: &str) -> Option<u64> {
     stat.split_whitespace().next()?.parse().ok()
 }
 
-/// Nanoseconds on a CPU summed over the threads listed in `dir` (a
-/// `/proc/<pid>/task`), and how many threads were read.
-fn tasks_ns(dir: &str) -> Option<(u64, usize)> {
-    let mut total = (0, 0);
+/// The third field of a `schedstat` line: how many times the thread was
+/// put on a CPU.
+fn runs(stat: &str) -> Option<u64> {
+    stat.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Threads' `schedstat` figures, summed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tasks {
+    /// Nanoseconds on a CPU.
+    ns: u64,
+    /// Times put on a CPU.
+    runs: u64,
+    /// How many threads were read.
+    threads: usize,
+}
+
+/// The threads listed in `dir` (a `/proc/<pid>/task`), summed.
+fn tasks(dir: &str) -> Option<Tasks> {
+    let mut total = Tasks::default();
     for entry in fs::read_dir(dir).ok()? {
         let Ok(entry) = entry else { continue };
         // A thread may end between the listing and the read.
         let Ok(stat) = fs::read_to_string(entry.path().join("schedstat")) else {
             continue;
         };
-        total.0 += first_ns(&stat)?;
-        total.1 += 1;
+        total.ns += first_ns(&stat)?;
+        total.runs += runs(&stat)?;
+        total.threads += 1;
     }
     Some(total)
 }
 
-/// This process's user and system time so far, every thread, ended ones
-/// included (`getrusage(RUSAGE_SELF)`).
+/// This process's user and system time and its context switches
+/// (voluntary and involuntary) so far, every thread, ended ones included
+/// (`getrusage(RUSAGE_SELF)`).
 #[cfg(unix)]
-fn rusage_self() -> Option<(Duration, Duration)> {
+fn rusage_self() -> Option<(Duration, Duration, u64)> {
     // SAFETY: an all-zero `rusage` is a valid value of this plain C
     // struct; getrusage writes into it and keeps no pointer.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -174,12 +211,13 @@ fn rusage_self() -> Option<(Duration, Duration)> {
         );
         Some(Duration::from_secs(sec) + Duration::from_micros(usec))
     };
-    Some((time(&usage.ru_utime)?, time(&usage.ru_stime)?))
+    let switches = u64::try_from(usage.ru_nvcsw).ok()? + u64::try_from(usage.ru_nivcsw).ok()?;
+    Some((time(&usage.ru_utime)?, time(&usage.ru_stime)?, switches))
 }
 
 /// Elsewhere the figure is not measured.
 #[cfg(not(unix))]
-fn rusage_self() -> Option<(Duration, Duration)> {
+fn rusage_self() -> Option<(Duration, Duration, u64)> {
     None
 }
 
@@ -227,6 +265,9 @@ mod tests {
         // the ended thread: the figure is there, the thread count moved or
         // not depending on the other tests.
         assert!(used.servers.is_some());
+        assert!(used.server_switches.is_some());
+        // The main thread slept in `join` for the 50 ms the other burned.
+        assert!(used.switches >= 1, "{used:?}");
     }
 
     #[test]
@@ -235,10 +276,13 @@ mod tests {
             user: Duration::from_millis(3),
             system: Duration::from_millis(2),
             excluded: Duration::from_millis(1),
+            switches: 0,
             servers: None,
+            server_switches: None,
             server_threads_changed: false,
         };
         assert_eq!(used.process(), Duration::from_millis(4));
         assert_eq!(first_ns("123 45 6\n"), Some(123));
+        assert_eq!(runs("123 45 6\n"), Some(6));
     }
 }

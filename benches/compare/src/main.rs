@@ -9,6 +9,7 @@
 //! cargo run --release -p quorum-lock-bench -- --rw-cost 5        # only: read-write lock vs mutex
 //! cargo run --release -p quorum-lock-bench -- --election-cost 5  # only: campaign + resign vs fenced lock + release
 //! cargo run --release -p quorum-lock-bench -- --wakes 3          # only: context switches and allocations per lock
+//! cargo run --release -p quorum-lock-bench -- --wake-cost 5      # only: what one thread wake-up costs here
 //! ```
 //!
 //! Clients are compared paired and interleaved (they take turns, so they
@@ -45,6 +46,7 @@ mod stats;
 mod svg;
 mod targets;
 mod waiting;
+mod wake_cost;
 mod wakes;
 
 use std::process::ExitCode;
@@ -81,6 +83,7 @@ fn main() -> ExitCode {
         Some("--scripts-cost") => Some(scripts::scripts_cost),
         Some("--rw-cost") => Some(rw::rw_cost),
         Some("--wakes") => Some(wakes::wakes),
+        Some("--wake-cost") => Some(wake_cost::wake_cost),
         Some("--election-cost") => Some(fencing::election_cost),
         _ => None,
     };

@@ -28,6 +28,8 @@ Options:
                     and drop), its RedisBackend direct, the floor and rslock: 1 thread at N=1 and
                     N=3, 8 threads on distinct keys at N=3 (floor, quorum-lock), R runs (default 5);
                     BLOCK = N:THREADS:CLIENT (e.g. 3:8:ours) runs that block alone, for a profiler
+  --wake-cost [R]     only: what waking a sleeping thread costs on this machine (two threads
+                    taking turns, on one CPU, on two, unpinned), R runs (default 5)
   --runs R          runs of every comparison; ratios are per run, then median and min-max
                     (default 5; 2 with --quick)
   --quick           small counts: a smoke test that the benchmark runs (under a minute)

@@ -55,24 +55,21 @@ impl Cell {
         Spread::of(&self.rates().into_iter().flatten().collect::<Vec<_>>())
     }
 
-    /// Per run, `f` of the block's CPU time per completed lock + release,
-    /// in microseconds (none for a failed run, one with errors, or one
-    /// whose CPU could not be read).
-    pub fn cpu_per_op(&self, f: CpuFigure) -> Vec<Option<f64>> {
+    /// Per run, `f` of the block per completed lock + release (none for a
+    /// failed run, one with errors, or one whose figure could not be read).
+    pub fn per_op(&self, f: Figure) -> Vec<Option<f64>> {
         self.runs
             .iter()
             .map(|r| match r {
-                Ok(t) if t.ops > 0 && t.errors == 0 => {
-                    Some(f(t.cpu.as_ref()?)?.as_secs_f64() * 1e6 / t.ops as f64)
-                }
+                Ok(t) if t.ops > 0 && t.errors == 0 => Some(f(t.cpu.as_ref()?)? / t.ops as f64),
                 _ => None,
             })
             .collect()
     }
 
-    /// [`cpu_per_op`](Self::cpu_per_op) over the runs: median and range.
-    pub fn cpu(&self, f: CpuFigure) -> Option<Spread> {
-        Spread::of(&self.cpu_per_op(f).into_iter().flatten().collect::<Vec<_>>())
+    /// [`per_op`](Self::per_op) over the runs: median and range.
+    pub fn spread(&self, f: Figure) -> Option<Spread> {
+        Spread::of(&self.per_op(f).into_iter().flatten().collect::<Vec<_>>())
     }
 
     /// Whether a server's thread count changed during any run's block.
@@ -84,17 +81,27 @@ impl Cell {
     }
 }
 
-/// Which CPU time of a block [`Cell::cpu_per_op`] reads.
-pub type CpuFigure = fn(&CpuUse) -> Option<Duration>;
+/// What [`Cell::per_op`] reads of a block's [`CpuUse`].
+pub type Figure = fn(&CpuUse) -> Option<f64>;
 
-/// This process's CPU (user + system, every thread), for [`Cell::cpu_per_op`].
-pub fn process_cpu(c: &CpuUse) -> Option<Duration> {
-    Some(c.process())
+/// This process's CPU (user + system, every thread), in microseconds.
+pub fn process_cpu(c: &CpuUse) -> Option<f64> {
+    Some(c.process().as_secs_f64() * 1e6)
 }
 
-/// The servers' CPU, for [`Cell::cpu_per_op`].
-pub fn servers_cpu(c: &CpuUse) -> Option<Duration> {
-    c.servers
+/// The servers' CPU, in microseconds.
+pub fn servers_cpu(c: &CpuUse) -> Option<f64> {
+    Some(c.servers?.as_secs_f64() * 1e6)
+}
+
+/// This process's context switches (every thread).
+pub fn process_switches(c: &CpuUse) -> Option<f64> {
+    Some(c.switches as f64)
+}
+
+/// The servers' context switches (every thread of each).
+pub fn servers_switches(c: &CpuUse) -> Option<f64> {
+    Some(c.server_switches? as f64)
 }
 
 /// Every cell, and the census of quorum-lock's threads per (N, threads).

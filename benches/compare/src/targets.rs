@@ -11,7 +11,7 @@ use crate::cross;
 use crate::latency::third_label;
 use crate::plan::Plan;
 use crate::report::{Results, switch_ratio};
-use crate::scaling::{self, CpuFigure, Scaling};
+use crate::scaling::{self, Figure, Scaling};
 use crate::stats::Spread;
 use crate::wakes::{Count, Wakes};
 
@@ -135,7 +135,7 @@ pub fn render(results: &Results, plan: &Plan) -> String {
             "8 threads, distinct keys, N=3, release(): this process's CPU (user + system, \
              every thread) per lock + release <= 1x rslock's",
             sc.ratio_of(3, 8, Client::Ours, Client::Rslock, |c| {
-                c.cpu_per_op(scaling::process_cpu)
+                c.per_op(scaling::process_cpu)
             }),
             |r| r <= 1.0,
             &cpu_note(sc, 3, 8),
@@ -301,14 +301,15 @@ fn wakes_lines(out: &mut String, w: &Wakes) {
 }
 
 /// The CPU row's note: both clients' figures per lock + release, what
-/// share of it is system time, and the servers' CPU beside it.
+/// share of it is system time, their context switches and the servers'
+/// (counts, which explain the times), and the servers' CPU beside it.
 fn cpu_note(sc: &Scaling, n: usize, threads: usize) -> String {
-    let median_of = |client: Client, f: CpuFigure| {
+    let median_of = |client: Client, f: Figure| {
         sc.cell(n, threads, client)
-            .and_then(|c| c.cpu(f))
+            .and_then(|c| c.spread(f))
             .map(|s| s.median)
     };
-    let system = |c: &CpuUse| Some(c.system);
+    let system = |c: &CpuUse| Some(c.system.as_secs_f64() * 1e6);
     let mut parts = Vec::new();
     for client in [Client::Ours, Client::Rslock] {
         let (Some(total), Some(sys)) = (
@@ -317,14 +318,23 @@ fn cpu_note(sc: &Scaling, n: usize, threads: usize) -> String {
         ) else {
             continue;
         };
+        let switches = match (
+            median_of(client, scaling::process_switches),
+            median_of(client, scaling::servers_switches),
+        ) {
+            (Some(own), Some(servers)) => {
+                format!(", {own:.2} context switches (the servers' {servers:.2})")
+            }
+            _ => String::new(),
+        };
         parts.push(format!(
-            "{}: {total:.1} us per op ({:.0}% system)",
+            "{}: {total:.1} us per op ({:.0}% system){switches}",
             client.key(),
             100.0 * sys / total
         ));
     }
     let servers = sc.ratio_of(n, threads, Client::Ours, Client::Rslock, |c| {
-        c.cpu_per_op(scaling::servers_cpu)
+        c.per_op(scaling::servers_cpu)
     });
     if let (Some(o), Some(r)) = (
         median_of(Client::Ours, scaling::servers_cpu),

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::cells::{census_text, clip, fmt_rate, spread_ratio};
 use super::results::Results;
 use crate::clients::Client;
-use crate::scaling::{CpuFigure, Scaling};
+use crate::scaling::{Figure, Scaling};
 
 /// Scaling: throughput per (N, threads) and client; the thread census.
 pub fn scaling(results: &Results) -> String {
@@ -113,33 +113,52 @@ pub fn scaling(results: &Results) -> String {
     out
 }
 
-/// Scaling: CPU time per lock + release, this process's and the servers',
-/// per (N, threads) and client.
+/// Scaling: CPU time and context switches per lock + release, this
+/// process's and the servers', per (N, threads) and client.
 fn scaling_cpu(sc: &Scaling, clients: &[Client]) -> String {
     let mut out = String::new();
     let names: Vec<String> = clients.iter().map(|c| c.to_string()).collect();
     let mut keys: Vec<(usize, usize)> = sc.cells.iter().map(|c| (c.n, c.threads)).collect();
     keys.sort_unstable();
     keys.dedup();
-    let tables: [(&str, CpuFigure); 2] = [
+    // What, its figure, its unit and decimals.
+    let tables: [(&str, Figure, &str, usize); 4] = [
         (
-            "this process's CPU time (user + system, every thread, ended ones included: \
-             `getrusage(RUSAGE_SELF)`)",
+            "CPU per lock + release on distinct keys: this process's CPU time (user + system, \
+             every thread, ended ones included: `getrusage(RUSAGE_SELF)`)",
             crate::scaling::process_cpu,
+            "us",
+            1,
         ),
         (
-            "the servers' CPU time (the N redis-server processes, every thread: \
-             `/proc/<pid>/task/*/schedstat`)",
+            "CPU per lock + release on distinct keys: the servers' CPU time (the N redis-server \
+             processes, every thread: `/proc/<pid>/task/*/schedstat`)",
             crate::scaling::servers_cpu,
+            "us",
+            1,
+        ),
+        (
+            "Context switches per lock + release on distinct keys: this process's (voluntary \
+             and involuntary, every thread, ended ones included: `getrusage(RUSAGE_SELF)`)",
+            crate::scaling::process_switches,
+            "switches",
+            2,
+        ),
+        (
+            "Context switches per lock + release on distinct keys: the servers' (times their \
+             threads were put on a CPU: the third field of `/proc/<pid>/task/*/schedstat`)",
+            crate::scaling::servers_switches,
+            "switches",
+            2,
         ),
     ];
-    for (what, figure) in tables {
+    for (what, figure, unit, decimals) in tables {
         let _ = writeln!(
             out,
-            "\n#### CPU per lock + release on distinct keys: {what}\n\n\
+            "\n#### {what}\n\n\
              Over the same block as the throughput (from the common start, after every \
              thread's warm-up, to the end of the last one), divided by the operations \
-             completed; us, median (min-max of runs).\n"
+             completed; {unit}, median (min-max of runs).\n"
         );
         let _ = writeln!(
             out,
@@ -152,10 +171,18 @@ fn scaling_cpu(sc: &Scaling, clients: &[Client]) -> String {
                 .iter()
                 .map(|c| {
                     sc.cell(*n, *t, *c)
-                        .and_then(|cell| cell.cpu(figure))
+                        .and_then(|cell| cell.spread(figure))
                         .map_or_else(
                             || "-".into(),
-                            |s| format!("{:.1} ({:.1}-{:.1})", s.median, s.min, s.max),
+                            |s| {
+                                format!(
+                                    "{:.d$} ({:.d$}-{:.d$})",
+                                    s.median,
+                                    s.min,
+                                    s.max,
+                                    d = decimals
+                                )
+                            },
                         )
                 })
                 .collect();
@@ -164,7 +191,7 @@ fn scaling_cpu(sc: &Scaling, clients: &[Client]) -> String {
                 "| {n} | {t} | {} | {} |",
                 cells.join(" | "),
                 spread_ratio(sc.ratio_of(*n, *t, Client::Ours, Client::Rslock, |c| {
-                    c.cpu_per_op(figure)
+                    c.per_op(figure)
                 })),
             );
         }
