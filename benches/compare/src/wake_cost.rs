@@ -45,11 +45,12 @@ impl Arm {
         }
     }
 
-    /// The CPU of thread `who` (0 or 1), if pinned.
-    fn cpu(self, who: usize) -> Option<usize> {
+    /// The CPU of thread `who` (0 or 1) among `cpus` (those this process
+    /// may run on), if pinned.
+    fn cpu(self, who: usize, cpus: &[usize]) -> Option<usize> {
         match self {
-            Arm::OneCpu => Some(0),
-            Arm::TwoCpus => Some(who),
+            Arm::OneCpu => cpus.first().copied(),
+            Arm::TwoCpus => cpus.get(who).copied(),
             Arm::Unpinned => None,
         }
     }
@@ -67,21 +68,21 @@ struct Block {
 /// `--wake-cost R`: R runs of the three arms, in an order that turns by
 /// run; the report's table.
 pub fn wake_cost(runs: usize) -> Result<String, String> {
-    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = allowed_cpus()?;
     let arms: Vec<Arm> = Arm::ALL
         .into_iter()
-        .filter(|a| *a != Arm::TwoCpus || cpus >= 2)
+        .filter(|a| *a != Arm::TwoCpus || cpus.len() >= 2)
         .collect();
     let mut blocks: Vec<Vec<Block>> = vec![Vec::new(); arms.len()];
     // Warm-up: the threads' stacks, the scheduler's view of them.
     for &arm in &arms {
-        block(arm, TURNS / 10)?;
+        block(arm, &cpus, TURNS / 10)?;
     }
     for run in 0..runs.max(1) {
         for k in 0..arms.len() {
             let i = (run + k) % arms.len();
             eprintln!("[wake-cost: {}, run {}/{}]", arms[i].name(), run + 1, runs);
-            blocks[i].push(block(arms[i], TURNS)?);
+            blocks[i].push(block(arms[i], &cpus, TURNS)?);
         }
     }
     let mut out = format!(
@@ -92,7 +93,7 @@ pub fn wake_cost(runs: usize) -> Result<String, String> {
          (one wake-up and one sleep); the waker's CPU time inside `unpark`.\n\n\
          | where the threads run | wall | CPU, both threads | the waker's, in `unpark` |\n\
          |---|---:|---:|---:|\n",
-        cpus
+        cpus.len()
     );
     for (arm, blocks) in arms.iter().zip(&blocks) {
         let cell = |f: fn(&Block) -> f64| {
@@ -113,8 +114,9 @@ pub fn wake_cost(runs: usize) -> Result<String, String> {
     Ok(out)
 }
 
-/// One block of `turns` turns in `arm`.
-fn block(arm: Arm, turns: u32) -> Result<Block, String> {
+/// One block of `turns` turns in `arm`, on `cpus`.
+fn block(arm: Arm, cpus: &[usize], turns: u32) -> Result<Block, String> {
+    let (cpu_1, cpu_2) = (arm.cpu(0, cpus), arm.cpu(1, cpus));
     // Odd: the second thread's turn; even: the first's. Each waits for its
     // value, sets the other's, wakes the other.
     let turn = Arc::new(AtomicU32::new(0));
@@ -124,7 +126,7 @@ fn block(arm: Arm, turns: u32) -> Result<Block, String> {
         thread::Builder::new()
             .name("wake-cost-2".into())
             .spawn(move || -> Result<(Duration, Duration), String> {
-                pin(arm.cpu(1))?;
+                pin(cpu_2)?;
                 let other = first_handle.recv().map_err(|e| e.to_string())?;
                 let (cpu0, mut waker) = (thread_cpu(), Duration::ZERO);
                 for i in 0..turns {
@@ -144,7 +146,7 @@ fn block(arm: Arm, turns: u32) -> Result<Block, String> {
         thread::Builder::new()
             .name("wake-cost-1".into())
             .spawn(move || -> Result<(Duration, Duration, Duration), String> {
-                pin(arm.cpu(0))?;
+                pin(cpu_1)?;
                 first_ready
                     .send(thread::current())
                     .map_err(|e| e.to_string())?;
@@ -160,8 +162,11 @@ fn block(arm: Arm, turns: u32) -> Result<Block, String> {
             })
             .map_err(|e| e.to_string())?
     };
-    let (wall, cpu1, waker1) = first.join().map_err(|_| "a thread panicked")??;
-    let (cpu2, waker2) = second.join().map_err(|_| "a thread panicked")??;
+    // Both joined before either result is looked at: a thread that could
+    // not be pinned says so, where the other only timed out waiting.
+    let (first, second) = (first.join(), second.join());
+    let (cpu2, waker2) = second.map_err(|_| "a thread panicked")??;
+    let (wall, cpu1, waker1) = first.map_err(|_| "a thread panicked")??;
     let wakes = f64::from(turns) * 2.0;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / wakes;
     // What the two clock readings around each unpark cost, taken off.
@@ -181,6 +186,25 @@ fn wait_for(turn: &AtomicU32, value: u32) {
     while turn.load(Ordering::Acquire) != value {
         assert!(Instant::now() < deadline, "turn {value} never came");
         thread::park_timeout(Duration::from_secs(1));
+    }
+}
+
+/// The CPUs this process may run on, in order.
+fn allowed_cpus() -> Result<Vec<usize>, String> {
+    // SAFETY: an all-zero `cpu_set_t` is the empty set; sched_getaffinity
+    // writes the calling thread's mask into it and keeps no pointer;
+    // CPU_ISSET reads a bit inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(format!(
+                "reading the CPUs this process may use: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect())
     }
 }
 
