@@ -259,9 +259,9 @@ fn flush_after_an_advance_waits_for_the_due_extends() {
 /// look at the settings, comes while a lock may be held (max TTL after a
 /// grant) but not sooner than 500 ms after a batch brought the settings
 /// (every memory node's answer does, the grant's too), so it never comes
-/// due. A thread the
-/// chain left asleep then stays asleep with the release queued, and the
-/// wait (10 s, a bound on a hang, not on the chain's speed) runs out.
+/// due. A thread the chain left asleep then stays asleep with the release
+/// queued, and the wait (10 s, a bound on a hang, not on the chain's
+/// speed) runs out.
 /// (Seen, with the chain's second link removed: the first drop's keys
 /// stay on the nodes; under the default max TTL the settings look woke
 /// the threads about a second later instead.)

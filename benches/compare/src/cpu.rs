@@ -37,6 +37,7 @@ use std::time::Duration;
 pub struct Reading {
     user: Duration,
     system: Duration,
+    /// This process's context switches so far.
     switches: u64,
     /// The servers' threads (`None` where a server's `/proc` could not
     /// be read).
