@@ -275,8 +275,9 @@ fn wakes_lines(out: &mut String, w: &Wakes) {
         w.switches_vs_floor(),
         |r| r <= 1.0,
         &format!(
-            "per lock: quorum-lock {}, floor {} (every thread of the process); with drop: {}",
+            "per lock: quorum-lock {} (its node threads {}), floor {} (every thread of the process); with drop: {}",
             per(3, 8, Client::Ours, Count::Switches),
+            per(3, 8, Client::Ours, Count::OwnThreads),
             per(3, 8, Client::Floor, Count::Switches),
             per(3, 8, Client::OursDrop, Count::Switches),
         ),

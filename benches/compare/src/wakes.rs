@@ -13,7 +13,8 @@
 //! Context switches are those of every thread of the process (each
 //! caller's own, read by the caller at its end, plus the delta of the
 //! threads that live through the block: the node threads, a runtime's
-//! workers). Allocations are the counting allocator's (`alloc_count.rs`),
+//! workers; the table shows these apart, as the client's own threads, so
+//! that a node-thread hop on the hot path shows). Allocations are the counting allocator's (`alloc_count.rs`),
 //! every thread. A dropped guard's release is part of the block (flushed
 //! before the block's end). For futex calls per lock, run the same command
 //! under `perf stat -e syscalls:sys_enter_futex` (it needs access to the
@@ -108,6 +109,10 @@ struct Block {
     locks: usize,
     voluntary: u64,
     involuntary: u64,
+    /// Of the switches, the caller threads' own (each read by the caller
+    /// at its end); the rest are the client's own threads' (quorum-lock's
+    /// node threads, a runtime's workers) and the main thread's few.
+    callers: u64,
     allocs: Allocs,
     took: Duration,
 }
@@ -115,6 +120,15 @@ struct Block {
 impl Block {
     fn per(&self, n: u64) -> f64 {
         n as f64 / self.locks.max(1) as f64
+    }
+
+    fn switches(&self) -> u64 {
+        self.voluntary + self.involuntary
+    }
+
+    /// The switches of the threads other than the callers.
+    fn own_threads(&self) -> u64 {
+        self.switches().saturating_sub(self.callers)
     }
 }
 
@@ -330,6 +344,7 @@ fn block(
             + callers.iter().map(|c| c.1).sum::<u64>(),
         involuntary: after.involuntary.saturating_sub(before.involuntary)
             + callers.iter().map(|c| c.2).sum::<u64>(),
+        callers: callers.iter().map(|c| c.1 + c.2).sum(),
         allocs,
         took: started.elapsed(),
     })
@@ -367,7 +382,7 @@ impl Wakes {
     /// `release()`, 8 threads on distinct keys, N=3: quorum-lock's over
     /// the floor's, per run.
     pub fn switches_vs_floor(&self) -> Option<Spread> {
-        self.ratio(3, 8, Who::Floor, |b| b.voluntary + b.involuntary)
+        self.ratio(3, 8, Who::Floor, Block::switches)
     }
 
     /// Allocations per lock + `release()`, 1 thread, `n` nodes:
@@ -383,7 +398,8 @@ impl Wakes {
         let v: Vec<f64> = blocks
             .iter()
             .map(|b| match count {
-                Count::Switches => b.per(b.voluntary + b.involuntary),
+                Count::Switches => b.per(b.switches()),
+                Count::OwnThreads => b.per(b.own_threads()),
                 Count::Allocations => b.per(b.allocs.calls),
             })
             .collect();
@@ -399,7 +415,11 @@ impl Wakes {
 /// What [`Wakes::per_lock`] reads.
 #[derive(Debug, Clone, Copy)]
 pub enum Count {
+    /// Context switches, every thread of the process.
     Switches,
+    /// Context switches of the threads other than the callers (see
+    /// [`Block::callers`]).
+    OwnThreads,
     Allocations,
 }
 
@@ -409,11 +429,13 @@ fn render(cells: &[(Cell, Vec<Block>)], runs: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Per lock, median over {runs} run(s) (min-max); every thread of the process counted.\n"
+        "Per lock, median over {runs} run(s) (min-max); every thread of the process counted. \
+         The client's own threads are those other than the callers: quorum-lock's node \
+         threads, rslock's runtime workers (and the main thread, under 0.01 per lock).\n"
     );
     let _ = writeln!(
         out,
-        "| N | threads | client | ending | context switches: voluntary | involuntary | allocations | bytes allocated | locks/s (noisy) |\n|---|---|---|---|---|---|---|---|---|"
+        "| N | threads | client | ending | context switches: voluntary | involuntary | of both, the client's own threads' | allocations | bytes allocated | locks/s (noisy) |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for ((n, threads, who), blocks) in cells {
         let s = |f: &dyn Fn(&Block) -> f64| {
@@ -422,11 +444,12 @@ fn render(cells: &[(Cell, Vec<Block>)], runs: usize) -> String {
         };
         let _ = writeln!(
             out,
-            "| {n} | {threads} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {n} | {threads} | {} | {} | {} | {} | {} | {} | {} | {} |",
             who.name(),
             who.ending(),
             s(&|b| b.per(b.voluntary)),
             s(&|b| b.per(b.involuntary)),
+            s(&|b| b.per(b.own_threads())),
             s(&|b| b.per(b.allocs.calls)),
             Spread::of(
                 &blocks
@@ -502,4 +525,38 @@ fn own_switches() -> (u64, u64) {
         field("voluntary_ctxt_switches:"),
         field("nonvoluntary_ctxt_switches:"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(voluntary: u64, involuntary: u64, callers: u64) -> Block {
+        Block {
+            locks: 10,
+            voluntary,
+            involuntary,
+            callers,
+            allocs: Allocs::default(),
+            took: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn the_client_s_own_threads_are_the_switches_beside_the_callers() {
+        let w = Wakes {
+            cells: vec![((3, 8, Who::Ours), vec![block(30, 10, 25)])],
+            runs: 1,
+        };
+        assert_eq!(w.per_lock(3, 8, Client::Ours, Count::Switches), Some(4.0));
+        assert_eq!(w.per_lock(3, 8, Client::Ours, Count::OwnThreads), Some(1.5));
+        let table = w.render();
+        assert!(
+            table.contains("| 3 | 8 | quorum-lock | `release()` | 3.00 | 1.00 | 1.50 |"),
+            "{table}"
+        );
+        // Callers that counted more than the whole (their switches before
+        // the start) leave zero, not a wrapped count.
+        assert_eq!(block(1, 0, 5).own_threads(), 0);
+    }
 }
