@@ -14,11 +14,12 @@
 //! caller's own, read by the caller at its end, plus the delta of the
 //! threads that live through the block: the node threads, a runtime's
 //! workers; the table shows these apart, as the client's own threads, so
-//! that a node-thread hop on the hot path shows). Allocations are the counting allocator's (`alloc_count.rs`),
-//! every thread. A dropped guard's release is part of the block (flushed
-//! before the block's end). For futex calls per lock, run the same command
-//! under `perf stat -e syscalls:sys_enter_futex` (it needs access to the
-//! kernel's tracepoints) and divide by the locks the table reports
+//! that a node-thread hop on the hot path shows). Allocations are the
+//! counting allocator's (`alloc_count.rs`), every thread. A dropped
+//! guard's release is part of the block (flushed before the block's
+//! end). For futex calls per lock, run the same command under `perf
+//! stat -e syscalls:sys_enter_futex` (it needs access to the kernel's
+//! tracepoints) and divide by the locks the table reports
 //! (docs/benchmarks.md). `--wakes R N:THREADS:CLIENT` runs one block
 //! alone (say `3:8:ours`), so that a profiler or `perf` counts nothing
 //! else but the servers' start; a block alone at N=3 may have another
@@ -431,7 +432,8 @@ fn render(cells: &[(Cell, Vec<Block>)], runs: usize) -> String {
         out,
         "Per lock, median over {runs} run(s) (min-max); every thread of the process counted. \
          The client's own threads are those other than the callers: quorum-lock's node \
-         threads, rslock's runtime workers (and the main thread, under 0.01 per lock).\n"
+         threads, a runtime's workers if it has any (rslock's here runs on its caller's \
+         thread), and the main thread's few switches.\n"
     );
     let _ = writeln!(
         out,
