@@ -169,11 +169,13 @@ fn block(arm: Arm, cpus: &[usize], turns: u32) -> Result<Block, String> {
     let (wall, cpu1, waker1) = first.map_err(|_| "a thread panicked")??;
     let wakes = f64::from(turns) * 2.0;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / wakes;
-    // What the two clock readings around each unpark cost, taken off.
+    // The two clock readings around each unpark, taken off: both are in
+    // the wall time and the threads' CPU time; the waker's span from one
+    // to the other holds one reading's cost.
     let reading = reading_cost();
     Ok(Block {
-        wall: (per(wall) - reading).max(0.0),
-        cpu: (per(cpu1 + cpu2) - reading).max(0.0),
+        wall: (per(wall) - 2.0 * reading).max(0.0),
+        cpu: (per(cpu1 + cpu2) - 2.0 * reading).max(0.0),
         waker: (per(waker1 + waker2) - reading).max(0.0),
     })
 }
@@ -228,7 +230,9 @@ fn pin(cpu: Option<usize>) -> Result<(), String> {
     }
 }
 
-/// The calling thread's CPU time so far (`CLOCK_THREAD_CPUTIME_ID`).
+/// The calling thread's CPU time so far (`CLOCK_THREAD_CPUTIME_ID`): one
+/// system call, where `cpu::thread_cpu` reads a `/proc` file (several
+/// system calls), too dear to read around every wake-up.
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -242,7 +246,8 @@ fn thread_cpu() -> Duration {
     )
 }
 
-/// What the two readings of [`thread_cpu`] around a call add to it, in us.
+/// What one reading of [`thread_cpu`] costs, in us: the span from one
+/// reading to the next with nothing between them.
 fn reading_cost() -> f64 {
     const N: u32 = 10_000;
     let mut added = Duration::ZERO;
