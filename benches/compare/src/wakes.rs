@@ -222,18 +222,18 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
             Some((3, t, _)) if t > 1 => t,
             _ => 8,
         };
-        let mut eights = Vec::new();
+        let mut threaded = Vec::new();
         if n == 3 {
             for who in Who::THREADS {
                 let mut v = Vec::new();
                 for _ in 0..callers {
                     v.push(make(who, &urls[..n], &settings, &locks)?);
                 }
-                eights.push((who, v));
+                threaded.push((who, v));
             }
         }
         for run in 0..runs.max(1) {
-            for set in [&mut lockers, &mut eights] {
+            for set in [&mut lockers, &mut threaded] {
                 let k = set.len();
                 for i in order(run, k) {
                     let (who, threads) = &mut set[i];
@@ -253,7 +253,7 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
             }
         }
         drop(lockers);
-        drop(eights);
+        drop(threaded);
         drop(locks);
     }
     drop(servers);
