@@ -41,10 +41,14 @@ pub enum Client {
     Redsync,
     /// `rslock` 0.10 (async, on tokio).
     Rslock,
+    /// A design floor, not a library: blocking callers sharing one
+    /// connection per node, one batch in flight per node, one reader
+    /// thread polling every node (`shared_reader.rs`). Scaling only.
+    SharedReader,
 }
 
 impl Client {
-    pub const ALL: [Client; 7] = [
+    pub const ALL: [Client; 8] = [
         Client::Floor,
         Client::Ours,
         Client::OursDrop,
@@ -52,6 +56,7 @@ impl Client {
         Client::Redlock,
         Client::Redsync,
         Client::Rslock,
+        Client::SharedReader,
     ];
 
     /// The name used by `--only`.
@@ -64,6 +69,7 @@ impl Client {
             Client::Redlock => "redlock",
             Client::Redsync => "redsync",
             Client::Rslock => "rslock",
+            Client::SharedReader => "shared-reader",
         }
     }
 
@@ -77,6 +83,7 @@ impl Client {
             Client::Redlock => "redlock 2.0.0",
             Client::Redsync => "redsync 1.0.1",
             Client::Rslock => "rslock 0.10",
+            Client::SharedReader => "shared reader (design floor)",
         }
     }
 
@@ -97,6 +104,7 @@ impl fmt::Display for Client {
             Client::Redlock => "redlock 2.0.0",
             Client::Redsync => "redsync 1.0.1",
             Client::Rslock => "rslock 0.10",
+            Client::SharedReader => "shared reader (design floor: one thread reads every node)",
         })
     }
 }

@@ -106,6 +106,6 @@ fn one(client: Client, urls: &[String], plan: &Plan, key: &str) -> Result<Throug
             scenarios::contention(&service, threads, sections, budget, key)
         }
         Client::Rslock => peers::rslock_contention(urls, settings, threads, sections, budget, key)?,
-        Client::Floor | Client::Backend => return Err("not measured".into()),
+        Client::Floor | Client::Backend | Client::SharedReader => return Err("not measured".into()),
     })
 }

@@ -42,6 +42,7 @@ mod rw;
 mod scaling;
 mod scenarios;
 mod scripts;
+mod shared_reader;
 mod stats;
 mod svg;
 mod targets;

@@ -17,17 +17,19 @@ use crate::peers::{self, RedlockService, RedsyncService};
 use crate::plan::Plan;
 use crate::procfs;
 use crate::scenarios::{self, CALLER, Load};
+use crate::shared_reader::SharedReader;
 use crate::stats::{Spread, Throughput};
 
 /// The clients of the scaling runs. redlock and redsync open new
 /// connections for every call: they run at up to 8 threads only.
-pub const CLIENTS: [Client; 6] = [
+pub const CLIENTS: [Client; 7] = [
     Client::Floor,
     Client::Ours,
     Client::OursDrop,
     Client::Rslock,
     Client::Redlock,
     Client::Redsync,
+    Client::SharedReader,
 ];
 
 /// One (N, threads, client) cell, one entry per run.
@@ -246,6 +248,7 @@ fn one(
     };
     Ok(match client {
         Client::Floor => run_with(&FloorService { urls, settings }, &mut none),
+        Client::SharedReader => run_with(&SharedReader::connect(urls, settings)?, &mut none),
         Client::Ours | Client::OursDrop => {
             let service = OursService {
                 locks: ours::manager(urls, settings)?,

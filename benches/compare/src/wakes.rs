@@ -8,7 +8,9 @@
 //!   order that changes run by run (`paired::order`), each client warmed
 //!   (connections open, scripts loaded) just before its block.
 //! - 8 threads on distinct keys at N=3: the floor (each thread its own
-//!   connections) and quorum-lock (one shared manager), both endings.
+//!   connections), quorum-lock (one shared manager), both endings, and
+//!   the shared-reader design floor (`shared_reader.rs`: the engine's
+//!   rules, one thread reading every node).
 //!
 //! Context switches are those of every thread of the process (each
 //! caller's own, read by the caller at its end, plus the delta of the
@@ -40,6 +42,7 @@ use crate::ours::{self, Direct, Ours};
 use crate::paired::order;
 use crate::peers::RslockSingle;
 use crate::procfs::Counters;
+use crate::shared_reader::SharedReader;
 use crate::stats::Spread;
 
 /// Locks per caller thread in one block.
@@ -62,6 +65,7 @@ enum Who {
     Ours,
     OursDrop,
     Rslock,
+    SharedReader,
 }
 
 impl Who {
@@ -72,7 +76,7 @@ impl Who {
         Who::OursDrop,
         Who::Rslock,
     ];
-    const THREADS: [Who; 3] = [Who::Floor, Who::Ours, Who::OursDrop];
+    const THREADS: [Who; 4] = [Who::Floor, Who::Ours, Who::OursDrop, Who::SharedReader];
 
     /// The client it is, by `--only`'s name ([`Client::key`]).
     fn client(self) -> Client {
@@ -82,6 +86,7 @@ impl Who {
             Who::Ours => Client::Ours,
             Who::OursDrop => Client::OursDrop,
             Who::Rslock => Client::Rslock,
+            Who::SharedReader => Client::SharedReader,
         }
     }
 
@@ -92,6 +97,7 @@ impl Who {
             Who::Ours => "quorum-lock",
             Who::OursDrop => "quorum-lock",
             Who::Rslock => "rslock 0.10",
+            Who::SharedReader => "shared reader (design floor)",
         }
     }
 
@@ -162,7 +168,7 @@ pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
         format!(
             "--wakes block {spec:?}: expected N:THREADS:CLIENT, one of 1:1 or 3:1 with \
              floor, backend, ours, ours-drop or rslock, or 3:T (T from 2 to 128) with floor, \
-             ours or ours-drop"
+             ours, ours-drop or shared-reader"
         )
     };
     let mut parts = spec.split(':');
@@ -173,6 +179,7 @@ pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
     };
     let Some(who) = Who::ONE_THREAD
         .into_iter()
+        .chain(Who::THREADS)
         .find(|w| w.client().key() == client)
     else {
         return Err(bad());
@@ -213,9 +220,13 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
             continue;
         }
         let locks = ours::manager(&urls[..n], &settings)?;
+        let shared = SharedReader::connect(&urls[..n], &settings)?;
         let mut lockers = Vec::new();
         for who in Who::ONE_THREAD {
-            lockers.push((who, vec![make(who, &urls[..n], &settings, &locks)?]));
+            lockers.push((
+                who,
+                vec![make(who, &urls[..n], &settings, &locks, &shared)?],
+            ));
         }
         // 8 callers each, or as many as a block run alone asks for.
         let callers = match only {
@@ -227,7 +238,7 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
             for who in Who::THREADS {
                 let mut v = Vec::new();
                 for _ in 0..callers {
-                    v.push(make(who, &urls[..n], &settings, &locks)?);
+                    v.push(make(who, &urls[..n], &settings, &locks, &shared)?);
                 }
                 threaded.push((who, v));
             }
@@ -265,6 +276,7 @@ fn make<'a>(
     urls: &[String],
     settings: &'a Settings,
     locks: &'a LockManager,
+    shared: &SharedReader,
 ) -> Result<Box<dyn Locker + Send + 'a>, String> {
     Ok(match who {
         Who::Floor => Box::new(Floor::connect(urls, settings)?),
@@ -275,6 +287,7 @@ fn make<'a>(
             drop_guard: who == Who::OursDrop,
         }),
         Who::Rslock => Box::new(RslockSingle::new(urls, settings)?),
+        Who::SharedReader => Box::new(shared.locker()),
     })
 }
 
