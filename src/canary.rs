@@ -21,6 +21,10 @@ pub(crate) enum Canary {
     /// engine/node/unread.rs: a send goes on without reading the batch
     /// parked unread before it.
     SendOverUnread,
+    /// engine/node/queue.rs: once every sender is gone, the receiver
+    /// ends with jobs still queued behind a driver (a batch parked with
+    /// the reader) instead of running them.
+    ClosedLeavesDrivenJobs,
     /// engine/node/queue.rs: a driver's end does not look at the queue, so
     /// a job queued while it drove (which woke nobody) is left there.
     DriverEndLooksAway,

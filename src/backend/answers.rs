@@ -23,6 +23,24 @@ pub trait InFlight: Send {
         true
     }
 
+    /// The descriptor the answers arrive on, when the engine may wait for
+    /// them there alongside other nodes' (one thread, one `epoll` set for
+    /// every node: the engine's reader) instead of in
+    /// [`wait`](Self::wait) or [`finish`](Self::finish): only when the
+    /// batch waits for the server on one connection, and every byte the
+    /// backend reads comes from that descriptor when it is read (no TLS
+    /// session, say, that may hold bytes it read ahead). The engine arms
+    /// it right after the send (no answer is read yet) and calls
+    /// `finish` once the descriptor is readable, or earlier, from another
+    /// thread, if it needs the answers first; it must stay the same for
+    /// the batch's life. The default, `None`: the engine waits through
+    /// `wait` and `finish` (a thread per node, as before; a backend with
+    /// several connections per batch, such as a cluster, keeps it).
+    #[cfg(unix)]
+    fn readable_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
     /// Reads the answers, within the backend's bound on one call. `ops`
     /// must be the ops the batch was sent with (a backend may need them to
     /// read the answers, or to run some again).

@@ -84,7 +84,7 @@ pub(super) struct Driven<'a> {
     state: MutexGuard<'a, node::State>,
     /// This caller counted as the node's driver: operations queued
     /// meanwhile wake nobody and are this caller's to run (combining).
-    driving: Driving<'a, Job>,
+    driving: Driving<Job>,
     node: &'a Node,
     /// The caller's batch on the wire; `None` while an earlier round's
     /// batch, parked unread, waits for its answers: nothing is sent over

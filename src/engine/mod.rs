@@ -17,6 +17,7 @@ mod hold;
 mod inspect;
 mod node;
 mod pending;
+mod reader;
 mod scatter;
 mod waiters;
 
@@ -71,6 +72,9 @@ pub(crate) struct Engine {
     /// The nodes as the rounds' spans name them (nothing without the
     /// `tracing` feature).
     traced: crate::trace::Nodes,
+    /// The thread that reads the batches parked with it (`reader.rs`),
+    /// where the platform has one.
+    reader: Option<reader::Reader>,
 }
 
 struct Node {
@@ -215,6 +219,7 @@ impl Engine {
             .map(|(index, backend)| io::describe(&**backend, index))
             .collect();
         let waiters = Arc::new(Waiters::new(backends.len(), quorum));
+        let watcher = reader::Reader::watcher();
         let shared = Arc::new(Shared {
             forgets: Arc::new(Forgets::new(backends.len())),
             waiters,
@@ -228,6 +233,7 @@ impl Engine {
             rights_key: Arc::from(rights_key),
             accept_eviction,
             value_suffix,
+            watcher: watcher.clone(),
         });
         let peers = Peers::default();
         let mut nodes = Vec::with_capacity(backends.len());
@@ -262,7 +268,22 @@ impl Engine {
             .map(|n| (n.jobs.clone(), Arc::clone(&n.exec)))
             .collect();
         let traced = crate::trace::Nodes::new(&shared.names, quorum);
+        let reader = match watcher {
+            Some(watcher) => {
+                let nodes = nodes
+                    .iter()
+                    .map(|n| (Arc::clone(&n.exec), n.jobs.handle()))
+                    .collect();
+                Some(
+                    reader::Reader::spawn(watcher, nodes).map_err(|e| Error::Runtime {
+                        reason: format!("cannot start the reader thread: {e}"),
+                    })?,
+                )
+            }
+            None => None,
+        };
         Ok(Self {
+            reader,
             nodes,
             exited,
             drain_wait,
@@ -358,7 +379,10 @@ impl Drop for Engine {
     /// then (a node that stopped answering) is left to finish on its own.
     fn drop(&mut self) {
         let deadline = Instant::now().checked_add(self.drain_wait);
-        // First: these keep every queue open.
+        // The reader first: what it has parked is read by the nodes'
+        // threads as their queues drain.
+        drop(self.reader.take());
+        // Then: these keep every queue open.
         self.peers.lock().clear();
         self.nodes.clear();
         while let Some(deadline) = deadline {

@@ -209,6 +209,14 @@ impl Conn {
         self.read_reply(deadline, Phase::Request)
     }
 
+    /// The socket the replies arrive on, for a plain connection (not
+    /// TLS, whose session may have read from the socket what it has not
+    /// handed out yet).
+    #[cfg(unix)]
+    pub(super) fn readable_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.io.plain_fd()
+    }
+
     /// Waits until a whole reply is buffered, or `until` passes (reading
     /// what has arrived even then). Whether one is, or the connection
     /// failed (the next read reports how): the caller may read now

@@ -84,6 +84,14 @@ impl InFlight for Sent {
         self.conn.conn.wait_reply(until.min(self.deadline))
     }
 
+    #[cfg(unix)]
+    fn readable_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        if self.first.awaits_nothing() {
+            return None;
+        }
+        self.conn.conn.readable_fd()
+    }
+
     fn finish(self: Box<Self>, ops: &[Op<'_>]) -> Answers {
         let Sent {
             inner,

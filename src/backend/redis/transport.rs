@@ -69,6 +69,19 @@ impl Transport {
         }
     }
 
+    /// The socket of a plain connection (TCP or Unix); `None` for TLS,
+    /// whose session buffers what it has read from the socket.
+    #[cfg(unix)]
+    pub(super) fn plain_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        match self {
+            Self::Tcp(stream, _) => Some(stream.as_fd()),
+            Self::Unix(stream, _) => Some(stream.as_fd()),
+            #[cfg(feature = "tls")]
+            Self::Tls(_) => None,
+        }
+    }
+
     /// One read of at most `buf.len()` bytes, by `deadline`; `Ok(0)` when
     /// the peer closed the connection.
     pub(super) fn read_some(

@@ -226,6 +226,14 @@ impl Sent {
         }
     }
 
+    /// The socket its answers arrive on, for the reader to wait on
+    /// ([`InFlight::readable_fd`]); `None` when there is nothing to wait
+    /// for there (settled without the server, or a backend without one).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub(crate) fn readable_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.in_flight.as_ref()?.readable_fd()
+    }
+
     /// Reads the answers (within the backend's bound on one call), with
     /// the ops the batch was sent with.
     pub(crate) fn read(self) -> Arrived {

@@ -121,10 +121,43 @@ pub(crate) struct Inspected {
     pub(crate) holding: Result<Option<Holding>, BackendError>,
 }
 
-/// A batch a caller sent and no longer waits for (its round was
-/// decided), parked in the node's state until it is read
-/// ([`State::park_unread`](super::State::park_unread)).
+/// A batch nobody reads in place, parked in the node's state until it is
+/// read: one a caller sent and no longer waits for (its round was
+/// decided, [`State::park_unread`](super::State::park_unread)), or one
+/// sent for queued operations and parked with the reader
+/// ([`State::park_watched`](super::State::park_watched)).
 pub(crate) struct Unread {
     pub(crate) sent: Sent,
-    pub(crate) reply: Option<ReplyTo>,
+    pub(crate) replies: Replies,
+    /// Set when the reader watches it.
+    pub(crate) watched: Option<Watched>,
+}
+
+/// Where a parked batch's answers go, one per item in order.
+pub(crate) enum Replies {
+    /// A caller's one operation.
+    One(Option<ReplyTo>),
+    /// Queued operations'.
+    Many(Vec<Option<ReplyTo>>),
+}
+
+impl Replies {
+    /// The `i`th item's.
+    pub(crate) fn get(&self, i: usize) -> Option<&ReplyTo> {
+        match self {
+            Replies::One(reply) => reply.as_ref().filter(|_| i == 0),
+            Replies::Many(replies) => replies.get(i).and_then(Option::as_ref),
+        }
+    }
+}
+
+/// What a batch parked with the reader carries: a driver count on the
+/// node's queue (operations queued behind it wake nobody: the reader
+/// sends them next), how many of its operations the gate still counts
+/// (uncounted by whoever reads it), and the token its readiness comes
+/// back with.
+pub(crate) struct Watched {
+    pub(crate) driving: super::queue::Driving<Job>,
+    pub(crate) counted: usize,
+    pub(crate) token: u64,
 }

@@ -92,7 +92,7 @@ pub(crate) use self::batch::{Item, Sent, Vote};
 #[cfg(test)]
 pub(crate) use self::identity::Standing;
 pub(crate) use self::identity::{Identity, Registry};
-use self::jobs::{Record, ReplyTo, Unread};
+use self::jobs::{Job, Record, Replies, ReplyTo, Unread, Watched};
 use self::liveness::Liveness;
 pub(crate) use self::notices::Doorbell;
 use self::notices::NodeNotices;
@@ -108,6 +108,7 @@ pub(crate) use self::unread::UNREAD_GRACE;
 pub(crate) use self::vitals::Vitals;
 use super::action::Action;
 use super::forgets::Forgets;
+use super::reader::{WATCH_GRACE, Watcher};
 use super::waiters::Waiters;
 use crate::backend::{Backend, BackendError, BackendErrorKind, Holding, Op, Reply};
 use crate::clock::Clock;
@@ -142,6 +143,9 @@ pub(crate) struct Shared {
     pub(crate) waiters: Arc<Waiters>,
     /// When each node was seen to have possibly forgotten keys.
     pub(crate) forgets: Arc<Forgets>,
+    /// Where batches are parked with the reader (`../reader.rs`); `None`
+    /// where there is none: node threads read their batches in place.
+    pub(crate) watcher: Option<Arc<Watcher>>,
 }
 
 /// One node's state: liveness, release retries, identity and quarantine,
@@ -173,9 +177,16 @@ pub(crate) struct State {
     settings_look: SettingsLook,
     /// The vitals `health()` reads, and what was last announced.
     publish: Publisher,
-    /// A batch sent and left unread when its round was decided: read
-    /// before anything else is sent (`unread.rs`).
+    /// A batch sent and left unread when its round was decided, or
+    /// parked with the reader: read before anything else is sent
+    /// (`unread.rs`).
     unread: Line<Unread>,
+    /// Operations the gate counts that were read here, in a batch parked
+    /// with the reader, since the state's holder last let go of it: the
+    /// holder uncounts them ([`take_read_counted`](Self::take_read_counted)).
+    read_counted: usize,
+    /// The serial number of the last batch parked with the reader.
+    watch_serial: u32,
 }
 impl State {
     // Construction.
@@ -205,6 +216,8 @@ impl State {
             settings_look: SettingsLook::new(shared.release_retry_window),
             publish: Publisher::new(name.to_owned(), health),
             unread: Line::default(),
+            read_counted: 0,
+            watch_serial: 0,
             shared,
         }
     }
@@ -293,21 +306,116 @@ impl State {
     /// the latest when it falls due (see `unread.rs`); its answers go to
     /// `reply`.
     pub(crate) fn park_unread(&mut self, sent: Sent, reply: Option<ReplyTo>, now: Instant) {
-        self.unread.park(Unread { sent, reply }, now);
+        let unread = Unread {
+            sent,
+            replies: Replies::One(reply),
+            watched: None,
+        };
+        self.unread.park(unread, now);
+    }
+
+    /// Arms `sent`'s socket in the reader's set (`../reader.rs`) under
+    /// the next serial number: the token to park it with
+    /// ([`park_watched`](Self::park_watched)). `None`, to read it in
+    /// place, where there is no reader, the backend has no descriptor for
+    /// it, or the reader stops.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub(crate) fn arm(&mut self, sent: &Sent) -> Option<u64> {
+        let watcher = self.shared.watcher.as_ref()?;
+        let fd = sent.readable_fd()?;
+        self.watch_serial = self.watch_serial.wrapping_add(1);
+        let token = super::reader::token(self.index, self.watch_serial);
+        watcher.arm(fd, token).then_some(token)
+    }
+
+    /// No reader here.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub(crate) fn arm(&mut self, _sent: &Sent) -> Option<u64> {
+        None
+    }
+
+    /// Parks `sent`, a batch of `counted` queued operations whose answers
+    /// go to `replies`, with the reader, its socket armed under `token`
+    /// ([`arm`](Self::arm)): a driver counted on the node's `queue` while
+    /// it is parked, its operations left counted at the gate until read,
+    /// and due for the node's thread after [`WATCH_GRACE`] should the
+    /// reader not read it first.
+    pub(crate) fn park_watched(
+        &mut self,
+        sent: Sent,
+        replies: Vec<Option<ReplyTo>>,
+        counted: usize,
+        token: u64,
+        queue: &queue::Handle<Job>,
+    ) {
+        let unread = Unread {
+            sent,
+            replies: Replies::Many(replies),
+            watched: Some(Watched {
+                driving: queue.drive(),
+                counted,
+                token,
+            }),
+        };
+        self.unread.park_for(unread, Instant::now() + WATCH_GRACE);
     }
 
     /// Reads the parked batch, if any (waiting for its answers within the
     /// backend's bound on one call), and passes its votes on. Whether
     /// there was one.
     pub(crate) fn read_unread(&mut self) -> bool {
-        let Some(Unread { sent, reply }) = self.unread.take() else {
+        let Some(unread) = self.unread.take() else {
             return false;
         };
-        let arrived = sent.read();
-        self.answers_arrived(arrived, Instant::now(), |vote| {
-            worker::reply_to(reply.as_ref(), vote);
-        });
+        // A batch parked with the reader: read here, not by it.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if unread.watched.is_some()
+            && let (Some(watcher), Some(fd)) =
+                (self.shared.watcher.as_ref(), unread.sent.readable_fd())
+        {
+            watcher.disarm(fd);
+        }
+        // Its driver count ends here.
+        drop(self.read_parked(unread));
         true
+    }
+
+    /// For the reader: reads the batch parked with it under `token`
+    /// (`None`: whichever is), if it is still parked, and returns its
+    /// driver count, for the reader to send what is queued behind it.
+    pub(crate) fn read_watched(&mut self, token: Option<u64>) -> Option<queue::Driving<Job>> {
+        let watched = self.unread.parked()?.watched.as_ref()?;
+        if token.is_some_and(|token| token != watched.token) {
+            return None;
+        }
+        let unread = self.unread.take()?;
+        self.read_parked(unread)
+    }
+
+    /// Reads `unread` and passes its votes on; a batch parked with the
+    /// reader has its operations added to those to uncount, and gives
+    /// its driver count back.
+    fn read_parked(&mut self, unread: Unread) -> Option<queue::Driving<Job>> {
+        let Unread {
+            sent,
+            replies,
+            watched,
+        } = unread;
+        let arrived = sent.read();
+        let mut item = 0;
+        self.answers_arrived(arrived, Instant::now(), |vote| {
+            worker::reply_to(replies.get(item), vote);
+            item += 1;
+        });
+        let watched = watched?;
+        self.read_counted += watched.counted;
+        Some(watched.driving)
+    }
+
+    /// The operations the gate counts that were read here since the last
+    /// call (see the field): its holder uncounts them as it lets go.
+    pub(crate) fn take_read_counted(&mut self) -> usize {
+        std::mem::take(&mut self.read_counted)
     }
 
     /// Whether the parked batch's answers are in, waiting for them at

@@ -31,6 +31,7 @@ pub(super) fn shared(clock: &ManualClock, quarantine: Option<Duration>) -> Arc<S
         accept_eviction: false,
         waiters: Arc::new(Waiters::new(1, 1)),
         forgets: Arc::new(Forgets::new(1)),
+        watcher: None,
     })
 }
 

@@ -20,6 +20,14 @@
 //! end looks at the queue, so no job is left with nobody woken (checked
 //! by loom, `unread.rs`).
 //!
+//! A batch parked with the reader (`../../reader.rs`) is counted as a
+//! driver too, for as long as it is parked: the reader sends what is
+//! queued behind it once it has read it. So a driver's end wakes the
+//! receiver only when no other driver is counted, and the receiver, woken
+//! for its timers, leaves the jobs to the driver counted (its end wakes
+//! it if any are left), unless every sender is gone: it then runs them
+//! itself, reading the parked batch first.
+//!
 //! **Wake times.** The node's thread sleeps until the state's next timer
 //! (its poll timeout). A caller that moves that time earlier while it
 //! holds the state (a batch parked unread, a probe, a release to retry)
@@ -155,6 +163,36 @@ impl<T> Sender<T> {
     /// `at`, and then sleeps again until `at`; awake, it sleeps no later
     /// than `at` next time. Whether a wake-up was sent.
     pub(crate) fn wake_by(&self, at: Instant) -> bool {
+        self.handle().wake_by(at)
+    }
+
+    /// Counts a caller that drives the node until the returned guard is
+    /// dropped.
+    pub(crate) fn drive(&self) -> Driving<T> {
+        Handle(Arc::clone(&self.0)).drive()
+    }
+
+    /// A handle on the queue that does not keep it open.
+    pub(crate) fn handle(&self) -> Handle<T> {
+        Handle(Arc::clone(&self.0))
+    }
+}
+
+/// A handle on the queue that is not a sender (the queue closes when the
+/// last sender goes, whatever handles are left): for the reader of the
+/// batches parked with it (`../../reader.rs`), which drives the node
+/// while one is and tells the node's thread its wake times.
+pub(crate) struct Handle<T>(Arc<Shared<T>>);
+
+impl<T> Handle<T> {
+    /// Counts a driver until the returned guard is dropped.
+    pub(crate) fn drive(&self) -> Driving<T> {
+        self.0.state.lock().drivers += 1;
+        Driving(Handle(Arc::clone(&self.0)))
+    }
+
+    /// As [`Sender::wake_by`].
+    pub(crate) fn wake_by(&self, at: Instant) -> bool {
         let mut state = self.0.state.lock();
         state.wake_by = Some(state.wake_by.map_or(at, |by| by.min(at)));
         let wake = state.asleep
@@ -167,21 +205,22 @@ impl<T> Sender<T> {
         }
         wake
     }
-
-    /// Counts a caller that drives the node until the returned guard is
-    /// dropped.
-    pub(crate) fn drive(&self) -> Driving<'_, T> {
-        self.0.state.lock().drivers += 1;
-        Driving(self)
-    }
 }
 
-/// A caller driving the node, counted (see the module's text). Dropping
-/// it uncounts the driver and wakes the receiver when jobs are still
-/// queued: those queued while it drove woke nobody.
-pub(crate) struct Driving<'a, T>(&'a Sender<T>);
+/// A driver of the node, counted (see the module's text): a caller that
+/// holds the node's state, or a batch parked with the reader. Dropping it
+/// uncounts the driver and, when it was the last one counted, wakes the
+/// receiver if jobs are still queued: those queued while it drove woke
+/// nobody. (While another driver is counted, what is queued is that
+/// one's to run.)
+pub(crate) struct Driving<T>(Handle<T>);
 
-impl<T> Driving<'_, T> {
+impl<T> Driving<T> {
+    /// The queue it counts on.
+    pub(crate) fn queue(&self) -> &Handle<T> {
+        &self.0
+    }
+
     /// Moves the jobs at the head of the queue that `take` accepts, at most
     /// `most`, into `into`: the driver's share of the queue. The driver
     /// must hold the node's state (see the module's text).
@@ -196,13 +235,15 @@ impl<T> Driving<'_, T> {
     }
 }
 
-impl<T> Drop for Driving<'_, T> {
+impl<T> Drop for Driving<T> {
     fn drop(&mut self) {
         let shared = &(self.0).0;
         let mut state = shared.state.lock();
         state.drivers -= 1;
-        let wake =
-            !state.jobs.is_empty() && !canary::on(Canary::DriverEndLooksAway) && state.wake_up();
+        let wake = state.drivers == 0
+            && !state.jobs.is_empty()
+            && !canary::on(Canary::DriverEndLooksAway)
+            && state.wake_up();
         drop(state);
         if wake {
             shared.ready.notify_one();
@@ -221,10 +262,11 @@ impl<T> State<T> {
 #[cfg(all(test, loom))]
 impl<T> Sender<T> {
     /// Whether jobs are queued while the receiver sleeps with no wake-up
-    /// on its way: a job nobody will run (for the loom model).
+    /// on its way and no driver counted: a job nobody will run (for the
+    /// loom model).
     pub(crate) fn left_asleep(&self) -> bool {
         let state = self.0.state.lock();
-        state.asleep && !state.jobs.is_empty()
+        state.asleep && !state.jobs.is_empty() && state.drivers == 0
     }
 
     /// Whether the receiver sleeps past `due`, with no wake-up on its way
@@ -255,6 +297,11 @@ impl<T> Drop for Sender<T> {
 }
 
 impl<T> Receiver<T> {
+    /// A handle on the queue (see [`Handle`]).
+    pub(crate) fn handle(&self) -> Handle<T> {
+        Handle(Arc::clone(&self.0))
+    }
+
     /// Returns once a job is queued (without taking it: the caller takes
     /// it under the node's state, [`take_queued`](Self::take_queued)),
     /// sleeping until one arrives or `deadline` passes (`None`: until every
@@ -266,7 +313,13 @@ impl<T> Receiver<T> {
     pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> Result<(), Empty> {
         let mut state = self.0.state.lock();
         let woke = loop {
-            if !state.jobs.is_empty() {
+            // Jobs queued while a driver is counted are the driver's to
+            // run (its end wakes this thread if any are left); once every
+            // sender is gone the thread runs them (the driver left then
+            // is a batch parked with the reader, which the thread reads
+            // first).
+            let closing = state.senders == 0 && !canary::on(Canary::ClosedLeavesDrivenJobs);
+            if !state.jobs.is_empty() && (state.drivers == 0 || closing) {
                 break Ok(());
             }
             if state.senders == 0 {
@@ -285,7 +338,7 @@ impl<T> Receiver<T> {
                 Some(until) => (state, timed_out) = self.0.ready.wait_until(state, until),
             }
             state.asleep = false;
-            if timed_out && state.jobs.is_empty() {
+            if timed_out && (state.jobs.is_empty() || state.drivers > 0) {
                 break Err(Empty::Timeout);
             }
         };

@@ -1,6 +1,9 @@
 //! The one batch a node may have on the wire unread: a round that was
 //! decided before this node answered leaves its batch here, in the node's
-//! state, instead of waking the node's thread to read it.
+//! state, instead of waking the node's thread to read it; and a batch of
+//! queued operations waits here for the reader (`../reader.rs`), which
+//! reads it when its answers arrive (due for the node's thread after
+//! `WATCH_GRACE` should the reader not come first).
 //!
 //! Whoever next takes the node's state reads it first: the next caller
 //! that drives the node (a parked batch alone does not make the node
@@ -48,8 +51,18 @@ impl<B> Line<B> {
     /// Parks `batch`, left unread at `now`: due at `now` + grace. The line
     /// must be empty (every send takes the parked batch first).
     pub(crate) fn park(&mut self, batch: B, now: Instant) {
+        self.park_for(batch, now + UNREAD_GRACE);
+    }
+
+    /// Parks `batch`, due at `due`. The line must be empty.
+    pub(crate) fn park_for(&mut self, batch: B, due: Instant) {
         debug_assert!(self.parked.is_none(), "a batch parked over another");
-        self.parked = Some((batch, now + UNREAD_GRACE));
+        self.parked = Some((batch, due));
+    }
+
+    /// The parked batch, if any.
+    pub(crate) fn parked(&self) -> Option<&B> {
+        self.parked.as_ref().map(|(batch, _)| batch)
     }
 
     /// Takes the parked batch, to read it before anything else is sent.

@@ -19,6 +19,15 @@
 //! - caller A's undo is handed over (queued while it drives); caller B's
 //!   call is driven and combined.
 //!
+//! Each runs twice: without the reader (every batch of queued operations
+//! is read where it was sent) and with it (`../reader.rs`): such a batch
+//! is parked with the reader, which holds a driver count while it is
+//! parked, is told of it on a channel (the `epoll` set's readiness), reads
+//! it if it is still the one parked under that token, sends what was
+//! queued behind it the same way, and at its stop reads what is parked
+//! with it; the node's thread reads such a batch before it sends, at its
+//! due time, or when its queue closes.
+//!
 //! Checked: nothing is sent while a batch is unread, every batch is read
 //! exactly once, every operation is sent once, each caller's operations
 //! reach the wire in its order; once both callers are done, no job is
@@ -28,9 +37,10 @@
 use std::time::Instant;
 
 use loom::sync::Arc;
+use loom::sync::mpsc;
 use loom::thread;
 
-use super::queue::{self, Empty, Receiver, Sender};
+use super::queue::{self, Driving, Empty, Handle, Receiver, Sender};
 use super::unread::Line;
 use crate::canary::{self, Canary};
 use crate::engine::gate::Gate;
@@ -44,11 +54,30 @@ enum Wire {
     Read(Vec<u32>),
 }
 
+/// A batch in the line: its operations and, parked with the reader, its
+/// driver count, how many of its operations the gate still counts, and
+/// its token.
+struct Parked {
+    ops: Vec<u32>,
+    watched: Option<(Driving<u32>, usize, u32)>,
+}
+
+/// What tells the reader of a batch parked with it (the `epoll` set).
+enum Arm {
+    Armed(u32),
+    Stop,
+}
+
 /// The node as the model sees it: its line and its wire.
 #[derive(Default)]
 struct Node {
-    line: Line<Vec<u32>>,
+    line: Line<Parked>,
     wire: Vec<Wire>,
+    /// Operations read in a batch parked with the reader, to uncount.
+    read_counted: usize,
+    serial: u32,
+    /// The reader, while there is one and it has not stopped.
+    arms: Option<mpsc::Sender<Arm>>,
 }
 
 impl Node {
@@ -63,29 +92,80 @@ impl Node {
     fn send_and_park(&mut self, ops: Vec<u32>) {
         self.read_parked();
         self.wire.push(Wire::Sent(ops.clone()));
+        let parked = Parked { ops, watched: None };
         if canary::on(Canary::SendOverUnread) {
             // The broken take left the old batch parked: the model keeps
             // both, as two batches on the wire would be.
-            if let Some(old) = self.line.park_over(ops, Instant::now()) {
-                self.wire.push(Wire::Read(old));
+            if let Some(old) = self.line.park_over(parked, Instant::now()) {
+                self.read(old);
             }
             return;
         }
-        self.line.park(ops, Instant::now());
+        self.line.park(parked, Instant::now());
+    }
+
+    /// Sends `ops`, operations taken from the queue (still counted at the
+    /// gate), as one batch: parked with the reader where there is one
+    /// (`State::arm`, `State::park_watched`), else read at once. How many
+    /// stay counted.
+    fn send_queued(&mut self, ops: Vec<u32>, queue: &Handle<u32>) -> usize {
+        if ops.is_empty() {
+            return 0;
+        }
+        let Some(arms) = self.arms.clone() else {
+            self.send_and_read(ops);
+            return 0;
+        };
+        self.read_parked();
+        self.wire.push(Wire::Sent(ops.clone()));
+        self.serial += 1;
+        let _ = arms.send(Arm::Armed(self.serial));
+        let counted = ops.len();
+        let watched = Some((queue.drive(), counted, self.serial));
+        let parked = Parked { ops, watched };
+        if canary::on(Canary::SendOverUnread) {
+            // As in `send_and_park`.
+            if let Some(old) = self.line.park_over(parked, Instant::now()) {
+                drop(self.read(old));
+            }
+            return counted;
+        }
+        self.line.park(parked, Instant::now());
+        counted
+    }
+
+    /// Reads `parked`: a batch parked with the reader has its operations
+    /// added to those to uncount and gives its driver count back.
+    fn read(&mut self, parked: Parked) -> Option<Driving<u32>> {
+        self.wire.push(Wire::Read(parked.ops));
+        let (driving, counted, _) = parked.watched?;
+        self.read_counted += counted;
+        Some(driving)
     }
 
     fn read_parked(&mut self) {
         if let Some(old) = self.line.take() {
-            self.wire.push(Wire::Read(old));
+            // Its driver count, if it was the reader's, ends here.
+            drop(self.read(old));
         }
+    }
+
+    /// The reader's read (`State::read_watched`): the batch parked with it
+    /// under `token` (`None`: whichever is), if still parked.
+    fn read_watched(&mut self, token: Option<u32>) -> Option<Driving<u32>> {
+        let (_, _, parked_as) = self.line.parked()?.watched.as_ref()?;
+        if token.is_some_and(|token| token != *parked_as) {
+            return None;
+        }
+        let parked = self.line.take()?;
+        self.read(parked)
     }
 }
 
-/// Runs `ops` as one batch.
-fn run(node: &mut Node, ops: Vec<u32>) {
-    if !ops.is_empty() {
-        node.send_and_read(ops);
-    }
+/// Lets go of the node, uncounting `ran` and what was read for the reader.
+fn finish(gate: &Gate<Node>, mut node: crate::sync::MutexGuard<'_, Node>, ran: usize) {
+    let read = std::mem::take(&mut node.read_counted);
+    gate.finish(node, ran + read);
 }
 
 /// The node's thread, as worker.rs runs it: wait for a job or the parked
@@ -94,6 +174,7 @@ fn run(node: &mut Node, ops: Vec<u32>) {
 /// state. (loom does not model time: a wait with a deadline ends when the
 /// thread is woken, or at the close.)
 fn node_thread(gate: &Gate<Node>, queue: &Receiver<u32>) {
+    let handle = queue.handle();
     let mut batch = Vec::new();
     let mut wake = None;
     loop {
@@ -103,10 +184,13 @@ fn node_thread(gate: &Gate<Node>, queue: &Receiver<u32>) {
                 let mut node = gate.lock();
                 node.read_parked();
                 wake = node.line.due();
+                finish(gate, node, 0);
                 continue;
             }
             Err(Empty::Closed) => {
-                gate.lock().read_parked();
+                let mut node = gate.lock();
+                node.read_parked();
+                finish(gate, node, 0);
                 return;
             }
         }
@@ -114,13 +198,47 @@ fn node_thread(gate: &Gate<Node>, queue: &Receiver<u32>) {
         queue.take_queued(16, &mut batch);
         if batch.is_empty() {
             wake = node.line.due();
+            finish(gate, node, 0);
             continue;
         }
         node.read_parked();
         let ran = batch.len();
-        run(&mut node, std::mem::take(&mut batch));
+        let kept = node.send_queued(std::mem::take(&mut batch), &handle);
         wake = node.line.due();
-        gate.finish(node, ran);
+        finish(gate, node, ran - kept);
+    }
+}
+
+/// The reader, as reader.rs and `NodeExec::read_watched` run it: on each
+/// readiness, takes the state, reads the batch if it is still the one
+/// parked under that token, sends what was queued behind it (parked with
+/// it again), lets its driver count go and tells the node's thread its
+/// wake time. At its stop, reads what is parked with it.
+fn reader(gate: &Gate<Node>, queue: &Handle<u32>, arms: &mpsc::Receiver<Arm>) {
+    loop {
+        let token = match arms.recv() {
+            Ok(Arm::Armed(token)) => Some(token),
+            Ok(Arm::Stop) | Err(_) => None,
+        };
+        let mut node = gate.lock();
+        let driving = node.read_watched(token);
+        if token.is_some()
+            && let Some(driving) = &driving
+        {
+            let mut queued = Vec::new();
+            driving.take_front(16, |_| true, &mut queued);
+            // Sent, parked with the reader: counted until read.
+            node.send_queued(queued, queue);
+        }
+        let wake = node.line.due();
+        finish(gate, node, 0);
+        drop(driving);
+        if let Some(at) = wake {
+            queue.wake_by(at);
+        }
+        if token.is_none() {
+            return;
+        }
     }
 }
 
@@ -152,14 +270,14 @@ fn call(gate: &Gate<Node>, jobs: &Sender<u32>, op: u32, then: Then) {
             let mut queued = Vec::new();
             driving.take_front(16, |_| true, &mut queued);
             ran = queued.len();
-            run(&mut node, queued);
+            ran -= node.send_queued(queued, driving.queue());
         }
         Then::HandOver => {
             let _ = gate.admit(|| jobs.send(op));
         }
     }
     let wake = node.line.due();
-    gate.finish(node, ran);
+    finish(gate, node, ran);
     drop(driving);
     if let Some(at) = wake {
         jobs.wake_by(at);
@@ -229,14 +347,38 @@ enum Model {
 
 /// Explores every interleaving of `model` (with at most `preemptions`, if
 /// set; `sync::explore`): how many executions, and the first violation.
-fn explore(model: Model, preemptions: Option<usize>) -> (usize, Option<String>) {
+/// Who reads the batches of queued operations.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Whoever sent them, at once (no reader).
+    InPlace,
+    /// The reader, or the node's thread.
+    Reader,
+    /// Parked for a reader that never reads (it died): the node's thread
+    /// only, at their due time or at the close.
+    DeadReader,
+}
+
+fn explore(model: Model, reading: Reading, preemptions: Option<usize>) -> (usize, Option<String>) {
+    let watch = reading != Reading::InPlace;
     let (undo, b_call) = match model {
         Model::BLeavesUnread => (Then::ReadAndCombine, Then::Park),
         Model::AHandsOver => (Then::HandOver, Then::ReadAndCombine),
     };
     crate::sync::explore(preemptions, move || {
-        let gate = Arc::new(Gate::new(Node::default()));
+        let (arms, armed) = mpsc::channel();
+        let gate = Arc::new(Gate::new(Node {
+            arms: watch.then(|| arms.clone()),
+            ..Node::default()
+        }));
         let (jobs, queue) = queue::queue::<u32>();
+        let (reader, dead) = if reading == Reading::Reader {
+            let (gate, handle) = (Arc::clone(&gate), jobs.handle());
+            let reader = thread::spawn(move || reader(&gate, &handle, &armed));
+            (Some(reader), None)
+        } else {
+            (None, Some(armed))
+        };
         let node = {
             let gate = Arc::clone(&gate);
             thread::spawn(move || node_thread(&gate, &queue))
@@ -267,10 +409,17 @@ fn explore(model: Model, preemptions: Option<usize>) -> (usize, Option<String>) 
                     .to_string(),
             );
         }
-        // The last sender gone: the node's thread runs what is queued,
-        // reads what is parked and ends.
+        // The engine's drop: the reader stops first (nothing is parked
+        // with it after that), then the last sender goes: the node's
+        // thread runs what is queued, reads what is parked and ends.
+        if let Some(reader) = reader {
+            gate.lock().arms = None;
+            let _ = arms.send(Arm::Stop);
+            let _ = reader.join();
+        }
         drop(jobs);
         let _ = node.join();
+        drop(dead);
         if violation.is_none() {
             violation = judge(&gate.lock().wire);
         }
@@ -284,11 +433,29 @@ fn explore(model: Model, preemptions: Option<usize>) -> (usize, Option<String>) 
 fn a_node_s_wire_keeps_every_caller_s_order_and_reads_each_batch_once() {
     assert_clean(
         "wire order, B leaves its batch unread",
-        explore(Model::BLeavesUnread, Some(3)),
+        explore(Model::BLeavesUnread, Reading::InPlace, Some(3)),
     );
     assert_clean(
         "wire order, A hands its undo over",
-        explore(Model::AHandsOver, Some(3)),
+        explore(Model::AHandsOver, Reading::InPlace, Some(3)),
+    );
+}
+
+/// The same with the reader: the batches of queued operations are parked
+/// with it and read by it, or by the node's thread.
+#[test]
+fn with_the_reader_a_node_s_wire_keeps_every_caller_s_order_and_reads_each_batch_once() {
+    assert_clean(
+        "wire order with the reader, B leaves its batch unread",
+        explore(Model::BLeavesUnread, Reading::Reader, Some(2)),
+    );
+    assert_clean(
+        "wire order with the reader, A hands its undo over",
+        explore(Model::AHandsOver, Reading::Reader, Some(2)),
+    );
+    assert_clean(
+        "wire order with a reader that died, B leaves its batch unread",
+        explore(Model::BLeavesUnread, Reading::DeadReader, Some(3)),
     );
 }
 
@@ -307,6 +474,21 @@ fn canaries_breaking_the_line_the_gate_the_driver_s_end_or_the_wake_time_are_cau
         (Canary::WakeByWakesNobody, Model::BLeavesUnread),
         (Canary::SleepIgnoresWakeBy, Model::BLeavesUnread),
     ] {
-        assert_caught(broken, || explore(model, Some(2)));
+        assert_caught(broken, || explore(model, Reading::InPlace, Some(2)));
+    }
+}
+
+/// With the reader: sending over a batch parked with it, a driver's end
+/// (the reader's among them) that does not look at the queue, and a
+/// node's thread that ends with operations queued behind a batch parked
+/// with a reader that died.
+#[test]
+fn with_the_reader_canaries_breaking_the_line_the_driver_s_end_or_the_close_are_caught() {
+    for (broken, reading) in [
+        (Canary::SendOverUnread, Reading::Reader),
+        (Canary::DriverEndLooksAway, Reading::Reader),
+        (Canary::ClosedLeavesDrivenJobs, Reading::DeadReader),
+    ] {
+        assert_caught(broken, || explore(Model::BLeavesUnread, reading, Some(2)));
     }
 }

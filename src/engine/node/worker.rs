@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use super::jobs::{Inspected, Job, MAX_QUEUED, NotQueued, Proclaimed, ReplyTo, Work};
 use super::queue::{self, Empty};
 use super::vitals::Vitals;
-use super::{Doorbell, Item, Shared, State, Vote};
+use super::{Doorbell, Item, Sent, Shared, State, Vote};
 use crate::backend::Backend;
 use crate::engine::action::Action;
 use crate::engine::gate::Gate;
@@ -113,28 +113,66 @@ impl NodeExec {
     pub(crate) fn leave_driven(
         &self,
         mut state: MutexGuard<'_, State>,
-        driving: queue::Driving<'_, Job>,
+        driving: queue::Driving<Job>,
         serve: bool,
     ) -> Option<Instant> {
         let mut ran = 0;
         if serve && !state.is_down() {
             let mut taken = Vec::new();
-            driving.take_front(
-                MAX_BATCH,
-                |job| matches!(job, Job::Work(Work::Op { .. })),
-                &mut taken,
-            );
+            driving.take_front(MAX_BATCH, is_op, &mut taken);
             ran = taken.len();
             if ran > 0 {
                 // Only ops: `run_jobs` sends them as one batch, as the
-                // node's thread would.
-                run_jobs(&mut state, &mut taken);
+                // node's thread would, parked with the reader where
+                // there is one.
+                ran -= send_ops(&mut state, &mut taken, driving.queue());
             }
         }
         let wake = state.poll_timeout();
-        self.gate.finish(state, ran);
+        self.finish(state, ran);
         drop(driving);
         wake
+    }
+
+    /// Lets go of the node's state, uncounting at the gate the `ran` jobs
+    /// its holder ran and the operations read in a batch parked with the
+    /// reader meanwhile (`State::take_read_counted`).
+    fn finish(&self, mut state: MutexGuard<'_, State>, ran: usize) {
+        let read = state.take_read_counted();
+        self.gate.finish(state, ran + read);
+    }
+
+    /// The reader's turn (`../reader.rs`): reads the batch parked with it
+    /// under `token` (`None`: whichever is), if it is still parked, then
+    /// sends the operations queued behind it as the next batch, parked
+    /// with the reader again; with none, or with another job first, the
+    /// batch's driver count ends (which wakes the node's thread if jobs
+    /// are queued). Tells the node's thread its next wake time.
+    pub(crate) fn read_watched(
+        &self,
+        token: Option<u64>,
+        queue: &queue::Handle<Job>,
+        follow: bool,
+    ) {
+        let mut state = self.gate.lock();
+        let Some(driving) = state.read_watched(token) else {
+            return;
+        };
+        let mut ran = 0;
+        if follow && !state.is_down() {
+            let mut taken = Vec::new();
+            driving.take_front(MAX_BATCH, is_op, &mut taken);
+            ran = taken.len();
+            if ran > 0 {
+                ran -= send_ops(&mut state, &mut taken, queue);
+            }
+        }
+        let wake = state.poll_timeout();
+        self.finish(state, ran);
+        drop(driving);
+        if let Some(at) = wake {
+            queue.wake_by(at);
+        }
     }
 
     /// Whether a caller that waits at most `wait` may run this node's
@@ -171,6 +209,7 @@ pub(crate) fn spawn(
             index,
             exec: &thread_exec,
             jobs: &jobs,
+            queue: jobs.handle(),
             peers: &peers,
         };
         thread.run(first_wake);
@@ -244,6 +283,8 @@ struct NodeThread<'a> {
     index: usize,
     exec: &'a NodeExec,
     jobs: &'a queue::Receiver<Job>,
+    /// The queue's handle, for the batches it parks with the reader.
+    queue: queue::Handle<Job>,
     peers: &'a Peers,
 }
 
@@ -266,7 +307,9 @@ impl NodeThread<'_> {
                 // retries are abandoned, their keys expire with the TTL;
                 // a batch still parked is read (every batch is read once).
                 Err(Empty::Closed) => {
-                    self.exec.gate.lock().read_unread();
+                    let mut state = self.exec.gate.lock();
+                    state.read_unread();
+                    self.exec.finish(state, 0);
                     return;
                 }
             };
@@ -290,6 +333,7 @@ impl NodeThread<'_> {
             self.wake_peers_if(short);
             if batch.is_empty() {
                 wake = state.poll_timeout();
+                self.exec.finish(state, 0);
                 continue;
             }
             if batch
@@ -302,12 +346,11 @@ impl NodeThread<'_> {
                 let short = state.listen(Instant::now());
                 self.wake_peers_if(short);
             }
-            let ran = batch.len();
-            run_jobs(&mut state, &mut batch);
+            let ran = batch.len() - run_jobs(&mut state, &mut batch, &self.queue);
             wake = state.poll_timeout();
             // Still under the gate: a caller that sees zero sees the
             // results.
-            self.exec.gate.finish(state, ran);
+            self.exec.finish(state, ran);
         }
     }
 
@@ -326,9 +369,19 @@ impl NodeThread<'_> {
     }
 }
 
+fn is_op(job: &Job) -> bool {
+    matches!(job, Job::Work(Work::Op { .. }))
+}
+
 /// Runs the jobs in order, the ops between two other jobs as one backend
-/// batch; answers the barriers once all have run.
-fn run_jobs(state: &mut State, batch: &mut Vec<Job>) {
+/// batch; answers the barriers once all have run. Returns how many ops
+/// were left parked with the reader (still counted at the gate): a batch
+/// of ops only is parked there when the reader takes it
+/// ([`send_ops`]).
+fn run_jobs(state: &mut State, batch: &mut Vec<Job>, queue: &queue::Handle<Job>) -> usize {
+    if batch.iter().all(is_op) {
+        return send_ops(state, batch, queue);
+    }
     let mut items = Vec::new();
     let mut replies = Vec::new();
     let mut acks = Vec::new();
@@ -377,6 +430,31 @@ fn run_jobs(state: &mut State, batch: &mut Vec<Job>) {
     for ack in acks {
         let _ = ack.send(());
     }
+    0
+}
+
+/// Sends `batch`, ops only, as one backend batch and parks it with the
+/// reader (`State::arm`, `State::park_watched`; the node's `queue`
+/// counts it as a driver meanwhile): how many ops it holds, still
+/// counted at the gate. Where the reader does not take it, reads it at
+/// once and answers each op: 0.
+fn send_ops(state: &mut State, batch: &mut Vec<Job>, queue: &queue::Handle<Job>) -> usize {
+    let mut items = Vec::with_capacity(batch.len());
+    let mut replies = Vec::with_capacity(batch.len());
+    for job in batch.drain(..) {
+        if let Job::Work(Work::Op { item, reply }) = job {
+            items.push(item);
+            replies.push(reply);
+        }
+    }
+    let counted = items.len();
+    let sent = state.begin(items, Instant::now());
+    if let Some(token) = state.arm(&sent) {
+        state.park_watched(sent, replies, counted, token, queue);
+        return counted;
+    }
+    read_now(state, sent, replies);
+    0
 }
 
 /// Runs the ops collected so far as one round trip and answers each.
@@ -385,8 +463,14 @@ fn run_ops(state: &mut State, items: &mut Vec<Item>, replies: &mut Vec<Option<Re
         return;
     }
     let sent = state.begin(std::mem::take(items), Instant::now());
+    read_now(state, sent, replies.drain(..));
+}
+
+/// Reads `sent` (waiting for its answers within the backend's bound on
+/// one call) and answers each op on its reply, in order.
+fn read_now(state: &mut State, sent: Sent, replies: impl IntoIterator<Item = Option<ReplyTo>>) {
     let arrived = sent.read();
-    let mut replies = replies.drain(..);
+    let mut replies = replies.into_iter();
     state.answers_arrived(arrived, Instant::now(), |vote| {
         reply_to(replies.next().flatten().as_ref(), vote);
     });
