@@ -72,9 +72,6 @@ pub(crate) struct Engine {
     /// The nodes as the rounds' spans name them (nothing without the
     /// `tracing` feature).
     traced: crate::trace::Nodes,
-    /// The thread that reads the batches parked with it (`reader.rs`),
-    /// where the platform has one.
-    reader: Option<reader::Reader>,
 }
 
 struct Node {
@@ -219,7 +216,7 @@ impl Engine {
             .map(|(index, backend)| io::describe(&**backend, index))
             .collect();
         let waiters = Arc::new(Waiters::new(backends.len(), quorum));
-        let watcher = reader::Reader::watcher();
+        let watcher = reader::Watcher::new();
         let shared = Arc::new(Shared {
             forgets: Arc::new(Forgets::new(backends.len())),
             waiters,
@@ -268,22 +265,15 @@ impl Engine {
             .map(|n| (n.jobs.clone(), Arc::clone(&n.exec)))
             .collect();
         let traced = crate::trace::Nodes::new(&shared.names, quorum);
-        let reader = match watcher {
-            Some(watcher) => {
-                let nodes = nodes
+        if let Some(watcher) = &watcher {
+            watcher.set_nodes(
+                nodes
                     .iter()
-                    .map(|n| (Arc::clone(&n.exec), n.jobs.handle()))
-                    .collect();
-                Some(
-                    reader::Reader::spawn(watcher, nodes).map_err(|e| Error::Runtime {
-                        reason: format!("cannot start the reader thread: {e}"),
-                    })?,
-                )
-            }
-            None => None,
-        };
+                    .map(|n| (Arc::downgrade(&n.exec), n.jobs.handle()))
+                    .collect(),
+            );
+        }
         Ok(Self {
-            reader,
             nodes,
             exited,
             drain_wait,
@@ -379,9 +369,11 @@ impl Drop for Engine {
     /// then (a node that stopped answering) is left to finish on its own.
     fn drop(&mut self) {
         let deadline = Instant::now().checked_add(self.drain_wait);
-        // The reader first: what it has parked is read by the nodes'
-        // threads as their queues drain.
-        drop(self.reader.take());
+        // The reader first: it reads what is parked with it, and nothing
+        // is parked with it after that.
+        if let Some(watcher) = &self.shared.watcher {
+            watcher.stop();
+        }
         // Then: these keep every queue open.
         self.peers.lock().clear();
         self.nodes.clear();

@@ -37,10 +37,12 @@
 //! only on Linux; elsewhere the node's thread reads the batch in place, as
 //! before.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use super::node::jobs::Job;
 use super::node::queue;
@@ -131,80 +133,113 @@ mod set {
     }
 }
 
-/// What the nodes see of the reader: where a batch is parked with it.
+/// The reader as the nodes see it: where a batch is parked with it. The
+/// thread and its `epoll` set are started with the first batch parked
+/// (a manager whose backends give no descriptor never starts them), and
+/// stopped when the engine drops ([`Watcher::stop`]).
 pub(crate) struct Watcher {
-    set: set::Set,
-    stopped: AtomicBool,
+    /// The nodes, given once they exist; weakly, as the watcher is part of
+    /// their state. The thread holds them strongly while it runs.
+    nodes: Mutex<Vec<(Weak<NodeExec>, queue::Handle<Job>)>>,
+    phase: Mutex<Phase>,
+}
+
+enum Phase {
+    /// Nothing parked with it yet.
+    Idle,
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    Running {
+        set: Arc<set::Set>,
+        thread: JoinHandle<()>,
+    },
+    /// Stopped, or could not start: batches are read in place.
+    Off,
 }
 
 impl Watcher {
-    /// Arms `fd` for the batch `token` names. `false` once the reader is
-    /// stopping, or when the set refuses it: the batch is then read in
-    /// place.
+    /// The reader of an engine, if this platform has one.
+    pub(crate) fn new() -> Option<Arc<Self>> {
+        if !cfg!(any(target_os = "linux", target_os = "android")) {
+            return None;
+        }
+        Some(Arc::new(Self {
+            nodes: Mutex::new(Vec::new()),
+            phase: Mutex::new(Phase::Idle),
+        }))
+    }
+
+    /// The nodes it reads for, in configuration order, with their queues
+    /// (handles only: they keep nothing open).
+    pub(crate) fn set_nodes(&self, nodes: Vec<(Weak<NodeExec>, queue::Handle<Job>)>) {
+        *self.nodes.lock() = nodes;
+    }
+
+    /// Arms `fd` for the batch `token` names (starting the reader with
+    /// the first). `false` once it has stopped or could not start, or
+    /// when the set refuses it: the batch is then read in place.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub(crate) fn arm(&self, fd: std::os::fd::BorrowedFd<'_>, token: u64) -> bool {
-        !self.stopped.load(Ordering::SeqCst) && self.set.arm(fd, token)
+        let set = {
+            let mut phase = self.phase.lock();
+            if matches!(*phase, Phase::Idle) {
+                *phase = self.start().unwrap_or(Phase::Off);
+            }
+            match &*phase {
+                Phase::Running { set, .. } => Arc::clone(set),
+                Phase::Idle | Phase::Off => return false,
+            }
+        };
+        set.arm(fd, token)
     }
 
     /// Disarms `fd`, armed for a batch read by someone else.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub(crate) fn disarm(&self, fd: std::os::fd::BorrowedFd<'_>) {
-        self.set.disarm(fd);
-    }
-}
-
-/// The reader thread, stopped and joined when dropped.
-pub(crate) struct Reader {
-    watcher: Arc<Watcher>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Reader {
-    /// The watcher for the nodes' states, if this platform has a reader.
-    pub(crate) fn watcher() -> Option<Arc<Watcher>> {
-        Some(Arc::new(Watcher {
-            set: set::Set::new()?,
-            stopped: AtomicBool::new(false),
-        }))
+        if let Phase::Running { set, .. } = &*self.phase.lock() {
+            set.disarm(fd);
+        }
     }
 
-    /// Starts the thread that reads `nodes`' batches parked with
-    /// `watcher`; `queues` are the nodes' queues (handles only: they keep
-    /// nothing open).
+    /// The set and the thread, over the nodes given.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    pub(crate) fn spawn(
-        watcher: Arc<Watcher>,
-        nodes: Vec<(Arc<NodeExec>, queue::Handle<Job>)>,
-    ) -> std::io::Result<Self> {
-        let shared = Arc::clone(&watcher);
+    fn start(&self) -> Option<Phase> {
+        let nodes: Vec<(Arc<NodeExec>, queue::Handle<Job>)> = self
+            .nodes
+            .lock()
+            .iter()
+            .map(|(exec, queue)| Some((exec.upgrade()?, queue.clone())))
+            .collect::<Option<_>>()?;
+        let set = Arc::new(set::Set::new()?);
+        let shared = Arc::clone(&set);
         let thread = std::thread::Builder::new()
             .name("quorum-lock-reader".into())
-            .spawn(move || run(&shared, &nodes))?;
-        Ok(Self {
-            watcher,
-            thread: Some(thread),
-        })
+            .spawn(move || run(&shared, &nodes))
+            .ok()?;
+        Some(Phase::Running { set, thread })
     }
 
-    /// No reader here ([`Reader::watcher`] gives none): nothing to start.
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    pub(crate) fn spawn(
-        watcher: Arc<Watcher>,
-        _nodes: Vec<(Arc<NodeExec>, queue::Handle<Job>)>,
-    ) -> std::io::Result<Self> {
-        Ok(Self {
-            watcher,
-            thread: None,
-        })
+    /// Stops the reader, if it runs, and waits for it: it reads what is
+    /// parked with it, and nothing is parked with it after this.
+    pub(crate) fn stop(&self) {
+        let phase = std::mem::replace(&mut *self.phase.lock(), Phase::Off);
+        // The lock is let go first: the reader arms batches through it
+        // until it sees the stop.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Phase::Running { set, thread } = phase {
+            set.ring_stop();
+            let _ = thread.join();
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        drop(phase);
     }
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn run(watcher: &Watcher, nodes: &[(Arc<NodeExec>, queue::Handle<Job>)]) {
+fn run(set: &set::Set, nodes: &[(Arc<NodeExec>, queue::Handle<Job>)]) {
     let mut ready = Vec::new();
     loop {
         ready.clear();
-        watcher.set.wait(&mut ready);
+        set.wait(&mut ready);
         for &token in &ready {
             if token == STOP {
                 // What is parked with it now is read here, and what is
@@ -220,17 +255,6 @@ fn run(watcher: &Watcher, nodes: &[(Arc<NodeExec>, queue::Handle<Job>)]) {
             if let Some((exec, queue)) = nodes.get(node_of(token)) {
                 exec.read_watched(Some(token), queue, true);
             }
-        }
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.watcher.stopped.store(true, Ordering::SeqCst);
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        self.watcher.set.ring_stop();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
         }
     }
 }

@@ -184,6 +184,12 @@ impl<T> Sender<T> {
 /// while one is and tells the node's thread its wake times.
 pub(crate) struct Handle<T>(Arc<Shared<T>>);
 
+impl<T> Clone for Handle<T> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
 impl<T> Handle<T> {
     /// Counts a driver until the returned guard is dropped.
     pub(crate) fn drive(&self) -> Driving<T> {
