@@ -32,10 +32,12 @@
 //! due ([`WATCH_GRACE`]) or before it sends anything itself: the reader
 //! is a shortcut, never the only way a batch is read.
 //!
-//! Only where the backend hands out the descriptor the answers arrive on
-//! (`InFlight::readable_fd`: a plain connection of the Redis backend) and
-//! only on Linux; elsewhere the node's thread reads the batch in place, as
-//! before.
+//! Only a batch some caller waits on (a batch of detached releases alone
+//! saves nobody a hop, and the reader is one thread for every node: see
+//! `worker.rs`, `send_ops`), only where the backend hands out the
+//! descriptor the answers arrive on (`InFlight::readable_fd`: a plain
+//! connection of the Redis backend), and only on Linux; elsewhere the
+//! node's thread reads the batch in place, as before.
 
 use std::sync::{Arc, Weak};
 #[cfg(any(target_os = "linux", target_os = "android"))]
