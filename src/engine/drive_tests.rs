@@ -10,7 +10,6 @@ use parking_lot::Mutex;
 use super::read_rank;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::{Answers, InFlight, Op, run};
-use crate::clock::MonotonicClock;
 use crate::engine::*;
 use crate::report::NodeOutcome;
 use crate::token::Token;
@@ -94,19 +93,7 @@ fn engine(wires: &[Wire], quorum: usize) -> Engine {
         .iter()
         .map(|w| Arc::new(w.clone()) as Arc<dyn Backend>)
         .collect();
-    let settings = Settings {
-        quorum,
-        quarantine: None,
-        max_ttl: Duration::from_secs(60),
-        forget_window: Duration::from_secs(60),
-        drain_wait: Duration::from_secs(10),
-        clock: Arc::new(MonotonicClock),
-        fence_counters: b"{quorum-lock}:fences".to_vec(),
-        rights_key: b"{quorum-lock}:probe".to_vec(),
-        accept_eviction: false,
-        value_suffix: Box::default(),
-    };
-    Engine::start(backends, settings).unwrap()
+    crate::engine::tests::engine_of(backends, quorum)
 }
 
 fn acquire<'a>(hold: &'a Hold, token: Token) -> Request<'a> {

@@ -26,6 +26,21 @@ fn stall(node: &MemoryBackend) -> crossbeam_channel::Sender<()> {
     hold
 }
 
+/// An engine over `backends` with a quorum of `quorum`, as the engine's
+/// tests on backends of their own start it (`drive_tests.rs`,
+/// `reader_tests.rs`): no quarantine, a minute's TTL bound, ten
+/// seconds to drain.
+pub(super) fn engine_of(backends: Vec<Arc<dyn Backend>>, quorum: usize) -> Engine {
+    let settings = Settings {
+        quorum,
+        max_ttl: Duration::from_secs(60),
+        forget_window: Duration::from_secs(60),
+        drain_wait: Duration::from_secs(10),
+        ..settings(Duration::from_secs(60))
+    };
+    Engine::start(backends, settings).unwrap()
+}
+
 fn settings(wait: Duration) -> Settings {
     Settings {
         quorum: 1,

@@ -116,18 +116,11 @@ impl NodeExec {
         driving: queue::Driving<Job>,
         serve: bool,
     ) -> Option<Instant> {
-        let mut ran = 0;
-        if serve && !state.is_down() {
-            let mut taken = Vec::new();
-            driving.take_front(MAX_BATCH, is_op, &mut taken);
-            ran = taken.len();
-            if ran > 0 {
-                // Only ops: `run_jobs` sends them as one batch, as the
-                // node's thread would, parked with the reader where
-                // there is one.
-                ran -= send_ops(&mut state, &mut taken, driving.queue());
-            }
-        }
+        let ran = if serve {
+            serve_queue(&mut state, &driving)
+        } else {
+            0
+        };
         let wake = state.poll_timeout();
         self.finish(state, ran);
         drop(driving);
@@ -158,15 +151,11 @@ impl NodeExec {
         let Some(driving) = state.read_watched(token) else {
             return;
         };
-        let mut ran = 0;
-        if follow && !state.is_down() {
-            let mut taken = Vec::new();
-            driving.take_front(MAX_BATCH, is_op, &mut taken);
-            ran = taken.len();
-            if ran > 0 {
-                ran -= send_ops(&mut state, &mut taken, queue);
-            }
-        }
+        let ran = if follow {
+            serve_queue(&mut state, &driving)
+        } else {
+            0
+        };
         let wake = state.poll_timeout();
         self.finish(state, ran);
         drop(driving);
@@ -371,6 +360,25 @@ impl NodeThread<'_> {
 
 fn is_op(job: &Job) -> bool {
     matches!(job, Job::Work(Work::Op { .. }))
+}
+
+/// A driver's share of the queue (`driving`: a caller that drove the
+/// node, or the reader after a batch parked with it): the plain
+/// operations at its head, sent as one batch as the node's thread would
+/// ([`send_ops`]), unless the node is down. How many ran and may be
+/// uncounted (those parked with the reader stay counted); a job of
+/// another kind and what follows it are left to the node's thread.
+fn serve_queue(state: &mut State, driving: &queue::Driving<Job>) -> usize {
+    if state.is_down() {
+        return 0;
+    }
+    let mut taken = Vec::new();
+    driving.take_front(MAX_BATCH, is_op, &mut taken);
+    let ran = taken.len();
+    if ran == 0 {
+        return 0;
+    }
+    ran - send_ops(state, &mut taken, driving.queue())
 }
 
 /// Runs the jobs in order, the ops between two other jobs as one backend
