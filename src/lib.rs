@@ -119,9 +119,11 @@
 //!
 //! * [`LockManager`]: the entry point (`Clone`, `Send + Sync`): options,
 //!   retries with jitter, validity.
-//! * The engine: one worker thread per node, scatter-gather rounds that
-//!   return as soon as the outcome is decided, per-node FIFO so a release
-//!   always follows the acquire it undoes.
+//! * The engine: one worker thread per node (and on Linux one reader
+//!   thread for the batches of queued operations, over every node's
+//!   socket), scatter-gather rounds that return as soon as the outcome is
+//!   decided, per-node FIFO so a release always follows the acquire it
+//!   undoes.
 //! * [`backend::Backend`]: one lock server; [`MemoryBackend`] and
 //!   (feature `redis`) `RedisBackend`, and `RedisClusterBackend` for a
 //!   whole Redis or Valkey cluster as one node (`redis+cluster://`),
