@@ -12,7 +12,7 @@ use redis::{Client, Connection, Value};
 use crate::clients::{Locker, Service, Settings, Tokens};
 
 /// Compare-and-delete, as every Redlock client sends it.
-const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+pub const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
      return redis.call('del', KEYS[1]) else return 0 end";
 
 /// One thread's connections to every node.

@@ -30,10 +30,7 @@ use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use crate::clients::{Locker, Service, Settings, Tokens, millis};
-
-/// Compare-and-delete, as the floor sends it.
-const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-     return redis.call('del', KEYS[1]) else return 0 end";
+use crate::floor::RELEASE_SCRIPT;
 
 /// The longest a caller waits for its round to be decided.
 const WAIT: Duration = Duration::from_secs(2);

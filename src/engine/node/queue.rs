@@ -163,13 +163,14 @@ impl<T> Sender<T> {
     /// `at`, and then sleeps again until `at`; awake, it sleeps no later
     /// than `at` next time. Whether a wake-up was sent.
     pub(crate) fn wake_by(&self, at: Instant) -> bool {
-        self.handle().wake_by(at)
+        self.0.wake_by(at)
     }
 
     /// Counts a caller that drives the node until the returned guard is
     /// dropped.
     pub(crate) fn drive(&self) -> Driving<T> {
-        Handle(Arc::clone(&self.0)).drive()
+        self.0.state.lock().drivers += 1;
+        Driving(self.handle())
     }
 
     /// A handle on the queue that does not keep it open.
@@ -194,22 +195,12 @@ impl<T> Handle<T> {
     /// Counts a driver until the returned guard is dropped.
     pub(crate) fn drive(&self) -> Driving<T> {
         self.0.state.lock().drivers += 1;
-        Driving(Handle(Arc::clone(&self.0)))
+        Driving(self.clone())
     }
 
     /// As [`Sender::wake_by`].
     pub(crate) fn wake_by(&self, at: Instant) -> bool {
-        let mut state = self.0.state.lock();
-        state.wake_by = Some(state.wake_by.map_or(at, |by| by.min(at)));
-        let wake = state.asleep
-            && state.sleeps_until.is_none_or(|until| at < until)
-            && !canary::on(Canary::WakeByWakesNobody)
-            && state.wake_up();
-        drop(state);
-        if wake {
-            self.0.ready.notify_one();
-        }
-        wake
+        self.0.wake_by(at)
     }
 }
 
@@ -254,6 +245,23 @@ impl<T> Drop for Driving<T> {
         if wake {
             shared.ready.notify_one();
         }
+    }
+}
+
+impl<T> Shared<T> {
+    /// [`Sender::wake_by`]'s work, for a sender or a handle.
+    fn wake_by(&self, at: Instant) -> bool {
+        let mut state = self.state.lock();
+        state.wake_by = Some(state.wake_by.map_or(at, |by| by.min(at)));
+        let wake = state.asleep
+            && state.sleeps_until.is_none_or(|until| at < until)
+            && !canary::on(Canary::WakeByWakesNobody)
+            && state.wake_up();
+        drop(state);
+        if wake {
+            self.ready.notify_one();
+        }
+        wake
     }
 }
 

@@ -26,7 +26,9 @@
 //! it if it is still the one parked under that token, sends what was
 //! queued behind it the same way, and at its stop reads what is parked
 //! with it; the node's thread reads such a batch before it sends, at its
-//! due time, or when its queue closes.
+//! due time, or when its queue closes. The first model runs a third time
+//! with a reader that never reads (it died): the node's thread alone
+//! must read those batches and send what queued behind them.
 //!
 //! Checked: nothing is sent while a batch is unread, every batch is read
 //! exactly once, every operation is sent once, each caller's operations

@@ -151,15 +151,8 @@ impl NodeExec {
         let Some(driving) = state.read_watched(token) else {
             return;
         };
-        let ran = if follow {
-            serve_queue(&mut state, &driving)
-        } else {
-            0
-        };
-        let wake = state.poll_timeout();
-        self.finish(state, ran);
-        drop(driving);
-        if let Some(at) = wake {
+        // It leaves the node as a caller that drove it does.
+        if let Some(at) = self.leave_driven(state, driving, follow) {
             queue.wake_by(at);
         }
     }
