@@ -71,12 +71,14 @@ pub(crate) enum NoVote {
     Closed,
 }
 
-/// A round's box, and its first ballot; `trace` is the round's span.
-pub(crate) fn new_round(trace: trace::Round) -> (Ballot, Ballots) {
+/// A round's box, and its first ballot; `trace` is the round's span,
+/// `expected` the votes its nodes may post (room made for them at once:
+/// a box that grew at its first vote was one more allocation per round).
+pub(crate) fn new_round(trace: trace::Round, expected: usize) -> (Ballot, Ballots) {
     let shared = Arc::new(BallotBox {
         trace,
         state: Mutex::new(State {
-            votes: VecDeque::new(),
+            votes: VecDeque::with_capacity(expected),
             ballots: 1,
             taker: None,
             wanted: 1,
@@ -202,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_vote_posted_from_another_thread_wakes_the_caller() {
-        let (ballot, ballots) = new_round(trace::Round::none());
+        let (ballot, ballots) = new_round(trace::Round::none(), 2);
         let poster = thread::spawn(move || {
             thread::sleep(Duration::from_millis(20));
             ballot.post(2, granted());
@@ -218,7 +220,7 @@ mod tests {
 
     #[test]
     fn votes_come_in_order_and_the_deadline_ends_the_wait() {
-        let (ballot, ballots) = new_round(trace::Round::none());
+        let (ballot, ballots) = new_round(trace::Round::none(), 2);
         let other = ballot.clone();
         ballot.post(0, granted());
         other.post(1, Vote::of(NodeOutcome::Refused));
@@ -235,7 +237,7 @@ mod tests {
     /// gets both after the second (or the first at the deadline).
     #[test]
     fn the_caller_wakes_once_the_votes_it_wants_are_in() {
-        let (ballot, ballots) = new_round(trace::Round::none());
+        let (ballot, ballots) = new_round(trace::Round::none(), 2);
         let second = ballot.clone();
         let (posted_first, first_posted) = std::sync::mpsc::channel();
         let poster = thread::spawn(move || {
@@ -251,7 +253,7 @@ mod tests {
         assert_eq!(ballots.try_take().map(|(slot, _)| slot), Some(1));
         poster.join().unwrap();
 
-        let (ballot, ballots) = new_round(trace::Round::none());
+        let (ballot, ballots) = new_round(trace::Round::none(), 2);
         ballot.post(3, granted());
         let soon = Some(Instant::now() + Duration::from_millis(5));
         // One vote of the two wanted: handed out at the deadline.
@@ -262,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_vote_for_a_round_nobody_waits_for_is_harmless() {
-        let (ballot, ballots) = new_round(trace::Round::none());
+        let (ballot, ballots) = new_round(trace::Round::none(), 2);
         drop(ballots);
         ballot.post(0, granted());
     }

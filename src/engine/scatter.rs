@@ -86,7 +86,7 @@ impl Engine {
         // node thread answers (the caller drives every node) needs none,
         // unless a span records the round there.
         let (reply, answers) = (count < n || traced.is_on())
-            .then(|| ballots::new_round(traced))
+            .then(|| ballots::new_round(traced, n))
             .unzip();
         let mut taken = driven.iter().flatten().map(|d| d.slot).peekable();
         for (slot, node) in self.nodes.iter().enumerate() {
@@ -149,7 +149,7 @@ impl Engine {
     /// there.
     pub(crate) fn release_detached(&self, hold: &Hold, token: Token) {
         let traced = crate::trace::Round::begin(&self.traced, Action::Release.name());
-        let ballot = traced.is_on().then(|| ballots::new_round(traced).0);
+        let ballot = traced.is_on().then(|| ballots::new_round(traced, 0).0);
         self.send_releases(hold, token, |_| true, ballot.as_ref());
     }
 

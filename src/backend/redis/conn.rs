@@ -66,7 +66,15 @@ pub(super) struct Conn {
     identity: Identity,
     /// [`Setup::asking`].
     asking: bool,
+    /// Empty between requests: the room the last batch's request was
+    /// packed in ([`request_buf`](Self::request_buf)), kept so that a
+    /// batch does not allocate its own.
+    request: Vec<u8>,
 }
+
+/// The most room a connection keeps for the next request between two
+/// batches: a larger one (a batch of many operations) is let go.
+const KEPT_REQUEST: usize = 16 * 1024;
 
 impl Conn {
     /// Connects to `target` and runs `setup` (`AUTH`, `SELECT`), all by
@@ -82,6 +90,7 @@ impl Conn {
             parser: redis::Parser::new(),
             identity: Identity::Unread,
             asking: setup.asking,
+            request: Vec::new(),
         };
         conn.setup(setup, deadline)?;
         Ok(conn)
@@ -184,6 +193,20 @@ impl Conn {
         } else {
             replies
         })
+    }
+
+    /// An empty buffer to pack a request in, with the room the last one
+    /// had; handed back with [`keep_request_buf`](Self::keep_request_buf).
+    pub(super) fn request_buf(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.request)
+    }
+
+    /// Keeps `buf`'s room for the next request, if it is not too large.
+    pub(super) fn keep_request_buf(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= KEPT_REQUEST {
+            buf.clear();
+            self.request = buf;
+        }
     }
 
     /// Writes `request` by `deadline`, without reading anything (the

@@ -20,6 +20,10 @@ use crate::owner;
 use crate::report::NodeOutcome;
 use crate::token::{TOKEN_LEN, Token};
 
+/// The most ops [`Batch::with_ops`] lays out on the stack; a larger
+/// batch (many callers queued on one node) gets a list.
+const INLINE_OPS: usize = 16;
+
 /// One node's answer in a round.
 #[derive(Debug, Clone)]
 pub(crate) struct Vote {
@@ -133,17 +137,27 @@ impl Batch {
         self.each_op().filter_map(Result::ok).collect()
     }
 
-    /// `f` of the batch's [`ops`](Self::ops). A batch of one op (what a
-    /// caller drives) lends it in place: no list is made, at its send nor
-    /// at its read.
+    /// `f` of the batch's [`ops`](Self::ops), laid out on the stack for a
+    /// batch of up to [`INLINE_OPS`] items (an `Op` is a few borrowed
+    /// views): every batch is sent and read, and a list allocated and
+    /// freed at each was two allocations per batch.
     pub(super) fn with_ops<R>(&self, f: impl FnOnce(&[Op<'_>]) -> R) -> R {
-        if let [_] = self.items() {
-            return match self.each_op().next() {
-                Some(Ok(op)) => f(std::slice::from_ref(&op)),
-                _ => f(&[]),
-            };
+        let mut ops = self.each_op().filter_map(Result::ok);
+        let Some(first) = ops.next() else {
+            return f(&[]);
+        };
+        if self.items().len() > INLINE_OPS {
+            let mut all = vec![first];
+            all.extend(ops);
+            return f(&all);
         }
-        f(&self.ops())
+        let mut inline = [first; INLINE_OPS];
+        let mut len = 1;
+        for (slot, op) in inline[1..].iter_mut().zip(ops) {
+            *slot = op;
+            len += 1;
+        }
+        f(&inline[..len])
     }
 
     /// Each item's op, or its refusal, in item order.
@@ -394,5 +408,37 @@ mod tests {
         };
         let known: Vec<bool> = servers.iter().map(Option::is_some).collect();
         assert_eq!(known, [true, false, true]);
+    }
+
+    /// The ops lent in place are the batch's ops, in order, with the
+    /// refused items left out: for a batch of one, of a few, of exactly
+    /// the stack's room and of one more than it.
+    #[test]
+    fn with_ops_lends_the_batch_ops_in_order_at_every_size() {
+        let ttl = Duration::from_secs(1);
+        let holds: Vec<Hold> = (0..=INLINE_OPS + 1)
+            .map(|i| Hold::Lock(KeySet::one(format!("k{i}"))))
+            .collect();
+        for size in [1, 3, INLINE_OPS, INLINE_OPS + 1] {
+            let items: Vec<Item> = holds[..size]
+                .iter()
+                .enumerate()
+                .map(|(i, hold)| Item {
+                    // Every third item has no op (refused in place).
+                    action: if i % 3 == 1 {
+                        Action::Admit { ttl }
+                    } else {
+                        Action::Acquire { ttl }
+                    },
+                    hold: hold.clone(),
+                    token: Token::random().unwrap(),
+                })
+                .collect();
+            let batch = Batch::new(items, b"-label", &Arc::from(&b"c"[..]));
+            let listed = batch.ops();
+            // Items 1, 4, 7, ... are refused.
+            assert_eq!(listed.len(), size - (size + 1) / 3, "size {size}");
+            batch.with_ops(|lent| assert_eq!(lent, &listed[..], "size {size}"));
+        }
     }
 }

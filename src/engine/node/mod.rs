@@ -187,6 +187,9 @@ pub(crate) struct State {
     read_counted: usize,
     /// The serial number of the last batch parked with the reader.
     watch_serial: u32,
+    /// Empty between calls: the list a driver's share of the queue is
+    /// taken into (`worker.rs`, `serve_queue`), kept for its room.
+    served: Vec<Job>,
 }
 impl State {
     // Construction.
@@ -218,6 +221,7 @@ impl State {
             unread: Line::default(),
             read_counted: 0,
             watch_serial: 0,
+            served: Vec::new(),
             shared,
         }
     }

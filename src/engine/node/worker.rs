@@ -33,6 +33,10 @@ use crate::sync::MutexGuard;
 /// Most operations handed to the backend in one batch (one round trip).
 const MAX_BATCH: usize = 512;
 
+/// The most jobs the list that serves a queue keeps room for between two
+/// batches ([`serve_queue`]).
+const KEPT_SERVED: usize = 64;
+
 /// Every node thread's queue, so that one that got a release notice can
 /// ask the others to read theirs now rather than at their next poll.
 /// Emptied when the engine drops: otherwise the queues, which these
@@ -365,13 +369,22 @@ fn serve_queue(state: &mut State, driving: &queue::Driving<Job>) -> usize {
     if state.is_down() {
         return 0;
     }
-    let mut taken = Vec::new();
+    // The list is the state's, kept between batches: the reader serves a
+    // queue after every batch it reads, and a list made for each was one
+    // more allocation per batch.
+    let mut taken = std::mem::take(&mut state.served);
     driving.take_front(MAX_BATCH, is_op, &mut taken);
     let ran = taken.len();
-    if ran == 0 {
-        return 0;
+    let parked = if ran == 0 {
+        0
+    } else {
+        send_ops(state, &mut taken, driving.queue())
+    };
+    // `send_ops` emptied it; one that grew for a long queue is not kept.
+    if taken.capacity() <= KEPT_SERVED {
+        state.served = taken;
     }
-    ran - send_ops(state, &mut taken, driving.queue())
+    ran - parked
 }
 
 /// Runs the jobs in order, the ops between two other jobs as one backend

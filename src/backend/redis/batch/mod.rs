@@ -127,7 +127,8 @@ impl Inner {
         }
         let load_scripts =
             digests.is_none() && sent.iter().any(|(_, f)| matches!(f, Form::Script(_)));
-        let mut buf = Vec::with_capacity(request_size(ops, &sent));
+        let mut buf = c.conn.request_buf();
+        buf.reserve(request_size(ops, &sent));
         ask.pack(&mut buf);
         if load_scripts {
             for script in Script::ALL {
@@ -146,9 +147,9 @@ impl Inner {
         if confirm {
             expected += self.pack_confirm(deadline, &mut buf);
         }
-        c.conn
-            .send(&buf, deadline)
-            .map_err(|fault| self.failure(&fault, 0))?;
+        let sent_now = c.conn.send(&buf, deadline);
+        c.conn.keep_request_buf(buf);
+        sent_now.map_err(|fault| self.failure(&fault, 0))?;
         Ok(FirstSent {
             ask,
             load_scripts,
