@@ -327,6 +327,10 @@ impl Conn {
         if pending.len() < self.need {
             return Ok(None);
         }
+        if let Some((value, len)) = decode::common(pending) {
+            self.consumed(len);
+            return Ok(Some(value));
+        }
         match frame::scan(pending) {
             Scan::Complete(len) => {
                 let frame = &pending[..len];
@@ -338,12 +342,7 @@ impl Conn {
                         Fault::Protocol(format!("unparsable reply: {e}"))
                     })?,
                 };
-                self.start += len;
-                self.need = 0;
-                if self.start == self.buf.len() {
-                    self.buf.clear();
-                    self.start = 0;
-                }
+                self.consumed(len);
                 Ok(Some(value))
             }
             Scan::Incomplete { need } => {
@@ -351,6 +350,16 @@ impl Conn {
                 Ok(None)
             }
             Scan::Invalid(why) => Err(Fault::Protocol(why)),
+        }
+    }
+
+    /// Moves past a reply of `len` bytes at the head of the buffer.
+    fn consumed(&mut self, len: usize) {
+        self.start += len;
+        self.need = 0;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
         }
     }
 

@@ -101,12 +101,13 @@ impl Identity {
     /// or one that is not text leaves the identity unknown for good: a
     /// server whose settings cannot be read again cannot be vouched for.
     pub(super) fn learn(&mut self, ask: Ask, replies: &mut impl Iterator<Item = Value>) {
-        let texts: Vec<Option<String>> = (0..ask.replies())
-            .map(|_| replies.next().as_ref().and_then(value_text))
-            .collect();
+        // Most batches ask nothing: no reply of theirs is the identity's.
         if ask == Ask::Nothing {
             return;
         }
+        let texts: Vec<Option<String>> = (0..ask.replies())
+            .map(|_| replies.next().as_ref().and_then(value_text))
+            .collect();
         let Some(texts) = texts.into_iter().collect::<Option<Vec<String>>>() else {
             *self = Self::Unavailable;
             return;
