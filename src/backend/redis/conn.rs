@@ -404,9 +404,10 @@ impl Conn {
         self.identity.learn(ask, replies);
     }
 
-    /// The server at the other end; `None` when unknown.
-    pub(super) fn server(&self) -> Option<ServerInfo> {
-        self.identity.server()
+    /// The server at the other end, its uptime as of `at`; `None` when
+    /// unknown.
+    pub(super) fn server(&self, at: Instant) -> Option<ServerInfo> {
+        self.identity.server(at)
     }
 
     /// Which server and version is at the other end (without cloning the

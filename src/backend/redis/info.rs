@@ -150,12 +150,15 @@ impl Identity {
     }
 
     /// The server at the other end, with its uptime advanced by the time
-    /// since `INFO` was read; `None` when unknown.
-    pub(super) fn server(&self) -> Option<ServerInfo> {
+    /// from `INFO`'s reading to `at` (a batch's checkout: an uptime
+    /// advanced less than it could be only makes the quarantine credit
+    /// the server less); `None` when unknown.
+    pub(super) fn server(&self, at: Instant) -> Option<ServerInfo> {
         match self {
             Self::Known { info, read_at, .. } => {
                 let mut info = info.clone();
-                info.uptime = info.uptime.map(|u| u.saturating_add(read_at.elapsed()));
+                let since = at.saturating_duration_since(*read_at);
+                info.uptime = info.uptime.map(|u| u.saturating_add(since));
                 Some(info)
             }
             Self::Unread | Self::Unavailable => None,

@@ -469,7 +469,7 @@ impl Probe for RedisBackend {
                 });
             }
             c.conn.learn(ask, &mut replies.into_iter());
-            Ok(c.conn.server().unwrap_or_default())
+            Ok(c.conn.server(Instant::now()).unwrap_or_default())
         })
     }
 }

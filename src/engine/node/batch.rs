@@ -231,6 +231,11 @@ impl Sent {
         }
     }
 
+    /// When the batch was sent (the clock read just before its send).
+    pub(super) fn started(&self) -> Instant {
+        self.started
+    }
+
     /// Whether the answers have begun to arrive (waiting at most until
     /// `until`); a batch settled without the server always has.
     pub(crate) fn ready(&mut self, until: Instant) -> bool {

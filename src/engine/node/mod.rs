@@ -361,7 +361,10 @@ impl State {
                 token,
             }),
         };
-        self.unread.park_for(unread, Instant::now() + WATCH_GRACE);
+        // From the batch's start, read just before its send: a bound of
+        // 50 ms needs no fresher clock.
+        let due = unread.sent.started() + WATCH_GRACE;
+        self.unread.park_for(unread, due);
     }
 
     /// Reads the parked batch, if any (waiting for its answers within the

@@ -206,7 +206,8 @@ impl Inner {
             .map_err(|(fault, read)| self.failure(&fault, read))?;
         let mut replies = replies.into_iter();
         c.conn.learn(ask, &mut replies);
-        *server = c.conn.server();
+        // The clock read at the checkout: the uptime needs no finer time.
+        *server = c.conn.server(c.at);
         if load_scripts {
             // A refused SCRIPT LOAD (an ACL without it) leaves the digests
             // unknown: the scripts then go by text, which needs none.
