@@ -3,6 +3,7 @@
 //! outcome is decided (waiting longer could not change it); then the
 //! gathered round.
 
+use std::cell::Cell;
 use std::time::Instant;
 
 use super::Gather;
@@ -27,6 +28,35 @@ impl Slot {
         vote: None,
         reached: true,
     };
+}
+
+/// The most slots a thread keeps the room of between two rounds.
+const KEPT_SLOTS: usize = 8;
+
+std::thread_local! {
+    /// The room of the calling thread's last round's slots, empty: a
+    /// list allocated and freed per round was two of a lock +
+    /// `release()`'s allocations. One list per thread, of at most
+    /// [`KEPT_SLOTS`] slots.
+    static SPARE_SLOTS: Cell<Vec<Slot>> = const { Cell::new(Vec::new()) };
+}
+
+/// `n` slots of nodes the operation went to, their votes not known, in
+/// the calling thread's spare room when it has one.
+pub(super) fn reached_slots(n: usize) -> Vec<Slot> {
+    let mut slots = SPARE_SLOTS.with(Cell::take);
+    slots.clear();
+    slots.resize(n, Slot::REACHED);
+    slots
+}
+
+/// Keeps the room of `slots`, a gathered round's, for the calling
+/// thread's next round.
+fn spare(mut slots: Vec<Slot>) {
+    if slots.capacity() <= KEPT_SLOTS {
+        slots.clear();
+        SPARE_SLOTS.with(|spare| spare.set(slots));
+    }
 }
 
 /// A scattered round whose answers have not been gathered yet.
@@ -108,9 +138,11 @@ impl Gathered {
     }
 
     /// Each node's outcome, in node order, for a report.
-    pub(crate) fn into_outcomes(self) -> impl Iterator<Item = NodeOutcome> {
-        let votes = self.slots.into_iter().filter_map(|slot| slot.vote);
-        votes.map(|vote| vote.outcome)
+    pub(crate) fn into_outcomes(mut self) -> impl Iterator<Item = NodeOutcome> {
+        Outcomes {
+            slots: std::mem::take(&mut self.slots),
+            next: 0,
+        }
     }
 
     /// The fence counters the granting nodes read (fenced acquires).
@@ -124,6 +156,39 @@ impl Gathered {
     pub(crate) fn reached(&self) -> impl Iterator<Item = (bool, &NodeOutcome)> {
         let slots = self.slots.iter();
         slots.filter_map(|slot| Some((slot.reached, &slot.vote.as_ref()?.outcome)))
+    }
+}
+
+impl Drop for Gathered {
+    fn drop(&mut self) {
+        spare(std::mem::take(&mut self.slots));
+    }
+}
+
+/// [`Gathered::into_outcomes`]: takes each vote out of its slot, and
+/// keeps the slots' room once done.
+struct Outcomes {
+    slots: Vec<Slot>,
+    next: usize,
+}
+
+impl Iterator for Outcomes {
+    type Item = NodeOutcome;
+
+    fn next(&mut self) -> Option<NodeOutcome> {
+        while let Some(slot) = self.slots.get_mut(self.next) {
+            self.next += 1;
+            if let Some(vote) = slot.vote.take() {
+                return Some(vote.outcome);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Outcomes {
+    fn drop(&mut self) {
+        spare(std::mem::take(&mut self.slots));
     }
 }
 

@@ -54,7 +54,7 @@ impl Engine {
         let n = self.nodes.len();
         let deadline = Instant::now().checked_add(wait);
         let traced = crate::trace::Round::begin(&self.traced, req.action.name());
-        let mut slots = vec![Slot::REACHED; n];
+        let mut slots = super::pending::reached_slots(n);
         let item = req.item();
         // The caller drives every idle node whose backend bounds its calls
         // (no thread hand-off there) and queues to the others, whose
