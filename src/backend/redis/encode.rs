@@ -75,8 +75,24 @@ impl Command<'_> {
         self
     }
 
+    /// Arguments already in the protocol's form (`$<len>\r\n<bytes>\r\n`
+    /// each), `count` of them: a command's constant words (its name,
+    /// `NX`, `PX`) in one copy of known size, instead of a header and two
+    /// copies each (about 60 instructions an argument, counted with
+    /// callgrind: six such words per lock + release at N=3).
+    pub(super) fn encoded(&mut self, args: &[u8], count: usize) -> &mut Self {
+        self.left = self.left.wrapping_sub(count);
+        self.buf.extend_from_slice(args);
+        self
+    }
+
     /// One argument: `n` in decimal, as `redis` writes an integer.
     pub(super) fn number(&mut self, n: u64) -> &mut Self {
+        // A single digit (a script's key count): one copy of known size.
+        if n < 10 {
+            let digit = b'0' + n as u8;
+            return self.encoded(&[b'$', b'1', b'\r', b'\n', digit, b'\r', b'\n'], 1);
+        }
         let mut digits = [0u8; 20];
         let at = decimal(n, &mut digits);
         self.bytes(&digits[at..])
@@ -105,6 +121,10 @@ mod tests {
             .number(10_000);
         command(&mut ours, 3).bytes(b"X").number(0).number(u64::MAX);
         command(&mut ours, 2).bytes(b"GET").bytes(b"");
+        command(&mut ours, 4)
+            .encoded(b"$3\r\nSET\r\n", 1)
+            .bytes(b"k")
+            .encoded(b"$2\r\nNX\r\n$2\r\nPX\r\n", 2);
         // Each side of the short headers' bounds (9/10, 99/100).
         command(&mut ours, 5)
             .number(9)
@@ -139,6 +159,11 @@ mod tests {
             .write_packed_command(&mut theirs);
         redis::cmd("GET")
             .arg(&b""[..])
+            .write_packed_command(&mut theirs);
+        redis::cmd("SET")
+            .arg("k")
+            .arg("NX")
+            .arg("PX")
             .write_packed_command(&mut theirs);
         redis::cmd("9")
             .arg(10u64)

@@ -55,7 +55,9 @@ impl Inner {
         let args = usize::from(!token.is_empty()) + usize::from(!matches!(second, Second::Nothing));
         let mut cmd = command(buf, 3 + key_count + args);
         match digests {
-            Some(digests) => cmd.bytes(b"EVALSHA").bytes(digests.of(script).as_bytes()),
+            Some(digests) => cmd
+                .encoded(b"$7\r\nEVALSHA\r\n", 1)
+                .bytes(digests.of(script).as_bytes()),
             None => cmd.bytes(b"EVAL").bytes(script.text().as_bytes()),
         };
         cmd.number(key_count as u64);

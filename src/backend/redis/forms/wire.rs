@@ -45,11 +45,10 @@ pub(in crate::backend::redis) fn pack_command(
         Form::Script(_) => {}
         Form::SetNx => {
             command(buf, 6)
-                .bytes(b"SET")
+                .encoded(b"$3\r\nSET\r\n", 1)
                 .bytes(keys.first())
                 .bytes(token)
-                .bytes(b"NX")
-                .bytes(b"PX")
+                .encoded(b"$2\r\nNX\r\n$2\r\nPX\r\n", 2)
                 .number(ttl_ms);
         }
         Form::DeleteIfEqual(delete) => {

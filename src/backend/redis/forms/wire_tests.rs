@@ -9,6 +9,26 @@ use super::*;
 use crate::backend::redis::forms::Delete;
 use crate::backend::{KeySet, Reply};
 
+/// An acquire by `SET .. NX PX`, its constant words written pre-encoded,
+/// is the command the `redis` crate writes.
+#[test]
+fn set_nx_is_packed_as_the_crate_packs_it() {
+    let key = KeySet::one("locks:k");
+    let op = Op::acquire(&key, b"tok", std::time::Duration::from_millis(10_000));
+    let mut buf = Vec::new();
+    pack_command(Form::SetNx, &op, 10_000, &mut buf);
+    let mut expected = Vec::new();
+    redis::cmd("SET")
+        .arg("locks:k")
+        .arg("tok")
+        .arg("NX")
+        .arg("PX")
+        .arg(10_000u64)
+        .write_packed_command(&mut expected);
+    assert_eq!(buf, expected);
+    assert_eq!(replies(Form::SetNx, &op), 1);
+}
+
 /// Redis 8.4's conditional delete, as its documentation writes it.
 #[test]
 fn delex_is_packed_with_ifeq_and_a_subscriber_count() {
