@@ -44,7 +44,9 @@ std::thread_local! {
 /// `n` slots of nodes the operation went to, their votes not known, in
 /// the calling thread's spare room when it has one.
 pub(super) fn reached_slots(n: usize) -> Vec<Slot> {
-    let mut slots = SPARE_SLOTS.with(Cell::take);
+    // `try_with`: a round run while the thread's locals are torn down
+    // (from another local's destructor) allocates, it does not panic.
+    let mut slots = SPARE_SLOTS.try_with(Cell::take).unwrap_or_default();
     slots.clear();
     slots.resize(n, Slot::REACHED);
     slots
@@ -55,7 +57,7 @@ pub(super) fn reached_slots(n: usize) -> Vec<Slot> {
 fn spare(mut slots: Vec<Slot>) {
     if slots.capacity() <= KEPT_SLOTS {
         slots.clear();
-        SPARE_SLOTS.with(|spare| spare.set(slots));
+        let _ = SPARE_SLOTS.try_with(|spare| spare.set(slots));
     }
 }
 
