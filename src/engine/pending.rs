@@ -53,9 +53,10 @@ pub(super) fn reached_slots(n: usize) -> Vec<Slot> {
 }
 
 /// Keeps the room of `slots`, a gathered round's, for the calling
-/// thread's next round.
+/// thread's next round. A list without room (a round whose slots went to
+/// its outcomes) is not kept: it would take the place of one with room.
 fn spare(mut slots: Vec<Slot>) {
-    if slots.capacity() <= KEPT_SLOTS {
+    if (1..=KEPT_SLOTS).contains(&slots.capacity()) {
         slots.clear();
         let _ = SPARE_SLOTS.try_with(|spare| spare.set(slots));
     }

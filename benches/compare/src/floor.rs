@@ -15,6 +15,23 @@ use crate::clients::{Locker, Service, Settings, Tokens};
 pub const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
      return redis.call('del', KEYS[1]) else return 0 end";
 
+/// A connection to `url` (2 s timeouts) with [`RELEASE_SCRIPT`] loaded,
+/// and the script's digest; `who` names the client in errors.
+pub fn connect_loaded(url: &str, who: &str) -> Result<(Connection, String), String> {
+    let mut conn = Client::open(url)
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .map_err(|e| format!("{who}: cannot connect to {url}: {e}"))?;
+    conn.set_read_timeout(Some(Duration::from_secs(2)))
+        .and_then(|()| conn.set_write_timeout(Some(Duration::from_secs(2))))
+        .map_err(|e| format!("{who}: {url}: {e}"))?;
+    let sha = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(RELEASE_SCRIPT)
+        .query(&mut conn)
+        .map_err(|e| format!("{who}: SCRIPT LOAD on {url}: {e}"))?;
+    Ok((conn, sha))
+}
+
 /// One thread's connections to every node.
 pub struct Floor {
     conns: Vec<Connection>,
@@ -29,17 +46,8 @@ impl Floor {
         let mut conns = Vec::with_capacity(urls.len());
         let mut release_sha = String::new();
         for url in urls {
-            let mut conn = Client::open(url.as_str())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-                .map_err(|e| format!("floor: cannot connect to {url}: {e}"))?;
-            conn.set_read_timeout(Some(Duration::from_secs(2)))
-                .and_then(|()| conn.set_write_timeout(Some(Duration::from_secs(2))))
-                .map_err(|e| format!("floor: {url}: {e}"))?;
-            release_sha = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(RELEASE_SCRIPT)
-                .query(&mut conn)
-                .map_err(|e| format!("floor: SCRIPT LOAD on {url}: {e}"))?;
+            let (conn, sha) = connect_loaded(url, "floor")?;
+            release_sha = sha;
             conns.push(conn);
         }
         Ok(Self {

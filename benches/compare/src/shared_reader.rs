@@ -30,7 +30,7 @@ use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use crate::clients::{Locker, Service, Settings, Tokens, millis};
-use crate::floor::RELEASE_SCRIPT;
+use crate::floor::connect_loaded;
 
 /// The longest a caller waits for its round to be decided.
 const WAIT: Duration = Duration::from_secs(2);
@@ -302,14 +302,7 @@ impl SharedReader {
         let mut sides = Vec::with_capacity(urls.len());
         let mut release_sha = String::new();
         for url in urls {
-            let mut conn = redis::Client::open(url.as_str())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-                .map_err(|e| format!("shared reader: cannot connect to {url}: {e}"))?;
-            release_sha = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(RELEASE_SCRIPT)
-                .query(&mut conn)
-                .map_err(|e| format!("shared reader: SCRIPT LOAD on {url}: {e}"))?;
+            release_sha = connect_loaded(url, "shared reader")?.1;
             // The same server on a socket of our own, read without the
             // `redis` crate: the reader polls it.
             let address = url
