@@ -70,11 +70,18 @@ pub(super) struct Conn {
     /// packed in ([`request_buf`](Self::request_buf)), kept so that a
     /// batch does not allocate its own.
     request: Vec<u8>,
+    /// Empty between batches: the room the last batch's replies were
+    /// read into ([`receive`](Self::receive)), handed back with
+    /// [`keep_replies`](Self::keep_replies).
+    replies: Vec<Value>,
 }
 
 /// The most room a connection keeps for the next request between two
 /// batches: a larger one (a batch of many operations) is let go.
 const KEPT_REQUEST: usize = 16 * 1024;
+
+/// The most replies a connection keeps room for between two batches.
+const KEPT_REPLIES: usize = 64;
 
 impl Conn {
     /// Connects to `target` and runs `setup` (`AUTH`, `SELECT`), all by
@@ -91,6 +98,7 @@ impl Conn {
             identity: Identity::Unread,
             asking: setup.asking,
             request: Vec::new(),
+            replies: Vec::new(),
         };
         conn.setup(setup, deadline)?;
         Ok(conn)
@@ -181,7 +189,9 @@ impl Conn {
         deadline: Instant,
     ) -> Result<Vec<Value>, (Fault, usize)> {
         let asked = if self.asking { 2 } else { 1 };
-        let mut replies = Vec::with_capacity(n * asked);
+        // The room of the last batch's replies, if it was handed back.
+        let mut replies = std::mem::take(&mut self.replies);
+        replies.reserve(n * asked);
         while replies.len() < n * asked {
             let reply = self
                 .read_reply(deadline, Phase::Request)
@@ -199,6 +209,15 @@ impl Conn {
     /// had; handed back with [`keep_request_buf`](Self::keep_request_buf).
     pub(super) fn request_buf(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.request)
+    }
+
+    /// Keeps the room of `replies` (a list [`receive`](Self::receive)
+    /// gave, emptied here) for the next batch's, if it is not too large.
+    pub(super) fn keep_replies(&mut self, mut replies: Vec<Value>) {
+        if replies.capacity() <= KEPT_REPLIES {
+            replies.clear();
+            self.replies = replies;
+        }
     }
 
     /// Keeps `buf`'s room for the next request, if it is not too large.

@@ -100,9 +100,21 @@ impl Batch {
     /// `items`, their values made with the owner label `suffix`; fenced
     /// ops name the hash `counters`.
     pub(super) fn new(items: impl Into<Items>, suffix: &[u8], counters: &Arc<[u8]>) -> Self {
+        Self::new_in(Vec::new(), items, suffix, counters)
+    }
+
+    /// [`new`](Self::new), its values written into `values` (emptied
+    /// first): a list with room kept from an earlier batch (`room.rs`).
+    pub(super) fn new_in(
+        mut values: Vec<u8>,
+        items: impl Into<Items>,
+        suffix: &[u8],
+        counters: &Arc<[u8]>,
+    ) -> Self {
         let items = items.into();
         let list = items.as_slice();
-        let mut values = Vec::with_capacity(list.len() * (TOKEN_LEN + suffix.len()));
+        values.clear();
+        values.reserve(list.len() * (TOKEN_LEN + suffix.len()));
         for item in list {
             owner::push_value(&item.token, suffix, &mut values);
         }
@@ -127,6 +139,16 @@ impl Batch {
 
     pub(super) fn items(&self) -> &[Item] {
         self.items.as_slice()
+    }
+
+    /// The batch's lists, for their room: its items' (`None` for a batch
+    /// of one item, which has none) and its values'.
+    pub(super) fn into_lists(self) -> (Option<Vec<Item>>, Vec<u8>) {
+        let items = match self.items {
+            Items::One(_) => None,
+            Items::Many(items) => Some(items),
+        };
+        (items, self.values)
     }
 
     /// The backend's ops: views of the batch's own data, one per item

@@ -29,13 +29,32 @@ impl State {
         &mut self,
         arrived: Arrived,
         now: Instant,
-        mut each: impl FnMut(Vote),
+        each: impl FnMut(Vote),
     ) {
         let Arrived {
             batch,
             answers,
             started,
         } = arrived;
+        self.vote_answers(&batch, answers, started, now, each);
+        // The batch's lists serve the node's next batch (`room.rs`).
+        let (items, values) = batch.into_lists();
+        if let Some(items) = items {
+            self.room.keep_items(items);
+        }
+        self.room.keep_values(values);
+    }
+
+    /// [`answers_arrived`](Self::answers_arrived)'s votes and what
+    /// follows them, for `batch` sent at `started`.
+    fn vote_answers(
+        &mut self,
+        batch: &Batch,
+        answers: Option<io::Results>,
+        started: Instant,
+        now: Instant,
+        mut each: impl FnMut(Vote),
+    ) {
         let Some(answers) = answers else {
             // Settled without the server: the node is down.
             for _ in batch.items() {

@@ -74,6 +74,7 @@ mod refusal;
 mod retries;
 mod rights;
 mod rights_try;
+mod room;
 mod settings_look;
 mod shards;
 mod unread;
@@ -100,6 +101,7 @@ use self::publish::Publisher;
 use self::refusal::Refusal;
 use self::retries::RetryList;
 use self::rights::Rights;
+use self::room::Room;
 use self::settings_look::SettingsLook;
 use self::shards::Shards;
 use self::unread::Line;
@@ -187,9 +189,9 @@ pub(crate) struct State {
     read_counted: usize,
     /// The serial number of the last batch parked with the reader.
     watch_serial: u32,
-    /// Empty between calls: the list a driver's share of the queue is
-    /// taken into (`worker.rs`, `serve_queue`), kept for its room.
-    served: Vec<Job>,
+    /// Empty lists with the room of the last batch's, for the next
+    /// (`room.rs`).
+    room: Room,
 }
 impl State {
     // Construction.
@@ -221,7 +223,7 @@ impl State {
             unread: Line::default(),
             read_counted: 0,
             watch_serial: 0,
-            served: Vec::new(),
+            room: Room::default(),
             shared,
         }
     }
@@ -295,7 +297,8 @@ impl State {
             }
             return Sent::new(Batch::unsent(items), None, now);
         }
-        let batch = Batch::new(
+        let batch = Batch::new_in(
+            self.room.values(),
             items,
             &self.shared.value_suffix,
             &self.shared.fence_counters,
@@ -414,6 +417,9 @@ impl State {
             worker::reply_to(replies.get(item), vote);
             item += 1;
         });
+        if let Replies::Many(list) = replies {
+            self.room.keep_replies(list);
+        }
         let watched = watched?;
         self.read_counted += watched.counted;
         Some(watched.driving)

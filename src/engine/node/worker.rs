@@ -33,10 +33,6 @@ use crate::sync::MutexGuard;
 /// Most operations handed to the backend in one batch (one round trip).
 const MAX_BATCH: usize = 512;
 
-/// The most jobs the list that serves a queue keeps room for between two
-/// batches ([`serve_queue`]).
-const KEPT_SERVED: usize = 64;
-
 /// Every node thread's queue, so that one that got a release notice can
 /// ask the others to read theirs now rather than at their next poll.
 /// Emptied when the engine drops: otherwise the queues, which these
@@ -369,10 +365,10 @@ fn serve_queue(state: &mut State, driving: &queue::Driving<Job>) -> usize {
     if state.is_down() {
         return 0;
     }
-    // The list is the state's, kept between batches: the reader serves a
-    // queue after every batch it reads, and a list made for each was one
-    // more allocation per batch.
-    let mut taken = std::mem::take(&mut state.served);
+    // The list is the state's, kept between batches (`room.rs`): the
+    // reader serves a queue after every batch it reads, and a list made
+    // for each was one more allocation per batch.
+    let mut taken = state.room.served();
     driving.take_front(MAX_BATCH, is_op, &mut taken);
     let ran = taken.len();
     let parked = if ran == 0 {
@@ -381,9 +377,7 @@ fn serve_queue(state: &mut State, driving: &queue::Driving<Job>) -> usize {
         send_ops(state, &mut taken, driving.queue())
     };
     // `send_ops` emptied it; one that grew for a long queue is not kept.
-    if taken.capacity() <= KEPT_SERVED {
-        state.served = taken;
-    }
+    state.room.keep_served(taken);
     ran - parked
 }
 
@@ -458,8 +452,12 @@ fn run_jobs(state: &mut State, batch: &mut Vec<Job>, queue: &queue::Handle<Job>)
 /// docs/benchmarks.md, 8 threads that drop their guards lost about a
 /// tenth of their throughput when every batch went to it.)
 fn send_ops(state: &mut State, batch: &mut Vec<Job>, queue: &queue::Handle<Job>) -> usize {
-    let mut items = Vec::with_capacity(batch.len());
-    let mut replies = Vec::with_capacity(batch.len());
+    // Lists with the room of the node's last batch (`room.rs`), given
+    // back once this one is read.
+    let mut items = state.room.items();
+    let mut replies = state.room.replies();
+    items.reserve(batch.len());
+    replies.reserve(batch.len());
     for job in batch.drain(..) {
         if let Job::Work(Work::Op { item, reply }) = job {
             items.push(item);

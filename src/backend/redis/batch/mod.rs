@@ -200,11 +200,11 @@ impl Inner {
             expected,
             confirm,
         } = *first;
-        let replies = c
+        let mut list = c
             .conn
             .receive(expected, deadline)
             .map_err(|(fault, read)| self.failure(&fault, read))?;
-        let mut replies = replies.into_iter();
+        let mut replies = list.drain(..);
         c.conn.learn(ask, &mut replies);
         // The clock read at the checkout: the uptime needs no finer time.
         *server = c.conn.server(c.at);
@@ -241,6 +241,9 @@ impl Inner {
             followups.push(((i, form), followup));
         }
         let mut confirmed = confirm.then(|| self.read_confirm(&mut replies));
+        // The list's room serves the connection's next batch.
+        drop(replies);
+        c.conn.keep_replies(list);
         if followups.is_empty() {
             return Ok(confirmed);
         }
