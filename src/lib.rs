@@ -261,6 +261,7 @@ pub mod report;
 mod resource;
 mod rw;
 mod semaphore;
+mod spare;
 mod sync;
 mod token;
 mod trace;

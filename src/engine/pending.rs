@@ -53,13 +53,14 @@ pub(super) fn reached_slots(n: usize) -> Vec<Slot> {
 }
 
 /// Keeps the room of `slots`, a gathered round's, for the calling
-/// thread's next round. A list without room (a round whose slots went to
-/// its outcomes) is not kept: it would take the place of one with room.
-fn spare(mut slots: Vec<Slot>) {
-    if (1..=KEPT_SLOTS).contains(&slots.capacity()) {
-        slots.clear();
-        let _ = SPARE_SLOTS.try_with(|spare| spare.set(slots));
-    }
+/// thread's next round ([`crate::spare::keep`]: a list without room, a
+/// round's whose slots went to its outcomes, is not kept).
+fn spare(slots: Vec<Slot>) {
+    let _ = SPARE_SLOTS.try_with(|spare| {
+        let mut kept = spare.take();
+        crate::spare::keep(&mut kept, slots, KEPT_SLOTS);
+        spare.set(kept);
+    });
 }
 
 /// A scattered round whose answers have not been gathered yet.

@@ -24,6 +24,7 @@ use std::time::Instant;
 use redis::Value;
 
 use crate::backend::{ServerInfo, ServerVersion};
+use crate::spare;
 
 use super::asking;
 use super::decode;
@@ -213,19 +214,13 @@ impl Conn {
 
     /// Keeps the room of `replies` (a list [`receive`](Self::receive)
     /// gave, emptied here) for the next batch's, if it is not too large.
-    pub(super) fn keep_replies(&mut self, mut replies: Vec<Value>) {
-        if replies.capacity() <= KEPT_REPLIES {
-            replies.clear();
-            self.replies = replies;
-        }
+    pub(super) fn keep_replies(&mut self, replies: Vec<Value>) {
+        spare::keep(&mut self.replies, replies, KEPT_REPLIES);
     }
 
     /// Keeps `buf`'s room for the next request, if it is not too large.
-    pub(super) fn keep_request_buf(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() <= KEPT_REQUEST {
-            buf.clear();
-            self.request = buf;
-        }
+    pub(super) fn keep_request_buf(&mut self, buf: Vec<u8>) {
+        spare::keep(&mut self.request, buf, KEPT_REQUEST);
     }
 
     /// Writes `request` by `deadline`, without reading anything (the

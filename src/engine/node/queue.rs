@@ -169,8 +169,7 @@ impl<T> Sender<T> {
     /// Counts a caller that drives the node until the returned guard is
     /// dropped.
     pub(crate) fn drive(&self) -> Driving<T> {
-        self.0.state.lock().drivers += 1;
-        Driving(self.handle())
+        Driving::counted(self.handle())
     }
 
     /// A handle on the queue that does not keep it open.
@@ -194,8 +193,7 @@ impl<T> Clone for Handle<T> {
 impl<T> Handle<T> {
     /// Counts a driver until the returned guard is dropped.
     pub(crate) fn drive(&self) -> Driving<T> {
-        self.0.state.lock().drivers += 1;
-        Driving(self.clone())
+        Driving::counted(self.clone())
     }
 
     /// As [`Sender::wake_by`].
@@ -213,6 +211,12 @@ impl<T> Handle<T> {
 pub(crate) struct Driving<T>(Handle<T>);
 
 impl<T> Driving<T> {
+    /// A driver counted on `queue` until it is dropped.
+    fn counted(queue: Handle<T>) -> Self {
+        (queue.0).state.lock().drivers += 1;
+        Self(queue)
+    }
+
     /// The queue it counts on.
     pub(crate) fn queue(&self) -> &Handle<T> {
         &self.0

@@ -9,19 +9,19 @@
 //! lock and its `release()` at N=3 with 8 threads (counted with the
 //! benchmark's `--wakes`: docs/benchmarks.md, "Less work per lock").
 //!
-//! A list is kept only up to a bound (a batch of many callers' ops grows
-//! one once, and the node then holds that memory until it drops), and
-//! only when it has more room than the one kept: a small list handed
-//! back by a nested path never takes the place of a larger one.
+//! A list is kept by the crate's one rule for kept lists
+//! ([`keep`](crate::spare::keep)): up to a bound, and only when it has
+//! more room than the one kept.
 
 use super::batch::Item;
 use super::jobs::{Job, ReplyTo};
+use crate::spare::keep;
 
 /// The most items (and answers, and jobs) a kept list may have room for.
 const KEPT_ITEMS: usize = 64;
 
 /// The most bytes the kept list of stored values may have room for: 64
-/// values of a token and an owner label of up to about 90 bytes.
+/// values of a token (20 bytes) and an owner label of up to 108.
 const KEPT_VALUE_BYTES: usize = 8 * 1024;
 
 /// Empty lists with room, one of each kind.
@@ -77,37 +77,9 @@ impl Room {
     }
 }
 
-/// `list`, emptied, in `kept`'s place when it has more room than `kept`
-/// and no more than `bound`; otherwise dropped.
-fn keep<T>(kept: &mut Vec<T>, mut list: Vec<T>, bound: usize) {
-    list.clear();
-    if list.capacity() <= bound && list.capacity() > kept.capacity() {
-        *kept = list;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keeps_the_larger_room_within_its_bound() {
-        let mut kept: Vec<u8> = Vec::new();
-        keep(&mut kept, Vec::with_capacity(8), 16);
-        assert_eq!(kept.capacity(), 8);
-        // Less room: the kept list stays.
-        keep(&mut kept, Vec::with_capacity(4), 16);
-        assert_eq!(kept.capacity(), 8);
-        // Past the bound: dropped, the kept list stays.
-        keep(&mut kept, Vec::with_capacity(32), 16);
-        assert_eq!(kept.capacity(), 8);
-        // A list handed back is emptied.
-        let mut full = Vec::with_capacity(12);
-        full.extend_from_slice(b"abc");
-        keep(&mut kept, full, 16);
-        assert!(kept.is_empty());
-        assert_eq!(kept.capacity(), 12);
-    }
 
     #[test]
     fn a_taken_list_leaves_none_behind() {
