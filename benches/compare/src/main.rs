@@ -23,6 +23,7 @@ mod ab;
 mod alloc_count;
 mod charts;
 mod clients;
+mod commandstats;
 mod contention;
 mod counters;
 mod cpu;

@@ -19,7 +19,9 @@
 //! that a node-thread hop on the hot path shows). Allocations are the
 //! counting allocator's (`alloc_count.rs`), every thread. A dropped
 //! guard's release is part of the block (flushed before the block's
-//! end). For futex calls per lock, run the same command under `perf
+//! end). What the servers received is counted per command, from their
+//! `INFO commandstats` before and after each block (`commandstats.rs`).
+//! For futex calls per lock, run the same command under `perf
 //! stat -e syscalls:sys_enter_futex` (it needs access to the kernel's
 //! tracepoints) and divide by the locks the table reports
 //! (docs/benchmarks.md). `--wakes R N:THREADS:CLIENT` runs one block
@@ -37,6 +39,7 @@ use testkit::RedisServer;
 
 use crate::alloc_count::Allocs;
 use crate::clients::{Client, Locker, Settings};
+use crate::commandstats::CommandStats;
 use crate::floor::Floor;
 use crate::ours::{self, Direct, Ours};
 use crate::paired::order;
@@ -111,7 +114,7 @@ impl Who {
 }
 
 /// One block's counts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Block {
     locks: usize,
     voluntary: u64,
@@ -122,6 +125,9 @@ struct Block {
     callers: u64,
     allocs: Allocs,
     took: Duration,
+    /// What the block's servers received (`INFO commandstats`, read
+    /// before and after the timed part, the warm-up left out).
+    servers: CommandStats,
 }
 
 impl Block {
@@ -258,7 +264,7 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
                         who.ending(),
                         run + 1
                     );
-                    let b = block(*who, n, threads, &locks)?;
+                    let b = block(*who, &urls[..n], threads, &locks)?;
                     record((n, threads.len(), *who), b);
                 }
             }
@@ -295,10 +301,11 @@ fn make<'a>(
 /// uncounted), then all start together.
 fn block(
     who: Who,
-    n: usize,
+    urls: &[String],
     lockers: &mut [Box<dyn Locker + Send + '_>],
     locks: &LockManager,
 ) -> Result<Block, String> {
+    let n = urls.len();
     let keys: Vec<Vec<Vec<u8>>> = (0..lockers.len())
         .map(|t| {
             (0..KEYS_PER_THREAD)
@@ -314,6 +321,7 @@ fn block(
         }
     }
     locks.flush(FLUSH);
+    let served_before = CommandStats::read(urls)?;
     let gate = std::sync::Barrier::new(lockers.len() + 1);
     let deadline = Instant::now() + BLOCK_BUDGET;
     let mut start = None;
@@ -352,6 +360,8 @@ fn block(
         return Err("cannot read /proc/self".into());
     };
     let allocs = allocs_before.since(allocs_after);
+    let took = started.elapsed();
+    let servers = CommandStats::read(urls)?.since(&served_before);
     Ok(Block {
         locks: callers.iter().map(|c| c.0).sum(),
         voluntary: after.voluntary.saturating_sub(before.voluntary)
@@ -360,7 +370,8 @@ fn block(
             + callers.iter().map(|c| c.2).sum::<u64>(),
         callers: callers.iter().map(|c| c.1 + c.2).sum(),
         allocs,
-        took: started.elapsed(),
+        took,
+        servers,
     })
 }
 
@@ -512,7 +523,60 @@ fn render(cells: &[(Cell, Vec<Block>)], runs: usize) -> String {
             ratio(Who::Rslock)
         );
     }
+    let _ = writeln!(
+        out,
+        "\nWhat the servers received per lock (`INFO commandstats` of the block's N servers, \
+         summed; the warm-up left out): calls per lock, and in brackets the microseconds the \
+         servers spent per call, medians over the runs. A command a script runs \
+         (`redis.call`) is listed too and its time is also inside the script's: do not add \
+         the figures up. The manager's own background commands (a probe's `INFO`, a \
+         `SCRIPT LOAD`) count when they fall in the block.\n\n\
+         | N | threads | client | ending | per lock: calls (us per call) |\n|---|---|---|---|---|"
+    );
+    for ((n, threads, who), blocks) in cells {
+        let _ = writeln!(
+            out,
+            "| {n} | {threads} | {} | {} | {} |",
+            who.name(),
+            who.ending(),
+            served(blocks)
+        );
+    }
     out
+}
+
+/// The commands the servers received in a row's blocks, most called
+/// first: `evalsha 3.00 (4.06 us), ...` (medians over the blocks); those
+/// called less than once per 100 locks are left out.
+fn served(blocks: &[Block]) -> String {
+    let mut names: Vec<&String> = blocks
+        .iter()
+        .flat_map(|b| b.servers.by_command.keys())
+        .collect();
+    names.sort();
+    names.dedup();
+    let median = |f: &dyn Fn(&Block) -> Option<f64>| {
+        Spread::of(&blocks.iter().filter_map(f).collect::<Vec<_>>()).map(|s| s.median)
+    };
+    let mut rows: Vec<(f64, String)> = names
+        .into_iter()
+        .filter_map(|name| {
+            let calls = median(&|b| Some(b.per(b.servers.of(name).0)))?;
+            let per_call = median(&|b| {
+                let (c, us) = b.servers.of(name);
+                (c > 0).then(|| us as f64 / c as f64)
+            })?;
+            (calls >= 0.01).then(|| (calls, format!("{name} {calls:.2} ({per_call:.2} us)")))
+        })
+        .collect();
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    if rows.is_empty() {
+        return "-".into();
+    }
+    rows.into_iter()
+        .map(|(_, text)| text)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn spread(s: Spread, digits: usize) -> String {
@@ -554,6 +618,7 @@ mod tests {
             callers,
             allocs: Allocs::default(),
             took: Duration::from_secs(1),
+            servers: CommandStats::default(),
         }
     }
 
@@ -573,5 +638,27 @@ mod tests {
         // Callers that counted more than the whole (their switches before
         // the start) leave zero, not a wrapped count.
         assert_eq!(block(1, 0, 5).own_threads(), 0);
+    }
+
+    #[test]
+    fn the_servers_table_lists_each_command_per_lock_most_called_first() {
+        let with = |evalsha: (u64, u64), info_like: (u64, u64)| {
+            let mut b = block(0, 0, 0);
+            b.servers.by_command.insert("set".into(), (30, 21));
+            b.servers.by_command.insert("evalsha".into(), evalsha);
+            b.servers.by_command.insert("script|load".into(), info_like);
+            b
+        };
+        // 10 locks per block: 3 calls per lock of `evalsha`, at 4 and at
+        // 2 us per call (median 3); one `SCRIPT LOAD` in 10 locks.
+        let blocks = [with((30, 120), (1, 15)), with((30, 60), (1, 15))];
+        assert_eq!(
+            served(&blocks),
+            "evalsha 3.00 (3.00 us), set 3.00 (0.70 us), script|load 0.10 (15.00 us)"
+        );
+        // A command called less than once per 100 locks is left out.
+        let rare = [with((30, 90), (0, 0))];
+        assert_eq!(served(&rare), "evalsha 3.00 (3.00 us), set 3.00 (0.70 us)");
+        assert_eq!(served(&[block(0, 0, 0)]), "-");
     }
 }
