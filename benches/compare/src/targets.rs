@@ -275,12 +275,20 @@ fn wakes_lines(out: &mut String, w: &Wakes) {
         w.switches_vs_floor(),
         |r| r <= 1.0,
         &format!(
-            "per lock: quorum-lock {} (its node threads {}), floor {} (every thread of the process); with drop: {}",
+            "per lock: quorum-lock {} (its node threads {}), floor {} (every thread of the process), the shared-reader design floor {}; with drop: {}",
             per(3, 8, Client::Ours, Count::Switches),
             per(3, 8, Client::Ours, Count::OwnThreads),
             per(3, 8, Client::Floor, Count::Switches),
+            per(3, 8, Client::SharedReader, Count::Switches),
             per(3, 8, Client::OursDrop, Count::Switches),
         ),
+    );
+    line(
+        out,
+        "the same, voluntary switches only (the involuntary ones are mostly the reader preempted by the threads it wakes, and follow the machine's load)",
+        w.voluntary_switches_vs_floor(),
+        |r| r <= 1.0,
+        "",
     );
     for n in [1, 3] {
         line(

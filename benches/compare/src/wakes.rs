@@ -410,6 +410,14 @@ impl Wakes {
         self.ratio(3, 8, Who::Floor, Block::switches)
     }
 
+    /// The same, voluntary switches only (a thread that waited): the
+    /// involuntary ones are threads preempted, mostly quorum-lock's reader
+    /// by the callers and servers it has just woken (docs/benchmarks.md),
+    /// and follow how busy the machine is.
+    pub fn voluntary_switches_vs_floor(&self) -> Option<Spread> {
+        self.ratio(3, 8, Who::Floor, |b| b.voluntary)
+    }
+
     /// Allocations per lock + `release()`, 1 thread, `n` nodes:
     /// quorum-lock's over its `RedisBackend` called directly, per run.
     pub fn allocations_vs_backend(&self, n: usize) -> Option<Spread> {
@@ -418,7 +426,10 @@ impl Wakes {
 
     /// The median per lock of `count` in a row, for a note.
     pub fn per_lock(&self, n: usize, threads: usize, client: Client, count: Count) -> Option<f64> {
-        let who = Who::ONE_THREAD.into_iter().find(|w| w.client() == client)?;
+        let who = Who::ONE_THREAD
+            .into_iter()
+            .chain(Who::THREADS)
+            .find(|w| w.client() == client)?;
         let blocks = self.blocks((n, threads, who))?;
         let v: Vec<f64> = blocks
             .iter()
