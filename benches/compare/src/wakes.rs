@@ -540,8 +540,9 @@ fn render(cells: &[(Cell, Vec<Block>)], runs: usize) -> String {
          summed; the warm-up left out): calls per lock, and in brackets the microseconds the \
          servers spent per call, medians over the runs. A command a script runs \
          (`redis.call`) is listed too and its time is also inside the script's: do not add \
-         the figures up. The manager's own background commands (a probe's `INFO`, a \
-         `SCRIPT LOAD`) count when they fall in the block.\n\n\
+         the figures up. The manager's own background commands (a `SCRIPT LOAD`, a \
+         `PING`) count when they fall in the block; `INFO` is left out, this harness \
+         reading the counts with it.\n\n\
          | N | threads | client | ending | per lock: calls (us per call) |\n|---|---|---|---|---|"
     );
     for ((n, threads, who), blocks) in cells {
