@@ -40,6 +40,12 @@ fn the_multi_process_demo_loses_no_update() {
 /// after 59.8 s and about 150,000 attempts, each server counting as
 /// many `SET`s. Now: granted once the quarantine ends, at the cost of a
 /// few attempts, which the servers count.
+///
+/// On a host so loaded that the first round trips time out (ci-91: one
+/// server counted 913 commands, the others 12), nodes are marked down
+/// or failing, and then nothing says when a quorum is back: the waiter
+/// tries once per retry delay (100 ms by default), by design. The test
+/// checks that rate then, and says so; a few attempts otherwise.
 #[test]
 fn the_readme_snippet_works_on_servers_started_a_moment_before() {
     use std::time::Duration;
@@ -64,7 +70,8 @@ fn the_readme_snippet_works_on_servers_started_a_moment_before() {
         );
     }
     let servers = RedisServers::start(3);
-    let run = || -> Result<(), quorum_lock::Error> {
+    let run = || -> Result<(quorum_lock::health::Health, Duration), quorum_lock::Error> {
+        let started = std::time::Instant::now();
         let locks = LockManager::builder()
             .redis_nodes(servers.urls())?
             .ttl(Duration::from_secs(10))
@@ -73,12 +80,35 @@ fn the_readme_snippet_works_on_servers_started_a_moment_before() {
         let guard = locks.lock("orders:42")?;
         guard.check()?;
         guard.release()?;
-        Ok(())
+        Ok((locks.health(), started.elapsed()))
     };
-    run().unwrap();
+    let (health, took) = run().unwrap();
     let sent = lock_commands_of(&servers);
+    let per_command: Vec<_> = servers.iter().map(testkit::commandstats::calls).collect();
+    let troubled = health
+        .nodes
+        .iter()
+        .any(|n| n.failures > 0 || n.timeouts > 0);
+    if !troubled {
+        assert!(
+            sent.iter().all(|n| *n < 50),
+            "the snippet cost the servers {sent:?} lock commands ({per_command:?})\n{health}"
+        );
+        return;
+    }
+    // Nodes failed or timed out: at most one attempt per retry delay
+    // (100 ms; the jitter only lengthens the pauses), and each attempt
+    // costs a server a handful of commands (its `SET`, the undo's script
+    // and the script's own calls, a `GET` and `PTTL` of a refusal).
+    let attempts = health.locks.no_quorum + health.locks.contended + health.locks.acquired;
+    let most_attempts = took.as_millis() / 100 + 3;
     assert!(
-        sent.iter().all(|n| *n < 50),
-        "the snippet cost the servers {sent:?} lock commands"
+        u128::from(attempts) <= most_attempts,
+        "{attempts} attempts in {took:?}, more than one per retry delay\n{health}"
+    );
+    assert!(
+        sent.iter().all(|n| *n < 10 * attempts + 50),
+        "the snippet cost the servers {sent:?} lock commands in {attempts} attempts \
+         ({per_command:?})\n{health}"
     );
 }
