@@ -139,3 +139,60 @@ fn waiters_of_every_kind_get_the_lock_when_the_quarantine_ends() {
         "5 waiters through a 3 s quarantine cost the servers {sent:?} lock commands"
     );
 }
+
+/// Two of three servers stall (`SIGSTOP`) for 3 s just as a lock is
+/// first asked for: their round trips time out, they are marked down,
+/// and nothing says when a quorum is back (ci-91 failed the README
+/// snippet's test this way, on a loaded host: 913 commands on the one
+/// server that answered). The waiter tries about once per retry delay
+/// meanwhile (the default policy: 100 ms, plus up to 100 ms of jitter),
+/// each attempt a few commands on the server that answers, and gets the
+/// lock once the others answer again.
+#[test]
+fn while_two_servers_stall_the_waiter_tries_once_per_retry_delay() {
+    const STALL: Duration = Duration::from_secs(3);
+    let servers = RedisServers::start(3);
+    let locks = LockManager::builder()
+        .redis_nodes(servers.urls())
+        .unwrap()
+        .ttl(Duration::from_secs(10))
+        // The stall is the matter here, not the quarantine.
+        .restart_quarantine(false)
+        .build()
+        .unwrap();
+    let stalled = [0, 2];
+    let started = std::time::Instant::now();
+    let guard = std::thread::scope(|s| {
+        for &i in &stalled {
+            servers[i].pause();
+        }
+        s.spawn(|| {
+            std::thread::sleep(STALL);
+            for &i in &stalled {
+                servers[i].resume();
+            }
+        });
+        locks.lock("orders:42").unwrap()
+    });
+    let took = started.elapsed();
+    guard.release().unwrap();
+    let health = locks.health();
+    assert!(
+        took >= STALL,
+        "granted during the stall: {took:?}\n{health}"
+    );
+    let attempts = health.locks.no_quorum + health.locks.acquired;
+    assert!(
+        attempts >= 3,
+        "the waiter did not try again during the stall: {attempts} attempts\n{health}"
+    );
+    assert!(
+        u128::from(attempts) <= took.as_millis() / 100 + 3,
+        "{attempts} attempts in {took:?}: more than one per retry delay\n{health}"
+    );
+    let sent = lock_commands_of(&servers);
+    assert!(
+        sent.iter().all(|n| *n < 10 * attempts + 50),
+        "{sent:?} lock commands in {attempts} attempts\n{health}"
+    );
+}
