@@ -176,6 +176,9 @@ fn while_two_servers_stall_the_waiter_tries_once_per_retry_delay() {
     });
     let took = started.elapsed();
     guard.release().unwrap();
+    // Every round settled (the undos of the failed attempts included)
+    // before the servers' counts are read.
+    assert!(locks.flush(Duration::from_secs(10)), "rounds not settled");
     let health = locks.health();
     assert!(
         took >= STALL,
