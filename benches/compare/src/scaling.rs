@@ -74,6 +74,23 @@ impl Cell {
         Spread::of(&self.per_op(f).into_iter().flatten().collect::<Vec<_>>())
     }
 
+    /// Per run, how many CPUs this process and the servers kept busy
+    /// during the block, on average: their CPU time over its wall time.
+    /// A rate is this over the CPU per lock ([`all_cpu`] per op), so a
+    /// ratio of two rates splits into these two ratios: CPUs kept busy
+    /// and CPU per lock.
+    pub fn busy_cpus(&self) -> Vec<Option<f64>> {
+        self.runs
+            .iter()
+            .map(|r| match r {
+                Ok(t) if t.ops > 0 && t.errors == 0 && !t.wall.is_zero() => {
+                    Some(all_cpu(t.cpu.as_ref()?)? / 1e6 / t.wall.as_secs_f64())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether a server's thread count changed during any run's block.
     pub fn server_threads_changed(&self) -> bool {
         self.runs.iter().any(|r| {
@@ -94,6 +111,11 @@ pub fn process_cpu(c: &CpuUse) -> Option<f64> {
 /// The servers' CPU, in microseconds.
 pub fn servers_cpu(c: &CpuUse) -> Option<f64> {
     Some(c.servers?.as_secs_f64() * 1e6)
+}
+
+/// This process's and the servers' CPU together, in microseconds.
+pub fn all_cpu(c: &CpuUse) -> Option<f64> {
+    Some(process_cpu(c)? + servers_cpu(c)?)
 }
 
 /// This process's context switches (every thread).
@@ -360,4 +382,56 @@ pub fn memory_per_lock(
         return Err("no lock acquired".into());
     }
     Ok((after.saturating_sub(before) as f64 / held as f64, held))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(ops: usize, wall_ms: u64, process_ms: u64, servers_ms: u64) -> Throughput {
+        Throughput {
+            ops,
+            errors: 0,
+            first_error: None,
+            wall: Duration::from_millis(wall_ms),
+            counter: None,
+            cpu: Some(CpuUse {
+                user: Duration::from_millis(process_ms / 2),
+                system: Duration::from_millis(process_ms - process_ms / 2),
+                excluded: Duration::ZERO,
+                switches: 0,
+                servers: Some(Duration::from_millis(servers_ms)),
+                server_switches: None,
+                server_threads_changed: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_rate_is_the_cpus_kept_busy_over_the_cpu_per_lock() {
+        let cell = |runs| Cell {
+            n: 3,
+            threads: 8,
+            client: Client::Ours,
+            runs,
+        };
+        // 20,000 locks in 1 s, 800 ms here and 700 ms in the servers.
+        let ours = cell(vec![
+            Ok(block(20_000, 1_000, 800, 700)),
+            Err("a failed run".into()),
+        ]);
+        let busy = ours.busy_cpus();
+        assert!((busy[0].unwrap() - 1.5).abs() < 1e-9, "{busy:?}");
+        assert_eq!(busy[1], None);
+        let per_lock = ours.per_op(all_cpu)[0].unwrap();
+        assert!((per_lock - 75.0).abs() < 1e-9, "{per_lock}");
+        let rate = ours.rates()[0].unwrap();
+        assert!((rate - busy[0].unwrap() * 1e6 / per_lock).abs() < 1e-6);
+        // A block with errors, or no servers' figure, gives none.
+        let mut failed = block(10, 1_000, 1, 1);
+        failed.errors = 1;
+        let mut unread = block(10, 1_000, 1, 1);
+        unread.cpu.as_mut().unwrap().servers = None;
+        assert_eq!(cell(vec![Ok(failed), Ok(unread)]).busy_cpus(), [None, None]);
+    }
 }

@@ -11,7 +11,7 @@ use crate::cross;
 use crate::latency::third_label;
 use crate::plan::Plan;
 use crate::report::{Results, switch_ratio};
-use crate::scaling::{self, Figure, Scaling};
+use crate::scaling::{self, Cell, Figure, Scaling};
 use crate::stats::Spread;
 use crate::wakes::{Count, Wakes};
 
@@ -123,10 +123,10 @@ pub fn render(results: &Results, plan: &Plan) -> String {
                 ),
                 sc.ratio(n, threads, client, Client::Rslock),
                 |r| r >= at_least,
-                if plan.scaling.threads.contains(&threads) {
-                    ""
+                &if plan.scaling.threads.contains(&threads) {
+                    throughput_note(sc, n, threads, client)
                 } else {
-                    "this thread count is not in the run's plan"
+                    "this thread count is not in the run's plan".into()
                 },
             );
         }
@@ -307,6 +307,37 @@ fn wakes_lines(out: &mut String, w: &Wakes) {
             ),
         );
     }
+}
+
+/// What a throughput ratio against rslock is made of, from the same
+/// blocks: the CPU this process and the servers spent per lock, and how
+/// many CPUs they kept busy (a rate is the second over the first).
+fn throughput_note(sc: &Scaling, n: usize, threads: usize, client: Client) -> String {
+    let median = |c: Client, figure: &dyn Fn(&Cell) -> Vec<Option<f64>>| {
+        let cell = sc.cell(n, threads, c)?;
+        Spread::of(&figure(cell).into_iter().flatten().collect::<Vec<_>>()).map(|s| s.median)
+    };
+    let per_lock = |cell: &Cell| cell.per_op(scaling::all_cpu);
+    let (Some(cpu_ours), Some(cpu_theirs), Some(busy_ours), Some(busy_theirs)) = (
+        median(client, &per_lock),
+        median(Client::Rslock, &per_lock),
+        median(client, &Cell::busy_cpus),
+        median(Client::Rslock, &Cell::busy_cpus),
+    ) else {
+        return String::new();
+    };
+    let ratio = |figure: fn(&Cell) -> Vec<Option<f64>>| {
+        sc.ratio_of(n, threads, client, Client::Rslock, figure)
+            .map_or_else(|| "-".into(), |s| s.ratio_text())
+    };
+    format!(
+        "CPU per lock, this process and the {n} servers: ours {cpu_ours:.1} us, rslock \
+         {cpu_theirs:.1} us, {}; CPUs kept busy (of {}): ours {busy_ours:.2}, rslock \
+         {busy_theirs:.2}, {} (the rate ratio is the second ratio over the first)",
+        ratio(|c| c.per_op(scaling::all_cpu)),
+        std::thread::available_parallelism().map_or(0, |c| c.get()),
+        ratio(Cell::busy_cpus),
+    )
 }
 
 /// The CPU row's note: both clients' figures per lock + release, what
