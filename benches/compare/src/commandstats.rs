@@ -58,29 +58,13 @@ impl CommandStats {
     }
 }
 
-/// Reads the `cmdstat_<name>:calls=<n>,usec=<n>,...` lines of an `INFO
-/// commandstats` reply; other lines are skipped.
+/// Per command, of one `INFO commandstats` reply.
 fn parse(text: &str) -> CommandStats {
-    let mut stats = CommandStats::default();
-    for line in text.lines() {
-        let Some((name, fields)) = line
-            .trim()
-            .strip_prefix("cmdstat_")
-            .and_then(|rest| rest.split_once(':'))
-        else {
-            continue;
-        };
-        let field = |key: &str| {
-            fields
-                .split(',')
-                .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        if let (Some(calls), Some(usec)) = (field("calls"), field("usec")) {
-            stats.by_command.insert(name.to_string(), (calls, usec));
-        }
-    }
-    stats
+    let by_command = testkit::commandstats::parse(text)
+        .into_iter()
+        .map(|(name, calls, usec)| (name, (calls, usec)))
+        .collect();
+    CommandStats { by_command }
 }
 
 #[cfg(test)]

@@ -313,30 +313,31 @@ fn wakes_lines(out: &mut String, w: &Wakes) {
 /// blocks: the CPU this process and the servers spent per lock, and how
 /// many CPUs they kept busy (a rate is the second over the first).
 fn throughput_note(sc: &Scaling, n: usize, threads: usize, client: Client) -> String {
-    let median = |c: Client, figure: &dyn Fn(&Cell) -> Vec<Option<f64>>| {
-        let cell = sc.cell(n, threads, c)?;
-        Spread::of(&figure(cell).into_iter().flatten().collect::<Vec<_>>()).map(|s| s.median)
+    let per_lock: fn(&Cell) -> Vec<Option<f64>> = |cell| cell.per_op(scaling::all_cpu);
+    let busy: fn(&Cell) -> Vec<Option<f64>> = Cell::busy_cpus;
+    let median = |c: Client, figure: fn(&Cell) -> Vec<Option<f64>>| {
+        let per_run = figure(sc.cell(n, threads, c)?);
+        Spread::of(&per_run.into_iter().flatten().collect::<Vec<_>>()).map(|s| s.median)
     };
-    let per_lock = |cell: &Cell| cell.per_op(scaling::all_cpu);
-    let (Some(cpu_ours), Some(cpu_theirs), Some(busy_ours), Some(busy_theirs)) = (
-        median(client, &per_lock),
-        median(Client::Rslock, &per_lock),
-        median(client, &Cell::busy_cpus),
-        median(Client::Rslock, &Cell::busy_cpus),
-    ) else {
-        return String::new();
-    };
-    let ratio = |figure: fn(&Cell) -> Vec<Option<f64>>| {
+    let ratio = |figure| {
         sc.ratio_of(n, threads, client, Client::Rslock, figure)
             .map_or_else(|| "-".into(), |s| s.ratio_text())
+    };
+    let (Some(cpu_ours), Some(cpu_theirs), Some(busy_ours), Some(busy_theirs)) = (
+        median(client, per_lock),
+        median(Client::Rslock, per_lock),
+        median(client, busy),
+        median(Client::Rslock, busy),
+    ) else {
+        return String::new();
     };
     format!(
         "CPU per lock, this process and the {n} servers: ours {cpu_ours:.1} us, rslock \
          {cpu_theirs:.1} us, {}; CPUs kept busy (of {}): ours {busy_ours:.2}, rslock \
          {busy_theirs:.2}, {} (the rate ratio is the second ratio over the first)",
-        ratio(|c| c.per_op(scaling::all_cpu)),
+        ratio(per_lock),
         std::thread::available_parallelism().map_or(0, |c| c.get()),
-        ratio(Cell::busy_cpus),
+        ratio(busy),
     )
 }
 
