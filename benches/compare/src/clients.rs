@@ -19,6 +19,10 @@ pub struct Settings {
     /// with mean `retry_pause / 2` (see `docs/benchmarks.md` for each
     /// client's exact setting).
     pub retry_pause: Duration,
+    /// The shared-reader design floor's batches in flight per node
+    /// (`--in-flight`): 1, the engine's rule, unless a run asks what the
+    /// rule costs.
+    pub reader_in_flight: usize,
 }
 
 /// A client library (or the floor) under test.

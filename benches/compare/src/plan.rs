@@ -42,6 +42,8 @@ Options:
   --out DIR         where the SVG charts and results.md go (default: target/bench of the
                     repository; docs/bench holds the published run, copied there by hand)
   --cpu-hog         run everything beside a process that keeps one core busy (a loaded host)
+  --in-flight K     the shared-reader design floor of the scaling section keeps up to K batches
+                    in flight per node (1 to 8; default 1, the engine's rule): what the rule costs
   -h, --help        this text
 ";
 
@@ -131,6 +133,7 @@ impl Plan {
         let mut sections: Vec<String> = SECTIONS.iter().map(|s| s.to_string()).collect();
         let mut retry_ms = 4u64;
         let mut cpu_hog = false;
+        let mut reader_in_flight = 1usize;
         // Not into tracked files: a run on a developer's machine must not
         // replace the published figures by accident.
         let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
@@ -185,6 +188,13 @@ impl Plan {
                         return Err("--retry-ms must be in 1..=1000".into());
                     }
                 }
+                "--in-flight" => {
+                    let v = value("--in-flight")?;
+                    reader_in_flight = v.parse().map_err(|_| format!("bad --in-flight {v:?}"))?;
+                    if !(1..=8).contains(&reader_in_flight) {
+                        return Err("--in-flight must be in 1..=8".into());
+                    }
+                }
                 "--out" => out = PathBuf::from(value("--out")?),
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
             }
@@ -193,6 +203,7 @@ impl Plan {
             ttl: Duration::from_secs(10),
             node_timeout: Duration::from_millis(100),
             retry_pause: Duration::from_millis(retry_ms),
+            reader_in_flight,
         };
         // (quick, full)
         let pick = |q: usize, f: usize| if quick { q } else { f };

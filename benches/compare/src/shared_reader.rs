@@ -15,6 +15,11 @@
 //! the node threads (docs/benchmarks.md, "What limits the misses"), where
 //! one poll over every node sleeps about 0.3 times per lock.
 //!
+//! With `--in-flight K` (scaling only) it keeps up to K batches in flight
+//! per node instead, each written under the line's lock so that wire
+//! order stays the order of the answers it expects: what the rule of one
+//! batch costs, or saves (docs/benchmarks.md, "What limits the misses").
+//!
 //! No quorum-lock code runs here: no timeouts per node, no retries, no
 //! fencing, no health, no fault handling beyond reporting an error. It
 //! measures the threading, not a lock library. The servers must answer:
@@ -105,14 +110,56 @@ impl Ballot {
 }
 
 /// What is queued at a node and what is on its wire: short critical
-/// sections, no system call under the lock.
+/// sections, no system call under the lock (with one batch in flight).
 #[derive(Default)]
 struct Line {
-    /// Written while a batch was in flight: the next batch.
+    /// Written while the line was full: the next batch.
     queued_bytes: Vec<u8>,
     queued: Vec<Arc<Ballot>>,
-    /// The batch in flight, one ballot per command, in wire order.
+    /// The batches in flight, one ballot per command, in wire order.
     in_flight: VecDeque<Arc<Ballot>>,
+    /// How many commands each batch in flight holds, oldest first.
+    batches: VecDeque<usize>,
+}
+
+impl Line {
+    /// Whether a new batch may go on the wire now: fewer than `limit`
+    /// batches are in flight.
+    fn has_room(&self, limit: usize) -> bool {
+        self.batches.len() < limit
+    }
+
+    /// Puts one batch of `ballots` in flight (the caller writes it).
+    fn start(&mut self, ballots: impl IntoIterator<Item = Arc<Ballot>>) {
+        let before = self.in_flight.len();
+        self.in_flight.extend(ballots);
+        self.batches.push_back(self.in_flight.len() - before);
+    }
+
+    /// The ballot of the oldest command in flight, now answered; a batch
+    /// whose last command is answered leaves the line.
+    fn answered(&mut self) -> Option<Arc<Ballot>> {
+        let ballot = self.in_flight.pop_front()?;
+        if let Some(left) = self.batches.front_mut() {
+            *left -= 1;
+            if *left == 0 {
+                self.batches.pop_front();
+            }
+        }
+        Some(ballot)
+    }
+
+    /// What was queued, as the next batch (its bytes swapped into
+    /// `bytes`), when it may go now.
+    fn take_queued(&mut self, limit: usize, bytes: &mut Vec<u8>) -> bool {
+        if self.queued.is_empty() || !self.has_room(limit) {
+            return false;
+        }
+        std::mem::swap(bytes, &mut self.queued_bytes);
+        let next = std::mem::take(&mut self.queued);
+        self.start(next);
+        true
+    }
 }
 
 /// One node: its connection, written only by whoever made the line busy
@@ -128,19 +175,23 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Side {
-    /// Writes `command` now if no batch is in flight, else queues it.
-    fn submit(&self, command: &[u8], ballot: &Arc<Ballot>) -> Result<(), String> {
+    /// Writes `command` now if fewer than `limit` batches are in flight,
+    /// else queues it.
+    fn submit(&self, command: &[u8], ballot: &Arc<Ballot>, limit: usize) -> Result<(), String> {
         let mut line = locked(&self.line);
-        if !line.in_flight.is_empty() {
+        if !line.has_room(limit) {
             line.queued_bytes.extend_from_slice(command);
             line.queued.push(Arc::clone(ballot));
             return Ok(());
         }
-        line.in_flight.push_back(Arc::clone(ballot));
+        line.start([Arc::clone(ballot)]);
+        // With one batch in flight nobody else writes until it is read:
+        // the write goes outside the lock. With several, two writers
+        // could swap their batches on the wire: it goes under it.
+        let line = (limit > 1).then_some(line);
+        let written = (&self.stream).write_all(command);
         drop(line);
-        (&self.stream)
-            .write_all(command)
-            .map_err(|e| format!("shared reader: write: {e}"))
+        written.map_err(|e| format!("shared reader: write: {e}"))
     }
 }
 
@@ -155,6 +206,8 @@ struct Hub {
     sides: Vec<Side>,
     release_sha: String,
     stop: AtomicBool,
+    /// Batches in flight per node at most (1: the engine's rule).
+    in_flight: usize,
 }
 
 /// One whole reply at the front of `buf`: its length and whether it
@@ -225,28 +278,36 @@ impl Hub {
         let mut answered = Vec::with_capacity(votes.len());
         for grant in votes {
             let ballot = line
-                .in_flight
-                .pop_front()
+                .answered()
                 .ok_or_else(|| format!("shared reader: node {i}: an answer nobody asked for"))?;
             answered.push((ballot, grant));
         }
-        if line.in_flight.is_empty() && !line.queued.is_empty() {
-            std::mem::swap(scratch, &mut line.queued_bytes);
-            let next: Vec<_> = line.queued.drain(..).collect();
-            line.in_flight.extend(next);
-        }
+        let next = line.take_queued(self.in_flight, scratch);
+        // With several batches in flight a caller may write meanwhile:
+        // the next batch goes on the wire under the lock (see `submit`).
+        let sent = if next && self.in_flight > 1 {
+            let sent = (&side.stream).write_all(scratch);
+            scratch.clear();
+            Some(sent)
+        } else {
+            None
+        };
         drop(line);
         // Posted outside the line's lock: a woken caller submits its next
         // round at once.
         for (ballot, grant) in answered {
             ballot.post(grant);
         }
-        if !scratch.is_empty() {
-            let sent = (&side.stream).write_all(scratch);
-            scratch.clear();
-            sent.map_err(|e| format!("shared reader: node {i}: write: {e}"))?;
-        }
-        Ok(())
+        let sent = match sent {
+            Some(sent) => sent,
+            None if !scratch.is_empty() => {
+                let sent = (&side.stream).write_all(scratch);
+                scratch.clear();
+                sent
+            }
+            None => Ok(()),
+        };
+        sent.map_err(|e| format!("shared reader: node {i}: write: {e}"))
     }
 
     /// The reader's loop: one `poll` over every node's socket.
@@ -322,6 +383,7 @@ impl SharedReader {
             sides,
             release_sha,
             stop: AtomicBool::new(false),
+            in_flight: settings.reader_in_flight.max(1),
         });
         let shared = Arc::clone(&hub);
         let reader = thread::Builder::new()
@@ -375,7 +437,7 @@ impl SharedLocker {
     fn round(&self, rule: Rule) -> Result<u32, String> {
         let ballot = Ballot::new(rule);
         for side in &self.hub.sides {
-            side.submit(&self.buf, &ballot)?;
+            side.submit(&self.buf, &ballot, self.hub.in_flight)?;
         }
         ballot
             .wait()
@@ -434,6 +496,32 @@ mod tests {
         let release = Rule::All { nodes: 3 };
         assert!(!release.decided(2, 2));
         assert!(release.decided(0, 3));
+    }
+
+    #[test]
+    fn a_line_keeps_at_most_its_limit_of_batches_in_flight_and_answers_in_wire_order() {
+        let ballot = || Ballot::new(Rule::All { nodes: 1 });
+        let (a, b, c) = (ballot(), ballot(), ballot());
+        let mut line = Line::default();
+        assert!(line.has_room(2));
+        line.start([Arc::clone(&a)]);
+        assert!(line.has_room(2) && !line.has_room(1));
+        line.start([Arc::clone(&b)]);
+        assert!(!line.has_room(2));
+        // Full: what comes now is queued, and goes as one batch once the
+        // oldest batch is answered.
+        line.queued_bytes.extend_from_slice(b"c");
+        line.queued.push(Arc::clone(&c));
+        let mut next = Vec::new();
+        assert!(!line.take_queued(2, &mut next));
+        assert!(line.answered().is_some_and(|x| Arc::ptr_eq(&x, &a)));
+        assert!(line.take_queued(2, &mut next));
+        assert_eq!(next, b"c");
+        assert!(line.queued.is_empty() && !line.has_room(2));
+        assert!(line.answered().is_some_and(|x| Arc::ptr_eq(&x, &b)));
+        assert!(line.answered().is_some_and(|x| Arc::ptr_eq(&x, &c)));
+        assert!(line.answered().is_none());
+        assert!(line.batches.is_empty() && line.has_room(1));
     }
 
     #[test]

@@ -215,6 +215,7 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
         ttl: Duration::from_secs(10),
         node_timeout: Duration::from_secs(1),
         retry_pause: Duration::from_millis(4),
+        reader_in_flight: 1,
     };
     let mut cells: Vec<(Cell, Vec<Block>)> = Vec::new();
     let mut record = |cell: Cell, b: Block| match cells.iter_mut().find(|(c, _)| *c == cell) {

@@ -25,6 +25,13 @@ pub fn header(plan: &Plan, machine: &Machine, command: &str, elapsed: Duration) 
             "- with a CPU hog: a process of the benchmark's own spinning on one core throughout (`--cpu-hog`)"
         );
     }
+    if s.reader_in_flight > 1 {
+        let _ = writeln!(
+            out,
+            "- the shared-reader design floor keeps up to {} batches in flight per node (`--in-flight`), not the engine's one",
+            s.reader_in_flight
+        );
+    }
     let _ = writeln!(out, "- quorum-lock commit: {}", machine.commit);
     let _ = writeln!(
         out,
