@@ -54,7 +54,7 @@ impl Cell {
     }
 
     pub fn rate(&self) -> Option<Spread> {
-        Spread::of(&self.rates().into_iter().flatten().collect::<Vec<_>>())
+        Spread::of_runs(self.rates())
     }
 
     /// Per run, `f` of the block per completed lock + release (none for a
@@ -71,7 +71,7 @@ impl Cell {
 
     /// [`per_op`](Self::per_op) over the runs: median and range.
     pub fn spread(&self, f: Figure) -> Option<Spread> {
-        Spread::of(&self.per_op(f).into_iter().flatten().collect::<Vec<_>>())
+        Spread::of_runs(self.per_op(f))
     }
 
     /// Per run, how many CPUs this process and the servers kept busy

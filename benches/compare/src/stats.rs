@@ -84,6 +84,12 @@ impl Spread {
         })
     }
 
+    /// [`of`](Self::of) the runs that gave a figure (a failed run gives
+    /// `None`).
+    pub fn of_runs(per_run: Vec<Option<f64>>) -> Option<Self> {
+        Self::of(&per_run.into_iter().flatten().collect::<Vec<_>>())
+    }
+
     /// `1.02x (0.98-1.10x, 5 runs)`.
     pub fn ratio_text(&self) -> String {
         format!(

@@ -316,8 +316,7 @@ fn throughput_note(sc: &Scaling, n: usize, threads: usize, client: Client) -> St
     let per_lock: fn(&Cell) -> Vec<Option<f64>> = |cell| cell.per_op(scaling::all_cpu);
     let busy: fn(&Cell) -> Vec<Option<f64>> = Cell::busy_cpus;
     let median = |c: Client, figure: fn(&Cell) -> Vec<Option<f64>>| {
-        let per_run = figure(sc.cell(n, threads, c)?);
-        Spread::of(&per_run.into_iter().flatten().collect::<Vec<_>>()).map(|s| s.median)
+        Spread::of_runs(figure(sc.cell(n, threads, c)?)).map(|s| s.median)
     };
     let ratio = |figure| {
         sc.ratio_of(n, threads, client, Client::Rslock, figure)
