@@ -126,6 +126,33 @@ fn a_failover_while_held_never_gives_a_second_holder() {
     assert_eq!(set.master().get(b"orders:2"), None);
 }
 
+/// A replica the master counts but no sentinel lists (started with
+/// `replica-announced no`; the same as right after a failover, before
+/// the sentinels have seen the old master come back as a replica): a
+/// hold waits for it too, with a `WAIT` for the master's own count, and
+/// is granted once it has the hold instead of failing as unconfirmed.
+/// Paused, it still keeps a hold from counting.
+#[test]
+fn a_replica_the_sentinels_do_not_list_still_confirms_every_hold() {
+    let set = SentinelSet::start_with_unlisted_replica();
+    let locks = manager_of([set.url()], TTL, Duration::from_millis(500));
+    let mut guard = locks.try_lock("orders:8").unwrap();
+    let token = guard.token().as_bytes().to_vec();
+    assert!(
+        holds(set.replica().get(b"orders:8"), &token),
+        "granted once the unlisted replica has the hold"
+    );
+    guard.extend(TTL).unwrap();
+    guard.release().unwrap();
+    set.pause_replica();
+    let e = locks.try_lock("orders:8").unwrap_err();
+    set.resume_replica();
+    let report = format!("{e:?}");
+    assert!(report.contains("not confirmed by the replicas"), "{report}");
+    assert!(locks.flush(TIMEOUT), "the refused attempt's undo was sent");
+    assert_eq!(set.master().get(b"orders:8"), None, "and nothing is left");
+}
+
 /// One sentinel down: the two others are a majority of the three given,
 /// and name the master. Two down: no majority, and the node says so in
 /// one line naming it.

@@ -5,9 +5,13 @@
 //! the `n` replicas the slot map listed (`Inner::replicas`; none sent
 //! for 0). A hold counts only when the acknowledgements reach the larger
 //! of the two counts: every replica the master has when it wrote the
-//! hold, however old the slot map is. The holds it does not confirm are
-//! turned into errors. A server of its own (not a cluster shard) sends
-//! neither.
+//! hold, however old the slot map is. When the master counts more than
+//! were listed and waited for (a Sentinel's list right after a failover),
+//! one more round trip on the same connection waits for the master's
+//! count (`WAIT` answers for every write the connection made), so a
+//! hold every replica has counts instead of failing until the list
+//! catches up. The holds it does not confirm are turned into errors. A
+//! server of its own (not a cluster shard) sends neither.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -16,6 +20,7 @@ use redis::Value;
 
 use super::Inner;
 use super::frame::value_text;
+use super::pool::{Checkout, Failure};
 use crate::backend::{BackendError, BackendErrorKind, Op, Reply};
 
 /// What a batch learned about its holds' replicas.
@@ -44,6 +49,24 @@ impl Confirmation {
         self.required().is_some_and(|r| self.acked >= r)
     }
 
+    /// The replicas a second `WAIT` is to wait for: the master counted
+    /// more than were listed and waited for (a Sentinel's list right after
+    /// a failover, a replica started with `replica-announced no`, a slot
+    /// map older than the replica), and too few acknowledged. `None`
+    /// otherwise: confirmed already, the master's count unknown, or a
+    /// listed replica the master lost (no wait brings that one back).
+    pub(super) fn wider_wait(self) -> Option<usize> {
+        let connected = self.connected?;
+        (connected > self.listed && self.acked < connected).then_some(connected)
+    }
+
+    /// The confirmation after that second `WAIT`, `acked` its answer: it
+    /// counts the acknowledgements of every write the connection made,
+    /// those of earlier round trips included.
+    pub(super) fn widened(self, acked: usize) -> Self {
+        Self { acked, ..self }
+    }
+
     /// The confirmation of a batch whose writes went in two round trips:
     /// each needed its own (the larger count, the fewer acknowledgements).
     pub(super) fn and(self, later: Self) -> Self {
@@ -68,6 +91,27 @@ impl Inner {
         }
         pack_wait(self.replicas, deadline, buf);
         2
+    }
+
+    /// `WAIT replicas` on the connection that wrote the batch, as a
+    /// round trip of its own (see [`Confirmation::wider_wait`]): how many
+    /// acknowledged every write the connection made.
+    pub(super) fn wait_wider(
+        &self,
+        c: &mut Checkout,
+        replicas: usize,
+        deadline: Instant,
+    ) -> Result<usize, Failure> {
+        let mut buf = Vec::new();
+        pack_wait(replicas, deadline, &mut buf);
+        let replies = c
+            .conn
+            .exchange(&buf, 1, deadline)
+            .map_err(|(fault, _)| Failure {
+                error: self.fault_error(&fault),
+                stale: false,
+            })?;
+        Ok(replicas_confirmed(replies.into_iter().next()))
     }
 
     /// Reads the replies [`pack_confirm`](Self::pack_confirm) asked for,
@@ -116,8 +160,8 @@ impl Inner {
             Some(required) => {
                 let listed = if required > confirmation.listed {
                     format!(
-                        " (the master has {required}, the slot map listed {}: it is read \
-                         again)",
+                        " (the master has {required}, the slot map or the sentinels listed \
+                         {}: they are asked again)",
                         confirmation.listed
                     )
                 } else {
@@ -131,9 +175,7 @@ impl Inner {
             }
         };
         for (op, slot) in ops.iter().zip(results.iter_mut()) {
-            let held =
-                matches!(slot, Some(Ok(reply)) if reply.is_yes() || *reply == Reply::AlreadyOurs);
-            if held && writes_a_hold(op) {
+            if grants_a_hold(op, slot) {
                 let error = self.node_error(
                     BackendErrorKind::Other,
                     &format!("not confirmed by the replicas: {why}, so it does not count"),
@@ -143,6 +185,24 @@ impl Inner {
             }
         }
     }
+}
+
+/// Whether `op`'s answer `slot` says it wrote a hold that is to be
+/// confirmed.
+fn grants_a_hold(op: &Op<'_>, slot: &Option<Result<Reply, BackendError>>) -> bool {
+    let held = matches!(slot, Some(Ok(reply)) if reply.is_yes() || *reply == Reply::AlreadyOurs);
+    held && writes_a_hold(op)
+}
+
+/// Whether any op of a batch wrote a hold that is to be confirmed (a
+/// batch whose acquires were all refused needs no second `WAIT`).
+pub(super) fn any_hold_granted(
+    ops: &[Op<'_>],
+    results: &[Option<Result<Reply, BackendError>>],
+) -> bool {
+    ops.iter()
+        .zip(results)
+        .any(|(op, slot)| grants_a_hold(op, slot))
 }
 
 /// Whether `op` writes a hold that a failover must not lose: an acquire,
@@ -235,6 +295,24 @@ mod tests {
         assert!(!seen(1, Some(1), 1).and(seen(1, Some(2), 2)).confirmed());
         assert!(!seen(1, Some(1), 1).and(seen(1, None, 1)).confirmed());
         assert!(seen(1, Some(1), 1).and(seen(1, Some(1), 1)).confirmed());
+    }
+
+    #[test]
+    fn a_master_counting_more_than_were_listed_is_waited_for_again() {
+        // Listed 0, the master has 1: a second WAIT for 1, whose answer
+        // decides.
+        assert_eq!(seen(0, Some(1), 0).wider_wait(), Some(1));
+        assert!(seen(0, Some(1), 0).widened(1).confirmed());
+        assert!(!seen(0, Some(1), 0).widened(0).confirmed());
+        assert_eq!(seen(1, Some(3), 1).wider_wait(), Some(3));
+        assert!(!seen(1, Some(3), 1).widened(2).confirmed());
+        // Confirmed already, the count unknown, or a listed replica the
+        // master lost: no second WAIT.
+        assert_eq!(seen(0, Some(1), 1).wider_wait(), None);
+        assert_eq!(seen(1, Some(1), 0).wider_wait(), None);
+        assert_eq!(seen(0, None, 0).wider_wait(), None);
+        assert_eq!(seen(2, Some(1), 1).wider_wait(), None);
+        assert_eq!(seen(0, Some(0), 0).wider_wait(), None);
     }
 
     #[test]

@@ -158,6 +158,9 @@ pub struct SentinelSet {
     password: Option<String>,
     /// The certificate of a TLS set.
     tls: Option<Certificate>,
+    /// The replica runs with `replica-announced no`: the master counts
+    /// it, the sentinels do not list it.
+    unlisted: bool,
 }
 
 impl SentinelSet {
@@ -166,13 +169,23 @@ impl SentinelSet {
     /// other sentinels; panics (naming the step) when that does not
     /// happen within 30 s.
     pub fn start() -> Self {
-        Self::start_in(None, None)
+        Self::start_in(None, None, false)
+    }
+
+    /// [`start`](Self::start), the replica started with
+    /// `replica-announced no`: it follows the master, which counts it
+    /// (`connected_slaves:1`), but no sentinel lists it in `SENTINEL
+    /// REPLICAS`, as right after a failover before the sentinels have
+    /// seen the old master come back as a replica. Waits until every
+    /// sentinel knows the replica and hides it.
+    pub fn start_with_unlisted_replica() -> Self {
+        Self::start_in(None, None, true)
     }
 
     /// [`start`](Self::start), every sentinel asking for `password`
     /// (`requirepass`); the data nodes ask for none.
     pub fn start_with_sentinel_password(password: &str) -> Self {
-        Self::start_in(Some(password), None)
+        Self::start_in(Some(password), None, false)
     }
 
     /// [`start`](Self::start) with TLS everywhere: each process also
@@ -184,10 +197,10 @@ impl SentinelSet {
     /// Always `redis-server`, as [`RedisServer::start_tls`]: see
     /// [`url`](Self::url) for the node's URL.
     pub fn start_tls() -> Self {
-        Self::start_in(None, Some(Certificate::new()))
+        Self::start_in(None, Some(Certificate::new()), false)
     }
 
-    fn start_in(password: Option<&str>, tls: Option<Certificate>) -> Self {
+    fn start_in(password: Option<&str>, tls: Option<Certificate>, unlisted: bool) -> Self {
         let sync = ["--repl-diskless-sync-delay", "0"];
         let start = |extra: &[&str]| match &tls {
             Some(tls) => {
@@ -202,6 +215,9 @@ impl SentinelSet {
         let port = data_port(&master).to_string();
         let mut args = vec!["--replicaof", "127.0.0.1", &port];
         args.extend(sync);
+        if unlisted {
+            args.extend(["--replica-announced", "no"]);
+        }
         let replica = start(&args);
         let sentinels = (0..3)
             .map(|_| Sentinel::start(data_port(&master), password, tls.as_ref()))
@@ -212,6 +228,7 @@ impl SentinelSet {
             sentinels,
             password: password.map(str::to_owned),
             tls,
+            unlisted,
         };
         assert!(
             agrees(|| set.agreed()),
@@ -396,8 +413,9 @@ impl SentinelSet {
     }
 
     /// Whether every running sentinel names the master, sees it up with
-    /// one replica up and the other running sentinels, and the replica
-    /// follows the master in sync.
+    /// one replica up (an unlisted one: known and not listed) and the
+    /// other running sentinels, and the replica follows the master in
+    /// sync.
     fn agreed(&self) -> bool {
         let running = self.sentinels.iter().filter(|s| s.is_running()).count();
         let master = data_port(self.master());
@@ -411,17 +429,22 @@ impl SentinelSet {
                     return false;
                 };
                 let field = |name: &str| pairs(&fields, name).unwrap_or_default();
-                let replicas_up = self
-                    .sentinel_cmd::<Value>(
-                        s,
-                        redis::cmd("SENTINEL").arg("REPLICAS").arg(MASTER_NAME),
-                    )
-                    .map(|v| up_replicas(&v))
-                    .unwrap_or(0);
+                let Ok(listed) = self.sentinel_cmd::<Value>(
+                    s,
+                    redis::cmd("SENTINEL").arg("REPLICAS").arg(MASTER_NAME),
+                ) else {
+                    return false;
+                };
+                // An unlisted replica: known (`num-slaves`), not listed.
+                let replicas_seen = if self.unlisted {
+                    field("num-slaves") == "1" && matches!(&listed, Value::Array(l) if l.is_empty())
+                } else {
+                    up_replicas(&listed) == 1
+                };
                 field("port") == master.to_string()
                     && field("flags") == "master"
                     && field("num-other-sentinels") == (running - 1).to_string()
-                    && replicas_up == 1
+                    && replicas_seen
             })
     }
 

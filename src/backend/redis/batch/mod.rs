@@ -31,7 +31,7 @@ use crate::backend::{BackendError, Op, Reply, ServerInfo};
 use self::answer::First;
 use self::pack::{pack_holder_check, request_size};
 use super::Inner;
-use super::confirm::{Confirmation, writes_a_hold};
+use super::confirm::{Confirmation, any_hold_granted, writes_a_hold};
 use super::flight::ttl_ms;
 use super::forms::wire::{self, Pending};
 use super::forms::{self, Form, form_of, script_for};
@@ -171,7 +171,13 @@ impl Inner {
         server: &mut Option<ServerInfo>,
         deadline: Instant,
     ) -> Result<(), Failure> {
-        let confirmed = self.read_rounds(c, first, ops, results, server, deadline)?;
+        let mut confirmed = self.read_rounds(c, first, ops, results, server, deadline)?;
+        if let Some(wider) = confirmed.and_then(Confirmation::wider_wait)
+            && any_hold_granted(ops, results)
+        {
+            let acked = self.wait_wider(c, wider, deadline)?;
+            confirmed = confirmed.map(|before| before.widened(acked));
+        }
         if let Some(confirmed) = confirmed {
             self.withhold_unconfirmed(ops, results, confirmed);
             if let Some(server) = server.as_mut() {
