@@ -11,7 +11,7 @@ use std::time::Duration;
 use quorum_lock::backend::{self, Backend};
 use quorum_lock::report::NodeOutcome;
 use quorum_lock::{LockManager, RedisSentinelBackend};
-use testkit::{SentinelSet, wait_until};
+use testkit::{SentinelSet, commandstats, wait_until};
 
 use crate::support::{fresh_builder, manager_of};
 use crate::wakeups::{assert_woken, slow_retries, woken_after};
@@ -144,6 +144,22 @@ fn a_replica_the_sentinels_do_not_list_still_confirms_every_hold() {
     );
     guard.extend(TTL).unwrap();
     guard.release().unwrap();
+    // What the master receives for each hold: one `WAIT` (for its own
+    // count), and no new connection: the sentinels are not asked again,
+    // as they would be after a hold they did not confirm (they would
+    // list the same, and each answer makes a new connection, `ROLE` and
+    // `SCRIPT LOAD`s). Counted over 20 locks.
+    let calls = |command| commandstats::calls_of(set.master(), command);
+    let (waits, roles) = (calls("wait"), calls("role"));
+    for _ in 0..20 {
+        locks.try_lock("orders:8").unwrap().release().unwrap();
+    }
+    assert_eq!(calls("wait") - waits, 20, "one WAIT per hold");
+    assert!(
+        calls("role") - roles <= 1,
+        "the sentinels asked again for every hold: {} ROLEs",
+        calls("role") - roles
+    );
     set.pause_replica();
     let e = locks.try_lock("orders:8").unwrap_err();
     set.resume_replica();

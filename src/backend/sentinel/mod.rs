@@ -8,8 +8,10 @@
 //!   and the server there must say `master` (`ROLE`) before any of its
 //!   grants counts. Asked at the first batch, and again at the batch
 //!   after the master was out of reach or slow, refused a write
-//!   (`READONLY`: it was turned into a replica), did not have a hold
-//!   confirmed, or counted other replicas than the sentinels list. The
+//!   (`READONLY`: it was turned into a replica), or did not have a hold
+//!   confirmed (a master that counts more replicas than the sentinels
+//!   list has its holds confirmed by all of them, with a second `WAIT`:
+//!   the sentinels, who would list the same, are not asked again). The
 //!   ops a master turned replica refused (`READONLY`: they did not run)
 //!   run once more, within the call, on the master the sentinels name
 //!   now, so a lock held across a failover is extended there.
@@ -17,7 +19,8 @@
 //!   each acquire, extend and fence raise counts only when `WAIT`
 //!   acknowledges it from the larger of the replicas the sentinels see up
 //!   and the replicas the master counts (`INFO replication`,
-//!   `connected_slaves`), in the same pipeline. An old master cut off in
+//!   `connected_slaves`), in the same pipeline (and, when the master
+//!   counts more, a second `WAIT` for its count). An old master cut off in
 //!   a minority (its replicas gone to the new master) cannot have a hold
 //!   acknowledged, so it counts none.
 //! * **Identity per master**: each answer carries the identity of the
@@ -279,14 +282,20 @@ type Answer = (Result<Reply, BackendError>, Option<Arc<ServerInfo>>);
 impl SentinelFlight {
     /// The answers of a batch on `master`, and whether the node is to
     /// ask the sentinels again: the master was out of reach or slow,
-    /// refused writes, counted other replicas than the sentinels list,
-    /// or did not have a hold confirmed.
-    fn answers(master: &RedisBackend, got: Answers) -> (Vec<Answer>, bool) {
-        let again = master.replicas_differ()
-            || got
-                .results()
-                .iter()
-                .any(|r| r.as_ref().is_err_and(asks_again));
+    /// refused writes, or did not have a hold confirmed. A master that
+    /// counts other replicas than the sentinels list is no reason of its
+    /// own: one that counts more had its holds confirmed by all it
+    /// counts (`redis/confirm.rs`), and the sentinels, slower to see a
+    /// replica than the master (right after a failover) or told not to
+    /// list it (`replica-announced no`), would list the same; each answer
+    /// of theirs makes a new backend (a new connection, `ROLE`, the
+    /// scripts loaded again), which every hold would then pay. One that
+    /// counts fewer cannot confirm a hold, and asks again for that.
+    fn answers(got: Answers) -> (Vec<Answer>, bool) {
+        let again = got
+            .results()
+            .iter()
+            .any(|r| r.as_ref().is_err_and(asks_again));
         // A master turned replica by a failover answers without an
         // identity: it grants nothing (its writes are refused), and its
         // keys are not lost to the node, they are on the new master (every
@@ -336,7 +345,7 @@ impl InFlight for SentinelFlight {
             Ok(sent) => sent,
             Err(e) => return Answers::per_answer(ops.iter().map(|_| (Err(e.clone()), None))),
         };
-        let (mut answers, again) = Self::answers(&master, flight.finish(ops));
+        let (mut answers, again) = Self::answers(flight.finish(ops));
         if again {
             set.forget(&master);
         }
@@ -356,7 +365,7 @@ impl InFlight for SentinelFlight {
         let got = new
             .send_by(&sub, set.deadline_in(1).min(until))
             .finish(&sub);
-        let (followed, again) = Self::answers(&new, got);
+        let (followed, again) = Self::answers(got);
         if again {
             set.forget(&new);
         }
