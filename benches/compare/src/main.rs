@@ -31,6 +31,7 @@ mod cross;
 mod fencing;
 mod floor;
 mod hog;
+mod instructions;
 mod latency;
 mod machine;
 mod ours;
@@ -258,6 +259,9 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
             plan.runs
         ));
         results.wakes = Some(wakes::measure(plan.runs));
+        // Deterministic counts: one run of each block (about 15 s).
+        log("wakes: instructions per lock + release under callgrind");
+        results.instructions = Some(instructions::measure());
     }
     let elapsed = started.elapsed();
     drop(hog);
@@ -285,6 +289,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
     md.push_str(&report::waiting(&results));
     md.push_str(&report::cross(&results));
     md.push_str(&report::wakes(&results));
+    md.push_str(&report::instructions(&results));
     print!("{md}");
     let charts = charts::charts(&results);
     charts::write(&plan.out, &charts, &md)?;

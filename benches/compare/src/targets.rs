@@ -8,9 +8,10 @@ use crate::clients::Client;
 use crate::contention;
 use crate::cpu::CpuUse;
 use crate::cross;
+use crate::instructions::Instructions;
 use crate::latency::third_label;
 use crate::plan::Plan;
-use crate::report::{Results, switch_ratio};
+use crate::report::{Results, clip, switch_ratio};
 use crate::scaling::{self, Cell, Figure, Scaling};
 use crate::stats::Spread;
 use crate::wakes::{Count, Wakes};
@@ -259,7 +260,41 @@ pub fn render(results: &Results, plan: &Plan) -> String {
     if let Some(Ok(w)) = &results.wakes {
         wakes_lines(&mut out, w);
     }
+    if let Some(counted) = &results.instructions {
+        instruction_lines(&mut out, counted);
+    }
     out
+}
+
+/// The engine's instructions per lock + release against the bare
+/// backend's, under callgrind: one run of each block (a count, not a
+/// sample); a callgrind that could not run says why in the note.
+fn instruction_lines(out: &mut String, counted: &Result<Instructions, String>) {
+    for n in [1, 3] {
+        let target = format!(
+            "instructions per lock + release(), 1 thread, N={n} (callgrind): <= 1.3x its RedisBackend called directly"
+        );
+        match counted {
+            Ok(i) => {
+                let per = |client| {
+                    i.per_lock(n, client)
+                        .map_or_else(|| "-".into(), |v| format!("{v:.0}"))
+                };
+                line(
+                    out,
+                    &target,
+                    i.vs_backend(n).and_then(|r| Spread::of(&[r])),
+                    |r| r <= 1.3,
+                    &format!(
+                        "per lock: quorum-lock {}, RedisBackend direct {} (a count, not a sample: 1 run)",
+                        per(Client::Ours),
+                        per(Client::Backend)
+                    ),
+                );
+            }
+            Err(e) => line(out, &target, None, |_| false, &clip(e, 160)),
+        }
+    }
 }
 
 /// The rows of the `wakes` section: thread hand-offs at 8 threads against

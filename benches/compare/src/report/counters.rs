@@ -99,3 +99,12 @@ pub fn wakes(results: &Results) -> String {
         crate::wakes::Wakes::render,
     )
 }
+
+/// Instructions per lock + release under callgrind (with `--wakes`).
+pub fn instructions(results: &Results) -> String {
+    titled(
+        "Instructions per lock + release (callgrind, with `--wakes`)",
+        results.instructions.as_ref(),
+        crate::instructions::Instructions::render,
+    )
+}

@@ -19,8 +19,9 @@ mod memory;
 mod results;
 mod scaling;
 
+pub use self::cells::clip;
 pub use self::contention::{contention, cross, waiting};
-pub use self::counters::{counters, switch_ratio, wakes};
+pub use self::counters::{counters, instructions, switch_ratio, wakes};
 pub use self::header::header;
 pub use self::latency::{latency, third};
 pub use self::memory::memory;

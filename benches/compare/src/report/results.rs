@@ -34,4 +34,6 @@ pub struct Results {
     pub cross: Option<Result<crate::cross::Cross, String>>,
     /// Context switches and allocations per lock (`--wakes`).
     pub wakes: Option<Result<crate::wakes::Wakes, String>>,
+    /// Instructions per lock + release, under callgrind (with `--wakes`).
+    pub instructions: Option<Result<crate::instructions::Instructions, String>>,
 }
