@@ -195,11 +195,31 @@ fn a_majority_of_the_sentinels_is_enough_and_needed() {
 fn a_paused_replica_makes_the_hold_refused() {
     let set = SentinelSet::start();
     let locks = manager_of([set.url()], TTL, Duration::from_millis(500));
+    let loads = || commandstats::calls_of(set.master(), "script|load");
+    let fresh = loads();
     locks.try_lock("orders:4").unwrap().release().unwrap();
+    // What a new backend for the master costs it: its scripts loaded.
+    let per_backend = loads() - fresh;
+    assert!(per_backend > 0, "the first lock loaded the scripts");
     set.pause_replica();
+    let loaded = loads();
     let e = locks.try_lock("orders:4").unwrap_err();
     let report = format!("{e:?}");
     assert!(report.contains("not confirmed by the replicas"), "{report}");
+    // Each refusal makes the node ask the sentinels again; when they name
+    // the same master with as many replicas, its backend serves again:
+    // no new connection, no scripts loaded again (before: 140 `SCRIPT
+    // LOAD`s over these attempts, a new backend for each). One new
+    // backend is allowed: the sentinels may flag the paused replica down
+    // meanwhile, and list one fewer.
+    for _ in 0..10 {
+        assert!(locks.try_lock("orders:4").is_err());
+    }
+    assert!(
+        loads() - loaded <= per_backend,
+        "{} SCRIPT LOADs over 11 refused attempts",
+        loads() - loaded
+    );
     set.resume_replica();
     assert!(
         wait_until(Duration::from_secs(10), || locks

@@ -11,7 +11,9 @@
 //!   (`READONLY`: it was turned into a replica), or did not have a hold
 //!   confirmed (a master that counts more replicas than the sentinels
 //!   list has its holds confirmed by all of them, with a second `WAIT`:
-//!   the sentinels, who would list the same, are not asked again). The
+//!   the sentinels, who would list the same, are not asked again).
+//!   When they name the same master with as many replicas, its backend
+//!   serves again (its connections, its scripts loaded). The
 //!   ops a master turned replica refused (`READONLY`: they did not run)
 //!   run once more, within the call, on the master the sentinels name
 //!   now, so a lock held across a failover is extended there.
@@ -100,6 +102,12 @@ struct Set {
     described: String,
     /// The master last found, unless it is to be asked again.
     master: Mutex<Option<RedisBackend>>,
+    /// The backend last made for a master, kept when the sentinels are to
+    /// be asked again: when they name the same address with as many
+    /// replicas, it serves again (its connections, its scripts loaded),
+    /// so that asking again costs the master a `ROLE`, not a new
+    /// connection and every script loaded again.
+    made: Mutex<Option<RedisBackend>>,
 }
 
 /// Whether `url` names a Sentinel node (`redis+sentinel://`,
@@ -161,6 +169,7 @@ impl RedisSentinelBackend {
                 name: parsed.name,
                 described,
                 master: Mutex::new(None),
+                made: Mutex::new(None),
             }),
         })
     }
@@ -177,6 +186,7 @@ impl RedisSentinelBackend {
                 name: set.name.clone(),
                 described: set.described.clone(),
                 master: Mutex::new(None),
+                made: Mutex::new(None),
             }),
         }
     }

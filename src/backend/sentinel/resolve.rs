@@ -53,9 +53,16 @@ impl Set {
         });
         let named = majority(&said, self.sentinels.len())
             .ok_or_else(|| self.error(BackendErrorKind::Unreachable, &self.no_majority(&said)))?;
-        let master = self
-            .template
-            .shard_at(&named.host, named.port, named.replicas)?;
+        let master = match self.made_for(&named) {
+            Some(made) => made,
+            None => {
+                let made = self
+                    .template
+                    .shard_at(&named.host, named.port, named.replicas)?;
+                *self.made.lock() = Some(made.clone());
+                made
+            }
+        };
         let role = master.command_by(&redis::cmd("ROLE"), until).map_err(|e| {
             self.error(
                 e.kind(),
@@ -84,6 +91,19 @@ impl Set {
             );
         }
         Ok(master)
+    }
+
+    /// The backend made before for the master `named` (its address, and
+    /// as many replicas to wait for), if there is one.
+    fn made_for(&self, named: &Named) -> Option<RedisBackend> {
+        self.made
+            .lock()
+            .as_ref()
+            .filter(|m| {
+                m.host_port() == Some((named.host.as_str(), named.port))
+                    && m.replicas() == named.replicas
+            })
+            .cloned()
     }
 
     /// Why `said` names no master: how many sentinels answered and what
