@@ -13,7 +13,7 @@ use quorum_lock::report::NodeOutcome;
 use quorum_lock::{LockManager, RedisSentinelBackend};
 use testkit::{SentinelSet, commandstats, wait_until};
 
-use crate::support::{fresh_builder, manager_of};
+use crate::support::{fresh_builder, manager_of, warnings_with};
 use crate::wakeups::{assert_woken, slow_retries, woken_after};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -227,6 +227,38 @@ fn a_paused_replica_makes_the_hold_refused() {
             .is_ok_and(|g| g.release().is_ok())),
         "the replica back, locks are granted again"
     );
+}
+
+/// A replica that stopped answering (paused: its link to the master stays
+/// open), once the sentinels flag it down: the master still counts it,
+/// so every hold is refused (it cannot acknowledge), and the node asks
+/// the sentinels again after each; they list no replica. The node warns
+/// of a master without a listed replica once, when it finds that master
+/// so, not again at every attempt (before: at every one, a flood in the
+/// log at the moment an operator reads it).
+#[test]
+fn a_master_listed_without_replicas_is_warned_about_once() {
+    let set = SentinelSet::start();
+    let url = set.url();
+    let warned = || warnings_with(&[&url, "the sentinels list no replica"]);
+    let at_start = warned();
+    let locks = manager_of([&url], TTL, Duration::from_millis(300));
+    locks.try_lock("orders:10").unwrap().release().unwrap();
+    set.pause_replica();
+    let flagged = wait_until(Duration::from_secs(15), || set.listed_replicas() == 0);
+    for _ in 0..6 {
+        assert!(
+            locks.try_lock("orders:10").is_err(),
+            "the paused replica cannot confirm"
+        );
+    }
+    let times = warned() - at_start;
+    set.resume_replica();
+    assert!(
+        flagged,
+        "the sentinels never flagged the paused replica down"
+    );
+    assert_eq!(times, 1, "warned {times} times over 6 attempts");
 }
 
 /// Passwords (the sentinels' and the data nodes') never appear: not in

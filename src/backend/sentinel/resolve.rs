@@ -53,14 +53,14 @@ impl Set {
         });
         let named = majority(&said, self.sentinels.len())
             .ok_or_else(|| self.error(BackendErrorKind::Unreachable, &self.no_majority(&said)))?;
-        let master = match self.made_for(&named) {
-            Some(made) => made,
+        let (master, new) = match self.made_for(&named) {
+            Some(made) => (made, false),
             None => {
                 let made = self
                     .template
                     .shard_at(&named.host, named.port, named.replicas)?;
                 *self.made.lock() = Some(made.clone());
-                made
+                (made, true)
             }
         };
         let role = master.command_by(&redis::cmd("ROLE"), until).map_err(|e| {
@@ -81,7 +81,9 @@ impl Set {
                 ),
             ));
         }
-        if named.replicas == 0 {
+        // Once per master found so (a node that keeps asking again, its
+        // holds refused, would repeat it at every attempt).
+        if new && named.replicas == 0 {
             log::warn!(
                 "{}: the sentinels list no replica of {} that is up: its holds are confirmed \
                  by as many replicas as it counts itself, none if it has none (a plain \

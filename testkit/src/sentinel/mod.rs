@@ -274,6 +274,26 @@ impl SentinelSet {
         &self.servers[1 - self.master]
     }
 
+    /// The most replicas up (`SENTINEL REPLICAS`, flagged neither down
+    /// nor disconnected) that a running sentinel lists for the master
+    /// (what a node waits for, of the sentinels that agree); 0 from one
+    /// that does not answer.
+    pub fn listed_replicas(&self) -> usize {
+        self.sentinels
+            .iter()
+            .filter(|s| s.is_running())
+            .map(|s| {
+                self.sentinel_cmd::<Value>(
+                    s,
+                    redis::cmd("SENTINEL").arg("REPLICAS").arg(MASTER_NAME),
+                )
+                .map(|v| up_replicas(&v))
+                .unwrap_or(0)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The sentinels' ports.
     pub fn sentinel_ports(&self) -> Vec<u16> {
         self.sentinels.iter().map(|s| s.port).collect()
