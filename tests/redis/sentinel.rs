@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use quorum_lock::backend::{self, Backend};
 use quorum_lock::report::NodeOutcome;
-use quorum_lock::{LockManager, RedisSentinelBackend};
+use quorum_lock::{LockManager, RedisSentinelBackend, Scripts};
 use testkit::{SentinelSet, commandstats, wait_until};
 
 use crate::support::{fresh_builder, manager_of, warnings_with};
@@ -196,11 +196,17 @@ fn a_paused_replica_makes_the_hold_refused() {
     let set = SentinelSet::start();
     let loads = || commandstats::calls_of(set.master(), "script|load");
     let fresh = loads();
-    let locks = manager_of([set.url()], TTL, Duration::from_millis(500));
+    // With the scripts on every server (a Valkey 9.1 master would run
+    // without them, and load none), so that a new backend for the master
+    // shows in what the master receives: its scripts loaded (by its first
+    // batch, or by the node's first look at the server, which may come
+    // before).
+    let locks = fresh_builder([set.url()], TTL, Duration::from_millis(500))
+        .max_ttl(TTL)
+        .scripts(Scripts::Always)
+        .build()
+        .unwrap();
     locks.try_lock("orders:4").unwrap().release().unwrap();
-    // What a new backend for the master costs it: its scripts loaded (by
-    // its first batch, or by the node's first look at the server, which
-    // may come before).
     let per_backend = loads() - fresh;
     assert!(per_backend > 0, "the first lock loaded the scripts");
     set.pause_replica();
@@ -254,6 +260,8 @@ fn a_master_listed_without_replicas_is_warned_about_once() {
             "the paused replica cannot confirm"
         );
     }
+    // The undos of the refused attempts settled (they may ask too).
+    locks.flush(TIMEOUT);
     let times = warned() - at_start;
     set.resume_replica();
     assert!(
