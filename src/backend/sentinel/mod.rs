@@ -102,11 +102,12 @@ struct Set {
     described: String,
     /// The master last found, unless it is to be asked again.
     master: Mutex<Option<RedisBackend>>,
-    /// The backend last made for a master, kept when the sentinels are to
-    /// be asked again: when they name the same address with as many
-    /// replicas, it serves again (its connections, its scripts loaded),
-    /// so that asking again costs the master a `ROLE`, not a new
-    /// connection and every script loaded again.
+    /// The backend last made for a master that said it is one (`ROLE`),
+    /// kept when the sentinels are to be asked again: when they name the
+    /// same address with as many replicas, it serves again (its
+    /// connections, its scripts loaded), so that asking again costs the
+    /// master a `ROLE`, not a new connection and every script loaded
+    /// again.
     made: Mutex<Option<RedisBackend>>,
 }
 

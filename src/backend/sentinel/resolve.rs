@@ -55,13 +55,11 @@ impl Set {
             .ok_or_else(|| self.error(BackendErrorKind::Unreachable, &self.no_majority(&said)))?;
         let (master, new) = match self.made_for(&named) {
             Some(made) => (made, false),
-            None => {
-                let made = self
-                    .template
-                    .shard_at(&named.host, named.port, named.replicas)?;
-                *self.made.lock() = Some(made.clone());
-                (made, true)
-            }
+            None => (
+                self.template
+                    .shard_at(&named.host, named.port, named.replicas)?,
+                true,
+            ),
         };
         let role = master.command_by(&redis::cmd("ROLE"), until).map_err(|e| {
             self.error(
@@ -81,9 +79,15 @@ impl Set {
                 ),
             ));
         }
+        if !new {
+            return Ok(master);
+        }
+        // Kept once it said `master`: the next time the sentinels name it
+        // with as many replicas, it serves again.
+        *self.made.lock() = Some(master.clone());
         // Once per master found so (a node that keeps asking again, its
         // holds refused, would repeat it at every attempt).
-        if new && named.replicas == 0 {
+        if named.replicas == 0 {
             log::warn!(
                 "{}: the sentinels list no replica of {} that is up: its holds are confirmed \
                  by as many replicas as it counts itself, none if it has none (a plain \
