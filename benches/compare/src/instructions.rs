@@ -4,10 +4,12 @@
 //!
 //! `perf stat -e instructions` is "not supported" on this kind of VM, and
 //! callgrind counts every instruction a thread runs whatever else the
-//! machine does: the same binary and block give the same count at N=1, and
-//! within 0.1% at N=3 (where the thread that reads a late answer varies;
-//! three runs: 52,450, 52,438 and 52,419), so one run of each block is the
-//! figure, not a sample. This binary runs itself
+//! machine does. The engine's path still varies a little with timing
+//! (which thread reads a late answer, whether a reply is in before a
+//! read): over four runs of the same binary quorum-lock's count moved by
+//! under 0.1% (N=1: 21,178-21,196 per lock; N=3: 52,400-52,450) and the
+//! backend's by under 0.01%, so one run of each block is the figure. This
+//! binary runs itself
 //! under `valgrind --tool=callgrind` for the `--wakes` block of each
 //! client (`N:1:ours`, `N:1:backend`), collecting only inside
 //! `Locker::lock_release` (the process's set-up and the servers left out),
@@ -21,8 +23,9 @@ use std::process::Command;
 
 use crate::clients::Client;
 
-/// The function callgrind collects inside: every client's lock + release.
-const COLLECT: &str = "*Locker>::lock_release";
+/// The function callgrind collects inside, and whose calls divide the
+/// count: every client's lock + release (`<X as Locker>::lock_release`).
+const LOCK_RELEASE: &str = "Locker>::lock_release";
 
 /// The blocks counted: (nodes, client).
 const BLOCKS: [(usize, Client); 4] = [
@@ -72,7 +75,7 @@ impl Instructions {
     pub fn render(&self) -> String {
         let mut out = String::from(
             "Instructions per lock + release, 1 thread, counted by callgrind inside \
-             `Locker::lock_release` (a count, not a sample: one run of each block). Rerun one: \
+             `Locker::lock_release` (one run of each block: the counts move by under 0.1% between runs). Rerun one: \
              `valgrind --tool=callgrind --toggle-collect='*Locker>::lock_release' \
              target/release/quorum-bench --wakes 1 1:1:ours`, its total divided by the calls.\n\n\
              | N | client | instructions per lock + release | calls |\n|---|---|---|---|\n",
@@ -113,7 +116,7 @@ fn count_blocks(dir: &Path) -> Result<Instructions, String> {
         let ran = Command::new("valgrind")
             .arg("--tool=callgrind")
             .arg(format!("--callgrind-out-file={}", out.display()))
-            .arg(format!("--toggle-collect={COLLECT}"))
+            .arg(format!("--toggle-collect=*{LOCK_RELEASE}"))
             .arg(&exe)
             .args(["--wakes", "1", &format!("{n}:1:{}", client.key())])
             .output()
@@ -130,7 +133,7 @@ fn count_blocks(dir: &Path) -> Result<Instructions, String> {
         }
         let text =
             std::fs::read_to_string(&out).map_err(|e| format!("reading {}: {e}", out.display()))?;
-        let (instructions, calls) = parse(&text, "Locker>::lock_release")
+        let (instructions, calls) = parse(&text, LOCK_RELEASE)
             .ok_or_else(|| format!("{}: no total or no calls of lock_release", out.display()))?;
         blocks.push(Counted {
             n,

@@ -259,7 +259,8 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
             plan.runs
         ));
         results.wakes = Some(wakes::measure(plan.runs));
-        // Deterministic counts: one run of each block (about 15 s).
+        // Counts that move by under 0.1% between runs: one run of each
+        // block (about 15 s).
         log("wakes: instructions per lock + release under callgrind");
         results.instructions = Some(instructions::measure());
     }

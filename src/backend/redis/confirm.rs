@@ -107,10 +107,7 @@ impl Inner {
         let replies = c
             .conn
             .exchange(&buf, 1, deadline)
-            .map_err(|(fault, _)| Failure {
-                error: self.fault_error(&fault),
-                stale: false,
-            })?;
+            .map_err(|(fault, _)| self.failure_after_first(&fault))?;
         Ok(replicas_confirmed(replies.into_iter().next()))
     }
 

@@ -171,4 +171,14 @@ impl Inner {
             stale: replies_read == 0 && matches!(fault, Fault::Closed { .. }),
         }
     }
+
+    /// The failure of a round trip after a batch's first (its follow-ups,
+    /// a second `WAIT`): never stale, the first having reached the server
+    /// (its ops may have run: not to be sent again on a fresh connection).
+    pub(super) fn failure_after_first(&self, fault: &Fault) -> Failure {
+        Failure {
+            error: self.fault_error(fault),
+            stale: false,
+        }
+    }
 }

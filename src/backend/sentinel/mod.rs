@@ -100,15 +100,19 @@ struct Set {
     /// The master name the sentinels monitor.
     name: String,
     described: String,
-    /// The master last found, unless it is to be asked again.
-    master: Mutex<Option<RedisBackend>>,
-    /// The backend last made for a master that said it is one (`ROLE`),
-    /// kept when the sentinels are to be asked again: when they name the
-    /// same address with as many replicas, it serves again (its
-    /// connections, its scripts loaded), so that asking again costs the
-    /// master a `ROLE`, not a new connection and every script loaded
-    /// again.
-    made: Mutex<Option<RedisBackend>>,
+    /// The master last found (it said so to `ROLE`).
+    master: Mutex<Option<Found>>,
+}
+
+/// A master found, and whether the next batch goes to it.
+struct Found {
+    backend: RedisBackend,
+    /// `false` once the sentinels are to be asked again. It is kept then:
+    /// when they name the same address with as many replicas, it serves
+    /// again (its connections, its scripts loaded), so that asking again
+    /// costs the master a `ROLE`, not a new connection and every script
+    /// loaded again.
+    current: bool,
 }
 
 /// Whether `url` names a Sentinel node (`redis+sentinel://`,
@@ -170,7 +174,6 @@ impl RedisSentinelBackend {
                 name: parsed.name,
                 described,
                 master: Mutex::new(None),
-                made: Mutex::new(None),
             }),
         })
     }
@@ -187,7 +190,6 @@ impl RedisSentinelBackend {
                 name: set.name.clone(),
                 described: set.described.clone(),
                 master: Mutex::new(None),
-                made: Mutex::new(None),
             }),
         }
     }
@@ -204,7 +206,6 @@ impl RedisSentinelBackend {
     pub fn master_address(&self) -> Result<(String, u16), BackendError> {
         let set = &self.inner;
         let master = set.resolve(set.deadline_in(CALL_TIMEOUTS - 1))?;
-        *set.master.lock() = Some(master.clone());
         let (host, port) = master.host_port().unwrap_or(("", 0));
         Ok((host.to_owned(), port))
     }
@@ -223,7 +224,8 @@ impl fmt::Debug for RedisSentinelBackend {
             .master
             .lock()
             .as_ref()
-            .map(|m| m.url_redacted().to_owned());
+            .filter(|found| found.current)
+            .map(|found| found.backend.url_redacted().to_owned());
         f.debug_struct("RedisSentinelBackend")
             .field("url", &self.inner.described)
             .field("master", &master)
@@ -239,23 +241,24 @@ impl Set {
 
     /// The master found before, or the one the sentinels name now.
     fn master(&self, until: Instant) -> Result<RedisBackend, BackendError> {
-        if let Some(master) = self.master.lock().clone() {
-            return Ok(master);
+        if let Some(found) = self.master.lock().as_ref().filter(|f| f.current) {
+            return Ok(found.backend.clone());
         }
-        let master = self.resolve(until)?;
-        *self.master.lock() = Some(master.clone());
-        Ok(master)
+        self.resolve(until)
+    }
+
+    /// Whether the next batch asks the sentinels first.
+    fn to_ask(&self) -> bool {
+        !self.master.lock().as_ref().is_some_and(|f| f.current)
     }
 
     /// The sentinels are to be asked again before the next batch, when
     /// `master` is still the one found.
     fn forget(&self, master: &RedisBackend) {
-        let mut current = self.master.lock();
-        if current
-            .as_ref()
-            .is_some_and(|m| m.host_port() == master.host_port())
+        if let Some(found) = self.master.lock().as_mut()
+            && found.backend.host_port() == master.host_port()
         {
-            *current = None;
+            found.current = false;
         }
     }
 
@@ -398,7 +401,7 @@ impl Backend for RedisSentinelBackend {
     fn send(&self, ops: &[Op<'_>]) -> Box<dyn InFlight> {
         let set = &self.inner;
         let until = set.deadline_in(CALL_TIMEOUTS);
-        let found_here = set.master.lock().is_none();
+        let found_here = set.to_ask();
         let sent = set.master(until).map(|master| {
             let flight = master.send_by(ops, set.deadline_in(1).min(until));
             (master, flight)

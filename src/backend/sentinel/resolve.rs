@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use redis::Value;
 
-use super::Set;
+use super::{Found, Set};
 use crate::backend::redis::RedisBackend;
 use crate::backend::redis::frame::value_text;
 use crate::backend::{BackendError, BackendErrorKind};
@@ -24,7 +24,8 @@ pub(super) struct Named {
 impl Set {
     /// Asks every sentinel at once (a thread each, every one ended by
     /// `until`), takes the address a majority of the sentinels given
-    /// name, and checks with `ROLE` that the server there is a master.
+    /// name, and checks with `ROLE` that the server there is a master:
+    /// the node's master from then on.
     /// Its holds wait for the larger number of replicas any of those
     /// sentinels sees up (and as many as the master counts: `confirm.rs`).
     pub(super) fn resolve(&self, until: Instant) -> Result<RedisBackend, BackendError> {
@@ -53,7 +54,7 @@ impl Set {
         });
         let named = majority(&said, self.sentinels.len())
             .ok_or_else(|| self.error(BackendErrorKind::Unreachable, &self.no_majority(&said)))?;
-        let (master, new) = match self.made_for(&named) {
+        let (master, new) = match self.found_before(&named) {
             Some(made) => (made, false),
             None => (
                 self.template
@@ -79,15 +80,13 @@ impl Set {
                 ),
             ));
         }
-        if !new {
-            return Ok(master);
-        }
-        // Kept once it said `master`: the next time the sentinels name it
-        // with as many replicas, it serves again.
-        *self.made.lock() = Some(master.clone());
+        *self.master.lock() = Some(Found {
+            backend: master.clone(),
+            current: true,
+        });
         // Once per master found so (a node that keeps asking again, its
         // holds refused, would repeat it at every attempt).
-        if named.replicas == 0 {
+        if new && named.replicas == 0 {
             log::warn!(
                 "{}: the sentinels list no replica of {} that is up: its holds are confirmed \
                  by as many replicas as it counts itself, none if it has none (a plain \
@@ -99,12 +98,13 @@ impl Set {
         Ok(master)
     }
 
-    /// The backend made before for the master `named` (its address, and
-    /// as many replicas to wait for), if there is one.
-    fn made_for(&self, named: &Named) -> Option<RedisBackend> {
-        self.made
+    /// The backend of the master found before, if it is `named` (its
+    /// address, and as many replicas to wait for).
+    fn found_before(&self, named: &Named) -> Option<RedisBackend> {
+        self.master
             .lock()
             .as_ref()
+            .map(|found| &found.backend)
             .filter(|m| {
                 m.host_port() == Some((named.host.as_str(), named.port))
                     && m.replicas() == named.replicas

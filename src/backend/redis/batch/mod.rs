@@ -287,10 +287,7 @@ impl Inner {
         let replies = c
             .conn
             .exchange(&buf, expected, deadline)
-            .map_err(|(fault, _)| Failure {
-                error: self.fault_error(&fault),
-                stale: false,
-            })?;
+            .map_err(|(fault, _)| self.failure_after_first(&fault))?;
         let mut replies = replies.into_iter();
         for ((i, form), followup) in followups {
             let op = &ops[i];
