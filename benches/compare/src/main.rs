@@ -30,6 +30,7 @@ mod cpu;
 mod cross;
 mod fencing;
 mod floor;
+mod futex;
 mod hog;
 mod instructions;
 mod latency;
@@ -263,6 +264,13 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
         // block (about 15 s).
         log("wakes: instructions per lock + release under callgrind");
         results.instructions = Some(instructions::measure());
+        // The process's futex calls, under perf: its runs of three blocks
+        // (about 2 s each).
+        log(&format!(
+            "wakes: futex calls per lock under perf stat, {} runs",
+            plan.runs
+        ));
+        results.futex = Some(futex::measure(plan.runs));
     }
     let elapsed = started.elapsed();
     drop(hog);
@@ -291,6 +299,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
     md.push_str(&report::cross(&results));
     md.push_str(&report::wakes(&results));
     md.push_str(&report::instructions(&results));
+    md.push_str(&report::futex(&results));
     print!("{md}");
     let charts = charts::charts(&results);
     charts::write(&plan.out, &charts, &md)?;

@@ -21,10 +21,9 @@
 //! guard's release is part of the block (flushed before the block's
 //! end). What the servers received is counted per command, from their
 //! `INFO commandstats` before and after each block (`commandstats.rs`).
-//! For futex calls per lock, run the same command under `perf
-//! stat -e syscalls:sys_enter_futex` (it needs access to the kernel's
-//! tracepoints) and divide by the locks the table reports
-//! (docs/benchmarks.md). `--wakes R N:THREADS:CLIENT` runs one block
+//! futex calls per lock need the kernel's tracepoints: a full run counts
+//! them under `perf stat` (`futex.rs`), and a block run alone prints its
+//! calls ([`CALLS_LINE`]) to divide by. `--wakes R N:THREADS:CLIENT` runs one block
 //! alone (say `3:8:ours`), so that a profiler or `perf` counts nothing
 //! else but the servers' start; a block alone at N=3 may have another
 //! count of threads (2 to 128, say `3:32:ours`), which the default run
@@ -199,8 +198,15 @@ pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
         },
         _ => return Err(bad()),
     };
-    run(runs, Some(block)).map(|w| w.render())
+    run(runs, Some(block)).map(|w| {
+        // Whatever counts the whole process (`perf stat`) divides by this.
+        format!("{}\n{CALLS_LINE}{}\n", w.render(), w.calls_with_warmup())
+    })
 }
+
+/// The line of a block run alone that gives its lock + release calls,
+/// the warm-up included (`futex.rs` reads it).
+pub const CALLS_LINE: &str = "lock + release calls in this process, the warm-up included: ";
 
 /// The most caller threads a block run alone may have.
 const MAX_THREADS: usize = 128;
@@ -446,6 +452,20 @@ impl Wakes {
     /// The summary tables (see [`render`]).
     pub fn render(&self) -> String {
         render(&self.cells, self.runs)
+    }
+
+    /// Every block's lock + release calls, its warm-up included: all the
+    /// calls the process made.
+    fn calls_with_warmup(&self) -> usize {
+        self.cells
+            .iter()
+            .map(|((_, threads, _), blocks)| {
+                blocks
+                    .iter()
+                    .map(|b| b.locks + WARMUP * threads)
+                    .sum::<usize>()
+            })
+            .sum()
     }
 }
 

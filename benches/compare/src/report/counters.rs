@@ -100,6 +100,15 @@ pub fn wakes(results: &Results) -> String {
     )
 }
 
+/// futex calls per lock + release under perf (with `--wakes`).
+pub fn futex(results: &Results) -> String {
+    titled(
+        "futex calls per lock + release, 8 threads (perf, with `--wakes`)",
+        results.futex.as_ref(),
+        crate::futex::Futex::render,
+    )
+}
+
 /// Instructions per lock + release under callgrind (with `--wakes`).
 pub fn instructions(results: &Results) -> String {
     titled(

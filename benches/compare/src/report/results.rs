@@ -36,4 +36,6 @@ pub struct Results {
     pub wakes: Option<Result<crate::wakes::Wakes, String>>,
     /// Instructions per lock + release, under callgrind (with `--wakes`).
     pub instructions: Option<Result<crate::instructions::Instructions, String>>,
+    /// futex calls per lock + release, 8 threads, under perf (with `--wakes`).
+    pub futex: Option<Result<crate::futex::Futex, String>>,
 }

@@ -1,0 +1,249 @@
+//! futex calls per lock + release, 8 threads on distinct keys, N=3:
+//! the wake-ups issue 46 counts (at most 2.5 per lock), for quorum-lock,
+//! the floor and the shared-reader design floor.
+//!
+//! A thread that wakes another makes a `FUTEX_WAKE` call, and one that
+//! sleeps until woken a `FUTEX_WAIT`: counted, they are the thread
+//! hand-offs per lock that the machine's noise barely moves. This binary
+//! runs itself under `perf stat` for the `--wakes` block of each client
+//! (`3:8:ours`, `3:8:floor`, `3:8:shared-reader`), with two counters on
+//! the kernel's tracepoint `syscalls:sys_enter_futex`: one filtered to
+//! the wake operations (`FUTEX_WAKE`, `FUTEX_WAKE_OP`,
+//! `FUTEX_WAKE_BITSET`, private or not), one with every call. `perf stat`
+//! counts the process's threads and the children it starts: the block's
+//! three servers too, which wake a handful of times in a block (63
+//! `FUTEX_WAKE`s against quorum-lock's 31,658 in a `perf record` of one
+//! block: 0.2%). Each count is divided by the block's lock + release
+//! calls, the warm-up's included (the block prints them, `CALLS_LINE`).
+//! The blocks run in an order that turns run by run (`paired::order`).
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+use crate::clients::Client;
+use crate::paired::order;
+use crate::stats::Spread;
+use crate::wakes::CALLS_LINE;
+
+/// The clients counted, each in its block `3:8:<client>`.
+const CLIENTS: [Client; 3] = [Client::Ours, Client::Floor, Client::SharedReader];
+
+/// The wake operations, with and without `FUTEX_PRIVATE_FLAG` (128):
+/// `FUTEX_WAKE` (1), `FUTEX_WAKE_OP` (5), `FUTEX_WAKE_BITSET` (10).
+const WAKE_FILTER: &str = "op == 1 || op == 129 || op == 5 || op == 133 || op == 10 || op == 138";
+
+/// One block's counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counted {
+    pub client: Client,
+    /// `FUTEX_WAKE*` calls.
+    pub wakes: u64,
+    /// Every futex call (waits, wakes and the rest).
+    pub all: u64,
+    /// Lock + release calls, the warm-up's included.
+    pub calls: u64,
+}
+
+impl Counted {
+    fn per_lock(&self, n: u64) -> f64 {
+        n as f64 / self.calls.max(1) as f64
+    }
+}
+
+/// The counts of every run's blocks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Futex {
+    pub blocks: Vec<Counted>,
+}
+
+impl Futex {
+    /// `client`'s wake-ups per lock over the runs.
+    pub fn wakes(&self, client: Client) -> Option<Spread> {
+        self.spread(client, |b| b.per_lock(b.wakes))
+    }
+
+    /// `client`'s futex calls per lock over the runs.
+    pub fn all(&self, client: Client) -> Option<Spread> {
+        self.spread(client, |b| b.per_lock(b.all))
+    }
+
+    fn spread(&self, client: Client, f: impl Fn(&Counted) -> f64) -> Option<Spread> {
+        let values: Vec<f64> = self
+            .blocks
+            .iter()
+            .filter(|b| b.client == client)
+            .map(f)
+            .collect();
+        Spread::of(&values)
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::from(
+            "futex calls per lock + release, 8 threads on distinct keys, N=3, counted by \
+             `perf stat` on the tracepoint `syscalls:sys_enter_futex` over each block run \
+             alone (the process's threads and its servers), divided by the block's calls, \
+             warm-up included; median (min-max) over the runs. Rerun one: `perf stat -e \
+             syscalls:sys_enter_futex --filter 'op == 129' target/release/quorum-bench \
+             --wakes 1 3:8:ours`, divided by the calls it prints.\n\n\
+             | client | wake-ups (`FUTEX_WAKE*`) per lock | futex calls per lock | runs |\n\
+             |---|---|---|---|\n",
+        );
+        for client in CLIENTS {
+            let (Some(w), Some(a)) = (self.wakes(client), self.all(client)) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {:.2} ({:.2}-{:.2}) | {:.2} ({:.2}-{:.2}) | {} |",
+                client.short(),
+                w.median,
+                w.min,
+                w.max,
+                a.median,
+                a.min,
+                a.max,
+                w.runs
+            );
+        }
+        out
+    }
+}
+
+/// Counts every client's block `runs` times, each under `perf stat` in a
+/// process of its own.
+pub fn measure(runs: usize) -> Result<Futex, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("quorum-bench-futex-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut blocks = Vec::new();
+    let mut failed = None;
+    'runs: for run in 0..runs.max(1) {
+        for i in order(run, CLIENTS.len()) {
+            match count_block(&exe, &dir, CLIENTS[i]) {
+                Ok(b) => blocks.push(b),
+                Err(e) => {
+                    failed = Some(e);
+                    break 'runs;
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(Futex { blocks }),
+    }
+}
+
+fn count_block(
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    client: Client,
+) -> Result<Counted, String> {
+    let block = format!("3:8:{}", client.key());
+    let out = dir.join(format!("perf.{}", client.key()));
+    let ran = Command::new("perf")
+        .args(["stat", "-x,", "-o"])
+        .arg(&out)
+        .args(["-e", "syscalls:sys_enter_futex", "--filter", WAKE_FILTER])
+        .args(["-e", "syscalls:sys_enter_futex", "--"])
+        .arg(exe)
+        .args(["--wakes", "1", &block])
+        .output()
+        .map_err(|e| format!("perf (Debian's package linux-perf) did not start: {e}"))?;
+    let stats = std::fs::read_to_string(&out).unwrap_or_default();
+    if !ran.status.success() {
+        let err = String::from_utf8_lossy(&ran.stderr);
+        let tail: Vec<&str> = err.lines().chain(stats.lines()).rev().take(3).collect();
+        return Err(format!(
+            "perf stat of the block {block} failed ({}): {}",
+            ran.status,
+            tail.join(" / ")
+        ));
+    }
+    let (wakes, all) = parse_stat(&stats).ok_or_else(|| {
+        format!(
+            "perf stat of the block {block}: no two futex counts (are the kernel's \
+             tracepoints open to this user?): {}",
+            stats.lines().rev().take(2).collect::<Vec<_>>().join(" / ")
+        )
+    })?;
+    let calls = parse_calls(&String::from_utf8_lossy(&ran.stdout))
+        .ok_or_else(|| format!("the block {block} printed no count of its calls"))?;
+    Ok(Counted {
+        client,
+        wakes,
+        all,
+        calls,
+    })
+}
+
+/// The two counts of `perf stat -x,` output (the filtered one first), in
+/// the order the events were given.
+pub fn parse_stat(text: &str) -> Option<(u64, u64)> {
+    let mut counts = text
+        .lines()
+        .filter(|l| l.contains("syscalls:sys_enter_futex"))
+        .map(|l| l.split(',').next()?.trim().parse::<u64>().ok());
+    Some((counts.next()??, counts.next()??))
+}
+
+/// The calls a block run alone printed ([`CALLS_LINE`]).
+pub fn parse_calls(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(CALLS_LINE))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&c| c > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counts_and_calls_are_read_from_perf_and_the_block() {
+        let stat = "# started on Tue Dec  1 08:07:48 2026\n\n\
+                    31793,,syscalls:sys_enter_futex,1102649725,100.00,,\n\
+                    63508,,syscalls:sys_enter_futex,1102649725,100.00,,\n";
+        assert_eq!(parse_stat(stat), Some((31793, 63508)));
+        assert_eq!(
+            parse_stat("<not counted>,,syscalls:sys_enter_futex,0,100.00,,\n"),
+            None,
+            "a counter perf could not read is no count"
+        );
+        assert_eq!(
+            parse_stat("31793,,syscalls:sys_enter_futex,1,100.00,,\n"),
+            None
+        );
+        let printed = format!("| table |\n{CALLS_LINE}16400\n");
+        assert_eq!(parse_calls(&printed), Some(16400));
+        assert_eq!(parse_calls("| table |\n"), None);
+        assert_eq!(parse_calls(&format!("{CALLS_LINE}0\n")), None);
+    }
+
+    #[test]
+    fn per_lock_counts_are_medians_over_the_runs() {
+        let b = |client, wakes, all| Counted {
+            client,
+            wakes,
+            all,
+            calls: 1000,
+        };
+        let f = Futex {
+            blocks: vec![
+                b(Client::Ours, 1900, 3800),
+                b(Client::Floor, 10, 3900),
+                b(Client::Ours, 2100, 4000),
+                b(Client::Ours, 2000, 3900),
+            ],
+        };
+        let w = f.wakes(Client::Ours).unwrap();
+        assert_eq!((w.median, w.min, w.max, w.runs), (2.0, 1.9, 2.1, 3));
+        assert_eq!(f.all(Client::Floor).unwrap().median, 3.9);
+        assert!(f.wakes(Client::SharedReader).is_none());
+        assert!(
+            f.render()
+                .contains("| quorum-lock release() | 2.00 (1.90-2.10) | 3.90 (3.80-4.00) | 3 |")
+        );
+    }
+}
