@@ -45,6 +45,18 @@ fn line(out: &mut String, target: &str, s: Option<Spread>, ok: impl Fn(f64) -> b
     let _ = writeln!(out, "| {target} | {text} | {met} | {note} |");
 }
 
+/// Whether a count's target of at most `bound` is met: by every run, by
+/// the median only, or not.
+fn met_at_most(s: &Spread, bound: f64) -> &'static str {
+    if s.max <= bound {
+        "yes"
+    } else if s.median <= bound {
+        "yes (median; not every run)"
+    } else {
+        "**no**"
+    }
+}
+
 /// Context switches per lock + release at N=3, 1 thread, as a note.
 fn switches(results: &Results, client: Client) -> Option<f64> {
     let Some(Ok(Some(rows))) = &results.counters else {
@@ -240,13 +252,7 @@ pub fn render(results: &Results, plan: &Plan) -> String {
             ),
         );
         if let Some(s) = c.longest_wait_ms(ours) {
-            let met = if s.max <= 50.0 {
-                "yes"
-            } else if s.median <= 50.0 {
-                "yes (median; not every run)"
-            } else {
-                "**no**"
-            };
+            let met = met_at_most(&s, 50.0);
             let rslock_wait = c
                 .longest_wait_ms(rslock)
                 .map_or_else(|| "-".into(), |s| format!("{:.0} ms", s.median));
@@ -285,13 +291,7 @@ fn futex_line(out: &mut String, counted: &Result<Futex, String>) {
         let _ = writeln!(out, "| {target} | not measured | - | no block counted |");
         return;
     };
-    let met = if w.max <= 2.5 {
-        "yes"
-    } else if w.median <= 2.5 {
-        "yes (median; not every run)"
-    } else {
-        "**no**"
-    };
+    let met = met_at_most(&w, 2.5);
     let median = |s: Option<Spread>| s.map_or_else(|| "-".into(), |s| format!("{:.2}", s.median));
     let _ = writeln!(
         out,
@@ -493,4 +493,63 @@ fn waiting_line(out: &mut String, w: &crate::waiting::Waiting) {
          they wait for the holder's expiry, at most 1 s) |",
         s.median, s.min, s.max, s.runs
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::futex::Counted;
+
+    fn counted(client: Client, wakes: u64) -> Counted {
+        Counted {
+            client,
+            wakes,
+            all: 2 * wakes,
+            calls: 1000,
+        }
+    }
+
+    #[test]
+    fn a_count_is_met_by_every_run_by_the_median_or_not() {
+        let spread = |median, min, max| Spread {
+            median,
+            min,
+            max,
+            runs: 3,
+        };
+        assert_eq!(met_at_most(&spread(2.0, 1.9, 2.5), 2.5), "yes");
+        assert_eq!(
+            met_at_most(&spread(2.4, 1.9, 2.6), 2.5),
+            "yes (median; not every run)"
+        );
+        assert_eq!(met_at_most(&spread(2.6, 2.4, 2.7), 2.5), "**no**");
+    }
+
+    #[test]
+    fn the_futex_row_reads_the_median_wake_ups_and_says_why_when_unmeasured() {
+        let f = Futex {
+            blocks: vec![
+                counted(Client::Ours, 1900),
+                counted(Client::Ours, 2000),
+                counted(Client::Ours, 2600),
+                counted(Client::SharedReader, 2000),
+            ],
+        };
+        let mut out = String::new();
+        futex_line(&mut out, &Ok(f));
+        assert!(
+            out.contains("| 2.00 (1.90-2.60, 3 runs) | yes (median; not every run) |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("quorum-lock 4.00, floor -, the shared-reader design floor 4.00"),
+            "{out}"
+        );
+        let mut out = String::new();
+        futex_line(&mut out, &Err("perf did not start".into()));
+        assert!(
+            out.contains("| not measured | - | perf did not start |"),
+            "{out}"
+        );
+    }
 }
