@@ -11,9 +11,9 @@
 //! the wake operations (`FUTEX_WAKE`, `FUTEX_WAKE_OP`,
 //! `FUTEX_WAKE_BITSET`, private or not), one with every call. `perf stat`
 //! counts the process's threads and the children it starts: the block's
-//! three servers too, which wake a handful of times in a block (63
-//! `FUTEX_WAKE`s against quorum-lock's 31,658 in a `perf record` of one
-//! block: 0.2%). Each count is divided by the block's lock + release
+//! three servers too, which wake a handful of times in a block (67
+//! of the 31,925 `FUTEX_WAKE`s in a `perf record` of one block, counted
+//! by thread name: 0.2%). Each count is divided by the block's lock + release
 //! calls, the warm-up's included (the block prints them, `CALLS_LINE`).
 //! The blocks run in an order that turns run by run (`paired::order`).
 
