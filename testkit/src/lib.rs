@@ -22,6 +22,7 @@
 //! * [`acceptor`]: the one loopback accept loop the three above run on.
 //! * [`CountedNotices`]: any backend, its release listeners' polls counted.
 //! * [`rng`]: the one seedable generator, so a failing seed replays.
+//! * [`logs`]: the library's log events, captured in a test binary.
 //! * [`alone`]: a test alone in a process of its own (it counts the
 //!   process' threads, reads its memory, installs a global).
 //! * [`wait_until`]: bounded polling for what a test cannot be told about;
@@ -38,6 +39,7 @@ pub mod commandstats;
 mod counted;
 pub mod faces;
 pub mod fake_server;
+pub mod logs;
 mod memory;
 pub mod proxy;
 mod redis_cluster;

@@ -6,52 +6,24 @@
 //! logger is global), and looks only at the lines naming its own nodes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use log::{Level, LevelFilter, Log, Metadata, Record};
+use log::{Level, LevelFilter};
 use quorum_lock::health::NodeState;
 use quorum_lock::{LockManager, ManualClock, MemoryBackend, RetryPolicy};
 use testkit::faces::Face;
 use testkit::memory_nodes_with;
 use testkit::wait_until;
 
-/// Every event logged in this test binary.
-struct Capture(Mutex<Vec<(Level, String)>>);
-
-impl Log for Capture {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn log(&self, record: &Record<'_>) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((record.level(), record.args().to_string()));
-    }
-    fn flush(&self) {}
-}
-
-fn capture() -> &'static Capture {
-    static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
-    CAPTURE.get_or_init(|| {
-        let capture: &'static Capture = Box::leak(Box::new(Capture(Mutex::new(Vec::new()))));
-        log::set_logger(capture).unwrap();
-        log::set_max_level(LevelFilter::Debug);
-        capture
-    })
+/// Every event logged in this test binary, down to `debug`.
+fn capture() -> &'static testkit::logs::Capture {
+    testkit::logs::capture(LevelFilter::Debug)
 }
 
 /// The events so far that mention `word`.
 fn events(word: &str) -> Vec<(Level, String)> {
-    capture()
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, text)| text.contains(word))
-        .cloned()
-        .collect()
+    capture().events_with(&[word])
 }
 
 fn logged(level: Level, word: &str, what: &str) -> bool {

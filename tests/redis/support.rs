@@ -74,51 +74,12 @@ pub(crate) fn acl_user(server: &RedisServer, user: &str, password: &str, rules: 
     format!("redis://{user}:{password}@127.0.0.1:{}/0", server.port())
 }
 
-/// The library's warnings (and errors) logged in this test binary, each
-/// as its whole text, kept from the first call of [`warnings_with`] on
-/// (at most [`MAX_KEPT`]: a bound, far above what the tests log).
-struct Warnings(std::sync::Mutex<Vec<String>>);
-
-const MAX_KEPT: usize = 100_000;
-
-impl log::Log for Warnings {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Warn
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if self.enabled(record.metadata()) {
-            let mut kept = self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if kept.len() < MAX_KEPT {
-                kept.push(record.args().to_string());
-            }
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-static WARNINGS: Warnings = Warnings(std::sync::Mutex::new(Vec::new()));
-
-/// Starts keeping the warnings this binary logs (once; the tests run in
-/// one process), and says how many of those kept so far contain every one
-/// of `texts` (a test names something of its own: a node's URL, with its
-/// ports).
+/// Starts keeping the warnings (and errors) this binary logs (once; the
+/// tests run in one process), and says how many of those kept so far
+/// contain every one of `texts` (a test names something of its own: a
+/// node's URL, with its ports).
 pub(crate) fn warnings_with(texts: &[&str]) -> usize {
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| {
-        if log::set_logger(&WARNINGS).is_ok() {
-            log::set_max_level(log::LevelFilter::Warn);
-        }
-    });
-    WARNINGS
-        .0
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .filter(|w| texts.iter().all(|t| w.contains(t)))
-        .count()
+    testkit::logs::capture(log::LevelFilter::Warn)
+        .events_with(texts)
+        .len()
 }
