@@ -18,11 +18,13 @@
 //! The blocks run in an order that turns run by run (`paired::order`).
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::process::Command;
 
 use crate::clients::Client;
 use crate::paired::order;
 use crate::stats::Spread;
+use crate::under_tool::{failed, in_scratch};
 use crate::wakes::CALLS_LINE;
 
 /// The clients counted, each in its block `3:8:<client>`.
@@ -112,34 +114,18 @@ impl Futex {
 /// Counts every client's block `runs` times, each under `perf stat` in a
 /// process of its own.
 pub fn measure(runs: usize) -> Result<Futex, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
-    let dir = std::env::temp_dir().join(format!("quorum-bench-futex-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut blocks = Vec::new();
-    let mut failed = None;
-    'runs: for run in 0..runs.max(1) {
-        for i in order(run, CLIENTS.len()) {
-            match count_block(&exe, &dir, CLIENTS[i]) {
-                Ok(b) => blocks.push(b),
-                Err(e) => {
-                    failed = Some(e);
-                    break 'runs;
-                }
+    in_scratch("futex", |exe, dir| {
+        let mut blocks = Vec::new();
+        for run in 0..runs.max(1) {
+            for i in order(run, CLIENTS.len()) {
+                blocks.push(count_block(exe, dir, CLIENTS[i])?);
             }
         }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(Futex { blocks }),
-    }
+        Ok(Futex { blocks })
+    })
 }
 
-fn count_block(
-    exe: &std::path::Path,
-    dir: &std::path::Path,
-    client: Client,
-) -> Result<Counted, String> {
+fn count_block(exe: &Path, dir: &Path, client: Client) -> Result<Counted, String> {
     let block = format!("3:8:{}", client.key());
     let out = dir.join(format!("perf.{}", client.key()));
     let ran = Command::new("perf")
@@ -153,12 +139,10 @@ fn count_block(
         .map_err(|e| format!("perf (Debian's package linux-perf) did not start: {e}"))?;
     let stats = std::fs::read_to_string(&out).unwrap_or_default();
     if !ran.status.success() {
-        let err = String::from_utf8_lossy(&ran.stderr);
-        let tail: Vec<&str> = err.lines().chain(stats.lines()).rev().take(3).collect();
-        return Err(format!(
-            "perf stat of the block {block} failed ({}): {}",
-            ran.status,
-            tail.join(" / ")
+        return Err(failed(
+            &format!("perf stat of the block {block}"),
+            &ran,
+            &stats,
         ));
     }
     let (wakes, all) = parse_stat(&stats).ok_or_else(|| {

@@ -22,6 +22,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::clients::Client;
+use crate::under_tool::{failed, in_scratch};
 
 /// The function callgrind collects inside, and whose calls divide the
 /// count: every client's lock + release (`<X as Locker>::lock_release`).
@@ -101,15 +102,10 @@ impl Instructions {
 
 /// Counts every block, each under callgrind in a process of its own.
 pub fn measure() -> Result<Instructions, String> {
-    let dir = std::env::temp_dir().join(format!("quorum-bench-callgrind-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let counted = count_blocks(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    counted
+    in_scratch("callgrind", count_blocks)
 }
 
-fn count_blocks(dir: &Path) -> Result<Instructions, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+fn count_blocks(exe: &Path, dir: &Path) -> Result<Instructions, String> {
     let mut blocks = Vec::new();
     for (n, client) in BLOCKS {
         let out = dir.join(format!("callgrind.{n}.{}", client.key()));
@@ -117,19 +113,13 @@ fn count_blocks(dir: &Path) -> Result<Instructions, String> {
             .arg("--tool=callgrind")
             .arg(format!("--callgrind-out-file={}", out.display()))
             .arg(format!("--toggle-collect=*{LOCK_RELEASE}"))
-            .arg(&exe)
+            .arg(exe)
             .args(["--wakes", "1", &format!("{n}:1:{}", client.key())])
             .output()
             .map_err(|e| format!("valgrind (Debian's package valgrind) did not start: {e}"))?;
         if !ran.status.success() {
-            let tail = String::from_utf8_lossy(&ran.stderr);
-            let tail: Vec<&str> = tail.lines().rev().take(3).collect();
-            return Err(format!(
-                "callgrind of the block {n}:1:{} failed ({}): {}",
-                client.key(),
-                ran.status,
-                tail.join(" / ")
-            ));
+            let what = format!("callgrind of the block {n}:1:{}", client.key());
+            return Err(failed(&what, &ran, ""));
         }
         let text =
             std::fs::read_to_string(&out).map_err(|e| format!("reading {}: {e}", out.display()))?;

@@ -49,6 +49,7 @@ mod shared_reader;
 mod stats;
 mod svg;
 mod targets;
+mod under_tool;
 mod waiting;
 mod wake_cost;
 mod wakes;
