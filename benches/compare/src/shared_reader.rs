@@ -284,27 +284,23 @@ impl Hub {
         }
         let next = line.take_queued(self.in_flight, scratch);
         // With several batches in flight a caller may write meanwhile:
-        // the next batch goes on the wire under the lock (see `submit`).
-        let sent = if next && self.in_flight > 1 {
+        // the next batch goes on the wire under the lock (see `submit`);
+        // with one, nobody writes before it is read, so after the posts.
+        let write = |scratch: &mut Vec<u8>| {
             let sent = (&side.stream).write_all(scratch);
             scratch.clear();
-            Some(sent)
-        } else {
-            None
+            sent
         };
+        let under_lock = (next && self.in_flight > 1).then(|| write(scratch));
         drop(line);
         // Posted outside the line's lock: a woken caller submits its next
         // round at once.
         for (ballot, grant) in answered {
             ballot.post(grant);
         }
-        let sent = match sent {
+        let sent = match under_lock {
             Some(sent) => sent,
-            None if !scratch.is_empty() => {
-                let sent = (&side.stream).write_all(scratch);
-                scratch.clear();
-                sent
-            }
+            None if next => write(scratch),
             None => Ok(()),
         };
         sent.map_err(|e| format!("shared reader: node {i}: write: {e}"))
