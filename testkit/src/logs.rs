@@ -12,7 +12,7 @@ use log::{Level, LevelFilter, Log, Metadata, Record};
 const MAX_KEPT: usize = 100_000;
 
 /// Every event at or above the level asked for at the first
-/// [`capture`], from then on (at most [`MAX_KEPT`]).
+/// [`capture`], from then on (at most 100,000: `MAX_KEPT`).
 #[derive(Debug)]
 pub struct Capture {
     level: LevelFilter,
