@@ -49,10 +49,14 @@ pub enum Client {
     /// connection per node, one batch in flight per node, one reader
     /// thread polling every node (`shared_reader.rs`). Scaling only.
     SharedReader,
+    /// A design floor, not a library: the same rules with no reader
+    /// thread, each node's batch read by the caller that owns it
+    /// (`callers_read.rs`). Scaling only.
+    CallersRead,
 }
 
 impl Client {
-    pub const ALL: [Client; 8] = [
+    pub const ALL: [Client; 9] = [
         Client::Floor,
         Client::Ours,
         Client::OursDrop,
@@ -61,6 +65,7 @@ impl Client {
         Client::Redsync,
         Client::Rslock,
         Client::SharedReader,
+        Client::CallersRead,
     ];
 
     /// The name used by `--only`.
@@ -74,6 +79,7 @@ impl Client {
             Client::Redsync => "redsync",
             Client::Rslock => "rslock",
             Client::SharedReader => "shared-reader",
+            Client::CallersRead => "callers-read",
         }
     }
 
@@ -88,6 +94,7 @@ impl Client {
             Client::Redsync => "redsync 1.0.1",
             Client::Rslock => "rslock 0.10",
             Client::SharedReader => "shared reader (design floor)",
+            Client::CallersRead => "callers read (design floor)",
         }
     }
 
@@ -109,6 +116,7 @@ impl fmt::Display for Client {
             Client::Redsync => "redsync 1.0.1",
             Client::Rslock => "rslock 0.10",
             Client::SharedReader => "shared reader (design floor: one thread reads every node)",
+            Client::CallersRead => "callers read (design floor: no reader thread)",
         })
     }
 }

@@ -106,6 +106,8 @@ fn one(client: Client, urls: &[String], plan: &Plan, key: &str) -> Result<Throug
             scenarios::contention(&service, threads, sections, budget, key)
         }
         Client::Rslock => peers::rslock_contention(urls, settings, threads, sections, budget, key)?,
-        Client::Floor | Client::Backend | Client::SharedReader => return Err("not measured".into()),
+        Client::Floor | Client::Backend | Client::SharedReader | Client::CallersRead => {
+            return Err("not measured".into());
+        }
     })
 }

@@ -21,6 +21,7 @@
 
 mod ab;
 mod alloc_count;
+mod callers_read;
 mod charts;
 mod clients;
 mod commandstats;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use quorum_lock::{LockGuard, LockOptions};
 
+use crate::callers_read::CallersRead;
 use crate::clients::{Client, Service, Settings};
 use crate::cpu::{CpuMeter, CpuUse};
 use crate::floor::FloorService;
@@ -22,7 +23,7 @@ use crate::stats::{Spread, Throughput};
 
 /// The clients of the scaling runs. redlock and redsync open new
 /// connections for every call: they run at up to 8 threads only.
-pub const CLIENTS: [Client; 7] = [
+pub const CLIENTS: [Client; 8] = [
     Client::Floor,
     Client::Ours,
     Client::OursDrop,
@@ -30,6 +31,7 @@ pub const CLIENTS: [Client; 7] = [
     Client::Redlock,
     Client::Redsync,
     Client::SharedReader,
+    Client::CallersRead,
 ];
 
 /// One (N, threads, client) cell, one entry per run.
@@ -271,6 +273,7 @@ fn one(
     Ok(match client {
         Client::Floor => run_with(&FloorService { urls, settings }, &mut none),
         Client::SharedReader => run_with(&SharedReader::connect(urls, settings)?, &mut none),
+        Client::CallersRead => run_with(&CallersRead::connect(urls, settings)?, &mut none),
         Client::Ours | Client::OursDrop => {
             let service = OursService {
                 locks: ours::manager(urls, settings)?,

@@ -55,7 +55,7 @@ struct Ballot {
 
 /// When a round is decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rule {
+pub(crate) enum Rule {
     /// An acquire: `quorum` grants, or too many refusals to reach it.
     Quorum { quorum: u32, nodes: u32 },
     /// A release: every node's answer.
@@ -63,7 +63,7 @@ enum Rule {
 }
 
 impl Rule {
-    fn decided(self, granted: u32, answered: u32) -> bool {
+    pub(crate) fn decided(self, granted: u32, answered: u32) -> bool {
         match self {
             Rule::Quorum { quorum, nodes } => {
                 granted >= quorum || answered - granted > nodes - quorum
@@ -213,7 +213,7 @@ struct Hub {
 /// One whole reply at the front of `buf`: its length and whether it
 /// grants (`+OK` to the `SET`, `:1` to the release). `None` until it is
 /// all there; `Err` for a reply this client never expects.
-fn reply(buf: &[u8]) -> Result<Option<(usize, bool)>, String> {
+pub(crate) fn reply(buf: &[u8]) -> Result<Option<(usize, bool)>, String> {
     let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
         return Ok(None);
     };
@@ -240,7 +240,7 @@ fn reply(buf: &[u8]) -> Result<Option<(usize, bool)>, String> {
 }
 
 /// Appends one command in the protocol's array form.
-fn command(buf: &mut Vec<u8>, args: &[&[u8]]) {
+pub(crate) fn command(buf: &mut Vec<u8>, args: &[&[u8]]) {
     buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
     for arg in args {
         buf.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
@@ -345,6 +345,22 @@ impl Hub {
     }
 }
 
+/// A non-blocking socket of our own to the server at `url` (read without
+/// the `redis` crate: a design floor polls it), and the release script's
+/// SHA, loaded there first.
+pub(crate) fn open_stream(url: &str, who: &str) -> Result<(TcpStream, String), String> {
+    let sha = connect_loaded(url, who)?.1;
+    let address = url
+        .strip_prefix("redis://")
+        .and_then(|rest| rest.split('/').next())
+        .ok_or_else(|| format!("{who}: {url}: not a redis:// URL"))?;
+    let stream = TcpStream::connect(address)
+        .and_then(|s| s.set_nodelay(true).map(|()| s))
+        .and_then(|s| s.set_nonblocking(true).map(|()| s))
+        .map_err(|e| format!("{who}: {address}: {e}"))?;
+    Ok((stream, sha))
+}
+
 /// The shared connections and their reader; [`Service`] for the scaling
 /// runs, [`SharedReader::locker`] for the `--wakes` blocks.
 pub struct SharedReader {
@@ -359,17 +375,8 @@ impl SharedReader {
         let mut sides = Vec::with_capacity(urls.len());
         let mut release_sha = String::new();
         for url in urls {
-            release_sha = connect_loaded(url, "shared reader")?.1;
-            // The same server on a socket of our own, read without the
-            // `redis` crate: the reader polls it.
-            let address = url
-                .strip_prefix("redis://")
-                .and_then(|rest| rest.split('/').next())
-                .ok_or_else(|| format!("shared reader: {url}: not a redis:// URL"))?;
-            let stream = TcpStream::connect(address)
-                .and_then(|s| s.set_nodelay(true).map(|()| s))
-                .and_then(|s| s.set_nonblocking(true).map(|()| s))
-                .map_err(|e| format!("shared reader: {address}: {e}"))?;
+            let stream;
+            (stream, release_sha) = open_stream(url, "shared reader")?;
             sides.push(Side {
                 stream,
                 line: Mutex::new(Line::default()),

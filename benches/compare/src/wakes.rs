@@ -9,8 +9,9 @@
 //!   (connections open, scripts loaded) just before its block.
 //! - 8 threads on distinct keys at N=3: the floor (each thread its own
 //!   connections), quorum-lock (one shared manager), both endings, and
-//!   the shared-reader design floor (`shared_reader.rs`: the engine's
-//!   rules, one thread reading every node).
+//!   two design floors with the engine's rules: the shared reader
+//!   (`shared_reader.rs`: one thread reads every node) and callers read
+//!   (`callers_read.rs`: no reader thread, each batch read by a caller).
 //!
 //! Context switches are those of every thread of the process (each
 //! caller's own, read by the caller at its end, plus the delta of the
@@ -37,6 +38,7 @@ use quorum_lock::LockManager;
 use testkit::RedisServer;
 
 use crate::alloc_count::Allocs;
+use crate::callers_read::CallersRead;
 use crate::clients::{Client, Locker, Settings};
 use crate::commandstats::CommandStats;
 use crate::floor::Floor;
@@ -68,6 +70,7 @@ enum Who {
     OursDrop,
     Rslock,
     SharedReader,
+    CallersRead,
 }
 
 impl Who {
@@ -78,7 +81,13 @@ impl Who {
         Who::OursDrop,
         Who::Rslock,
     ];
-    const THREADS: [Who; 4] = [Who::Floor, Who::Ours, Who::OursDrop, Who::SharedReader];
+    const THREADS: [Who; 5] = [
+        Who::Floor,
+        Who::Ours,
+        Who::OursDrop,
+        Who::SharedReader,
+        Who::CallersRead,
+    ];
 
     /// The client it is, by `--only`'s name ([`Client::key`]).
     fn client(self) -> Client {
@@ -89,6 +98,7 @@ impl Who {
             Who::OursDrop => Client::OursDrop,
             Who::Rslock => Client::Rslock,
             Who::SharedReader => Client::SharedReader,
+            Who::CallersRead => Client::CallersRead,
         }
     }
 
@@ -100,6 +110,7 @@ impl Who {
             Who::OursDrop => "quorum-lock",
             Who::Rslock => "rslock 0.10",
             Who::SharedReader => "shared reader (design floor)",
+            Who::CallersRead => "callers read (design floor)",
         }
     }
 
@@ -173,7 +184,7 @@ pub fn one_block(runs: usize, spec: &str) -> Result<String, String> {
         format!(
             "--wakes block {spec:?}: expected N:THREADS:CLIENT, one of 1:1 or 3:1 with \
              floor, backend, ours, ours-drop or rslock, or 3:T (T from 2 to 128) with floor, \
-             ours, ours-drop or shared-reader"
+             ours, ours-drop, shared-reader or callers-read"
         )
     };
     let mut parts = spec.split(':');
@@ -233,13 +244,14 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
             continue;
         }
         let locks = ours::manager(&urls[..n], &settings)?;
+        // The design floors share their connections among the block's
+        // callers: one of each per N.
         let shared = SharedReader::connect(&urls[..n], &settings)?;
+        let callers_read = CallersRead::connect(&urls[..n], &settings)?;
+        let floors = (&shared, &callers_read);
         let mut lockers = Vec::new();
         for who in Who::ONE_THREAD {
-            lockers.push((
-                who,
-                vec![make(who, &urls[..n], &settings, &locks, &shared)?],
-            ));
+            lockers.push((who, vec![make(who, &urls[..n], &settings, &locks, floors)?]));
         }
         // 8 callers each, or as many as a block run alone asks for.
         let callers = match only {
@@ -251,7 +263,7 @@ fn run(runs: usize, only: Option<Cell>) -> Result<Wakes, String> {
             for who in Who::THREADS {
                 let mut v = Vec::new();
                 for _ in 0..callers {
-                    v.push(make(who, &urls[..n], &settings, &locks, &shared)?);
+                    v.push(make(who, &urls[..n], &settings, &locks, floors)?);
                 }
                 threaded.push((who, v));
             }
@@ -289,7 +301,7 @@ fn make<'a>(
     urls: &[String],
     settings: &'a Settings,
     locks: &'a LockManager,
-    shared: &SharedReader,
+    (shared, callers_read): (&SharedReader, &CallersRead),
 ) -> Result<Box<dyn Locker + Send + 'a>, String> {
     Ok(match who {
         Who::Floor => Box::new(Floor::connect(urls, settings)?),
@@ -301,6 +313,7 @@ fn make<'a>(
         }),
         Who::Rslock => Box::new(RslockSingle::new(urls, settings)?),
         Who::SharedReader => Box::new(shared.locker()),
+        Who::CallersRead => Box::new(callers_read.locker()?),
     })
 }
 
