@@ -1,6 +1,7 @@
 //! futex calls per lock + release, 8 threads on distinct keys, N=3:
 //! the wake-ups issue 46 counts (at most 2.5 per lock), for quorum-lock,
-//! the floor and the shared-reader design floor.
+//! the floor and the two design floors; and, on the same blocks, the
+//! context switches of the process and its servers together.
 //!
 //! A thread that wakes another makes a `FUTEX_WAKE` call, and one that
 //! sleeps until woken a `FUTEX_WAIT`: counted, they are the thread
@@ -16,6 +17,14 @@
 //! by thread name: 0.2%). Each count is divided by the block's lock + release
 //! calls, the warm-up's included (the block prints them, `CALLS_LINE`).
 //! The blocks run in an order that turns run by run (`paired::order`).
+//!
+//! The third counter, `context-switches`, counts the switches of every
+//! thread of the process and of its servers. The Targets row on switches
+//! counts the process's alone (`wakes.rs`): a thread woken by the kernel
+//! when a server's answer comes (the floor's) preempts the server, and
+//! that switch is the server's; one woken by another thread of the client
+//! (the engine's, the design floors') preempts the client. Counted
+//! together, neither side can be charged to the other.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -28,7 +37,12 @@ use crate::under_tool::{failed, in_scratch};
 use crate::wakes::CALLS_LINE;
 
 /// The clients counted, each in its block `3:8:<client>`.
-const CLIENTS: [Client; 3] = [Client::Ours, Client::Floor, Client::SharedReader];
+const CLIENTS: [Client; 4] = [
+    Client::Ours,
+    Client::Floor,
+    Client::SharedReader,
+    Client::CallersRead,
+];
 
 /// The wake operations, with and without `FUTEX_PRIVATE_FLAG` (128):
 /// `FUTEX_WAKE` (1), `FUTEX_WAKE_OP` (5), `FUTEX_WAKE_BITSET` (10).
@@ -42,6 +56,9 @@ pub struct Counted {
     pub wakes: u64,
     /// Every futex call (waits, wakes and the rest).
     pub all: u64,
+    /// Context switches of the process and its servers (`None`: perf
+    /// could not count them).
+    pub switches: Option<u64>,
     /// Lock + release calls, the warm-up's included.
     pub calls: u64,
 }
@@ -61,20 +78,26 @@ pub struct Futex {
 impl Futex {
     /// `client`'s wake-ups per lock over the runs.
     pub fn wakes(&self, client: Client) -> Option<Spread> {
-        self.spread(client, |b| b.per_lock(b.wakes))
+        self.spread(client, |b| Some(b.per_lock(b.wakes)))
     }
 
     /// `client`'s futex calls per lock over the runs.
     pub fn all(&self, client: Client) -> Option<Spread> {
-        self.spread(client, |b| b.per_lock(b.all))
+        self.spread(client, |b| Some(b.per_lock(b.all)))
     }
 
-    fn spread(&self, client: Client, f: impl Fn(&Counted) -> f64) -> Option<Spread> {
+    /// `client`'s context switches per lock, its servers' included, over
+    /// the runs.
+    pub fn switches(&self, client: Client) -> Option<Spread> {
+        self.spread(client, |b| Some(b.per_lock(b.switches?)))
+    }
+
+    fn spread(&self, client: Client, f: impl Fn(&Counted) -> Option<f64>) -> Option<Spread> {
         let values: Vec<f64> = self
             .blocks
             .iter()
             .filter(|b| b.client == client)
-            .map(f)
+            .filter_map(f)
             .collect();
         Spread::of(&values)
     }
@@ -86,17 +109,24 @@ impl Futex {
              alone (the process's threads and its servers), divided by the block's calls, \
              warm-up included; median (min-max) over the runs. Rerun one: `perf stat -e \
              syscalls:sys_enter_futex --filter 'op == 129' target/release/quorum-bench \
-             --wakes 1 3:8:ours`, divided by the calls it prints.\n\n\
-             | client | wake-ups (`FUTEX_WAKE*`) per lock | futex calls per lock | runs |\n\
-             |---|---|---|---|\n",
+             --wakes 1 3:8:ours`, divided by the calls it prints. The last column counts \
+             `perf stat -e context-switches` over the same blocks: the process's threads and \
+             its servers' together.\n\n\
+             | client | wake-ups (`FUTEX_WAKE*`) per lock | futex calls per lock | runs | \
+             context switches per lock, the servers' included |\n\
+             |---|---|---|---|---|\n",
         );
         for client in CLIENTS {
             let (Some(w), Some(a)) = (self.wakes(client), self.all(client)) else {
                 continue;
             };
+            let switches = self.switches(client).map_or_else(
+                || "not counted".into(),
+                |s| format!("{:.2} ({:.2}-{:.2})", s.median, s.min, s.max),
+            );
             let _ = writeln!(
                 out,
-                "| {} | {:.2} ({:.2}-{:.2}) | {:.2} ({:.2}-{:.2}) | {} |",
+                "| {} | {:.2} ({:.2}-{:.2}) | {:.2} ({:.2}-{:.2}) | {} | {switches} |",
                 client.short(),
                 w.median,
                 w.min,
@@ -132,7 +162,8 @@ fn count_block(exe: &Path, dir: &Path, client: Client) -> Result<Counted, String
         .args(["stat", "-x,", "-o"])
         .arg(&out)
         .args(["-e", "syscalls:sys_enter_futex", "--filter", WAKE_FILTER])
-        .args(["-e", "syscalls:sys_enter_futex", "--"])
+        .args(["-e", "syscalls:sys_enter_futex"])
+        .args(["-e", "context-switches", "--"])
         .arg(exe)
         .args(["--wakes", "1", &block])
         .output()
@@ -158,6 +189,7 @@ fn count_block(exe: &Path, dir: &Path, client: Client) -> Result<Counted, String
         client,
         wakes,
         all,
+        switches: parse_switches(&stats),
         calls,
     })
 }
@@ -170,6 +202,13 @@ pub fn parse_stat(text: &str) -> Option<(u64, u64)> {
         .filter(|l| l.contains("syscalls:sys_enter_futex"))
         .map(|l| l.split(',').next()?.trim().parse::<u64>().ok());
     Some((counts.next()??, counts.next()??))
+}
+
+/// The `context-switches` count of `perf stat -x,` output.
+pub fn parse_switches(text: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.split(',').nth(2) == Some("context-switches"))
+        .and_then(|l| l.split(',').next()?.trim().parse().ok())
 }
 
 /// The calls a block run alone printed ([`CALLS_LINE`]).
@@ -199,6 +238,14 @@ mod tests {
             parse_stat("31793,,syscalls:sys_enter_futex,1,100.00,,\n"),
             None
         );
+        let with_switches = format!("{stat}91234,,context-switches,1102649725,100.00,,\n");
+        assert_eq!(parse_stat(&with_switches), Some((31793, 63508)));
+        assert_eq!(parse_switches(&with_switches), Some(91234));
+        assert_eq!(parse_switches(stat), None);
+        assert_eq!(
+            parse_switches("<not supported>,,context-switches,0,100.00,,\n"),
+            None
+        );
         let printed = format!("| table |\n{CALLS_LINE}16400\n");
         assert_eq!(parse_calls(&printed), Some(16400));
         assert_eq!(parse_calls("| table |\n"), None);
@@ -207,27 +254,29 @@ mod tests {
 
     #[test]
     fn per_lock_counts_are_medians_over_the_runs() {
-        let b = |client, wakes, all| Counted {
+        let b = |client, wakes, all, switches| Counted {
             client,
             wakes,
             all,
+            switches,
             calls: 1000,
         };
         let f = Futex {
             blocks: vec![
-                b(Client::Ours, 1900, 3800),
-                b(Client::Floor, 10, 3900),
-                b(Client::Ours, 2100, 4000),
-                b(Client::Ours, 2000, 3900),
+                b(Client::Ours, 1900, 3800, Some(5300)),
+                b(Client::Floor, 10, 3900, None),
+                b(Client::Ours, 2100, 4000, Some(5100)),
+                b(Client::Ours, 2000, 3900, Some(5200)),
             ],
         };
         let w = f.wakes(Client::Ours).unwrap();
         assert_eq!((w.median, w.min, w.max, w.runs), (2.0, 1.9, 2.1, 3));
         assert_eq!(f.all(Client::Floor).unwrap().median, 3.9);
         assert!(f.wakes(Client::SharedReader).is_none());
-        assert!(
-            f.render()
-                .contains("| quorum-lock release() | 2.00 (1.90-2.10) | 3.90 (3.80-4.00) | 3 |")
-        );
+        assert!(f.render().contains(
+            "| quorum-lock release() | 2.00 (1.90-2.10) | 3.90 (3.80-4.00) | 3 | 5.20 (5.10-5.30) |"
+        ));
+        assert!(f.switches(Client::Floor).is_none(), "not counted");
+        assert!(f.render().contains("| 1 | not counted |"), "{}", f.render());
     }
 }

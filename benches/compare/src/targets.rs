@@ -268,7 +268,11 @@ pub fn render(results: &Results, plan: &Plan) -> String {
         futex_line(&mut out, counted);
     }
     if let Some(Ok(w)) = &results.wakes {
-        wakes_lines(&mut out, w);
+        wakes_lines(
+            &mut out,
+            w,
+            results.futex.as_ref().and_then(|f| f.as_ref().ok()),
+        );
     }
     if let Some(counted) = &results.instructions {
         instruction_lines(&mut out, counted);
@@ -342,10 +346,17 @@ fn instruction_lines(out: &mut String, counted: &Result<Instructions, String>) {
 
 /// The rows of the `wakes` section: thread hand-offs at 8 threads against
 /// the floor's, and the engine's allocations against the bare backend's.
-fn wakes_lines(out: &mut String, w: &Wakes) {
+fn wakes_lines(out: &mut String, w: &Wakes, futex: Option<&Futex>) {
     let per = |n, threads, client, count| {
         w.per_lock(n, threads, client, count)
             .map_or_else(|| "-".into(), |v| format!("{v:.1}"))
+    };
+    // The same blocks under `perf stat`: the servers' switches counted
+    // too (`futex.rs`).
+    let with_servers = |client| {
+        futex
+            .and_then(|f| f.switches(client))
+            .map_or_else(|| "-".into(), |s| format!("{:.2}", s.median))
     };
     line(
         out,
@@ -353,12 +364,17 @@ fn wakes_lines(out: &mut String, w: &Wakes) {
         w.switches_vs_floor(),
         |r| r <= 1.0,
         &format!(
-            "per lock: quorum-lock {} (its node threads {}), floor {} (every thread of the process), the shared-reader design floor {}; with drop: {}",
+            "per lock: quorum-lock {} (its node threads {}), floor {} (every thread of the process), the shared-reader design floor {}, the callers-read design floor (no reader thread) {}; with drop: {}. With the servers' switches (perf, the same blocks): quorum-lock {}, floor {}, shared reader {}, callers read {}",
             per(3, 8, Client::Ours, Count::Switches),
             per(3, 8, Client::Ours, Count::OwnThreads),
             per(3, 8, Client::Floor, Count::Switches),
             per(3, 8, Client::SharedReader, Count::Switches),
+            per(3, 8, Client::CallersRead, Count::Switches),
             per(3, 8, Client::OursDrop, Count::Switches),
+            with_servers(Client::Ours),
+            with_servers(Client::Floor),
+            with_servers(Client::SharedReader),
+            with_servers(Client::CallersRead),
         ),
     );
     line(
@@ -505,6 +521,7 @@ mod tests {
             client,
             wakes,
             all: 2 * wakes,
+            switches: Some(3 * wakes),
             calls: 1000,
         }
     }
