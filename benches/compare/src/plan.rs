@@ -33,8 +33,8 @@ Options:
   --runs R          runs of every comparison; ratios are per run, then median and min-max
                     (default 5; 2 with --quick)
   --quick           small counts: a smoke test that the benchmark runs (under a minute)
-  --only LIST       clients, comma-separated: floor,ours,ours-drop,backend,redlock,redsync,rslock
-                    (default: all; the floor is needed for the ratios)
+  --only LIST       clients, comma-separated: floor,ours,ours-drop,backend,redlock,redsync,rslock,
+                    shared-reader,callers-read (default: all; the floor is needed for the ratios)
   --sections LIST   what to run, comma-separated: latency,counters,scaling,contention,third,memory,
                     waiting,cross,wakes (default: all; wakes always counts its own fixed set of
                     clients, whatever --only says, and in a run also the instructions per lock
