@@ -40,6 +40,7 @@ mod ours;
 mod paired;
 mod peers;
 mod plan;
+mod preemptions;
 mod procfs;
 mod report;
 mod rw;
@@ -273,6 +274,13 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
             plan.runs
         ));
         results.futex = Some(futex::measure(plan.runs));
+        // The same blocks under `perf record`: who switched out, and who
+        // preempted whom (about 4 s a block).
+        log(&format!(
+            "wakes: context switches by kind of thread under perf record, {} runs",
+            plan.runs
+        ));
+        results.preemptions = Some(preemptions::measure(plan.runs));
     }
     let elapsed = started.elapsed();
     drop(hog);
@@ -302,6 +310,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
     md.push_str(&report::wakes(&results));
     md.push_str(&report::instructions(&results));
     md.push_str(&report::futex(&results));
+    md.push_str(&report::preemptions(&results));
     print!("{md}");
     let charts = charts::charts(&results);
     charts::write(&plan.out, &charts, &md)?;

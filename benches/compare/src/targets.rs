@@ -12,6 +12,7 @@ use crate::futex::Futex;
 use crate::instructions::Instructions;
 use crate::latency::third_label;
 use crate::plan::Plan;
+use crate::preemptions::{Kind, Preemptions};
 use crate::report::{Results, clip, switch_ratio};
 use crate::scaling::{self, Cell, Figure, Scaling};
 use crate::stats::Spread;
@@ -272,6 +273,7 @@ pub fn render(results: &Results, plan: &Plan) -> String {
             &mut out,
             w,
             results.futex.as_ref().and_then(|f| f.as_ref().ok()),
+            results.preemptions.as_ref().and_then(|p| p.as_ref().ok()),
         );
     }
     if let Some(counted) = &results.instructions {
@@ -346,7 +348,12 @@ fn instruction_lines(out: &mut String, counted: &Result<Instructions, String>) {
 
 /// The rows of the `wakes` section: thread hand-offs at 8 threads against
 /// the floor's, and the engine's allocations against the bare backend's.
-fn wakes_lines(out: &mut String, w: &Wakes, futex: Option<&Futex>) {
+fn wakes_lines(
+    out: &mut String,
+    w: &Wakes,
+    futex: Option<&Futex>,
+    preempted: Option<&Preemptions>,
+) {
     let per = |n, threads, client, count| {
         w.per_lock(n, threads, client, count)
             .map_or_else(|| "-".into(), |v| format!("{v:.1}"))
@@ -358,13 +365,20 @@ fn wakes_lines(out: &mut String, w: &Wakes, futex: Option<&Futex>) {
             .and_then(|f| f.switches(client))
             .map_or_else(|| "-".into(), |s| format!("{:.2}", s.median))
     };
+    // The same blocks under `perf record`: whose threads were preempted
+    // (`preemptions.rs`).
+    let preempted = |client, kind| {
+        preempted
+            .and_then(|p| p.involuntary(client, kind))
+            .map_or_else(|| "-".into(), |s| format!("{:.2}", s.median))
+    };
     line(
         out,
         "context switches per lock + release(), 8 threads on distinct keys, N=3: <= the floor's",
         w.switches_vs_floor(),
         |r| r <= 1.0,
         &format!(
-            "per lock: quorum-lock {} (its node threads {}), floor {} (every thread of the process), the shared-reader design floor {}, the callers-read design floor (no reader thread) {}; with drop: {}. With the servers' switches (perf, the same blocks): quorum-lock {}, floor {}, shared reader {}, callers read {}",
+            "per lock: quorum-lock {} (its node threads {}), floor {} (every thread of the process), the shared-reader design floor {}, the callers-read design floor (no reader thread) {}; with drop: {}. With the servers' switches (perf, the same blocks): quorum-lock {}, floor {}, shared reader {}, callers read {}. Preempted per lock (perf record, the same blocks): quorum-lock's own threads {} and its callers {}, its servers {}; the floor's callers {}, its servers {}",
             per(3, 8, Client::Ours, Count::Switches),
             per(3, 8, Client::Ours, Count::OwnThreads),
             per(3, 8, Client::Floor, Count::Switches),
@@ -375,6 +389,11 @@ fn wakes_lines(out: &mut String, w: &Wakes, futex: Option<&Futex>) {
             with_servers(Client::Floor),
             with_servers(Client::SharedReader),
             with_servers(Client::CallersRead),
+            preempted(Client::Ours, Kind::Own),
+            preempted(Client::Ours, Kind::Callers),
+            preempted(Client::Ours, Kind::Servers),
+            preempted(Client::Floor, Kind::Callers),
+            preempted(Client::Floor, Kind::Servers),
         ),
     );
     line(

@@ -109,6 +109,15 @@ pub fn futex(results: &Results) -> String {
     )
 }
 
+/// Context switches by kind of thread under perf (with `--wakes`).
+pub fn preemptions(results: &Results) -> String {
+    titled(
+        "Who switches out and who preempts whom, 8 threads (perf, with `--wakes`)",
+        results.preemptions.as_ref(),
+        crate::preemptions::Preemptions::render,
+    )
+}
+
 /// Instructions per lock + release under callgrind (with `--wakes`).
 pub fn instructions(results: &Results) -> String {
     titled(

@@ -21,7 +21,7 @@ mod scaling;
 
 pub use self::cells::clip;
 pub use self::contention::{contention, cross, waiting};
-pub use self::counters::{counters, futex, instructions, switch_ratio, wakes};
+pub use self::counters::{counters, futex, instructions, preemptions, switch_ratio, wakes};
 pub use self::header::header;
 pub use self::latency::{latency, third};
 pub use self::memory::memory;

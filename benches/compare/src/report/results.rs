@@ -38,4 +38,7 @@ pub struct Results {
     pub instructions: Option<Result<crate::instructions::Instructions, String>>,
     /// futex calls per lock + release, 8 threads, under perf (with `--wakes`).
     pub futex: Option<Result<crate::futex::Futex, String>>,
+    /// Context switches by kind of thread, 8 threads, under perf (with
+    /// `--wakes`).
+    pub preemptions: Option<Result<crate::preemptions::Preemptions, String>>,
 }
