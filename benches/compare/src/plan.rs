@@ -39,7 +39,8 @@ Options:
                     waiting,cross,wakes (default: all; wakes always counts its own fixed set of
                     clients, whatever --only says, and in a run also the instructions per lock
                     under callgrind, needs valgrind, and futex calls per lock at 8 threads
-                    under perf stat, needs the kernel's tracepoints)
+                    under perf stat and their switches by kind of thread under perf record,
+                    needs the kernel's tracepoints)
   --retry-ms D      contention: pause after a failed attempt, uniform in [0, D) ms (default 4)
   --out DIR         where the SVG charts and results.md go (default: target/bench of the
                     repository; docs/bench holds the published run, copied there by hand)
