@@ -26,14 +26,13 @@
 //! (the engine's, the design floors') preempts the client. Counted
 //! together, neither side can be charged to the other.
 
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 
 use crate::clients::Client;
-use crate::paired::order;
 use crate::stats::Spread;
-use crate::under_tool::{failed, in_scratch};
+use crate::under_tool::{each_block, failed, perf_on_block};
 use crate::wakes::CALLS_LINE;
 
 /// The clients counted, each in its block `3:8:<client>`.
@@ -144,30 +143,18 @@ impl Futex {
 /// Counts every client's block `runs` times, each under `perf stat` in a
 /// process of its own.
 pub fn measure(runs: usize) -> Result<Futex, String> {
-    in_scratch("futex", |exe, dir| {
-        let mut blocks = Vec::new();
-        for run in 0..runs.max(1) {
-            for i in order(run, CLIENTS.len()) {
-                blocks.push(count_block(exe, dir, CLIENTS[i])?);
-            }
-        }
-        Ok(Futex { blocks })
-    })
+    let blocks = each_block("futex", &CLIENTS, runs, count_block)?;
+    Ok(Futex { blocks })
 }
 
 fn count_block(exe: &Path, dir: &Path, client: Client) -> Result<Counted, String> {
     let block = format!("3:8:{}", client.key());
     let out = dir.join(format!("perf.{}", client.key()));
-    let ran = Command::new("perf")
-        .args(["stat", "-x,", "-o"])
-        .arg(&out)
-        .args(["-e", "syscalls:sys_enter_futex", "--filter", WAKE_FILTER])
-        .args(["-e", "syscalls:sys_enter_futex"])
-        .args(["-e", "context-switches", "--"])
-        .arg(exe)
-        .args(["--wakes", "1", &block])
-        .output()
-        .map_err(|e| format!("perf (Debian's package linux-perf) did not start: {e}"))?;
+    let (futex, wake, switches) = ("syscalls:sys_enter_futex", WAKE_FILTER, "context-switches");
+    let mut args: Vec<&OsStr> = ["stat", "-x,", "-o"].map(OsStr::new).to_vec();
+    args.push(out.as_os_str());
+    args.extend(["-e", futex, "--filter", wake, "-e", futex, "-e", switches].map(OsStr::new));
+    let ran = perf_on_block(&args, exe, &block)?;
     let stats = std::fs::read_to_string(&out).unwrap_or_default();
     if !ran.status.success() {
         return Err(failed(

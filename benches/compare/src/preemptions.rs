@@ -28,15 +28,15 @@
 //! kernel's, the idle task) is "other". Counts are divided by the block's
 //! lock + release calls, warm-up included (`CALLS_LINE`).
 
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
 use crate::clients::Client;
 use crate::futex::parse_calls;
-use crate::paired::order;
 use crate::stats::Spread;
-use crate::under_tool::{failed, in_scratch};
+use crate::under_tool::{each_block, failed, perf_on_block};
 
 /// The clients counted, each in its block `3:8:<client>` (those of
 /// `futex.rs`).
@@ -169,28 +169,22 @@ impl Preemptions {
 /// Records every client's block `runs` times, each under `perf record`
 /// in a process of its own.
 pub fn measure(runs: usize) -> Result<Preemptions, String> {
-    in_scratch("sched", |exe, dir| {
-        let mut blocks = Vec::new();
-        for run in 0..runs.max(1) {
-            for i in order(run, CLIENTS.len()) {
-                blocks.push(record_block(exe, dir, CLIENTS[i])?);
-            }
-        }
-        Ok(Preemptions { blocks })
-    })
+    let blocks = each_block("sched", &CLIENTS, runs, record_block)?;
+    Ok(Preemptions { blocks })
 }
 
 fn record_block(exe: &Path, dir: &Path, client: Client) -> Result<Counted, String> {
     let block = format!("3:8:{}", client.key());
     let data = dir.join(format!("perf.{}.data", client.key()));
-    let ran = Command::new("perf")
-        .args(["record", "-q", "-e", "sched:sched_switch", "-o"])
-        .arg(&data)
-        .arg("--")
-        .arg(exe)
-        .args(["--wakes", "1", &block])
-        .output()
-        .map_err(|e| format!("perf (Debian's package linux-perf) did not start: {e}"))?;
+    let args = [
+        OsStr::new("record"),
+        OsStr::new("-q"),
+        OsStr::new("-e"),
+        OsStr::new("sched:sched_switch"),
+        OsStr::new("-o"),
+        data.as_os_str(),
+    ];
+    let ran = perf_on_block(&args, exe, &block)?;
     if !ran.status.success() {
         return Err(failed(
             &format!("perf record of the block {block}"),

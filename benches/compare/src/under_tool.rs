@@ -1,10 +1,15 @@
 //! Blocks of this program run again under a tool that counts them
-//! (callgrind for the instructions, `perf stat` for the futex calls): the
-//! program's own path, a scratch folder for the tool's output files, and
-//! a failed run's reason in one line.
+//! (callgrind for the instructions, `perf` for the futex calls and the
+//! switches): the program's own path, a scratch folder for the tool's
+//! output files, the blocks in turn, and a failed run's reason in one
+//! line.
 
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
+
+use crate::clients::Client;
+use crate::paired::order;
 
 /// Runs `count` with this program's path and a scratch folder named for
 /// `tool` and this process, removed afterwards whatever `count` returns.
@@ -18,6 +23,38 @@ pub fn in_scratch<T>(
     let counted = count(&exe, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     counted
+}
+
+/// Counts the 8-thread block of each of `clients` `runs` times (the
+/// blocks in an order that turns run by run, `paired::order`), each by
+/// `count` in a scratch folder for `tool`.
+pub fn each_block<T>(
+    tool: &str,
+    clients: &[Client],
+    runs: usize,
+    count: impl Fn(&Path, &Path, Client) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    in_scratch(tool, |exe, dir| {
+        let mut blocks = Vec::new();
+        for run in 0..runs.max(1) {
+            for i in order(run, clients.len()) {
+                blocks.push(count(exe, dir, clients[i])?);
+            }
+        }
+        Ok(blocks)
+    })
+}
+
+/// Runs `perf <args> -- <this program> --wakes 1 <block>`: one block
+/// alone under perf, in a process of its own.
+pub fn perf_on_block(args: &[&OsStr], exe: &Path, block: &str) -> Result<Output, String> {
+    Command::new("perf")
+        .args(args)
+        .arg("--")
+        .arg(exe)
+        .args(["--wakes", "1", block])
+        .output()
+        .map_err(|e| format!("perf (Debian's package linux-perf) did not start: {e}"))
 }
 
 /// Why a tool's run of `what` failed, in one line: its status and the
