@@ -147,14 +147,13 @@ pub fn measure(runs: usize) -> Result<Futex, String> {
     Ok(Futex { blocks })
 }
 
-fn count_block(exe: &Path, dir: &Path, client: Client) -> Result<Counted, String> {
-    let block = format!("3:8:{}", client.key());
+fn count_block(exe: &Path, dir: &Path, client: Client, block: &str) -> Result<Counted, String> {
     let out = dir.join(format!("perf.{}", client.key()));
     let (futex, wake, switches) = ("syscalls:sys_enter_futex", WAKE_FILTER, "context-switches");
     let mut args: Vec<&OsStr> = ["stat", "-x,", "-o"].map(OsStr::new).to_vec();
     args.push(out.as_os_str());
     args.extend(["-e", futex, "--filter", wake, "-e", futex, "-e", switches].map(OsStr::new));
-    let ran = perf_on_block(&args, exe, &block)?;
+    let ran = perf_on_block(&args, exe, block)?;
     let stats = std::fs::read_to_string(&out).unwrap_or_default();
     if !ran.status.success() {
         return Err(failed(

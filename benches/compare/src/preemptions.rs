@@ -4,11 +4,13 @@
 //! (the callers, the client's own threads, the servers) and, for the
 //! involuntary ones, by the kind of thread that took the CPU.
 //!
-//! The Targets row on switches counts the process alone (`wakes.rs`),
-//! and counted with its servers quorum-lock switches less than the floor
-//! (`futex.rs`). This section shows where the difference lies: a thread
-//! woken while both cores are busy may take the CPU from the thread that
-//! woke it, and that switch is the waker's. A caller of the floor is
+//! The Targets row on switches counts the process alone (`wakes.rs`);
+//! counted with its servers (`futex.rs`), quorum-lock and the floor are
+//! within a few percent of each other, either side. This section shows
+//! where the difference lies. It names the thread that took the CPU, not
+//! the one that woke it; the likely reading: a thread woken while both
+//! cores are busy may take the CPU from the thread that woke it, and that
+//! switch is the waker's. A caller of the floor is
 //! woken by the kernel when a server's answer arrives, so the server
 //! process is the one preempted; a caller whose operation went out in a
 //! batch with others' (one batch in flight per node, issue 46) is woken
@@ -173,8 +175,7 @@ pub fn measure(runs: usize) -> Result<Preemptions, String> {
     Ok(Preemptions { blocks })
 }
 
-fn record_block(exe: &Path, dir: &Path, client: Client) -> Result<Counted, String> {
-    let block = format!("3:8:{}", client.key());
+fn record_block(exe: &Path, dir: &Path, client: Client, block: &str) -> Result<Counted, String> {
     let data = dir.join(format!("perf.{}.data", client.key()));
     let args = [
         OsStr::new("record"),
@@ -184,7 +185,7 @@ fn record_block(exe: &Path, dir: &Path, client: Client) -> Result<Counted, Strin
         OsStr::new("-o"),
         data.as_os_str(),
     ];
-    let ran = perf_on_block(&args, exe, &block)?;
+    let ran = perf_on_block(&args, exe, block)?;
     if !ran.status.success() {
         return Err(failed(
             &format!("perf record of the block {block}"),

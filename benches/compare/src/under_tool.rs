@@ -25,20 +25,23 @@ pub fn in_scratch<T>(
     counted
 }
 
-/// Counts the 8-thread block of each of `clients` `runs` times (the
-/// blocks in an order that turns run by run, `paired::order`), each by
-/// `count` in a scratch folder for `tool`.
+/// Counts the 8-thread block at N=3 (`3:8:<client>`) of each of
+/// `clients` `runs` times (the blocks in an order that turns run by run,
+/// `paired::order`), each by `count` (this program's path, a scratch
+/// folder for `tool`, the client and its block's name).
 pub fn each_block<T>(
     tool: &str,
     clients: &[Client],
     runs: usize,
-    count: impl Fn(&Path, &Path, Client) -> Result<T, String>,
+    count: impl Fn(&Path, &Path, Client, &str) -> Result<T, String>,
 ) -> Result<Vec<T>, String> {
     in_scratch(tool, |exe, dir| {
         let mut blocks = Vec::new();
         for run in 0..runs.max(1) {
             for i in order(run, clients.len()) {
-                blocks.push(count(exe, dir, clients[i])?);
+                let client = clients[i];
+                let block = format!("3:8:{}", client.key());
+                blocks.push(count(exe, dir, client, &block)?);
             }
         }
         Ok(blocks)
