@@ -68,6 +68,38 @@ pub(crate) fn wake_at(clock: &dyn Clock, at: Instant) -> Option<Instant> {
     Instant::now().checked_add(left)
 }
 
+/// A reading of a [`Clock`] taken when first asked for, then kept: a
+/// batch's judgment of its server needs the manager's clock only when a
+/// quarantine runs or something changed, and a reading of the boot clock
+/// is a call into the vDSO and a conversion (about 150 instructions), once
+/// per batch.
+pub(crate) struct Reading<'a> {
+    clock: &'a dyn Clock,
+    at: Option<Instant>,
+}
+
+impl<'a> Reading<'a> {
+    /// `clock`, not read yet.
+    pub(crate) fn of(clock: &'a dyn Clock) -> Self {
+        Self { clock, at: None }
+    }
+
+    /// A reading already taken: `at`.
+    #[cfg(test)]
+    pub(crate) fn at(at: Instant) -> Self {
+        Self {
+            clock: &MonotonicClock,
+            at: Some(at),
+        }
+    }
+
+    /// The reading: the clock is read at the first call only.
+    pub(crate) fn now(&mut self) -> Instant {
+        let clock = self.clock;
+        *self.at.get_or_insert_with(|| clock.now())
+    }
+}
+
 fn system_since_epoch() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -270,5 +302,24 @@ mod tests {
         assert_eq!(resumed - origin.0, hour);
         // Never before the origin, even for a reading before it.
         assert_eq!(boot::instant_at(origin, Duration::from_secs(1)), origin.0);
+    }
+}
+
+#[cfg(test)]
+mod reading_tests {
+    use super::*;
+
+    /// A reading reads its clock at the first call, not before, and keeps
+    /// that value: a batch's judgment uses one instant throughout.
+    #[test]
+    fn a_reading_is_taken_at_the_first_call_and_kept() {
+        let clock = ManualClock::new();
+        let start = clock.now();
+        let mut reading = Reading::of(&clock);
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(reading.now(), start + Duration::from_secs(5));
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(reading.now(), start + Duration::from_secs(5));
+        assert_eq!(Reading::at(start).now(), start);
     }
 }

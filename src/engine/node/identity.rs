@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::backend::ServerInfo;
+use crate::clock::Reading;
 
 /// Run ids seen by one engine's nodes: the same server configured twice
 /// (e.g. `localhost` and `127.0.0.1`) must not cast two votes.
@@ -142,7 +143,7 @@ impl Identity {
 
     /// What the grants of one batch count for: judged by the identity of
     /// the server that answered *that* batch (`None`: unknown), at `now` on
-    /// the manager's clock.
+    /// the manager's clock (read only when a quarantine runs or starts).
     ///
     /// With quarantine on, an answer from a server that cannot be
     /// identified does not count: it may be a restarted server that forgot
@@ -150,7 +151,7 @@ impl Identity {
     pub(crate) fn judge(
         &mut self,
         server: Option<&ServerInfo>,
-        now: Instant,
+        now: &mut Reading<'_>,
         registry: &Registry,
     ) -> Standing {
         if let Some(server) = server {
@@ -163,14 +164,14 @@ impl Identity {
             None if self.quarantine.is_some() => return Standing::Unverified,
             None => {}
         }
-        self.standing(now)
+        self.standing_read(now)
     }
 
     /// Takes in the settings that can change without a restart: eviction
     /// allowed, the replication role and history. A change that may have
     /// cost keys is a forget; once it is over, the node is quarantined
     /// for the forget window, as after a restart.
-    fn observe_settings(&mut self, server: &ServerInfo, now: Instant) {
+    fn observe_settings(&mut self, server: &ServerInfo, now: &mut Reading<'_>) {
         let same_server = self.run_id.is_some() && server.run_id == self.run_id;
         let eviction = server.eviction();
         if !self.accept_eviction {
@@ -178,7 +179,7 @@ impl Identity {
                 (None, Some(setting)) => {
                     self.forgotten = Some(format!("may evict lock keys ({setting})"));
                 }
-                (Some(_), None) => self.quarantine_from(now, self.forget_window, EVICTED),
+                (Some(_), None) => self.quarantine_from(now.now(), self.forget_window, EVICTED),
                 _ => {}
             }
         }
@@ -193,7 +194,7 @@ impl Identity {
                 self.forgotten.get_or_insert_with(|| {
                     format!("evicted {evicted} keys since the last read (evicted_keys {count})")
                 });
-                self.quarantine_from(now, self.forget_window, EVICTED);
+                self.quarantine_from(now.now(), self.forget_window, EVICTED);
             }
             self.evicted_keys = Some(count);
         }
@@ -215,7 +216,7 @@ impl Identity {
                     "took a new replication history (master_replid {}...)",
                     id.get(..8).unwrap_or(id.as_ref())
                 ));
-                self.quarantine_from(now, self.forget_window, NEW_HISTORY);
+                self.quarantine_from(now.now(), self.forget_window, NEW_HISTORY);
             }
             self.replication_id = Some(Arc::clone(id));
         }
@@ -240,7 +241,7 @@ impl Identity {
         &mut self,
         run_id: &Arc<str>,
         uptime: Option<Duration>,
-        now: Instant,
+        now: &mut Reading<'_>,
         registry: &Registry,
     ) {
         if self.run_id.as_ref() == Some(run_id) {
@@ -282,7 +283,7 @@ impl Identity {
                 _ => Duration::ZERO,
             };
             let left = quarantine.saturating_sub(credited);
-            self.quarantined_until = (!left.is_zero()).then(|| now + left);
+            self.quarantined_until = (!left.is_zero()).then(|| now.now() + left);
             self.quarantine_reason = RESTARTED;
         }
     }
@@ -314,8 +315,21 @@ impl Identity {
         self.eviction.as_deref()
     }
 
+    /// What this node's grants count for at `now`, which is read only
+    /// when a quarantine was set.
+    fn standing_read(&self, now: &mut Reading<'_>) -> Standing {
+        self.standing_with(|| now.now())
+    }
+
     /// What this node's grants count for at `now`.
+    #[cfg(test)]
     fn standing(&self, now: Instant) -> Standing {
+        self.standing_with(|| now)
+    }
+
+    /// What this node's grants count for at `now()`, called only when a
+    /// quarantine was set.
+    fn standing_with(&self, now: impl FnOnce() -> Instant) -> Standing {
         if let Some(owner) = self.duplicate_of {
             return Standing::DuplicateOf(owner);
         }
@@ -325,9 +339,14 @@ impl Identity {
         if self.replica {
             return Standing::Replica;
         }
-        match self.quarantined_until {
-            Some(until) if until > now => Standing::Quarantined(until - now),
-            _ => Standing::Voting,
+        let Some(until) = self.quarantined_until else {
+            return Standing::Voting;
+        };
+        let now = now();
+        if until > now {
+            Standing::Quarantined(until - now)
+        } else {
+            Standing::Voting
         }
     }
 }

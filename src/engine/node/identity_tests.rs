@@ -1,6 +1,7 @@
 //! Tests of `identity.rs`.
 
 use super::*;
+use crate::clock::Reading;
 
 const Q: Duration = Duration::from_secs(60);
 
@@ -14,7 +15,7 @@ fn info(run_id: &str, uptime_secs: u64) -> Option<ServerInfo> {
 impl Identity {
     /// Observes `server` and discards the standing.
     fn see(&mut self, server: &Option<ServerInfo>, now: Instant, registry: &Registry) {
-        let _ = self.judge(server.as_ref(), now, registry);
+        let _ = self.judge(server.as_ref(), &mut Reading::at(now), registry);
     }
 }
 
@@ -68,20 +69,26 @@ fn quarantine_off_and_unknown_identity() {
     let mut off = Identity::new(0, None, false);
     off.see(&info("a", 0), now, &registry);
     assert_eq!(off.standing(now), Standing::Voting);
-    assert_eq!(off.judge(None, now, &registry), Standing::Voting);
+    assert_eq!(
+        off.judge(None, &mut Reading::at(now), &registry),
+        Standing::Voting
+    );
     // Regression: with quarantine on, an answer from a server that cannot
     // be identified never counts, on first contact or later.
     let mut unknown = Identity::new(1, Some(Q), false);
     let anonymous = ServerInfo::default();
     assert_eq!(
-        unknown.judge(Some(&anonymous), now, &registry),
+        unknown.judge(Some(&anonymous), &mut Reading::at(now), &registry),
         Standing::Unverified
     );
-    assert_eq!(unknown.judge(None, now, &registry), Standing::Unverified);
+    assert_eq!(
+        unknown.judge(None, &mut Reading::at(now), &registry),
+        Standing::Unverified
+    );
     unknown.see(&info("b", 3600), now, &registry);
     assert_eq!(unknown.standing(now), Standing::Voting);
     assert_eq!(
-        unknown.judge(Some(&anonymous), now, &registry),
+        unknown.judge(Some(&anonymous), &mut Reading::at(now), &registry),
         Standing::Unverified
     );
 }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::identity::Standing;
 use super::{Shared, State};
 use crate::backend::{BackendError, Reply, ServerInfo};
+use crate::clock::Reading;
 
 impl State {
     /// What the grants of a batch count for, judged by the identity of the
@@ -35,10 +36,11 @@ impl State {
             self.publish_shards();
             return judged.standing;
         }
-        let clock_now = self.shared.clock.now();
+        // The manager's clock, read only if a quarantine runs or starts.
+        let mut clock_now = Reading::of(&*self.shared.clock);
         let standing = self
             .identity
-            .judge(server, clock_now, &self.shared.registry);
+            .judge(server, &mut clock_now, &self.shared.registry);
         if server.is_some() {
             self.settings_look.brought(now);
         }

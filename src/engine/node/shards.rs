@@ -13,6 +13,7 @@
 use super::Shared;
 use super::identity::{Identity, Standing};
 use crate::backend::{BackendError, Reply, ServerInfo};
+use crate::clock::Reading;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -121,7 +122,11 @@ impl Shards {
             };
         };
         let announced = identity.quarantined_until().is_some();
-        let standing = identity.judge(Some(server), shared.clock.now(), &shared.registry);
+        let standing = identity.judge(
+            Some(server),
+            &mut Reading::of(&*shared.clock),
+            &shared.registry,
+        );
         let name = shared.names.get(node).map_or("?", String::as_str);
         if let (false, Standing::Quarantined(left)) = (announced, standing) {
             log::warn!(

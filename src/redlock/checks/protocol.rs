@@ -26,6 +26,7 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Holding, ServerInfo};
+use crate::clock::Reading;
 use crate::engine::{Identity, Registry, Standing, Tally};
 use crate::inspection::Inspection;
 use crate::owner::OWNER_MARK;
@@ -251,7 +252,11 @@ impl Model {
             }
             let info = self.server_info(i, &s.nodes[i], now);
             let client = &mut s.clients[c];
-            let standing = client.identities[i].judge(Some(&info), self.at(now), &client.registry);
+            let standing = client.identities[i].judge(
+                Some(&info),
+                &mut Reading::at(self.at(now)),
+                &client.registry,
+            );
             let vote = free && standing == Standing::Voting;
             tally.record(vote);
             if vote {
