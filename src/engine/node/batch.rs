@@ -204,6 +204,7 @@ impl Batch {
     /// One result per item from `answers`, the backend's to
     /// [`ops`](Self::ops): each item that had no op fails with its
     /// refusal, from no known server, in its place.
+    #[inline]
     pub(super) fn spread(&self, answers: Results) -> Results {
         // The usual batch: every item sent, nothing to make (no allocation).
         // `io` makes a batch's results exactly as many as its ops, so as
@@ -286,6 +287,7 @@ impl Sent {
 
     /// Reads the answers (within the backend's bound on one call), with
     /// the ops the batch was sent with.
+    #[inline]
     pub(crate) fn read(self) -> Arrived {
         let Self {
             batch,

@@ -52,6 +52,13 @@ pub(super) fn wait(in_flight: &mut dyn InFlight, until: Instant) -> bool {
 }
 
 /// Reads a sent batch's answers, with the ops it was sent with.
+///
+/// This, [`contained`] and [`counted`] are inlined, as are
+/// `Sent::read` and `Batch::spread`: the answers carry the server's
+/// identity by value (about 150 bytes), and each layer left as a call
+/// moved them once more (about 1.5% of the instructions per lock +
+/// release at N=1, 1% at N=3, counted with callgrind).
+#[inline]
 pub(super) fn finish(in_flight: Box<dyn InFlight>, ops: &[Op<'_>]) -> Results {
     contained(ops.len(), || in_flight.finish(ops))
 }
@@ -139,6 +146,7 @@ fn panicked() -> BackendError {
 
 /// The answers to `n` ops that `call` gets from a backend, with a panic
 /// contained (every op failed) and the result count checked.
+#[inline]
 fn contained(n: usize, call: impl FnOnce() -> Answers) -> Results {
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(answers) => {
@@ -156,6 +164,7 @@ fn contained(n: usize, call: impl FnOnce() -> Answers) -> Results {
 
 /// `results` made exactly `n` long: missing ones (or extra ones) are a
 /// protocol error of the backend.
+#[inline]
 fn counted(
     mut results: Vec<Result<Reply, BackendError>>,
     n: usize,
