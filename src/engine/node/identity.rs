@@ -315,21 +315,15 @@ impl Identity {
         self.eviction.as_deref()
     }
 
-    /// What this node's grants count for at `now`, which is read only
-    /// when a quarantine was set.
-    fn standing_read(&self, now: &mut Reading<'_>) -> Standing {
-        self.standing_with(|| now.now())
-    }
-
     /// What this node's grants count for at `now`.
     #[cfg(test)]
     fn standing(&self, now: Instant) -> Standing {
-        self.standing_with(|| now)
+        self.standing_read(&mut Reading::at(now))
     }
 
-    /// What this node's grants count for at `now()`, called only when a
-    /// quarantine was set.
-    fn standing_with(&self, now: impl FnOnce() -> Instant) -> Standing {
+    /// What this node's grants count for at `now`, which is read only
+    /// when a quarantine was set.
+    fn standing_read(&self, now: &mut Reading<'_>) -> Standing {
         if let Some(owner) = self.duplicate_of {
             return Standing::DuplicateOf(owner);
         }
@@ -342,7 +336,7 @@ impl Identity {
         let Some(until) = self.quarantined_until else {
             return Standing::Voting;
         };
-        let now = now();
+        let now = now.now();
         if until > now {
             Standing::Quarantined(until - now)
         } else {
