@@ -264,7 +264,7 @@ fn run(plan: &Plan, args: &[String]) -> Result<(), String> {
         ));
         results.wakes = Some(wakes::measure(plan.runs));
         // Counts that move by under 0.1% between runs: one run of each
-        // block (about 15 s).
+        // of the eight blocks (about 55 s).
         log("wakes: instructions per lock + release under callgrind");
         results.instructions = Some(instructions::measure());
         // The process's futex calls, under perf: its runs of three blocks

@@ -329,15 +329,23 @@ fn instruction_lines(out: &mut String, counted: &Result<Instructions, String>) {
                     i.per_lock(n, client)
                         .map_or_else(|| "-".into(), |v| format!("{v:.0}"))
                 };
+                let ratio = |client| {
+                    i.vs(n, client)
+                        .map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
+                };
                 line(
                     out,
                     &target,
                     i.vs_backend(n).and_then(|r| Spread::of(&[r])),
                     |r| r <= 1.3,
                     &format!(
-                        "per lock: quorum-lock {}, RedisBackend direct {} (1 run: the counts move by under 0.1% between runs)",
+                        "per lock: quorum-lock {}, RedisBackend direct {}, floor {}, rslock {} (1 run: the counts move by under 0.1% between runs); quorum-lock / floor {}, / rslock {}",
                         per(Client::Ours),
-                        per(Client::Backend)
+                        per(Client::Backend),
+                        per(Client::Floor),
+                        per(Client::Rslock),
+                        ratio(Client::Floor),
+                        ratio(Client::Rslock)
                     ),
                 );
             }
