@@ -13,10 +13,12 @@
 //! read): over four runs of the same binary quorum-lock's count moved by
 //! under 0.1% (N=1: 21,178-21,196 per lock; N=3: 52,400-52,450) and the
 //! backend's by under 0.01%, so one run of each block is the figure. This
-//! binary runs itself
-//! under `valgrind --tool=callgrind` for the `--wakes` block of each
-//! client (`N:1:ours`, `N:1:backend`), collecting only inside
-//! `Locker::lock_release` (the process's set-up and the servers left out),
+//! binary runs itself under `valgrind --tool=callgrind` for the `--wakes`
+//! block of each client (`N:1:ours`, `N:1:backend`, `N:1:floor`,
+//! `N:1:rslock`), collecting only inside `Locker::lock_release` (the
+//! process's set-up and the servers left out; the other threads of
+//! quorum-lock and of rslock ran under 1% of the caller's count,
+//! `--separate-threads=yes`),
 //! and divides the instructions counted by the calls made (warm-up
 //! included, the same in every block). The servers' own work is not
 //! counted: it is the same commands in each.
