@@ -11,7 +11,7 @@
 //! it says of itself and of the slots (`CONFIG GET`, its role, `CLUSTER
 //! SLOTS`) is in `member.rs`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use self::member::{config, member_args, role, slot_map};
 use crate::server::{RedisServer, TempDir, certificate, free_port};
@@ -28,6 +28,15 @@ const AGREE: Duration = Duration::from_secs(30);
 /// How often agreement is asked (each time, a few connections per node:
 /// gently, on a 2-core machine).
 const POLL: Duration = Duration::from_millis(100);
+
+/// When a `CLUSTER FAILOVER` that has not promoted its replica is asked
+/// again. The server aborts a manual failover that has not finished in
+/// 5 s (`CLUSTER_MF_TIMEOUT` in Redis, the default of Valkey's
+/// `cluster-manual-failover-timeout`): the replica stays a replica and
+/// says nothing, so a harness that asks once may wait out [`AGREE`] for a
+/// failover nobody is running any more (seen in a torture run on a
+/// loaded machine). Asked again after this long, within [`AGREE`].
+const FAILOVER_AGAIN: Duration = Duration::from_secs(8);
 
 /// Polls `done` every [`POLL`] for at most [`AGREE`].
 fn agrees(done: impl FnMut() -> bool) -> bool {
@@ -263,19 +272,34 @@ impl RedisCluster {
     }
 
     /// `CLUSTER FAILOVER` on `replica`, and waits until it is the master
-    /// of its slots on every node and its old master follows it.
+    /// of its slots on every node and its old master follows it; asked
+    /// again every [`FAILOVER_AGAIN`] while `replica` is still a replica
+    /// (the server gave the failover up).
     pub fn failover(&self, replica: &RedisServer) {
         // Counted before: for a moment both the replica and its master
         // say they are masters.
         let masters = self.masters().len().max(1);
         let _: () = replica.cmd(redis::cmd("CLUSTER").arg("FAILOVER"));
+        let mut asked_at = Instant::now();
+        let mut asked = 1;
         let promoted = || {
-            role(replica) == "master"
-                && self
-                    .servers
-                    .iter()
-                    .filter(|s| s.is_running())
-                    .all(|s| slot_map(s).iter().any(|r| r.2 == replica.port()))
+            if role(replica) != "master" {
+                if asked_at.elapsed() >= FAILOVER_AGAIN {
+                    // A refusal here ("Master is down or failed") means
+                    // the cluster is failing it over on its own: waited
+                    // for all the same.
+                    let _ = redis::cmd("CLUSTER")
+                        .arg("FAILOVER")
+                        .query::<()>(&mut replica.conn());
+                    asked_at = Instant::now();
+                    asked += 1;
+                }
+                return false;
+            }
+            self.servers
+                .iter()
+                .filter(|s| s.is_running())
+                .all(|s| slot_map(s).iter().any(|r| r.2 == replica.port()))
                 && self.agreed(masters)
         };
         if !agrees(promoted) {
@@ -297,7 +321,7 @@ impl RedisCluster {
                 })
                 .collect();
             panic!(
-                "{} was not promoted:\n{}",
+                "{} was not promoted ({asked} x CLUSTER FAILOVER):\n{}",
                 replica.describe(),
                 seen.join("\n")
             );
