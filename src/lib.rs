@@ -251,6 +251,7 @@ mod inspect;
 pub mod inspection;
 mod lock_all;
 mod lost;
+mod mailbox;
 mod manager;
 mod metrics;
 mod options;

@@ -339,7 +339,9 @@ impl Engine {
     /// nodes did.
     fn barrier(&self, listen: bool, wait: Duration) -> bool {
         let deadline = Instant::now().checked_add(wait);
-        let (ack, acks) = crossbeam_channel::bounded(self.nodes.len());
+        // Not a `crossbeam_channel`: its receive yields the CPU before it
+        // sleeps (`mailbox.rs`).
+        let (ack, acks) = crate::mailbox::channel();
         let mut expected = 0;
         for node in &self.nodes {
             let done = ack.clone();
@@ -349,11 +351,7 @@ impl Engine {
         }
         drop(ack);
         for _ in 0..expected {
-            let got = match deadline {
-                Some(deadline) => acks.recv_deadline(deadline).is_ok(),
-                None => acks.recv().is_ok(),
-            };
-            if !got {
+            if acks.recv_until(deadline).is_err() {
                 return false;
             }
         }

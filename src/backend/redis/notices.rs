@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use redis::Value;
 
 use crate::backend::{
@@ -32,6 +31,7 @@ use super::fault::{Fault, Phase};
 #[cfg(feature = "tls")]
 use super::transport::Target;
 use super::transport::Transport;
+use crate::mailbox;
 
 /// Most replies read from the subscriber per [`receive`](ReleaseListener::receive):
 /// one call never spends long on a flood of notices (the rest wait for
@@ -78,7 +78,7 @@ enum Link {
     /// writes on `writer`.
     Evented {
         writer: Writer,
-        replies: Receiver<Result<Value, Fault>>,
+        replies: mailbox::Receiver<Result<Value, Fault>>,
     },
     /// Read by the owner, between jobs (TLS). Boxed: a connection is
     /// larger than the evented link.
@@ -114,7 +114,10 @@ impl Link {
             // Never asked: `wake_on_arrival` declines over TLS.
             None => return Ok(Self::Polled(Box::new(conn))),
         };
-        let (sender, replies) = crossbeam_channel::unbounded();
+        // Not a `crossbeam_channel`: the node thread waits here for
+        // each SUBSCRIBE's confirmation, and that channel's receive
+        // yields the CPU before it sleeps (`mailbox.rs`).
+        let (sender, replies) = mailbox::channel();
         let waker = waker.clone();
         thread::Builder::new()
             .name("quorum-lock-notices".into())
@@ -134,13 +137,13 @@ impl Link {
     /// The next reply, waiting for it until `deadline`.
     fn next(&mut self, deadline: Instant) -> Result<Value, Fault> {
         match self {
-            Self::Evented { replies, .. } => match replies.recv_deadline(deadline) {
+            Self::Evented { replies, .. } => match replies.recv_until(Some(deadline)) {
                 Ok(reply) => reply,
-                Err(RecvTimeoutError::Timeout) => Err(Fault::Timeout {
+                Err(mailbox::Empty::Waiting) => Err(Fault::Timeout {
                     phase: Phase::Request,
                     received: 0,
                 }),
-                Err(RecvTimeoutError::Disconnected) => Err(ended()),
+                Err(mailbox::Closed) => Err(ended()),
             },
             Self::Polled(conn) => conn.read(deadline),
         }
@@ -154,8 +157,8 @@ impl Link {
                 while ready.len() < max {
                     match replies.try_recv() {
                         Ok(reply) => ready.push(reply?),
-                        Err(TryRecvError::Empty) => break,
-                        Err(TryRecvError::Disconnected) => return Err(ended()),
+                        Err(mailbox::Empty::Waiting) => break,
+                        Err(mailbox::Closed) => return Err(ended()),
                     }
                 }
                 Ok(ready)
@@ -178,7 +181,11 @@ fn ended() -> Fault {
 /// each reply on and rings the waker, until the connection ends (the
 /// subscriber shut it down, or it was lost: that is passed on too) or the
 /// subscriber is gone.
-fn read_replies(mut conn: Conn, replies: &Sender<Result<Value, Fault>>, waker: &NoticeWaker) {
+fn read_replies(
+    mut conn: Conn,
+    replies: &mailbox::Sender<Result<Value, Fault>>,
+    waker: &NoticeWaker,
+) {
     loop {
         let reply = match conn.read(Instant::now() + READER_WAIT) {
             // Nothing (or part of a reply, kept) arrived: read on.

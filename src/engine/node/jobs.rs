@@ -60,7 +60,10 @@ pub(crate) enum Job {
     /// Answered once every job queued before it has run. With `listen`,
     /// the thread first subscribes for the watched keys (the watch changed),
     /// before running any op of its batch.
-    Barrier { listen: bool, done: Sender<()> },
+    Barrier {
+        listen: bool,
+        done: crate::mailbox::Sender<()>,
+    },
     /// Wakes the thread to look at its timers and notices now. With
     /// `probe`, it also probes the node now if it is marked down (its
     /// backend reported a recovery), so that the ops queued after it go to

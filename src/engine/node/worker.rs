@@ -436,6 +436,7 @@ fn run_jobs(state: &mut State, batch: &mut Vec<Job>, queue: &queue::Handle<Job>)
         state.try_rights_if_due(Instant::now());
     }
     for ack in acks {
+        // The caller may have stopped waiting: nothing to tell then.
         let _ = ack.send(());
     }
     0
