@@ -68,3 +68,41 @@ fn a_ring_takes_the_notices_on_the_ringing_thread_unless_the_node_is_held() {
         "the node's thread handed the notice out"
     );
 }
+
+/// A ring while a caller drives the node (it holds the state for its
+/// round trip) queues a wake-up that woke nobody; the caller, as it lets
+/// go of the node, takes the notices itself and drops that wake-up, so
+/// the node's thread is not woken for it (counted with 4 processes on one
+/// key: 4.3 such wake-ups per lock before), and the gate's count is back
+/// to zero (the node is idle for the next caller).
+#[test]
+fn a_ring_while_a_caller_drives_the_node_is_taken_by_that_caller() {
+    let clock = ManualClock::new();
+    let node = MemoryBackend::new("n");
+    let shared = shared(&clock, None);
+    let now = Instant::now();
+    let peers: Peers = Arc::default();
+    let bell = doorbell(0, &peers);
+    let (state, _) = node_state(&node, Arc::clone(&shared), now);
+    let exec = Arc::new(NodeExec::new(state.ringing(bell.clone()), None, bell));
+    let (sender, jobs) = queue::queue();
+    peers.lock().push((sender.clone(), Arc::clone(&exec)));
+    let watch = shared.waiters.register(&KeySet::one("k"));
+    let _ = exec.gate.lock().listen(now);
+
+    let driving = sender.drive();
+    let state = exec.gate.try_idle().expect("the node is idle");
+    released_elsewhere(&node, "k");
+    assert_eq!(exec.gate.queued(), 1, "the ring queued its wake-up");
+    assert!(
+        watch.notices().try_recv().is_err(),
+        "taken under a held state"
+    );
+    let _ = exec.leave_driven(state, driving, true);
+    assert!(
+        watch.notices().try_recv().is_ok(),
+        "the driver did not hand the notice out"
+    );
+    assert_eq!(exec.gate.queued(), 0, "the wake-up is still counted");
+    assert!(!queued(&jobs), "the node's thread still has the wake-up");
+}

@@ -223,14 +223,30 @@ impl<T> Driving<T> {
     }
 
     /// Moves the jobs at the head of the queue that `take` accepts, at most
-    /// `most`, into `into`: the driver's share of the queue. The driver
-    /// must hold the node's state (see the module's text).
-    pub(crate) fn take_front(&self, most: usize, take: impl Fn(&T) -> bool, into: &mut Vec<T>) {
+    /// `most`, into `into`: the driver's share of the queue. Among them,
+    /// the jobs `skip` accepts are removed instead, and counted: jobs
+    /// whose whole work the driver does in their place. Stops at the first
+    /// job neither accepts. Returns how many were skipped. The driver must
+    /// hold the node's state (see the module's text).
+    pub(crate) fn take_front(
+        &self,
+        most: usize,
+        take: impl Fn(&T) -> bool,
+        skip: impl Fn(&T) -> bool,
+        into: &mut Vec<T>,
+    ) -> usize {
         let mut state = (self.0).0.state.lock();
-        while into.len() < most {
+        let mut skipped = 0;
+        loop {
             match state.jobs.front() {
-                Some(job) if take(job) => into.extend(state.jobs.pop_front()),
-                _ => break,
+                Some(job) if skip(job) => {
+                    state.jobs.pop_front();
+                    skipped += 1;
+                }
+                Some(job) if into.len() < most && take(job) => {
+                    into.extend(state.jobs.pop_front());
+                }
+                _ => break skipped,
             }
         }
     }
@@ -430,6 +446,37 @@ mod tests {
         assert_eq!(receiver.join().unwrap(), (Ok(Some(7)), Err(Empty::Closed)));
     }
 
+    /// The jobs a driver does the work of in their place (the wake-ups of
+    /// a ring) are removed wherever they sit in the head it takes, and
+    /// counted; the first job it neither takes nor skips ends the head
+    /// (what follows stays queued, skippable jobs too), and a full batch
+    /// ends the taking, not the skipping.
+    #[test]
+    fn a_driver_skips_the_jobs_it_does_itself_within_the_head_it_takes() {
+        let (jobs, queue) = queue::<u32>();
+        let driving = jobs.drive();
+        for job in [100, 1, 100, 2, 30, 100] {
+            jobs.send(job).unwrap();
+        }
+        let mut taken = Vec::new();
+        let skipped = driving.take_front(10, |&job| job < 10, |&job| job == 100, &mut taken);
+        assert_eq!((taken.as_slice(), skipped), ([1, 2].as_slice(), 2));
+        let mut full = Vec::new();
+        for job in [3, 100, 4] {
+            jobs.send(job).unwrap();
+        }
+        drop(driving);
+        let mut rest = Vec::new();
+        queue.take_queued(10, &mut rest);
+        assert_eq!(rest, [30, 100, 3, 100, 4], "past the head: left queued");
+        let driving = jobs.drive();
+        for job in [5, 100] {
+            jobs.send(job).unwrap();
+        }
+        let skipped = driving.take_front(1, |&job| job < 10, |&job| job == 100, &mut full);
+        assert_eq!((full.as_slice(), skipped), ([5].as_slice(), 1));
+    }
+
     /// A job queued while a caller drives is the driver's: it takes the
     /// plain ones at the head, in order, and stops at the first it does
     /// not run, which the receiver gets after the driver's end. (That the
@@ -443,7 +490,7 @@ mod tests {
             jobs.send(job).unwrap();
         }
         let mut taken = Vec::new();
-        driving.take_front(10, |&job| job < 10, &mut taken);
+        driving.take_front(10, |&job| job < 10, |_| false, &mut taken);
         assert_eq!(
             taken,
             [1, 2],

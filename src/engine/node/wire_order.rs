@@ -228,7 +228,7 @@ fn reader(gate: &Gate<Node>, queue: &Handle<u32>, arms: &mpsc::Receiver<Arm>) {
             && let Some(driving) = &driving
         {
             let mut queued = Vec::new();
-            driving.take_front(16, |_| true, &mut queued);
+            driving.take_front(16, |_| true, |_| false, &mut queued);
             // Sent, parked with the reader: counted until read.
             node.send_queued(queued, queue);
         }
@@ -270,7 +270,7 @@ fn call(gate: &Gate<Node>, jobs: &Sender<u32>, op: u32, then: Then) {
         Then::ReadAndCombine => {
             node.send_and_read(vec![op]);
             let mut queued = Vec::new();
-            driving.take_front(16, |_| true, &mut queued);
+            driving.take_front(16, |_| true, |_| false, &mut queued);
             ran = queued.len();
             ran -= node.send_queued(queued, driving.queue());
         }

@@ -358,9 +358,10 @@ fn is_op(job: &Job) -> bool {
 /// A driver's share of the queue (`driving`: a caller that drove the
 /// node, or the reader after a batch parked with it): the plain
 /// operations at its head, sent as one batch as the node's thread would
-/// ([`send_ops`]), unless the node is down. How many ran and may be
-/// uncounted (those parked with the reader stay counted); a job of
-/// another kind and what follows it are left to the node's thread.
+/// ([`send_ops`]), unless the node is down; and the wake-ups that rings
+/// queued among them, whose notices it takes itself. How many ran and
+/// may be uncounted (those parked with the reader stay counted); a job
+/// of another kind and what follows it are left to the node's thread.
 fn serve_queue(state: &mut State, driving: &queue::Driving<Job>) -> usize {
     if state.is_down() {
         return 0;
@@ -369,7 +370,7 @@ fn serve_queue(state: &mut State, driving: &queue::Driving<Job>) -> usize {
     // reader serves a queue after every batch it reads, and a list made
     // for each was one more allocation per batch.
     let mut taken = state.room.served();
-    driving.take_front(MAX_BATCH, is_op, &mut taken);
+    let rung = driving.take_front(MAX_BATCH, is_op, is_ring, &mut taken);
     let ran = taken.len();
     let parked = if ran == 0 {
         0
@@ -378,7 +379,21 @@ fn serve_queue(state: &mut State, driving: &queue::Driving<Job>) -> usize {
     };
     // `send_ops` emptied it; one that grew for a long queue is not kept.
     state.room.keep_served(taken);
-    ran - parked
+    if rung > 0 {
+        // What those wake-ups asked of the node's thread: the notices
+        // that rang while the state was held, taken here, as the ring
+        // takes them when the state is free (`doorbell`). A polled peer
+        // that a short count would have woken reads its own at its next
+        // poll (`NOTICE_POLL`).
+        let _ = state.take_rung_notices(Instant::now());
+    }
+    ran - parked + rung
+}
+
+/// A wake-up a ring queued (`doorbell`, `wake_polling_peers`): its only
+/// work is to take the notices that have arrived.
+fn is_ring(job: &Job) -> bool {
+    matches!(job, Job::Wake { probe: false })
 }
 
 /// Runs the jobs in order, the ops between two other jobs as one backend
