@@ -311,7 +311,7 @@ impl Engine {
     /// Waits until every node has run everything queued before this call,
     /// for at most `wait`. Returns whether all nodes got there.
     pub(crate) fn flush(&self, wait: Duration) -> bool {
-        self.barrier(false, wait)
+        self.barrier(None, wait)
     }
 
     /// Registers a waiter for the release of `keys` (of any member, for a
@@ -324,7 +324,7 @@ impl Engine {
     /// unregisters it; a node stops listening once nobody waits.
     pub(crate) fn watch(&self, keys: &KeySet, wait: Duration) -> Watch {
         let watch = self.shared.waiters.register(keys);
-        self.barrier(true, wait);
+        self.barrier(Some(keys), wait);
         watch
     }
 
@@ -334,18 +334,40 @@ impl Engine {
         self.shared.waiters.take_heard(hold)
     }
 
-    /// Queues a barrier (that first subscribes, with `listen`) to every
-    /// node and waits (at most `wait`) for each to answer it. Whether all
-    /// nodes did.
-    fn barrier(&self, listen: bool, wait: Duration) -> bool {
+    /// Queues a barrier (that first subscribes for the watched keys, with
+    /// `listen`, the keys just watched) to every node and waits (at most
+    /// `wait`) for each to answer it. Whether all nodes did.
+    ///
+    /// A node that is idle (every job queued before this call has run)
+    /// and already listens for `listen` is there already, and is not
+    /// asked: with 4 processes taking turns on one key, a waiter most
+    /// often watches a key its node still listens for (docs/benchmarks.md,
+    /// "Processes contending for one key"), and the barrier cost a node
+    /// thread's wake-up, and the caller's, per node.
+    fn barrier(&self, listen: Option<&KeySet>, wait: Duration) -> bool {
         let deadline = Instant::now().checked_add(wait);
         // Not a `crossbeam_channel`: its receive yields the CPU before it
         // sleeps (`mailbox.rs`).
         let (ack, acks) = crate::mailbox::channel();
+        let mut there = 0;
         let mut expected = 0;
         for node in &self.nodes {
+            if let Some(keys) = listen
+                && node
+                    .exec
+                    .gate
+                    .try_idle()
+                    .is_some_and(|state| state.listens_for(keys))
+            {
+                there += 1;
+                continue;
+            }
             let done = ack.clone();
-            if node.enqueue(Job::Barrier { listen, done }).is_ok() {
+            let job = Job::Barrier {
+                listen: listen.is_some(),
+                done,
+            };
+            if node.enqueue(job).is_ok() {
                 expected += 1;
             }
         }
@@ -355,7 +377,7 @@ impl Engine {
                 return false;
             }
         }
-        expected == self.nodes.len()
+        there + expected == self.nodes.len()
     }
 }
 

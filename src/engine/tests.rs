@@ -137,3 +137,56 @@ fn a_full_queue_never_drops_the_release_of_a_queued_acquire() {
         "the release was dropped: the queued acquire's key stays for its TTL"
     );
 }
+
+/// A watch of keys that every idle node already listens for (a
+/// subscription kept for an earlier waiter of the same key) asks no
+/// node's thread: the barrier is answered on the caller's thread, at
+/// once (a zero wait would not let any node's thread answer), and no
+/// listener is asked to change its subscription. Keys no node listens
+/// for still go through the nodes' threads, which subscribe.
+#[test]
+fn a_watch_of_keys_the_idle_nodes_listen_for_asks_no_node_thread() {
+    let nodes: Vec<MemoryBackend> = (0..3)
+        .map(|i| MemoryBackend::new(format!("n{i}")))
+        .collect();
+    let backends = nodes
+        .iter()
+        .map(|n| Arc::new(n.clone()) as Arc<dyn Backend>)
+        .collect();
+    let engine = engine_of(backends, 2);
+    let keys = KeySet::one("k");
+    let _first = engine.watch(&keys, Duration::from_secs(10));
+    let listens = |nodes: &[MemoryBackend]| -> Vec<u64> {
+        nodes.iter().map(MemoryBackend::listen_calls).collect()
+    };
+    let subscribed = listens(&nodes);
+    assert!(subscribed.iter().all(|&n| n >= 1), "{subscribed:?}");
+    // The barrier's job is uncounted just after it is answered.
+    let idle = Instant::now() + Duration::from_secs(10);
+    while engine
+        .nodes
+        .iter()
+        .any(|n| n.exec.gate.try_idle().is_none())
+    {
+        assert!(Instant::now() < idle, "the nodes never became idle");
+        std::thread::yield_now();
+    }
+    let _second = engine.shared.waiters.register(&keys);
+    assert!(
+        engine.barrier(Some(&keys), Duration::ZERO),
+        "the nodes' threads were asked"
+    );
+    assert_eq!(
+        listens(&nodes),
+        subscribed,
+        "a subscription change was asked"
+    );
+    let other = KeySet::one("other");
+    let _third = engine.shared.waiters.register(&other);
+    assert!(engine.barrier(Some(&other), Duration::from_secs(10)));
+    let after = listens(&nodes);
+    assert!(
+        after.iter().zip(&subscribed).all(|(a, s)| a > s),
+        "a new key was not subscribed: {after:?}"
+    );
+}

@@ -112,6 +112,7 @@ impl MemoryBackend {
                     notices_on: true,
                     listeners: HashMap::new(),
                     next_listener: 0,
+                    listen_calls: 0,
                     to_wake: Vec::new(),
                 }),
                 unpaused: Condvar::new(),
@@ -168,6 +169,14 @@ impl MemoryBackend {
     pub(crate) fn listened_keys(&self) -> usize {
         let state = self.inner.state.lock();
         state.listeners.values().map(notices::Inbox::listens).sum()
+    }
+
+    /// Calls its listeners had to `listen` (each a change of subscription
+    /// asked, as a `SUBSCRIBE` or `UNSUBSCRIBE` on Redis when it changes
+    /// anything).
+    #[cfg(test)]
+    pub(crate) fn listen_calls(&self) -> u64 {
+        self.inner.state.lock().listen_calls
     }
 
     /// Round trips served so far (a batch counts once).

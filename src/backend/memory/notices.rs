@@ -66,6 +66,7 @@ impl MemoryListener {
 impl ReleaseListener for MemoryListener {
     fn listen(&mut self, keys: &[&[u8]]) -> Result<(), BackendError> {
         let mut state = self.node.inner.state.lock();
+        state.listen_calls += 1;
         let refusal = if state.down {
             Some((BackendErrorKind::Unreachable, "node is down (injected)"))
         } else if !state.notices_on && !keys.is_empty() {

@@ -72,6 +72,8 @@ pub(super) struct State {
     /// Each release listener's subscriptions and undelivered notices.
     pub(super) listeners: HashMap<u64, Inbox>,
     pub(super) next_listener: u64,
+    /// Calls to a listener's `listen` (changes of subscription asked).
+    pub(super) listen_calls: u64,
     /// The wakers of the listeners that heard a release during the current
     /// operation: called once the node's lock is let go (see `apply`).
     pub(super) to_wake: Vec<NoticeWaker>,

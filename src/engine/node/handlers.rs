@@ -10,7 +10,7 @@ use super::batch::{Arrived, Batch, Item, Vote, grant, vote};
 use super::liveness::Change;
 use super::notices::{Ears, NodeNotices};
 use super::{State, io, refusal};
-use crate::backend::{BackendError, BackendErrorKind, Reply, Sources};
+use crate::backend::{BackendError, BackendErrorKind, KeySet, Reply, Sources};
 use crate::engine::action::Action;
 use crate::engine::echoes::Heard;
 use crate::engine::hold::Hold;
@@ -171,6 +171,13 @@ impl State {
     #[must_use]
     pub(crate) fn listen(&mut self, now: Instant) -> bool {
         self.with_ears(|notices, ears| notices.tend(ears, now))
+    }
+
+    /// Whether the server has confirmed a subscription to every key of
+    /// `keys` (a subscription kept for an earlier waiter of the same key):
+    /// a new waiter of them needs no change of it.
+    pub(crate) fn listens_for(&self, keys: &KeySet) -> bool {
+        self.notices.listens_for(keys)
     }
 
     /// Hands out the release notices that have arrived, on the thread

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::io;
-use crate::backend::{Backend, NoticeWaker, ReleaseListener, Reply};
+use crate::backend::{Backend, KeySet, NoticeWaker, ReleaseListener, Reply};
 use crate::engine::hold::Hold;
 use crate::engine::waiters::Waiters;
 
@@ -276,6 +276,12 @@ impl NodeNotices {
                 self.turn_off(node);
             }
         }
+    }
+
+    /// Whether the server has confirmed a subscription to every key of
+    /// `keys`.
+    pub(super) fn listens_for(&self, keys: &KeySet) -> bool {
+        !self.off && keys.iter().all(|key| self.listening.contains(key))
     }
 
     /// Hands out the notices that have arrived, on the thread whose
