@@ -45,7 +45,9 @@ pub(super) const NOTICE_POLL: Duration = Duration::from_millis(1);
 /// reader thread, or the thread whose release on a memory node announced
 /// it) when the listener allows it and nobody holds the node's state;
 /// else it queues a wake-up for the node's thread, which takes them
-/// (`worker.rs`). Taking them where they rang spares a thread hand-off
+/// (`worker.rs`), unless the holder was a caller or the reader driving
+/// the node: that one takes them as it lets go, and drops the wake-up
+/// (`serve_queue`). Taking them where they rang spares a thread hand-off
 /// between a release and its waiters: counted with 4 processes taking
 /// turns on one key, the node threads' context switches fell from 30 to
 /// 12 per lock (docs/benchmarks.md).

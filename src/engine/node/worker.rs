@@ -206,7 +206,10 @@ pub(crate) fn spawn(
 /// notices itself when nobody holds the node's state, and tells the node's
 /// thread its wake time, which wakes it only if that came earlier (a
 /// subscription lost while taking them is to be tried again). Otherwise
-/// it queues a wake-up for the node's thread, which takes them. The node
+/// it queues a wake-up for the node's thread, which takes them; or, when
+/// the state's holder is a caller or the reader driving the node, that
+/// holder takes them as it lets go and drops the wake-up
+/// ([`serve_queue`]), and the node's thread is not woken. The node
 /// is found among the `peers` (filled once every node has started, before
 /// anyone can wait; a weak reference, so that a listener's thread never
 /// keeps the engine's queues open).
