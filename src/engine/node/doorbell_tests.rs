@@ -25,8 +25,20 @@ fn queued(jobs: &queue::Receiver<Job>) -> bool {
     jobs.wait_until(Some(Instant::now())).is_ok()
 }
 
-#[test]
-fn a_ring_takes_the_notices_on_the_ringing_thread_unless_the_node_is_held() {
+/// A node whose listener rings its doorbell, with its queue (the test
+/// plays its thread) and a waiter of key `k` it listens for.
+struct Ringing {
+    node: MemoryBackend,
+    exec: Arc<NodeExec>,
+    sender: queue::Sender<Job>,
+    jobs: queue::Receiver<Job>,
+    watch: crate::engine::Watch,
+    /// Where the doorbell finds the node: bound by the test, or the rings
+    /// find nobody.
+    _peers: Peers,
+}
+
+fn ringing_node() -> Ringing {
     let clock = ManualClock::new();
     let node = MemoryBackend::new("n");
     let shared = shared(&clock, None);
@@ -36,10 +48,31 @@ fn a_ring_takes_the_notices_on_the_ringing_thread_unless_the_node_is_held() {
     let (state, _) = node_state(&node, Arc::clone(&shared), now);
     let exec = Arc::new(NodeExec::new(state.ringing(bell.clone()), None, bell));
     let (sender, jobs) = queue::queue();
-    peers.lock().push((sender, Arc::clone(&exec)));
+    peers.lock().push((sender.clone(), Arc::clone(&exec)));
     let watch = shared.waiters.register(&KeySet::one("k"));
     let _ = exec.gate.lock().listen(now);
     assert_eq!(node.listened_keys(), 1, "subscribed");
+    Ringing {
+        node,
+        exec,
+        sender,
+        jobs,
+        watch,
+        _peers: peers,
+    }
+}
+
+#[test]
+fn a_ring_takes_the_notices_on_the_ringing_thread_unless_the_node_is_held() {
+    let Ringing {
+        node,
+        exec,
+        jobs,
+        watch,
+        _peers,
+        ..
+    } = ringing_node();
+    let now = Instant::now();
 
     // Nobody holds the node: the release's own thread (a memory node rings
     // from the release) hands the notice to the waiter, before the
@@ -77,19 +110,15 @@ fn a_ring_takes_the_notices_on_the_ringing_thread_unless_the_node_is_held() {
 /// to zero (the node is idle for the next caller).
 #[test]
 fn a_ring_while_a_caller_drives_the_node_is_taken_by_that_caller() {
-    let clock = ManualClock::new();
-    let node = MemoryBackend::new("n");
-    let shared = shared(&clock, None);
-    let now = Instant::now();
-    let peers: Peers = Arc::default();
-    let bell = doorbell(0, &peers);
-    let (state, _) = node_state(&node, Arc::clone(&shared), now);
-    let exec = Arc::new(NodeExec::new(state.ringing(bell.clone()), None, bell));
-    let (sender, jobs) = queue::queue();
-    peers.lock().push((sender.clone(), Arc::clone(&exec)));
-    let watch = shared.waiters.register(&KeySet::one("k"));
-    let _ = exec.gate.lock().listen(now);
-
+    let Ringing {
+        node,
+        exec,
+        sender,
+        jobs,
+        watch,
+        _peers,
+        ..
+    } = ringing_node();
     let driving = sender.drive();
     let state = exec.gate.try_idle().expect("the node is idle");
     released_elsewhere(&node, "k");
