@@ -16,7 +16,7 @@
 //!
 //! The semantics are the channel's: messages in order, [`Sender`] cloned
 //! per producer, and a receive that finds the queue empty with every
-//! sender gone says so ([`Closed`]). Unbounded: each use bounds what it
+//! sender gone says so ([`Empty::Closed`]). Unbounded: each use bounds what it
 //! sends (one answer per node's barrier job; one reply per request on a
 //! subscriber connection, read as they come).
 
@@ -34,8 +34,6 @@ pub(crate) enum Empty {
     /// Nothing is queued and every sender is gone: nothing can arrive.
     Closed,
 }
-
-pub(crate) use Empty::Closed;
 
 struct Shared<T> {
     state: Mutex<State<T>>,
@@ -117,17 +115,19 @@ impl<T> Receiver<T> {
                 return Ok(message);
             }
             if state.senders == 0 {
-                return Err(Closed);
+                return Err(Empty::Closed);
             }
-            match deadline {
-                Some(deadline) => {
-                    if self.0.arrived.wait_until(&mut state, deadline).timed_out() {
-                        // One last look: a message may have come with the
-                        // deadline.
-                        return state.queue.pop_front().ok_or(Empty::Waiting);
-                    }
+            let timed_out = match deadline {
+                Some(deadline) => self.0.arrived.wait_until(&mut state, deadline).timed_out(),
+                None => {
+                    self.0.arrived.wait(&mut state);
+                    false
                 }
-                None => self.0.arrived.wait(&mut state),
+            };
+            // At the deadline, one last look above (a message, or the end,
+            // may have come with it) only if something did come.
+            if timed_out && state.queue.is_empty() && state.senders > 0 {
+                return Err(Empty::Waiting);
             }
         }
     }
@@ -139,7 +139,7 @@ impl<T> Receiver<T> {
         let mut state = self.0.state.lock();
         match state.queue.pop_front() {
             Some(message) => Ok(message),
-            None if state.senders == 0 => Err(Closed),
+            None if state.senders == 0 => Err(Empty::Closed),
             None => Err(Empty::Waiting),
         }
     }
@@ -163,8 +163,8 @@ mod tests {
         assert_eq!(rx.recv_until(None), Ok(2));
         assert_eq!(rx.try_recv(), Err(Empty::Waiting), "a sender is left");
         drop(other);
-        assert_eq!(rx.try_recv(), Err(Closed));
-        assert_eq!(rx.recv_until(None), Err(Closed));
+        assert_eq!(rx.try_recv(), Err(Empty::Closed));
+        assert_eq!(rx.recv_until(None), Err(Empty::Closed));
     }
 
     #[test]
@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(rx.recv_until(None), Ok(7));
         let tx = sent.join().unwrap();
         let gone = thread::spawn(move || drop(tx));
-        assert_eq!(rx.recv_until(None), Err(Closed));
+        assert_eq!(rx.recv_until(None), Err(Empty::Closed));
         gone.join().unwrap();
     }
 

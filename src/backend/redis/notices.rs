@@ -143,7 +143,7 @@ impl Link {
                     phase: Phase::Request,
                     received: 0,
                 }),
-                Err(mailbox::Closed) => Err(ended()),
+                Err(mailbox::Empty::Closed) => Err(ended()),
             },
             Self::Polled(conn) => conn.read(deadline),
         }
@@ -158,7 +158,7 @@ impl Link {
                     match replies.try_recv() {
                         Ok(reply) => ready.push(reply?),
                         Err(mailbox::Empty::Waiting) => break,
-                        Err(mailbox::Closed) => return Err(ended()),
+                        Err(mailbox::Empty::Closed) => return Err(ended()),
                     }
                 }
                 Ok(ready)

@@ -61,7 +61,6 @@ fn a_driver_skips_the_jobs_it_does_itself_within_the_head_it_takes() {
     let mut taken = Vec::new();
     let skipped = driving.take_front(10, |&job| job < 10, |&job| job == 100, &mut taken);
     assert_eq!((taken.as_slice(), skipped), ([1, 2].as_slice(), 2));
-    let mut full = Vec::new();
     for job in [3, 100, 4] {
         jobs.send(job).unwrap();
     }
@@ -73,6 +72,7 @@ fn a_driver_skips_the_jobs_it_does_itself_within_the_head_it_takes() {
     for job in [5, 100] {
         jobs.send(job).unwrap();
     }
+    let mut full = Vec::new();
     let skipped = driving.take_front(1, |&job| job < 10, |&job| job == 100, &mut full);
     assert_eq!((full.as_slice(), skipped), ([5].as_slice(), 1));
 }
