@@ -334,6 +334,19 @@ impl Engine {
         self.shared.waiters.take_heard(hold)
     }
 
+    /// The smoothed round trip of the slowest node that is not down (zero
+    /// before any round trip).
+    pub(crate) fn slowest_round_trip(&self) -> Duration {
+        let slowest = self
+            .nodes
+            .iter()
+            .filter(|node| !node.health.is_down())
+            .map(|node| node.health.latency())
+            .max()
+            .unwrap_or(0);
+        Duration::from_nanos(slowest)
+    }
+
     /// Queues a barrier (that first subscribes for the watched keys, with
     /// `listen`, the keys just watched) to every node and waits (at most
     /// `wait`) for each to answer it. Whether all nodes did.

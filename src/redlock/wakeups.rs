@@ -72,6 +72,30 @@ pub(crate) const EARLY_WAKEUPS: u32 = 3;
 /// (docs/benchmarks.md, "waiting" and "Two builds compared").
 pub(crate) const LONGEST_QUIET: Duration = Duration::from_secs(1);
 
+/// The shortest time a releaser that lets the waiting processes go first
+/// ([`Rounds::yield_to_waiters`]) waits for one of them to take the lock:
+/// what a woken waiter needs on a busy host (the notices of a quorum, its
+/// thread's wake-up, one acquire round), with room for the node threads'
+/// delays of a few milliseconds counted on a loaded 2-core VM
+/// (docs/benchmarks.md, "One holder and one waiter").
+pub(crate) const YIELD_WINDOW: Duration = Duration::from_millis(20);
+
+/// The window of a yield, in round trips of the slowest node: the notice
+/// reaches the waiter within about one, its attempt takes one more; four
+/// leave room for a split and a slow wake-up on far nodes.
+const YIELD_ROUND_TRIPS: u32 = 4;
+
+/// How long a releaser lets the waiters go first, given the slowest
+/// node's round trip and its `pause` (the retry delay): [`YIELD_WINDOW`]
+/// or [`YIELD_ROUND_TRIPS`] round trips, whichever is longer, never past
+/// the pause.
+fn yield_window(slowest_round_trip: Duration, pause: Duration) -> Duration {
+    slowest_round_trip
+        .saturating_mul(YIELD_ROUND_TRIPS)
+        .max(YIELD_WINDOW)
+        .min(pause)
+}
+
 /// A caller's wait for the release of one key, across its attempts: the
 /// registration for its notices and what is left of its early wake-ups.
 #[derive(Debug)]
@@ -232,9 +256,20 @@ impl Rounds {
     /// The fairness rule: when this manager's last release of `hold`, a
     /// moment ago, was heard by other processes waiting for it, let them
     /// go first: listen (on the keys its release announces on), and wait
-    /// for a notice (the next holder's release)
-    /// or `delay`, before the first attempt. Returns the wait when it
-    /// waited, for the attempts that follow.
+    /// for a notice (the next holder's release) or the time a woken
+    /// waiter needs to take the lock ([`yield_window`], at most `delay`),
+    /// before the first attempt. Returns the wait when it waited, for the
+    /// attempts that follow.
+    ///
+    /// Not `delay` itself: a waiter that heard the release may not take
+    /// the lock (its attempt failed, it waits for a set whose other
+    /// member is held, it gave up, or it is itself a releaser letting
+    /// this one go first), and then no release comes and the lock stays
+    /// free for the whole retry delay. Two processes taking turns
+    /// stalled so for 100-200 ms (docs/benchmarks.md, "One holder and
+    /// one waiter"). After the window the first attempt finds the new
+    /// holder if a waiter took the lock, and the wait goes on as any
+    /// waiter's.
     pub(crate) fn yield_to_waiters<T>(
         &self,
         hold: &Hold,
@@ -246,7 +281,8 @@ impl Rounds {
         }
         let mut wait = self.watch(hold.announced_on());
         self.counters().note(Event::Yielded);
-        self.wait_for_release(&mut wait, after(delay), interrupt);
+        let window = yield_window(self.engine().slowest_round_trip(), delay);
+        self.wait_for_release(&mut wait, after(window), interrupt);
         Some(wait)
     }
 }
@@ -254,6 +290,20 @@ impl Rounds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A yield lasts [`YIELD_WINDOW`] on near nodes, four round trips of
+    /// the slowest node on far ones, and never past the retry delay.
+    #[test]
+    fn a_yield_lasts_a_few_round_trips_within_the_retry_delay() {
+        let ms = Duration::from_millis;
+        let pause = ms(150);
+        assert_eq!(yield_window(Duration::ZERO, pause), YIELD_WINDOW);
+        assert_eq!(yield_window(ms(1), pause), YIELD_WINDOW);
+        assert_eq!(yield_window(ms(30), pause), ms(120));
+        assert_eq!(yield_window(ms(60), pause), pause);
+        assert_eq!(yield_window(ms(1), ms(5)), ms(5));
+        assert_eq!(yield_window(Duration::MAX, pause), pause);
+    }
 
     /// The timer fallback of a lock's wait ends when a quorum of the
     /// holder's keys expire, never before the retry delay, never more

@@ -490,3 +490,42 @@ fn another_threads_release_in_the_same_manager_wakes_a_waiter() {
         "the release of a member did not wake the set waiter"
     );
 }
+
+/// The fairness rule's wait ends soon when no waiter takes the lock. A
+/// releaser whose release a waiter heard lets the waiters go first: its
+/// next lock of the key waits for the next holder's release. Here the
+/// one listener (a set waiter, whose other member stays held) cannot take
+/// it, so no release ever comes: the releaser waited out a whole retry
+/// delay for a free lock. The same wait stalled two processes taking
+/// turns when each had released with the other listening and neither
+/// held the lock: each let the other go first (docs/benchmarks.md, "One
+/// holder and one waiter").
+#[test]
+fn a_releaser_does_not_wait_its_retry_delay_for_a_waiter_that_cannot_take_the_lock() {
+    let nodes = memory_nodes(3);
+    let (releaser, listener, other) = (manager(&nodes), manager(&nodes), manager(&nodes));
+    let other_member = testkit::hold_settled(&other, "z");
+    std::thread::scope(|s| {
+        let listening = s.spawn(|| {
+            let got = listener
+                .lock_all(["job", "z"], &retries(RETRY_DELAY))
+                .unwrap();
+            got.release().unwrap();
+        });
+        testkit::until_listening(&listener);
+        testkit::hold_settled(&releaser, "job").release().unwrap();
+        let asked = Instant::now();
+        let again = releaser.lock_with("job", &retries(RETRY_DELAY)).unwrap();
+        let took = asked.elapsed();
+        again.release().unwrap();
+        other_member.release().unwrap();
+        listening.join().unwrap();
+        assert!(
+            took < RETRY_DELAY / 2,
+            "the lock took {took:?} to get: the releaser waited out its retry delay"
+        );
+    });
+    // It did let the listener go first.
+    let locks = releaser.health().locks;
+    assert_eq!((locks.yielded, locks.acquired), (1, 2), "{locks:?}");
+}
